@@ -1,0 +1,378 @@
+"""The syntax AST: frozen, slotted dataclasses in closed unions, one per grammar rule.
+
+The AST resolves nothing: variable names are strings, types and predicates are values as
+written. It carries source positions (`pos`, excluded from equality) so that later stages can
+point errors at the text. Values that may be `:name` placeholders are `Value` nodes; after
+`bind()` every `Param` has become a `Literal`, and objects/arrays whose members are all
+literal are folded into one `Literal` holding the plain Python value.
+
+Naming mirrors `grammar/kip.lark`: rule `concept_match` → `ConceptMatch`, and so on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+@dataclass(frozen=True, slots=True)
+class Pos:
+    line: int
+    column: int
+
+
+def _pos() -> Any:
+    return field(default=None, compare=False, repr=False)
+
+
+# --- values ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """A plain JSON value (None/bool/int/float/str/list/dict)."""
+    value: Any
+    pos: Pos | None = _pos()
+
+
+# What a placeholder must hold where it stands; checked by bind() (and by the transformer
+# for literals in the same positions), so both give the same error.
+EXPECT_ANY = "any"
+EXPECT_STRING = "string"
+EXPECT_OBJECT = "object"
+EXPECT_POSITIVE_INT = "positive integer"
+EXPECT_ARRAY = "array"
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A `:name` placeholder; `expect` is what its bound value must be."""
+    name: str
+    expect: str = EXPECT_ANY
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectValue:
+    """A JSON object that contains a placeholder somewhere (else it is a Literal)."""
+    entries: tuple[tuple[str, "Value"], ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayValue:
+    """A JSON array that contains a placeholder somewhere (else it is a Literal)."""
+    items: tuple["Value", ...]
+    pos: Pos | None = _pos()
+
+
+Value = Union[Literal, Param, ObjectValue, ArrayValue]
+
+
+# --- expressions (FIND items, FILTER, ORDER BY) -------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Path:
+    """`?var` (segments == ()) or `?var.name`, `?var.attributes.k`, `?var.metadata.k`..."""
+    var: str
+    segments: tuple[str, ...] = ()
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    func: str          # COUNT | SUM | AVG | MIN | MAX
+    distinct: bool
+    arg: Path
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    op: str            # == != < > <= >=
+    left: "Expr"
+    right: "Expr"
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class BoolOp:
+    op: str            # && or ||
+    operands: tuple["Expr", ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class NotOp:
+    operand: "Expr"
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    func: str          # IN IS_NULL IS_NOT_NULL CONTAINS STARTS_WITH ENDS_WITH REGEX
+    args: tuple["Expr", ...]
+    pos: Pos | None = _pos()
+
+
+Expr = Union[Path, Literal, Param, ObjectValue, ArrayValue, Compare, BoolOp, NotOp, Call]
+FindItem = Union[Path, Aggregate]
+
+
+# --- graph patterns ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ConceptMatch:
+    """`{id: ...}` or `{type: ..., name: ...}` (either of type/name may be absent)."""
+    id: Value | None = None
+    type: Value | None = None
+    name: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class VarTerm:
+    """A variable (KQL) or local handle (KML) used as subject/object."""
+    name: str
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """One or more alternative predicate names, optionally with a hop range.
+
+    `hops is None`: one hop over any of `names`. Otherwise `names` has one element and
+    `hops == (min, max)`, `max is None` for an open range `{m,}`.
+    """
+    names: tuple[Value, ...]
+    hops: tuple[int, int | None] | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class PropositionMatch:
+    """`(subject, predicate, object)`."""
+    subject: "Term"
+    predicate: Predicate
+    object: "Term"
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class PropositionIdMatch:
+    """`(id: "P:...")`."""
+    id: Value
+    pos: Pos | None = _pos()
+
+
+Term = Union[VarTerm, ConceptMatch, PropositionMatch, PropositionIdMatch]
+
+
+@dataclass(frozen=True, slots=True)
+class ConceptPattern:
+    var: str | None
+    match: ConceptMatch
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class PropositionPattern:
+    var: str | None
+    match: PropositionMatch | PropositionIdMatch
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class FilterPattern:
+    expr: Expr
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class NotPattern:
+    body: tuple["Pattern", ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class OptionalPattern:
+    body: tuple["Pattern", ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class UnionPattern:
+    body: tuple["Pattern", ...]
+    pos: Pos | None = _pos()
+
+
+Pattern = Union[ConceptPattern, PropositionPattern, FilterPattern, NotPattern,
+                OptionalPattern, UnionPattern]
+
+
+# --- KQL commands ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class OrderKey:
+    expr: FindItem
+    descending: bool = False
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Find:
+    items: tuple[FindItem, ...]
+    where: tuple[Pattern, ...]
+    order_by: tuple[OrderKey, ...] = ()
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Explain:
+    """`EXPLAIN FIND ...` — an extension: show the plan without running it."""
+    query: Find
+    pos: Pos | None = _pos()
+
+
+# --- KML commands ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class SetProposition:
+    """One `("predicate", target) [WITH METADATA {...}]` entry of SET PROPOSITIONS."""
+    predicate: Value
+    target: Term
+    metadata: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class ConceptBlock:
+    handle: str | None
+    match: ConceptMatch
+    attributes: Value | None = None
+    propositions: tuple[SetProposition, ...] | None = None   # None: no SET PROPOSITIONS
+    metadata: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class PropositionBlock:
+    handle: str | None
+    match: PropositionMatch | PropositionIdMatch
+    attributes: Value | None = None
+    metadata: Value | None = None
+    pos: Pos | None = _pos()
+
+
+UpsertBlock = Union[ConceptBlock, PropositionBlock]
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertStatement:
+    blocks: tuple[UpsertBlock, ...]
+    metadata: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    """One or more `UPSERT {...}` statements (capsules chain several)."""
+    statements: tuple[UpsertStatement, ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAttributes:
+    keys: tuple[Value, ...]
+    target: str
+    where: tuple[Pattern, ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteMetadata:
+    keys: tuple[Value, ...]
+    target: str
+    where: tuple[Pattern, ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePropositions:
+    target: str
+    where: tuple[Pattern, ...]
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConcept:
+    target: str
+    where: tuple[Pattern, ...]
+    pos: Pos | None = _pos()
+
+
+# --- META commands -----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class DescribePrimer:
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeDomains:
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConceptTypes:
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeConceptType:
+    name: Value
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribePropositionTypes:
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribePropositionType:
+    name: Value
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class Search:
+    target: str                  # CONCEPT | PROPOSITION
+    term: Value
+    type: Value | None = None
+    limit: Value | None = None
+    pos: Pos | None = _pos()
+
+
+Command = Union[Find, Explain, Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions,
+                DeleteConcept, DescribePrimer, DescribeDomains, DescribeConceptTypes,
+                DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search]
+
+KML_COMMANDS = (Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions, DeleteConcept)
+META_COMMANDS = (DescribePrimer, DescribeDomains, DescribeConceptTypes, DescribeConceptType,
+                 DescribePropositionTypes, DescribePropositionType, Search)
+
+
+def command_kind(command: Command) -> str:
+    """'KML' for writes, 'META' for DESCRIBE/SEARCH, 'KQL' for FIND/EXPLAIN."""
+    if isinstance(command, KML_COMMANDS):
+        return "KML"
+    if isinstance(command, META_COMMANDS):
+        return "META"
+    return "KQL"

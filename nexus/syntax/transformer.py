@@ -1,0 +1,668 @@
+"""Reshape Lark parse results into AST nodes — one method per grammar rule.
+
+The transformer decides no semantics beyond what the grammar cannot say: it decodes JSON
+literals, checks identifiers against spec §2.8.1 (`KIP_1002`), and enforces the shape rules
+of each clause (which keys a concept clause may have, hop ranges, LIMIT ≥ 1, where JSON
+arrays may appear in FILTER...) so that such mistakes are reported with their position as
+`KIP_1001`, the same way a grammar error is. It is run by Lark inline while parsing (LALR),
+so it must not depend on seeing the whole tree.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from lark import Token, Transformer, v_args
+
+from ..errors import ErrorCode, KipError
+from . import ast as A
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+CONCEPT_FIELDS = ("id", "type", "name")
+LINK_FIELDS = ("id", "subject", "predicate", "object")
+MAP_FIELDS = ("attributes", "metadata")
+PATH_FIELDS = frozenset(("id", "type", "name", "subject", "predicate", "object") + MAP_FIELDS)
+
+FUNCTION_ARITY = {
+    "IN": (2, 2),
+    "IS_NULL": (1, 1),
+    "IS_NOT_NULL": (1, 1),
+    "CONTAINS": (2, 2),
+    "STARTS_WITH": (2, 2),
+    "ENDS_WITH": (2, 2),
+    "REGEX": (2, 3),
+}
+
+
+class PositionedError(Exception):
+    """A KipError raised inside the transformer; parse() attaches the text snippet."""
+
+    def __init__(self, error: KipError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def fail(where: Any, message: str, hint: str | None = None,
+         code: ErrorCode = ErrorCode.KIP_1001) -> PositionedError:
+    line, column = _line_col(where)
+    return PositionedError(KipError(code, message, hint, line=line, column=column))
+
+
+def _line_col(where: Any) -> tuple[int | None, int | None]:
+    if isinstance(where, A.Pos):
+        return where.line, where.column
+    if isinstance(where, Token):
+        return where.line, where.column
+    if where is not None and not getattr(where, "empty", True):
+        return where.line, where.column
+    return None, None
+
+
+def _pos(meta: Any) -> A.Pos | None:
+    if meta is None or getattr(meta, "empty", True):
+        return None
+    return A.Pos(meta.line, meta.column)
+
+
+def _tpos(tok: Token) -> A.Pos:
+    return A.Pos(tok.line, tok.column)
+
+
+def check_identifier(text: str, where: Any, what: str) -> str:
+    if not IDENTIFIER.match(text):
+        raise fail(
+            where,
+            f"Invalid identifier '{text}' in {what}: identifiers must start with a letter or "
+            f"underscore, followed by letters, digits or underscores.",
+            "Identifiers must match regex [a-zA-Z_][a-zA-Z0-9_]* (e.g. ?side_effect, "
+            "risk_level).",
+            code=ErrorCode.KIP_1002,
+        )
+    return text
+
+
+def decode_string(tok: Token) -> str:
+    """A JSON string token → str; invalid escapes and lone surrogates are syntax errors."""
+    raw = str(tok)
+    try:
+        text = json.loads(raw, strict=False)
+    except ValueError as exc:
+        raise fail(tok, f"Invalid string literal {raw[:40]}: {exc.args[0].split(':')[0]}",
+                   "Strings are JSON strings: escape quotes and backslashes as \\\" and "
+                   "\\\\, unicode as \\uXXXX.") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fail(tok, "Invalid string literal: it contains an unpaired surrogate escape",
+                   "Encode characters outside the BMP as a \\uD8xx\\uDCxx pair, or write "
+                   "them directly.") from None
+    return text
+
+
+def decode_number(tok: Token) -> int | float:
+    raw = str(tok)
+    if any(c in raw for c in ".eE"):
+        value = float(raw)
+        if math.isinf(value):
+            raise fail(tok, f"Number {raw} is out of range", "Use a finite number.")
+        return value
+    return int(raw)
+
+
+def check_expect(value: Any, expect: str, where: Any, what: str) -> None:
+    """Raise KIP_1001 unless a literal `value` suits a position that needs `expect`."""
+    ok = True
+    if expect == A.EXPECT_STRING:
+        ok = isinstance(value, str)
+    elif expect == A.EXPECT_OBJECT:
+        ok = isinstance(value, dict)
+    elif expect == A.EXPECT_ARRAY:
+        ok = isinstance(value, list)
+    elif expect == A.EXPECT_POSITIVE_INT:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if not ok:
+        raise fail(where, f"{what} must be a {expect}, got {json.dumps(value)[:60]}",
+                   _EXPECT_HINT.get(expect))
+
+
+_EXPECT_HINT = {
+    A.EXPECT_POSITIVE_INT: "LIMIT takes an integer of at least 1.",
+    A.EXPECT_STRING: "Write a JSON string here, e.g. \"Drug\".",
+    A.EXPECT_OBJECT: "Write a JSON object here, e.g. { key: \"value\" }.",
+    A.EXPECT_ARRAY: "Write a JSON array here, e.g. [\"a\", \"b\"].",
+}
+
+
+def slot(value: A.Value, expect: str, what: str) -> A.Value:
+    """Constrain a value position: literals are checked now, placeholders at bind()."""
+    if isinstance(value, A.Param):
+        return A.Param(value.name, expect, value.pos)
+    if isinstance(value, A.Literal):
+        check_expect(value.value, expect, value.pos, what)
+        return value
+    kind_ok = {
+        A.EXPECT_ANY: True,
+        A.EXPECT_OBJECT: isinstance(value, A.ObjectValue),
+        A.EXPECT_ARRAY: isinstance(value, A.ArrayValue),
+    }.get(expect, False)
+    if not kind_ok:
+        raise fail(value.pos, f"{what} must be a {expect}", _EXPECT_HINT.get(expect))
+    return value
+
+
+def token_value(tok: Token, expect: str, what: str) -> A.Value:
+    """A raw STRING / NUMBER / PARAM token in a constrained position → Value."""
+    if tok.type == "PARAM":
+        return A.Param(param_name(tok), expect, _tpos(tok))
+    if tok.type == "STRING":
+        lit = A.Literal(decode_string(tok), _tpos(tok))
+    else:
+        lit = A.Literal(decode_number(tok), _tpos(tok))
+    return slot(lit, expect, what)
+
+
+def param_name(tok: Token) -> str:
+    return check_identifier(str(tok)[1:], tok, "parameter name")
+
+
+def split_var(tok: Token) -> tuple[str, tuple[str, ...]]:
+    """`?drug.attributes.risk_level` → ("drug", ("attributes", "risk_level"))."""
+    parts = str(tok)[1:].split(".")
+    check_identifier(parts[0], tok, "variable name")
+    for seg in parts[1:]:
+        check_identifier(seg, tok, f"dot path {tok}")
+    return parts[0], tuple(parts[1:])
+
+
+def _mark(tag: str, value: Any) -> tuple[str, Any]:
+    return (tag, value)
+
+
+@v_args(meta=True)
+class KipTransformer(Transformer):
+    """Lark rule name → AST node. Methods receive (meta, children)."""
+
+    # --- top level ------------------------------------------------------------------------
+    def start(self, meta, children):
+        return children[0]
+
+    # --- KQL ------------------------------------------------------------------------------
+    def find_cmd(self, meta, children):
+        items, where, *mods = children
+        order_by, limit, cursor = (), None, None
+        seen: set[str] = set()
+        for tag, value, where_ in mods:
+            if tag in seen:
+                raise fail(where_, f"{tag.replace('_', ' ').upper()} is given twice",
+                           "Give each of ORDER BY, LIMIT and CURSOR at most once.")
+            seen.add(tag)
+            if tag == "order_by":
+                order_by = value
+            elif tag == "limit":
+                limit = value
+            else:
+                cursor = value
+        return A.Find(items, where, order_by, limit, cursor, _pos(meta))
+
+    def explain_cmd(self, meta, children):
+        return A.Explain(children[0], _pos(meta))
+
+    def find_items(self, meta, children):
+        return tuple(children)
+
+    def aggregate(self, meta, children):
+        func = str(children[0])
+        distinct = len(children) == 3
+        arg = children[-1]
+        if distinct and func != "COUNT":
+            raise fail(children[1], f"DISTINCT is only allowed in COUNT, not in {func}",
+                       "Write COUNT(DISTINCT ?var).")
+        return A.Aggregate(func, distinct, arg, _pos(meta))
+
+    def path(self, meta, children):
+        tok = children[0]
+        var, segments = split_var(tok)
+        if segments:
+            head = segments[0]
+            if head not in PATH_FIELDS:
+                raise fail(tok, f"Unknown field '{head}' in {tok}",
+                           f"Use ?{var}.id, .type, .name (concepts), .subject, .predicate, "
+                           f".object (propositions), ?{var}.attributes.<key> or "
+                           f"?{var}.metadata.<key>.")
+            if head not in MAP_FIELDS and len(segments) > 1:
+                raise fail(tok, f"Field '{head}' has no sub-fields in {tok}",
+                           f"Only ?{var}.attributes.<key> and ?{var}.metadata.<key> go deeper.")
+        return A.Path(var, segments, _tpos(tok))
+
+    def order_by(self, meta, children):
+        return ("order_by", tuple(children), meta)
+
+    def order_key(self, meta, children):
+        expr = children[0]
+        descending = len(children) == 2 and str(children[1]) == "DESC"
+        return A.OrderKey(expr, descending, _pos(meta))
+
+    def limit(self, meta, children):
+        return ("limit", token_value(children[0], A.EXPECT_POSITIVE_INT, "LIMIT"), meta)
+
+    def cursor(self, meta, children):
+        return ("cursor", token_value(children[0], A.EXPECT_STRING, "CURSOR"), meta)
+
+    def where_clause(self, meta, children):
+        return tuple(children)
+
+    def concept_pattern(self, meta, children):
+        var = None
+        if len(children) == 2:
+            var, segments = split_var(children[0])
+            if segments:
+                raise fail(children[0], f"A clause binds a plain variable, not {children[0]}",
+                           f"Write ?{var} {{...}} and use dot paths in FIND/FILTER.")
+        return A.ConceptPattern(var, children[-1], _pos(meta))
+
+    def proposition_pattern(self, meta, children):
+        var = None
+        if len(children) == 2:
+            var, segments = split_var(children[0])
+            if segments:
+                raise fail(children[0], f"A clause binds a plain variable, not {children[0]}",
+                           f"Write ?{var} (...) and use dot paths in FIND/FILTER.")
+        match = children[-1]
+        if var is not None and isinstance(match, A.PropositionMatch) and match.predicate.hops:
+            raise fail(children[0], f"A path pattern cannot bind a link variable (?{var})",
+                       "A {m,n} path may cross several links; drop the variable, or match "
+                       "one hop to bind the link.")
+        return A.PropositionPattern(var, match, _pos(meta))
+
+    def not_pattern(self, meta, children):
+        return A.NotPattern(tuple(children), _pos(meta))
+
+    def optional_pattern(self, meta, children):
+        return A.OptionalPattern(tuple(children), _pos(meta))
+
+    def union_pattern(self, meta, children):
+        return A.UnionPattern(tuple(children), _pos(meta))
+
+    def concept_match(self, meta, children):
+        fields: dict[str, A.Value] = {}
+        for key, value, where in children:
+            if key not in CONCEPT_FIELDS:
+                raise fail(where, f"Unknown key '{key}' in a concept clause",
+                           "A concept clause is {id: \"C:...\"}, {type: \"T\"}, {name: \"n\"} "
+                           "or {type: \"T\", name: \"n\"}.")
+            if key in fields:
+                raise fail(where, f"Key '{key}' is given twice in a concept clause")
+            fields[key] = slot(value, A.EXPECT_STRING, f"'{key}' in a concept clause")
+        if "id" in fields and len(fields) > 1:
+            raise fail(meta, "A concept clause matches by id or by type/name, not both",
+                       "Write {id: \"C:...\"} alone, or {type: \"T\", name: \"n\"}.")
+        return A.ConceptMatch(fields.get("id"), fields.get("type"), fields.get("name"),
+                              _pos(meta))
+
+    def match_entry(self, meta, children):
+        return (self._key(children[0], "concept clause key"), children[1], _pos(meta))
+
+    def triple(self, meta, children):
+        subject, predicate, obj = children
+        return A.PropositionMatch(subject, predicate, obj, _pos(meta))
+
+    def proposition_id(self, meta, children):
+        value = slot(children[1], A.EXPECT_STRING, "'id' in a proposition clause")
+        return A.PropositionIdMatch(value, _pos(meta))
+
+    def var_term(self, meta, children):
+        tok = children[0]
+        var, segments = split_var(tok)
+        if segments:
+            raise fail(tok, f"A subject or object is a variable, not a dot path ({tok})",
+                       f"Write ?{var} here and use {tok} in FIND or FILTER.")
+        return A.VarTerm(var, _tpos(tok))
+
+    def predicate_alternatives(self, meta, children):
+        names = tuple(token_value(t, A.EXPECT_STRING, "a predicate") for t in children)
+        return A.Predicate(names, None, _pos(meta))
+
+    def predicate_path(self, meta, children):
+        name = token_value(children[0], A.EXPECT_STRING, "a predicate")
+        return A.Predicate((name,), children[1], _pos(meta))
+
+    def _hop(self, tok: Token) -> int:
+        value = decode_number(tok)
+        if not isinstance(value, int) or value < 0:
+            raise fail(tok, f"Hop count {tok} must be a non-negative integer",
+                       "Write a path range as {m,n}, {m,} or {n} with integers m ≤ n.")
+        return value
+
+    def hop_exact(self, meta, children):
+        n = self._hop(children[0])
+        return (n, n)
+
+    def hop_open(self, meta, children):
+        return (self._hop(children[0]), None)
+
+    def hop_range(self, meta, children):
+        lo, hi = self._hop(children[0]), self._hop(children[1])
+        if lo > hi:
+            raise fail(children[0], f"Invalid path range {{{lo},{hi}}}: the minimum is "
+                       f"greater than the maximum",
+                       "Write a path range as {m,n} with m ≤ n, e.g. {1,5}.")
+        return (lo, hi)
+
+    def filter_pattern(self, meta, children):
+        expr = children[0]
+        _check_no_array(expr)
+        return A.FilterPattern(expr, _pos(meta))
+
+    # --- FILTER expressions ---------------------------------------------------------------
+    def or_op(self, meta, children):
+        return _bool("||", children, meta)
+
+    def and_op(self, meta, children):
+        return _bool("&&", children, meta)
+
+    def not_op(self, meta, children):
+        return A.NotOp(children[0], _pos(meta))
+
+    def compare(self, meta, children):
+        left, op, right = children
+        return A.Compare(str(op), left, right, _pos(meta))
+
+    def call(self, meta, children):
+        func_tok = children[0]
+        func = str(func_tok)
+        args = tuple(a for a in children[1:] if a is not None)
+        lo, hi = FUNCTION_ARITY[func]
+        if not lo <= len(args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} or {hi}"
+            raise fail(func_tok, f"{func} takes {want} argument(s), got {len(args)}",
+                       _CALL_HINT[func])
+        if func == "IN":
+            needle, haystack = args
+            if isinstance(haystack, A.Param):
+                haystack = A.Param(haystack.name, A.EXPECT_ARRAY, haystack.pos)
+            elif not isinstance(haystack, (A.ArrayValue, A.Literal)) or (
+                    isinstance(haystack, A.Literal) and not isinstance(haystack.value, list)):
+                raise fail(func_tok, "IN needs a list of values as its second argument",
+                           _CALL_HINT["IN"])
+            args = (needle, haystack)
+        return A.Call(func, args, _pos(meta))
+
+    def param(self, meta, children):
+        tok = children[0]
+        return A.Param(param_name(tok), A.EXPECT_ANY, _tpos(tok))
+
+    # --- KML ------------------------------------------------------------------------------
+    def upsert_cmd(self, meta, children):
+        return A.Upsert(tuple(children), _pos(meta))
+
+    def upsert_statement(self, meta, children):
+        blocks, metadata = _split_metadata(children)
+        return A.UpsertStatement(tuple(blocks), metadata, _pos(meta))
+
+    def concept_block(self, meta, children):
+        handle, rest = _handle(children)
+        match, *clauses = rest
+        clauses, metadata = _split_metadata(clauses)
+        if match.id is None and (match.type is None or match.name is None):
+            raise fail(match.pos, "A CONCEPT block identifies its concept by "
+                       "{type: ..., name: ...} or by {id: ...}",
+                       "Write {type: \"Drug\", name: \"Aspirin\"} (match or create) or "
+                       "{id: \"C:12\"} (match only).")
+        attributes, propositions = None, None
+        for tag, value, where in clauses:
+            if tag == "attributes":
+                if attributes is not None:
+                    raise fail(where, "SET ATTRIBUTES is given twice in one CONCEPT block")
+                attributes = value
+            else:
+                if propositions is not None:
+                    raise fail(where, "SET PROPOSITIONS is given twice in one CONCEPT block")
+                propositions = value
+        return A.ConceptBlock(handle, match, attributes, propositions, metadata, _pos(meta))
+
+    def proposition_block(self, meta, children):
+        handle, rest = _handle(children)
+        match, *clauses = rest
+        clauses, metadata = _split_metadata(clauses)
+        _check_kml_term(match)
+        attributes = None
+        for tag, value, where in clauses:
+            if tag != "attributes":
+                raise fail(where, "SET PROPOSITIONS belongs in a CONCEPT block",
+                           "A PROPOSITION block takes SET ATTRIBUTES and WITH METADATA.")
+            if attributes is not None:
+                raise fail(where, "SET ATTRIBUTES is given twice in one PROPOSITION block")
+            attributes = value
+        return A.PropositionBlock(handle, match, attributes, metadata, _pos(meta))
+
+    def set_attributes(self, meta, children):
+        return ("attributes", _map_slot(children[0], "SET ATTRIBUTES"), meta)
+
+    def set_propositions(self, meta, children):
+        return ("propositions", tuple(children), meta)
+
+    def set_proposition(self, meta, children):
+        predicate = token_value(children[0], A.EXPECT_STRING, "a predicate")
+        target = _check_kml_term(children[1])
+        children, metadata = _split_metadata(children)
+        return A.SetProposition(predicate, target, metadata, _pos(meta))
+
+    def with_metadata(self, meta, children):
+        return _MetadataMark(_map_slot(children[0], "WITH METADATA"))
+
+    def delete_attributes(self, meta, children):
+        keys, var, where = children
+        return A.DeleteAttributes(keys, _plain_var(var), where, _pos(meta))
+
+    def delete_metadata(self, meta, children):
+        keys, var, where = children
+        return A.DeleteMetadata(keys, _plain_var(var), where, _pos(meta))
+
+    def delete_propositions(self, meta, children):
+        var, where = children
+        return A.DeletePropositions(_plain_var(var), where, _pos(meta))
+
+    def delete_concept(self, meta, children):
+        var, where = children
+        return A.DeleteConcept(_plain_var(var), where, _pos(meta))
+
+    def key_list(self, meta, children):
+        keys = tuple(token_value(t, A.EXPECT_STRING, "a key to delete")
+                     for t in children if t is not None)
+        if not keys:
+            raise fail(meta, "The list of keys to delete is empty",
+                       "Name at least one key, e.g. DELETE ATTRIBUTES {\"old_id\"} FROM ?x ...")
+        return keys
+
+    # --- META -----------------------------------------------------------------------------
+    def describe_primer(self, meta, children):
+        return A.DescribePrimer(_pos(meta))
+
+    def describe_domains(self, meta, children):
+        return A.DescribeDomains(*_pages(children), pos=_pos(meta))
+
+    def describe_concept_types(self, meta, children):
+        return A.DescribeConceptTypes(*_pages(children), pos=_pos(meta))
+
+    def describe_concept_type(self, meta, children):
+        name = token_value(children[0], A.EXPECT_STRING, "the type name")
+        return A.DescribeConceptType(name, _pos(meta))
+
+    def describe_proposition_types(self, meta, children):
+        return A.DescribePropositionTypes(*_pages(children), pos=_pos(meta))
+
+    def describe_proposition_type(self, meta, children):
+        name = token_value(children[0], A.EXPECT_STRING, "the predicate name")
+        return A.DescribePropositionType(name, _pos(meta))
+
+    def search_cmd(self, meta, children):
+        target = children[0]
+        term = token_value(children[1], A.EXPECT_STRING, "the search term")
+        type_, limit = None, None
+        for tag, value, where in children[2:]:
+            if (tag == "type" and type_ is not None) or (tag == "limit" and limit is not None):
+                raise fail(where, f"{'WITH TYPE' if tag == 'type' else 'LIMIT'} is given "
+                           "twice in SEARCH")
+            if tag == "type":
+                type_ = value
+            else:
+                limit = value
+        return A.Search(target, term, type_, limit, _pos(meta))
+
+    def search_target(self, meta, children):
+        return str(children[0])
+
+    def with_type(self, meta, children):
+        return ("type", token_value(children[0], A.EXPECT_STRING, "WITH TYPE"), meta)
+
+    # --- JSON values ----------------------------------------------------------------------
+    def string(self, meta, children):
+        return A.Literal(decode_string(children[0]), _tpos(children[0]))
+
+    def number(self, meta, children):
+        return A.Literal(decode_number(children[0]), _tpos(children[0]))
+
+    def true(self, meta, children):
+        return A.Literal(True, _pos(meta))
+
+    def false(self, meta, children):
+        return A.Literal(False, _pos(meta))
+
+    def null(self, meta, children):
+        return A.Literal(None, _pos(meta))
+
+    def json_object(self, meta, children):
+        entries = [c for c in children if c is not None]
+        if all(isinstance(v, A.Literal) for _, v in entries):
+            return A.Literal({k: v.value for k, v in entries}, _pos(meta))
+        return A.ObjectValue(tuple(entries), _pos(meta))
+
+    def object_entry(self, meta, children):
+        return (self._key(children[0], "object key"), children[1])
+
+    def json_array(self, meta, children):
+        items = [c for c in children if c is not None]
+        if all(isinstance(v, A.Literal) for v in items):
+            return A.Literal([v.value for v in items], _pos(meta))
+        return A.ArrayValue(tuple(items), _pos(meta))
+
+    def _key(self, tok: Token, what: str) -> str:
+        if tok.type == "STRING":
+            return decode_string(tok)
+        return check_identifier(str(tok), tok, what)
+
+
+class _MetadataMark:
+    """A WITH METADATA clause on its way to the block that owns it."""
+    __slots__ = ("value",)
+
+    def __init__(self, value: A.Value) -> None:
+        self.value = value
+
+
+_CALL_HINT = {
+    "IN": "Write IN(?x.attributes.k, [\"a\", \"b\"]).",
+    "IS_NULL": "Write IS_NULL(?x.metadata.expires_at).",
+    "IS_NOT_NULL": "Write IS_NOT_NULL(?x.metadata.expires_at).",
+    "CONTAINS": "Write CONTAINS(?x.name, \"text\").",
+    "STARTS_WITH": "Write STARTS_WITH(?x.name, \"prefix\").",
+    "ENDS_WITH": "Write ENDS_WITH(?x.name, \"suffix\").",
+    "REGEX": "Write REGEX(?x.name, \"pattern\") or REGEX(?x.name, \"pattern\", \"i\").",
+}
+
+
+def _bool(op: str, children: list, meta: Any) -> A.BoolOp:
+    operands: list = []
+    for c in children:
+        if isinstance(c, A.BoolOp) and c.op == op:
+            operands.extend(c.operands)
+        else:
+            operands.append(c)
+    return A.BoolOp(op, tuple(operands), _pos(meta))
+
+
+def _check_no_array(expr: Any) -> None:
+    """JSON arrays/objects are operands only as IN's list; anywhere else is an error."""
+    if isinstance(expr, (A.ArrayValue, A.ObjectValue)) or (
+            isinstance(expr, A.Literal) and isinstance(expr.value, (list, dict))):
+        raise fail(expr.pos, "A JSON list can only appear as the second argument of IN",
+                   "FILTER compares primitive values; write IN(?x, [\"a\", \"b\"]) to test "
+                   "membership.")
+    if isinstance(expr, A.Compare):
+        _check_no_array(expr.left)
+        _check_no_array(expr.right)
+    elif isinstance(expr, A.BoolOp):
+        for o in expr.operands:
+            _check_no_array(o)
+    elif isinstance(expr, A.NotOp):
+        _check_no_array(expr.operand)
+    elif isinstance(expr, A.Call):
+        args = expr.args[:1] if expr.func == "IN" else expr.args
+        for a in args:
+            _check_no_array(a)
+
+
+def _split_metadata(children: list) -> tuple[list, A.Value | None]:
+    if children and isinstance(children[-1], _MetadataMark):
+        return children[:-1], children[-1].value
+    return children, None
+
+
+def _handle(children: list) -> tuple[str | None, list]:
+    if children and isinstance(children[0], Token) and children[0].type == "VAR":
+        return _plain_var(children[0]), children[1:]
+    return None, children
+
+
+def _plain_var(tok: Token) -> str:
+    var, segments = split_var(tok)
+    if segments:
+        raise fail(tok, f"Expected a plain variable here, not the dot path {tok}",
+                   f"Write ?{var}.")
+    return var
+
+
+def _map_slot(value: A.Value, what: str) -> A.Value:
+    value = slot(value, A.EXPECT_OBJECT, what)
+    keys: tuple = ()
+    if isinstance(value, A.Literal):
+        keys = tuple(value.value)
+    elif isinstance(value, A.ObjectValue):
+        keys = tuple(k for k, _ in value.entries)
+    for key in keys:
+        check_identifier(key, value.pos, f"a key of {what}")
+    return value
+
+
+def _check_kml_term(term: A.Term) -> A.Term:
+    """KML references name one element: {type, name} or {id}, one predicate, no paths."""
+    if isinstance(term, A.ConceptMatch):
+        if term.id is None and (term.type is None or term.name is None):
+            raise fail(term.pos, "A concept referenced in KML needs {type: ..., name: ...} "
+                       "or {id: ...}",
+                       "KML links to exactly one existing concept; write both its type and "
+                       "its name, or its id.")
+    elif isinstance(term, A.PropositionMatch):
+        predicate = term.predicate
+        if predicate.hops is not None or len(predicate.names) != 1:
+            raise fail(predicate.pos, "A proposition in KML names exactly one predicate",
+                       "Path ranges {m,n} and alternatives \"a\" | \"b\" are only allowed "
+                       "in FIND.")
+        _check_kml_term(term.subject)
+        _check_kml_term(term.object)
+    return term
+
+
+def _pages(children: list) -> tuple[A.Value | None, A.Value | None]:
+    limit = cursor = None
+    for tag, value, where in children:
+        if (tag == "limit" and limit is not None) or (tag == "cursor" and cursor is not None):
+            raise fail(where, f"{tag.upper()} is given twice")
+        if tag == "limit":
+            limit = value
+        else:
+            cursor = value
+    return limit, cursor
