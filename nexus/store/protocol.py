@@ -28,7 +28,20 @@ Transactions
 snapshot for its whole life and never blocks the writer. At most one write transaction exists
 at a time; it commits when the `with` block exits normally and aborts (leaving the store
 exactly as before) when it exits with an exception, or when `txn.abort()` was called
-(dry runs). Iterators returned by a transaction are valid only inside it.
+(dry runs). Iterators returned by a transaction are valid only inside it. In a write
+transaction, materialize (`list(...)`) a scan before writing to the index it walks (e.g.
+collect `out_links(s)` before deleting those links): what an iterator yields after a write
+to its own range is unspecified.
+
+Errors: every method raises only `KipError`. A value that is not JSON (or an int outside the
+64-bit range, or text that is not valid Unicode) is `KIP_2003`; a storage failure (disk or
+map full, corruption, a closed store) is `KIP_4003`. Foreign exceptions raised inside a
+`with` block by the store's backend are translated when they leave the block.
+
+Symbols and heads may be served from process-wide caches. A `symbol_id` lookup may therefore
+return an id interned by a commit newer than the caller's snapshot; that is harmless
+(interning is permanent, and such an id matches nothing in the older snapshot). `head()`
+always answers existence from the caller's snapshot.
 
 Aux tables
 ----------
@@ -40,7 +53,7 @@ map with get/put/delete/prefix scan. Table names are declared up front in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol, runtime_checkable
+from typing import Iterable, Iterator, Protocol, runtime_checkable
 
 JsonMap = dict  # dict[str, JSON value]
 
@@ -80,7 +93,9 @@ class AuxTable(Protocol):
         """Pairs whose key starts with `prefix`, in key order (or reversed).
         `start`, when given, skips keys before it (after it when reversed)."""
         ...
-    def put(self, key: bytes, value: bytes) -> None: ...      # write txns only
+    def put(self, key: bytes, value: bytes) -> None:
+        """Write txns only (else KIP_4003); keys are 1..511 bytes."""
+        ...
     def delete(self, key: bytes) -> bool: ...                 # write txns only
     def count(self, prefix: bytes = b"") -> int: ...
 
@@ -91,11 +106,20 @@ class ReadTxn(Protocol):
     def symbol_id(self, text: str) -> int | None:
         """The interned id of a type/predicate name, or None if never interned."""
         ...
-    def symbol_text(self, sid: int) -> str: ...
+    def symbol_text(self, sid: int) -> str:
+        """The text of an interned symbol; an unknown id is KIP_4003."""
+        ...
 
     # --- elements ------------------------------------------------------------------------
     def head(self, n: int) -> Head | None:
-        """The element's head if it exists in this snapshot, else None."""
+        """The element's head if it exists in this snapshot, else None (also for values
+        that cannot be ids at all). The hottest call of the executor: one B-tree lookup."""
+        ...
+    def known_head(self, n: int) -> Head:
+        """head() for an id KNOWN to exist in this snapshot — one the caller just read from
+        one of this transaction's indexes (a scan, concept_id, link_id) — so the existence
+        check can be skipped: served from the process-wide cache when possible, several
+        times faster than head() on a large store. Undefined for other ids."""
         ...
     def attributes(self, n: int) -> JsonMap:
         """A fresh dict (the caller may mutate it); {} if none or absent."""
@@ -109,7 +133,9 @@ class ReadTxn(Protocol):
         ...
 
     # --- concept indexes -----------------------------------------------------------------
-    def concept_id(self, type_id: int, name: str) -> int | None: ...
+    def concept_id(self, type_id: int, name: str) -> int | None:
+        """The id of the concept {type, name} (names of any length), or None."""
+        ...
     def concepts_of_type(self, type_id: int) -> Iterator[int]:
         """Ids ascending."""
         ...
@@ -121,14 +147,17 @@ class ReadTxn(Protocol):
     def link_id(self, subject: int, predicate_id: int, object: int) -> int | None: ...
     def out_links(self, subject: int, predicate_id: int | None = None
                   ) -> Iterator[tuple[int, int, int]]:
-        """(predicate_id, object, link) for links leaving `subject` (spo order)."""
+        """(predicate_id, object, link) for links leaving `subject`, in that tuple order
+        (index s-p-o-n)."""
         ...
     def in_links(self, object: int, predicate_id: int | None = None
                  ) -> Iterator[tuple[int, int, int]]:
-        """(predicate_id, subject, link) for links entering `object`."""
+        """(predicate_id, subject, link) for links entering `object`, in that tuple order
+        (index o-p-s-n)."""
         ...
     def links_of_predicate(self, predicate_id: int) -> Iterator[tuple[int, int, int]]:
-        """(subject, object, link) for every link with this predicate (pos order)."""
+        """(subject, object, link) for every link with this predicate, in that tuple order
+        (index p-s-o-n)."""
         ...
 
     # --- statistics (exact, maintained on write) -----------------------------------------
@@ -149,20 +178,46 @@ class WriteTxn(ReadTxn, Protocol):
     def new_id(self) -> int:
         """Advance the shared counter and return the new id."""
         ...
+    def reserve_ids(self, count: int) -> range:
+        """Advance the counter by `count` and return the ids handed out (for bulk loads)."""
+        ...
     def create_concept(self, n: int, type_id: int, name: str,
                        attributes: JsonMap, metadata: JsonMap) -> None:
-        """Insert a concept; the caller guarantees (type_id, name) is not taken."""
+        """Insert a concept; the caller guarantees (type_id, name) is not taken (a taken
+        pair is still caught: KIP_3003). `n` comes from new_id()/reserve_ids(); a larger
+        `n` moves the counter past it. Bad values raise KIP_2003 before anything is written."""
         ...
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
                     attributes: JsonMap, metadata: JsonMap) -> None:
-        """Insert a link; the caller guarantees (s, p, o) is not taken."""
+        """Insert a link; the caller guarantees (s, p, o) is not taken (a taken triple is
+        still caught: KIP_3003). The store does not check that s and o exist."""
         ...
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
-        """Replace the whole attribute map of an existing element."""
+        """Replace the whole attribute map of an existing element ({} removes it).
+        A missing element is KIP_3002."""
         ...
     def set_metadata(self, n: int, metadata: JsonMap) -> None: ...
-    def delete(self, n: int) -> None:
-        """Remove one element and its index entries (no cascade: the caller cascades)."""
+    def delete(self, n: int) -> bool:
+        """Remove one element and its index entries (no cascade: the caller cascades).
+        Returns False, changing nothing, when `n` does not exist."""
+        ...
+
+    # --- bulk path (loading): same effects as the single calls, without per-item cost ----
+    def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
+                                                   JsonMap | None]]) -> int:
+        """create_concept for each row (n, type_id, name, attributes, metadata); returns
+        the number created. Index entries are sorted and inserted table by table (appended
+        when they follow the table's last key). Repeated or taken (type, name) pairs are
+        KIP_3003 and leave the transaction half-written: let it abort."""
+        ...
+    def create_links(self, rows: Iterable[tuple[int, int, int, int, JsonMap | None,
+                                                JsonMap | None]],
+                     known_new: bool = False) -> int:
+        """create_link for each row (n, subject, predicate_id, object, attributes,
+        metadata); as create_concepts. Repeated or taken (s, p, o) triples are KIP_3003.
+        Checking "taken" costs one index probe per row when the store already has links;
+        `known_new=True` says the caller already knows none is taken (e.g. it probed with
+        link_id, or an end is new) and skips it — a wrong promise corrupts the index."""
         ...
     def abort(self) -> None:
         """Discard everything; the `with` block will then exit without committing."""
@@ -171,7 +226,10 @@ class WriteTxn(ReadTxn, Protocol):
 
 class GraphStore(Protocol):
     def read(self): ...    # -> ContextManager[ReadTxn]
-    def write(self): ...   # -> ContextManager[WriteTxn]
+    def write(self):       # -> ContextManager[WriteTxn]
+        """Blocks while another thread writes; opening a second write transaction in the
+        thread that holds one is KIP_4003 (it would deadlock)."""
+        ...
     def close(self) -> None: ...
     @property
     def path(self) -> str | None: ...

@@ -1,0 +1,204 @@
+"""Byte encodings of the graph store: keys, element heads and JSON-like values.
+
+Owns every byte layout the stores write; nothing else in nexus builds a key. Integers are
+big-endian and fixed-width, so lexical key order is numeric order and a fixed-width prefix
+scan is an index range:
+
+    table  key                                  value
+    head   n(8)                                 concept: 01 type(4) name-utf8
+                                                link:    02 s(8) p(4) o(8)
+    attrs  n(8)                                 msgpack map   (absent when empty)
+    metas  n(8)                                 msgpack map   (absent when empty)
+    tn     type(4) tkey(name)                   n(8)          unique (type, name)
+    tid    type(4) n(8)                         ''            type -> ids
+    name   tkey(name) 00 n(8)                   ''            name -> ids (any type)
+    spo    s(8) p(4) o(8) n(8)                  ''            out_links, link_id
+    ops    o(8) p(4) s(8) n(8)                  ''            in_links
+    pso    p(4) s(8) o(8) n(8)                  ''            links_of_predicate
+    sym    sid(4)                               text-utf8
+    symx   tkey(text)                           sid(4)
+    stats  b'C' | b'L' | b'T' type(4) | b'P' p(4)   count(8)
+    meta   b'format' | b'max_id' | b'max_sym'   format tag | counter(8) | counter(4)
+
+The three link orders are chosen so that each ReadTxn scan is ONE prefix range whose key
+tail unpacks, with a single C call, into exactly the tuple the protocol yields: spo gives
+(p, o, n), ops gives (p, s, n), pso gives (s, o, n). The link id is the last key field
+(values are empty), so scans read keys only.
+
+`tkey(text)` is the UTF-8 text itself when it is at most `MAX_INLINE_TEXT` bytes (LMDB keys
+are limited to 511 bytes), else 0xFF + a 20-byte BLAKE2b digest; 0xFF never occurs in UTF-8,
+so the two forms cannot collide, and readers verify hashed hits against the stored text.
+The 00 terminator in the name index keeps a name's entries contiguous and stops a scan for
+"A" from walking through every name that merely starts with "A".
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+from itertools import repeat
+from operator import itemgetter
+
+import msgpack
+
+from nexus.errors import ErrorCode, KipError
+from nexus.store.protocol import ConceptHead, LinkHead
+
+MAX_INLINE_TEXT = 400        # longest text kept verbatim inside a key, in UTF-8 bytes
+MAX_KEY = 511                # LMDB's default key-size limit; the memory store enforces it too
+
+U32 = struct.Struct(">I")
+U64 = struct.Struct(">Q")
+pack_n = U64.pack            # element id -> 8-byte key
+pack_sid = U32.pack          # symbol id  -> 4-byte key part
+unpack_n = U64.unpack
+unpack_sid = U32.unpack
+
+# Link index keys and the tuple each index yields (the leading field is the scan prefix).
+SPO = struct.Struct(">QIQQ")                 # s p o n
+OPS = struct.Struct(">QIQQ")                 # o p s n
+PSO = struct.Struct(">IQQQ")                 # p s o n
+SP = struct.Struct(">QI")                    # spo / ops prefix with the predicate
+SPO3 = struct.Struct(">QIQ")                 # the (s, p, o) part of an spo key
+TAIL_PON = struct.Struct(">8xIQQ").unpack    # spo key -> (p, o, n); ops key -> (p, s, n)
+TAIL_SON = struct.Struct(">4xQQQ").unpack    # pso key -> (s, o, n)
+TID_N = struct.Struct(">4xQ").unpack         # tid key -> (n,)
+first = itemgetter(0)
+BIG = repeat("big")                          # for map(int.from_bytes, keys, BIG)
+
+CONCEPT_TAG = 1
+LINK_TAG = 2
+LINK_HEAD = struct.Struct(">BQIQ")
+
+# Keys of the `stats` and `meta` tables.
+ST_CONCEPTS = b"C"
+ST_LINKS = b"L"
+ST_TYPE = b"T"
+ST_PRED = b"P"
+META_FORMAT = b"format"
+META_MAX_ID = b"max_id"
+META_MAX_SYM = b"max_sym"
+FORMAT_TAG = b"nexus-store/1"
+
+
+def bad_value(message: str) -> KipError:
+    return KipError(ErrorCode.KIP_2003, message)
+
+
+# --- texts (names, symbols) -----------------------------------------------------------------
+
+def encode_text(text: str) -> bytes:
+    """UTF-8 of a name or symbol; a lone surrogate (not valid Unicode) is KIP_2003."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise bad_value(f"text is not valid Unicode: {exc.reason} at {exc.start}") from None
+    except AttributeError:
+        raise bad_value(f"expected a string, got {type(text).__name__}") from None
+
+
+def text_key(utf8: bytes) -> bytes:
+    """The key form of a text: verbatim when short, else 0xFF + digest (see module doc)."""
+    if len(utf8) <= MAX_INLINE_TEXT:
+        return utf8
+    return b"\xff" + hashlib.blake2b(utf8, digest_size=20).digest()
+
+
+def is_hashed(tkey: bytes) -> bool:
+    return tkey[:1] == b"\xff"
+
+
+# --- heads ----------------------------------------------------------------------------------
+
+def concept_head_value(type_key: bytes, name_utf8: bytes) -> bytes:
+    return b"\x01" + type_key + name_utf8
+
+
+def link_head_value(s: int, p: int, o: int) -> bytes:
+    return LINK_HEAD.pack(LINK_TAG, s, p, o)
+
+
+def decode_head(n: int, v: bytes) -> ConceptHead | LinkHead:
+    if v[0] == CONCEPT_TAG:
+        return ConceptHead(n, int.from_bytes(v[1:5], "big"), v[5:].decode())
+    _, s, p, o = LINK_HEAD.unpack(v)
+    return LinkHead(n, s, p, o)
+
+
+# --- JSON-like maps -------------------------------------------------------------------------
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_tls = threading.local()     # one msgpack Packer per thread: a Packer owns a buffer
+
+
+def _packer() -> msgpack.Packer:
+    try:
+        return _tls.packer
+    except AttributeError:
+        _tls.packer = msgpack.Packer(use_bin_type=True)
+        return _tls.packer
+
+
+def _check(value: object, where: str) -> None:
+    """Reject what is not JSON (msgpack would accept bytes, int-keyed maps, tuples...)."""
+    t = type(value)
+    if t is dict:
+        for k, v in value.items():
+            if type(k) is not str:
+                raise bad_value(f"{where}: map key {k!r} is not a string")
+            if type(v) not in _SCALARS:
+                _check(v, f"{where}.{k}")
+    elif t is list:
+        for i, v in enumerate(value):
+            if type(v) not in _SCALARS:
+                _check(v, f"{where}[{i}]")
+    elif t not in _SCALARS:
+        raise bad_value(f"{where}: a {t.__name__} is not a JSON value")
+
+
+def encode_map(value: dict, what: str = "value") -> bytes | None:
+    """msgpack bytes of a JSON-like map, or None when it is empty (stored as absent).
+
+    Ints stay ints and floats stay floats. Anything that is not JSON, or an int outside the
+    64-bit range, raises KIP_2003 naming the problem.
+    """
+    if type(value) is not dict:
+        raise bad_value(f"{what}: expected a map, got {type(value).__name__}")
+    if not value:
+        return None
+    try:
+        for k, v in value.items():              # the top level inline: maps are small
+            if type(k) is not str:
+                raise bad_value(f"{what}: map key {k!r} is not a string")
+            if type(v) not in _SCALARS:
+                _check(v, f"{what}.{k}")
+        try:
+            pack = _tls.packer.pack
+        except AttributeError:
+            pack = _packer().pack
+        return pack(value)
+    except OverflowError:
+        _tls.__dict__.pop("packer", None)    # a failed pack may leave bytes in the buffer
+        raise bad_value(f"{what}: an integer is outside the 64-bit range") from None
+    except RecursionError:
+        _tls.__dict__.pop("packer", None)
+        raise bad_value(f"{what}: nested too deeply") from None
+    except (TypeError, ValueError) as exc:
+        _tls.__dict__.pop("packer", None)
+        raise bad_value(f"{what}: cannot encode: {exc}") from None
+
+
+def decode_map(data: bytes) -> dict:
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except Exception as exc:  # noqa: BLE001 - any decoder failure means a damaged value
+        raise KipError(ErrorCode.KIP_4003,
+                       f"stored value cannot be decoded ({type(exc).__name__}: {exc})") from None
+
+
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with `prefix` (None: no bound)."""
+    p = prefix.rstrip(b"\xff")
+    if not p:
+        return None
+    return p[:-1] + bytes((p[-1] + 1,))

@@ -1,0 +1,148 @@
+"""The on-disk graph store: an LMDB environment with one named sub-database per table.
+
+Owns opening (and refusing) an environment, the LMDB transaction lifecycle and the
+translation of lmdb exceptions into KipError. The graph logic is shared with the memory
+store (`graph`, `graph_write`, `base`).
+
+Durability: by default every committed write transaction is fsync'd (`sync=True`,
+`metasync=True`); `durable=False` skips the fsyncs (a crash may lose the latest commits but
+never corrupts the environment). LMDB gives readers an MVCC snapshot that never blocks the
+writer, and serializes writers across processes with its own lock; `StoreBase` adds the
+in-process writer lock.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import lmdb
+
+from nexus.errors import ErrorCode, KipError
+from nexus.store import codec
+from nexus.store.base import DEFAULT_HEAD_CACHE, StoreBase
+from nexus.store.graph import CORE_TABLES, Tables
+from nexus.store.kv import LmdbKv
+from nexus.store.protocol import AUX_TABLES
+
+# 1 TiB of address space on 64-bit hosts: the file only grows as data is written.
+DEFAULT_MAP_SIZE = (1 << 40) if sys.maxsize > 2**32 else (1 << 30)
+AUX_PREFIX = "aux."
+
+
+def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
+    if isinstance(exc, lmdb.MapFullError):
+        return KipError(ErrorCode.KIP_4003,
+                        f"the store at {path} is full (map_size reached); reopen it with a "
+                        f"larger map_size")
+    if isinstance(exc, lmdb.DiskError) or (isinstance(exc, OSError) and not
+                                           isinstance(exc, lmdb.Error)):
+        return KipError(ErrorCode.KIP_4003, f"I/O error in the store at {path}: {exc}")
+    if isinstance(exc, lmdb.CorruptedError):
+        return KipError(ErrorCode.KIP_4003, f"the store at {path} is corrupted: {exc}")
+    if isinstance(exc, lmdb.Error):
+        return KipError(ErrorCode.KIP_4003, f"storage failure in {path}: {exc}")
+    return None
+
+
+class LmdbGraphStore(StoreBase):
+    """GraphStore on an LMDB environment directory (created if missing).
+
+    Options: `map_size` (bytes of address space), `durable` (fsync each commit),
+    `max_readers` (concurrent read transactions), `head_cache_size` (cached heads).
+    """
+
+    def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
+                 max_readers: int = 1024, head_cache_size: int = DEFAULT_HEAD_CACHE) -> None:
+        self._path = os.path.abspath(os.fspath(path))
+        _check_directory(self._path)
+        try:
+            env = lmdb.open(self._path, subdir=True, map_size=map_size,
+                            max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
+                            max_readers=max_readers, sync=durable, metasync=durable,
+                            create=True, lock=True)
+        except lmdb.Error as exc:
+            raise KipError(ErrorCode.KIP_4003,
+                           f"cannot open the store at {self._path}: {exc}") from None
+        try:
+            handles = _open_tables(env, self._path)
+        except BaseException:
+            env.close()
+            raise
+        self._env = env
+        aux = {name: handles.pop(AUX_PREFIX + name) for name in AUX_TABLES}
+        super().__init__(Tables(handles, aux), head_cache_size)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    # --- backend hooks -------------------------------------------------------------------
+    def _begin_read(self):
+        txn = self._env.begin(write=False)
+        return LmdbKv(txn), txn.abort
+
+    def _begin_write(self):
+        return LmdbKv(self._env.begin(write=True))
+
+    def _commit(self, kv: LmdbKv) -> None:
+        kv.txn.commit()
+
+    def _abort(self, kv: LmdbKv) -> None:
+        try:
+            kv.txn.abort()
+        except lmdb.Error:          # already finished (e.g. a failed commit freed it)
+            pass
+
+    def _translate(self, exc: BaseException) -> KipError | None:
+        return _lmdb_error(exc, self._path) or super()._translate(exc)
+
+    def _close(self) -> None:
+        self._env.close()
+
+    def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
+        """Every table's (key, value) pairs in key order (for tests and debugging)."""
+        d = self._d
+        tables = {name: getattr(d, name) for name in CORE_TABLES}
+        tables.update({AUX_PREFIX + name: db for name, db in d.aux.items()})
+        with self._env.begin() as txn:
+            return {name: list(txn.cursor(db).iternext()) for name, db in tables.items()}
+
+
+def _check_directory(path: str) -> None:
+    """Refuse paths that are files, or non-empty directories that hold no LMDB data."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise KipError(ErrorCode.KIP_4003,
+                           f"cannot open the store at {path}: it is not a directory")
+        entries = set(os.listdir(path))
+        if entries - {"lock.mdb"} and "data.mdb" not in entries:
+            raise KipError(ErrorCode.KIP_4003,
+                           f"cannot open the store at {path}: the directory is not empty and "
+                           f"holds no LMDB environment (data.mdb)")
+
+
+def _open_tables(env: lmdb.Environment, path: str) -> dict:
+    """Open (creating on first use) every named database, refusing foreign environments."""
+    with env.begin() as txn:
+        names = set(txn.cursor().iternext(values=False))
+    if names and b"meta" not in names:
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot open the store at {path}: it is an LMDB environment but not "
+                       f"a nexus store")
+    wanted = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
+    try:
+        with env.begin(write=True) as txn:
+            handles = {name: env.open_db(name.encode(), txn=txn, create=True)
+                       for name in wanted}
+            meta = handles["meta"]
+            tag = txn.get(codec.META_FORMAT, db=meta)
+            if tag is None:
+                txn.put(codec.META_FORMAT, codec.FORMAT_TAG, db=meta)
+            elif tag != codec.FORMAT_TAG:
+                raise KipError(ErrorCode.KIP_4003,
+                               f"cannot open the store at {path}: unsupported format "
+                               f"{tag[:40]!r} (expected {codec.FORMAT_TAG!r})")
+    except lmdb.Error as exc:
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot open the store at {path}: {exc}") from None
+    return handles

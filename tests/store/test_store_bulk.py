@@ -1,0 +1,152 @@
+"""The bulk path has exactly the effects of the single-item calls, and both stores end up
+byte-identical after the same operations."""
+from __future__ import annotations
+
+import pytest
+
+from nexus.errors import ErrorCode, KipError
+from nexus.store import MemoryGraphStore
+
+
+def rows(w, n_concepts=50):
+    t1, t2, p1, p2 = w.intern("A"), w.intern("B"), w.intern("p"), w.intern("q")
+    ids = list(w.reserve_ids(n_concepts))
+    concepts = [(n, t1 if n % 3 else t2, f"name{n % 17}-{n}" if n % 5 else "x" * 600 + str(n),
+                 {"i": n, "f": n / 2} if n % 2 else None, {"_version": 1})
+                for n in ids]
+    link_ids = w.reserve_ids(n_concepts * 2)
+    links = []
+    for k, n in enumerate(link_ids):
+        s, o = ids[k % n_concepts], ids[(k * 7 + 3) % n_concepts]
+        p = p1 if k < n_concepts else p2
+        links.append((n, s, p, o, {"w": k} if k % 4 == 0 else {}, None))
+    return concepts, links
+
+
+def load_single(store):
+    with store.write() as w:
+        concepts, links = rows(w)
+        for n, t, name, a, m in concepts:
+            w.create_concept(n, t, name, a or {}, m or {})
+        for n, s, p, o, a, m in links:
+            w.create_link(n, s, p, o, a or {}, m or {})
+
+
+def load_bulk(store):
+    with store.write() as w:
+        concepts, links = rows(w)
+        # Deliberately out of order: the bulk path sorts.
+        assert w.create_concepts(reversed(concepts)) == len(concepts)
+        assert w.create_links(links[::-1]) == len(links)
+
+
+def test_bulk_equals_single_calls(make_store, snapshot_of):
+    a = make_store()
+    b = MemoryGraphStore()
+    load_single(a)
+    load_bulk(b)
+    assert snapshot_of(a) == snapshot_of(b)
+
+
+def test_both_stores_are_byte_identical(make_store, kind):
+    if kind == "memory":
+        pytest.skip("compares the LMDB store with the memory store")
+    disk, mem = make_store(), MemoryGraphStore()
+    for s in (disk, mem):
+        load_bulk(s)
+        with s.write() as w:
+            w.delete(3)
+            w.set_attributes(4, {"new": [1, 2.0]})
+            w.aux("lex").put(b"t", b"p")
+            w.intern("later")
+    assert disk.dump() == mem.dump()
+
+
+def test_bulk_into_a_non_empty_store(graph):
+    g = graph
+    with g.store.write() as w:
+        new = list(w.reserve_ids(3))
+        w.create_concepts([(new[0], g.drug, "Zz", {"a": 1}, None),
+                           (new[1], g.drug, "Aa", None, None),
+                           (new[2], g.symptom, "Aspirin", None, None)])
+        l = w.new_id()
+        w.create_links([(l, new[0], g.treats, g.headache, None, {"m": 1})])
+    with g.store.read() as r:
+        assert r.concept_id(g.drug, "Zz") == new[0] and r.attributes(new[0]) == {"a": 1}
+        assert list(r.concepts_of_type(g.drug)) == [g.aspirin, g.ibu, new[0], new[1]]
+        assert list(r.concepts_named("Aspirin")) == [g.aspirin, new[2]]
+        assert r.count_type(g.drug) == 4 and r.count_concepts() == 7
+        assert r.link_id(new[0], g.treats, g.headache) == l and r.metadata(l) == {"m": 1}
+        assert r.count_predicate(g.treats) == 4 and r.count_links() == 6
+        assert r.max_id() == l
+
+
+@pytest.mark.parametrize("case", ["repeat_in_batch", "already_stored"])
+def test_bulk_duplicate_concepts(graph, snapshot_of, case):
+    g = graph
+    before = snapshot_of(g.store)
+    with pytest.raises(KipError) as e:
+        with g.store.write() as w:
+            a, b = w.reserve_ids(2)
+            name = "Dup" if case == "repeat_in_batch" else "Aspirin"
+            w.create_concepts([(a, g.drug, name, None, None), (b, g.drug, "Dup", None, None)])
+    assert e.value.code is ErrorCode.KIP_3003
+    assert snapshot_of(g.store) == before
+
+
+@pytest.mark.parametrize("case", ["repeat_in_batch", "already_stored"])
+def test_bulk_duplicate_links(graph, snapshot_of, case):
+    g = graph
+    before = snapshot_of(g.store)
+    with pytest.raises(KipError) as e:
+        with g.store.write() as w:
+            a, b = w.reserve_ids(2)
+            first = (g.ibu, g.treats, g.fever) if case == "repeat_in_batch" else \
+                (g.aspirin, g.treats, g.headache)
+            w.create_links([(a, *first, None, None), (b, g.ibu, g.treats, g.fever, None, None)])
+    assert e.value.code is ErrorCode.KIP_3003
+    assert snapshot_of(g.store) == before
+
+
+def test_bulk_refuses_live_ids(graph):
+    with pytest.raises(KipError) as e:
+        with graph.store.write() as w:
+            w.create_concepts([(graph.aspirin, graph.drug, "New", None, None)])
+    assert e.value.code is ErrorCode.KIP_4003
+
+
+def test_bulk_bad_value_is_kip_2003(store, snapshot_of):
+    before = snapshot_of(store)
+    with pytest.raises(KipError) as e:
+        with store.write() as w:
+            t = w.intern("T")
+            w.create_concepts([(w.new_id(), t, "ok", {"x": 1}, None),
+                               (w.new_id(), t, "bad", {"x": 2**64}, None)])
+    assert e.value.code is ErrorCode.KIP_2003
+    assert snapshot_of(store) == before
+
+
+def test_empty_bulk(store):
+    with store.write() as w:
+        assert w.create_concepts([]) == 0 and w.create_links(iter(())) == 0
+    with store.read() as r:
+        assert r.count_concepts() == 0
+
+
+def test_bulk_links_known_new_into_a_non_empty_store(graph):
+    g = graph
+    with g.store.write() as w:
+        a, b = w.reserve_ids(2)
+        assert w.create_links([(a, g.ibu, g.treats, g.fever, None, None),
+                               (b, g.fever, g.interacts, g.aspirin, None, None)],
+                              known_new=True) == 2
+    with g.store.read() as r:
+        assert r.link_id(g.ibu, g.treats, g.fever) == a
+        assert list(r.in_links(g.aspirin)) == [(g.interacts, g.fever, b)]
+        assert r.count_links() == 7
+    with pytest.raises(KipError) as e:                  # a repeat in the batch is still seen
+        with g.store.write() as w:
+            c, d = w.reserve_ids(2)
+            w.create_links([(c, g.ibu, g.source, g.fever, None, None),
+                            (d, g.ibu, g.source, g.fever, None, None)], known_new=True)
+    assert e.value.code is ErrorCode.KIP_3003
