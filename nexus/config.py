@@ -1,0 +1,56 @@
+"""Engine configuration: limits (budgets) and options, with documented defaults.
+
+Every limit here is an explicit input to execution (carried in the `ExecContext`) and maps to
+a KIP error when exceeded: oversized or too deeply nested commands and result sets →
+`KIP_4002`, deadlines → `KIP_4001`. The README's "Limits" table is generated from these
+docstrings' values; change both together.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .errors import ErrorCode, KipError
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_command_bytes: int = 8 * 1024 * 1024   # one command's text
+    max_nesting: int = 64                      # bracket depth of a command
+    max_batch: int = 1000                      # commands in one `commands` batch
+    max_body_bytes: int = 32 * 1024 * 1024     # HTTP request body (server)
+    query_timeout: float = 30.0                # seconds per command (KIP_4001)
+    max_rows: int = 1_000_000                  # solutions a query may produce (KIP_4002)
+    max_hops: int = 20                         # upper bound of a path range {m,n}
+    max_path_visits: int = 2_000_000           # nodes a path walk may visit per query
+    max_regex_length: int = 1000               # characters of a REGEX pattern
+    regex_timeout: float = 0.25                # seconds per REGEX match
+    max_search_limit: int = 100                # SEARCH ... LIMIT n cap
+    default_search_limit: int = 10
+
+
+@dataclass(frozen=True)
+class Config:
+    limits: Limits = field(default_factory=Limits)
+    durable: bool = True              # fsync every commit (LMDB sync)
+    bootstrap: bool = True            # apply the bundled capsules on first open
+    self_id: str | None = None        # the deployment's principal id, set into $self.id
+    embedder: str = "hashed-ngrams"   # SEARCH vector embedder (see nexus.search)
+    audit_max_entries: int = 10_000   # list_logs retention by count
+    audit_max_age_days: float = 30.0  # list_logs retention by age
+    audit_command_chars: int = 500    # command text kept per audit entry
+    parse_cache_size: int = 4096
+
+    @classmethod
+    def from_options(cls, **options: Any) -> "Config":
+        """Build a Config from flat keyword options (`query_timeout=5`, `durable=False`...)."""
+        limit_names = {f.name for f in fields(Limits)}
+        config_names = {f.name for f in fields(cls)} - {"limits"}
+        limits = options.pop("limits", None) or Limits()
+        limit_changes = {k: options.pop(k) for k in list(options) if k in limit_names}
+        unknown = [k for k in options if k not in config_names]
+        if unknown:
+            raise KipError(ErrorCode.KIP_1001, f"Unknown configuration option(s): "
+                           f"{', '.join(sorted(unknown))}",
+                           f"Known options: {', '.join(sorted(limit_names | config_names))}.")
+        return cls(limits=replace(limits, **limit_changes), **options)

@@ -1,0 +1,1 @@
+"""Execution: KQL operators and result shaping, KML writes, META introspection."""

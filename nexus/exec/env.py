@@ -1,0 +1,294 @@
+"""One execution's environment: parameter values, resolved constants and per-query memos.
+
+Operators and FILTER callables receive `env` with every row. It resolves plan values
+(literals, `:params`) once, interns type/predicate names to symbol ids once, resolves constant
+clauses (`{id}`, `{type, name}`, `(id:)`) once — raising `KIP_3002` for a mandatory one that
+matches nothing — and memoises decoded attributes/metadata and path walks for the life of
+the execution (one snapshot, so memoising is always correct).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import regex
+
+from ..errors import ErrorCode, KipError
+from ..store.protocol import ConceptHead, LinkHead
+from ..syntax import ast as A
+from ..syntax import bind
+from . import values
+from .operators import walk
+
+_MISSING = object()
+_MEMO_LIMIT = 200_000
+
+
+class Env:
+    __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
+                 "_metas", "_walks", "_budget", "_ticks", "_regexes")
+
+    def __init__(self, ctx: Any, params: Mapping[str, Any]) -> None:
+        self.ctx = ctx
+        self.txn = ctx.txn
+        self.params = params
+        self._values: dict[int, Any] = {}
+        self._sids: dict[int, Any] = {}
+        self._concepts: dict[int, Any] = {}
+        self._links: dict[int, Any] = {}
+        self._attrs: dict[int, dict] = {}
+        self._metas: dict[int, dict] = {}
+        self._walks: dict[tuple, frozenset] = {}
+        self._budget = [ctx.limits.max_path_visits]
+        self._ticks = 0
+        self._regexes: dict[tuple[str, str], Any] = {}
+
+    # --- values ---------------------------------------------------------------------------
+    def value(self, v: A.Value) -> Any:
+        if type(v) is A.Literal:
+            return v.value
+        hit = self._values.get(id(v), _MISSING)
+        if hit is _MISSING:
+            hit = self._values[id(v)] = bind(v, self.params).value
+        return hit
+
+    def sid(self, v: A.Value) -> int | None:
+        """Symbol id of a type/predicate value; None if nobody ever used that name."""
+        hit = self._sids.get(id(v), _MISSING)
+        if hit is _MISSING:
+            text = self.value(v)
+            hit = self.txn.symbol_id(text) if isinstance(text, str) else None
+            self._sids[id(v)] = hit
+        return hit
+
+    def pids(self, vs: tuple[A.Value, ...]) -> list[int]:
+        out = []
+        for v in vs:
+            sid = self.sid(v)
+            if sid is not None and sid not in out:
+                out.append(sid)
+        return out
+
+    # --- constant clauses -----------------------------------------------------------------
+    def const_concept(self, atom: Any) -> int | None:
+        hit = self._concepts.get(id(atom), _MISSING)
+        if hit is not _MISSING:
+            return hit
+        n = self._resolve_concept(atom)
+        if n is None and atom.mandatory:
+            raise _not_found_concept(self, atom)
+        self._concepts[id(atom)] = n
+        return n
+
+    def _resolve_concept(self, atom: Any) -> int | None:
+        txn = self.txn
+        if atom.id is not None:
+            parsed = values.parse_id(self.value(atom.id))
+            if parsed is None or parsed[0] != "C":
+                return None
+            head = txn.head(parsed[1])
+            if type(head) is not ConceptHead:
+                return None
+            if atom.type is not None and txn.symbol_text(head.type_id) != self.value(atom.type):
+                return None
+            return head.n
+        tid = self.sid(atom.type)
+        name = self.value(atom.name)
+        if tid is None or not isinstance(name, str):
+            return None
+        return txn.concept_id(tid, name)
+
+    def const_link(self, atom: Any) -> int | None:
+        hit = self._links.get(id(atom), _MISSING)
+        if hit is not _MISSING:
+            return hit
+        text = self.value(atom.id)
+        parsed = values.parse_id(text)
+        n = None
+        if parsed is not None and parsed[0] == "P":
+            head = self.txn.head(parsed[1])
+            if type(head) is LinkHead and self.txn.symbol_text(head.predicate_id) == parsed[2]:
+                n = head.n
+        if n is None and atom.mandatory:
+            raise KipError(ErrorCode.KIP_3002, f"Proposition {text!r} not found",
+                           "The link may have been deleted, or the id is mistyped (ids look "
+                           "like P:13:treats). Use FIND or SEARCH PROPOSITION to find it.",
+                           line=atom.pos.line if atom.pos else None,
+                           column=atom.pos.column if atom.pos else None)
+        self._links[id(atom)] = n
+        return n
+
+    def check_mandatory(self, atoms: list) -> None:
+        """Resolve every mandatory constant clause up front, so a missing one is reported
+        as KIP_3002 even when another clause would have emptied the result first."""
+        for atom in atoms:
+            if hasattr(atom, "is_constant"):
+                if atom.is_constant:
+                    self.const_concept(atom)
+            else:
+                self.const_link(atom)
+
+    # --- element data ---------------------------------------------------------------------
+    def attributes(self, n: int) -> dict:
+        hit = self._attrs.get(n)
+        if hit is None:
+            if len(self._attrs) > _MEMO_LIMIT:
+                self._attrs.clear()
+            hit = self._attrs[n] = self.txn.attributes(n)
+        return hit
+
+    def metadata(self, n: int) -> dict:
+        hit = self._metas.get(n)
+        if hit is None:
+            if len(self._metas) > _MEMO_LIMIT:
+                self._metas.clear()
+            hit = self._metas[n] = self.txn.metadata(n)
+        return hit
+
+    def path_value(self, n: int | None, segments: tuple[str, ...]) -> Any:
+        """`?var.a.b` for element n — what FILTER, ORDER BY and FIND see."""
+        if n is None:
+            return None
+        if not segments:
+            return values.id_of(self.txn, n)
+        field = segments[0]
+        if field == "attributes" or field == "metadata":
+            value: Any = self.attributes(n) if field == "attributes" else self.metadata(n)
+            for key in segments[1:]:
+                if not isinstance(value, dict):
+                    return None
+                value = value.get(key)
+            return value
+        head = self.txn.head(n)
+        if head is None:
+            return None
+        if field == "name":
+            return head.name if type(head) is ConceptHead else None
+        return values.path_value(self.txn, n, segments)
+
+    def element(self, n: int | None) -> dict | None:
+        """The full wire object of element n (what `FIND(?x)` projects)."""
+        if n is None:
+            return None
+        head = self.txn.head(n)
+        if head is None:
+            return None
+        out = values.element_json(self.txn, head, attributes=False, metadata=False)
+        attrs = self.attributes(n)
+        if attrs:
+            out["attributes"] = attrs
+        meta = self.metadata(n)
+        if meta:
+            out["metadata"] = meta
+        return out
+
+    # --- paths ----------------------------------------------------------------------------
+    def path_pid(self, v: A.Value, lo: int, hi: int | None) -> int | None:
+        cap = self.ctx.limits.max_hops
+        if (hi if hi is not None else lo) > cap:
+            raise KipError(
+                ErrorCode.KIP_4002,
+                f"The path range {{{lo},{hi if hi is not None else ''}}} exceeds the hop "
+                f"limit of {cap}",
+                f"Bound the range to at most {cap} hops, e.g. {{1,{min(cap, 5)}}}.")
+        return self.sid(v)
+
+    def walk(self, start: int, pid: int | None, lo: int, hi: int | None,
+             forward: bool) -> frozenset:
+        if pid is None:
+            return frozenset((start,)) if lo == 0 else frozenset()
+        key = (start, pid, lo, hi, forward)
+        hit = self._walks.get(key)
+        if hit is None:
+            self.tick()
+            hit = self._walks[key] = walk(self.txn, start, pid, lo, hi, forward, self._budget)
+        return hit
+
+    def path_starts(self, pid: int | None, lo: int) -> list[int]:
+        """Where a path with neither end bound starts: every subject of the predicate, and
+        for a zero-hop range every element (bounded by the walk budget)."""
+        if lo == 0:
+            starts = list(self.txn.elements())
+        elif pid is None:
+            return []
+        else:
+            seen: dict[int, None] = {}
+            for s, _o, _l in self.txn.links_of_predicate(pid):
+                seen[s] = None
+            starts = list(seen)
+        if len(starts) > self._budget[0]:
+            raise KipError(ErrorCode.KIP_4002,
+                           "The path pattern would start from more nodes than the query "
+                           "budget allows",
+                           "Bind one end of the path (e.g. ?c {type: \"T\", name: \"n\"}).")
+        return starts
+
+    # --- budget ---------------------------------------------------------------------------
+    def tick(self) -> None:
+        self._ticks += 1
+        if not self._ticks & 63:
+            self.ctx.check_deadline()
+
+    # --- regex ----------------------------------------------------------------------------
+    def regex(self, pattern: str, flags: str) -> Any:
+        key = (pattern, flags)
+        hit = self._regexes.get(key)
+        if hit is None:
+            hit = self._regexes[key] = compile_regex(pattern, flags,
+                                                     self.ctx.limits.max_regex_length)
+        return hit
+
+
+_FLAG_BITS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL,
+              "x": regex.VERBOSE}
+
+
+def compile_regex(pattern: str, flags: str, max_length: int) -> Any:
+    if len(pattern) > max_length:
+        raise KipError(ErrorCode.KIP_1001,
+                       f"The REGEX pattern is {len(pattern)} characters, over the limit of "
+                       f"{max_length}", "Use a shorter pattern, or CONTAINS/STARTS_WITH.")
+    bits = 0
+    for f in flags:
+        if f not in _FLAG_BITS:
+            raise KipError(ErrorCode.KIP_1001, f"Unknown REGEX flag {f!r}",
+                           "REGEX flags are any of \"imsx\".")
+        bits |= _FLAG_BITS[f]
+    try:
+        return _compiled(pattern, bits)
+    except (regex.error, ValueError, OverflowError) as exc:
+        raise KipError(ErrorCode.KIP_1001, f"Invalid REGEX pattern {pattern[:80]!r}: {exc}",
+                       "Check the pattern's brackets and escapes (backslashes must be "
+                       "doubled inside a KIP string).") from None
+
+
+_COMPILED: dict[tuple[str, int], Any] = {}
+
+
+def _compiled(pattern: str, bits: int) -> Any:
+    key = (pattern, bits)
+    hit = _COMPILED.get(key)
+    if hit is None:
+        if len(_COMPILED) > 4096:
+            _COMPILED.clear()
+        hit = _COMPILED[key] = regex.compile(pattern, bits)
+    return hit
+
+
+def _not_found_concept(env: Env, atom: Any) -> KipError:
+    if atom.id is not None:
+        what = f"{{id: {env.value(atom.id)!r}}}"
+        hint = ("The node may have been deleted, or the id is mistyped (concept ids look like "
+                "C:12). Use SEARCH CONCEPT or FIND to confirm it exists.")
+    else:
+        type_, name = env.value(atom.type), env.value(atom.name)
+        what = f"{{type: {type_!r}, name: {name!r}}}"
+        hint = (f"Use SEARCH CONCEPT {_q(name)} WITH TYPE {_q(type_)} to find the exact "
+                "name; names and types are case-sensitive.")
+    return KipError(ErrorCode.KIP_3002, f"Concept {what} not found", hint,
+                    line=atom.pos.line if atom.pos else None,
+                    column=atom.pos.column if atom.pos else None)
+
+
+def _q(v: Any) -> str:
+    import json
+    return json.dumps(v, ensure_ascii=False) if isinstance(v, str) else '""'

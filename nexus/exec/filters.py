@@ -1,0 +1,184 @@
+"""FILTER expressions compiled once per plan into callables `fn(row, env) -> value`.
+
+Semantics (spec §3.4.3, CONTRACT §4), decided where the spec is silent:
+* A row passes a FILTER when the expression evaluates to exactly `true`.
+* `==` / `!=` compare within one JSON kind (1 == 1.0, but true != 1 and "1" != 1); `null`
+  equals only `null`. Ordering (`< > <= >=`) holds only between two numbers, two strings or
+  two booleans; with `null` or mixed kinds it is false. Two strings that are both ISO 8601
+  datetimes compare as instants (so "…T00:00:00Z" and "…T00:00:00.000Z" are equal).
+* `&&`, `||`, `!` treat anything but `true` as false.
+* `IN(x, [..])` is `==` against each element. `IS_NULL(x)`: x is null, missing, or an unbound
+  OPTIONAL variable. `CONTAINS`/`STARTS_WITH`/`ENDS_WITH` on strings (false otherwise);
+  `CONTAINS(array, x)` tests membership (an extension for tag lists).
+* `REGEX(s, pattern[, flags])`: Python-`regex` syntax, `search` semantics, flags from "imsx";
+  patterns are compiled once per distinct text, length-capped and matched with a timeout
+  (`Limits.max_regex_length`, `Limits.regex_timeout`) so a pathological pattern cannot hang
+  the engine (`KIP_4001` on timeout, `KIP_1001` for an invalid or over-long pattern).
+* A bare `?x` evaluates to its wire id ("C:12"), so `?a == ?b` compares identity.
+"""
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from typing import Any, Callable
+
+from ..errors import ErrorCode, KipError
+from ..syntax import ast as A
+
+Fn = Callable[[tuple, Any], Any]
+
+
+def compile_filter(expr: A.Expr, layout: list[str]) -> Fn:
+    return _compile(expr, layout)
+
+
+def _compile(e: A.Expr, layout: list[str]) -> Fn:
+    if isinstance(e, A.Path):
+        if e.var not in layout:
+            return lambda row, env: None       # bound only in another UNION branch
+        i = layout.index(e.var)
+        segments = e.segments
+        return lambda row, env: env.path_value(row[i], segments)
+    if isinstance(e, A.Literal):
+        value = e.value
+        return lambda row, env: value
+    if isinstance(e, (A.Param, A.ObjectValue, A.ArrayValue)):
+        return lambda row, env: env.value(e)
+    if isinstance(e, A.Compare):
+        left, right = _compile(e.left, layout), _compile(e.right, layout)
+        test = _COMPARE[e.op]
+        return lambda row, env: test(left(row, env), right(row, env))
+    if isinstance(e, A.BoolOp):
+        parts = [_compile(o, layout) for o in e.operands]
+        if e.op == "&&":
+            return lambda row, env: all(p(row, env) is True for p in parts)
+        return lambda row, env: any(p(row, env) is True for p in parts)
+    if isinstance(e, A.NotOp):
+        inner = _compile(e.operand, layout)
+        return lambda row, env: inner(row, env) is not True
+    if isinstance(e, A.Call):
+        return _compile_call(e, layout)
+    raise TypeError(f"not a FILTER expression: {e!r}")  # pragma: no cover
+
+
+def _compile_call(e: A.Call, layout: list[str]) -> Fn:
+    args = [_compile(a, layout) for a in e.args]
+    f = e.func
+    if f == "IS_NULL":
+        a = args[0]
+        return lambda row, env: a(row, env) is None
+    if f == "IS_NOT_NULL":
+        a = args[0]
+        return lambda row, env: a(row, env) is not None
+    if f == "IN":
+        a, b = args
+
+        def is_in(row, env):
+            x, items = a(row, env), b(row, env)
+            return isinstance(items, list) and any(equal(x, item) for item in items)
+        return is_in
+    if f == "CONTAINS":
+        a, b = args
+
+        def contains(row, env):
+            x, y = a(row, env), b(row, env)
+            if isinstance(x, str):
+                return isinstance(y, str) and y in x
+            if isinstance(x, list):
+                return any(equal(item, y) for item in x)
+            return False
+        return contains
+    if f == "STARTS_WITH":
+        a, b = args
+        return lambda row, env: _strs(a(row, env), b(row, env)) and \
+            a(row, env).startswith(b(row, env))
+    if f == "ENDS_WITH":
+        a, b = args
+        return lambda row, env: _strs(a(row, env), b(row, env)) and \
+            a(row, env).endswith(b(row, env))
+    if f == "REGEX":
+        a, b = args[0], args[1]
+        flags = args[2] if len(args) == 3 else (lambda row, env: "")
+
+        def regex_match(row, env):
+            text, pattern, fl = a(row, env), b(row, env), flags(row, env)
+            if not isinstance(text, str):
+                return False
+            if not isinstance(pattern, str) or not isinstance(fl, str):
+                raise KipError(ErrorCode.KIP_1001, "REGEX needs a string pattern and flags",
+                               "Write REGEX(?x.name, \"^As\") or REGEX(?x.name, \"as\", \"i\").")
+            return env.regex(pattern, fl).search(text, timeout=env.ctx.limits.regex_timeout) \
+                is not None
+        return regex_match
+    raise TypeError(f"unknown function {f}")  # pragma: no cover
+
+
+def _strs(x: Any, y: Any) -> bool:
+    return isinstance(x, str) and isinstance(y, str)
+
+
+# --- comparison --------------------------------------------------------------------------
+
+def kind(v: Any) -> int:
+    """0 null, 1 boolean, 2 number, 3 string, 4 array/object."""
+    if v is None:
+        return 0
+    if v is True or v is False:
+        return 1
+    if isinstance(v, (int, float)):
+        return 2
+    if isinstance(v, str):
+        return 3
+    return 4
+
+
+@functools.lru_cache(maxsize=65536)
+def _instant(text: str) -> datetime | None:
+    if len(text) < 10 or text[4] != "-" or text[7] != "-":
+        return None
+    try:
+        value = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return None
+    if value.tzinfo is None:
+        from datetime import timezone
+        value = value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def _norm_pair(a: Any, b: Any) -> tuple[Any, Any]:
+    if type(a) is str and type(b) is str and a != b:
+        ia, ib = _instant(a), _instant(b)
+        if ia is not None and ib is not None:
+            return ia, ib
+    return a, b
+
+
+def equal(a: Any, b: Any) -> bool:
+    ka = kind(a)
+    if ka != kind(b):
+        return False
+    if ka == 3:
+        a, b = _norm_pair(a, b)
+    return a == b
+
+
+def _ordered(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    def test(a: Any, b: Any) -> bool:
+        ka = kind(a)
+        if ka == 0 or ka == 4 or ka != kind(b):
+            return False
+        if ka == 3:
+            a, b = _norm_pair(a, b)
+        return op(a, b)
+    return test
+
+
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "==": equal,
+    "!=": lambda a, b: not equal(a, b),
+    "<": _ordered(lambda a, b: a < b),
+    ">": _ordered(lambda a, b: a > b),
+    "<=": _ordered(lambda a, b: a <= b),
+    ">=": _ordered(lambda a, b: a >= b),
+}

@@ -1,0 +1,279 @@
+"""FIND: prepare (bind → plan → compile, cached per parsed command), run, shape the result.
+
+`run_find(ctx, find, params)` returns `(result, next_cursor)` in the layout of CONTRACT §4:
+solutions deduplicated on the FIND variables (first-found order unless ORDER BY), one column
+per expression (a single expression → a flat list), implicit GROUP BY for aggregates, ORDER BY
+with nulls last, LIMIT and an opaque CURSOR. `solutions(ctx, where, variables)` is the same
+matcher for KML's `DELETE … WHERE`.
+
+A prepared FIND keeps its plan across executions: parameters are read at execution time, so
+an agent loop that repeats a command with new values plans it once.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Mapping
+
+from ..errors import ErrorCode, KipError
+from ..plan.explain import explain_plan
+from ..plan.logical import LogicalQuery, bind_where, unbound
+from ..plan.physical import Estimator, GroupPlan, plan_query
+from ..syntax import ast as A
+from ..syntax import to_text
+from .env import Env
+from .filters import kind as value_kind
+from .operators import compile_group
+from .results import Aggregator, order_rows
+
+
+@dataclass
+class Prepared:
+    find: A.Find
+    logical: LogicalQuery
+    plan: GroupPlan
+    runner: Any
+    layout: list[str]
+    mandatory: list
+    fingerprint_params: tuple[str, ...]
+    fingerprint_text: str
+
+
+_PREPARED: dict[int, tuple[A.Find, Prepared]] = {}
+_PREPARED_LIMIT = 4096
+
+
+def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = True
+            ) -> Prepared:
+    if cache:
+        hit = _PREPARED.get(id(find))
+        if hit is not None and hit[0] is find:
+            return hit[1]
+    logical = bind_where(find.where)
+    env = Env(ctx, params)
+    plan = plan_query(logical, Estimator(ctx.txn, env.value))
+    layout = plan.out_layout
+    aggregated = any(isinstance(i, A.Aggregate) for i in find.items)
+    for key in find.order_by:
+        if isinstance(key.expr, A.Aggregate) and not aggregated:
+            raise KipError(ErrorCode.KIP_1001, "ORDER BY an aggregate needs aggregates in FIND",
+                           "Add the aggregate to FIND, e.g. FIND(?c.name, COUNT(?d)) ... "
+                           "ORDER BY COUNT(?d) DESC.",
+                           line=key.pos.line if key.pos else None,
+                           column=key.pos.column if key.pos else None)
+    for item in list(find.items) + [k.expr for k in find.order_by]:
+        path = item.arg if isinstance(item, A.Aggregate) else item
+        if path.var not in layout:
+            where = "ORDER BY" if item not in find.items else "FIND"
+            raise unbound(path.var, path.pos, where)
+    fp_params = tuple(sorted(_param_names(replace(find, limit=None, cursor=None))))
+    prepared = Prepared(find, logical, plan, compile_group(plan), layout,
+                        _mandatory_atoms(logical), fp_params,
+                        to_text(replace(find, limit=None, cursor=None)))
+    if cache:
+        if len(_PREPARED) >= _PREPARED_LIMIT:
+            _PREPARED.clear()
+        _PREPARED[id(find)] = (find, prepared)
+    return prepared
+
+
+def _mandatory_atoms(logical: LogicalQuery) -> list:
+    out = []
+    for atom in logical.root.atoms:
+        if getattr(atom, "mandatory", False) and (
+                not hasattr(atom, "is_constant") or atom.is_constant):
+            out.append(atom)
+    return out
+
+
+def _param_names(node: Any) -> set[str]:
+    from ..syntax.parser import _params
+    return set(_params(node))
+
+
+# --- FIND --------------------------------------------------------------------------------
+
+def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
+             ) -> tuple[Any, str | None]:
+    params = params or {}
+    prep = prepare(ctx, find, params)
+    env = Env(ctx, params)
+    env.check_mandatory(prep.mandatory)
+    limit = env.value(find.limit) if find.limit is not None else None
+    offset = _decode_cursor(env.value(find.cursor), prep, params) if find.cursor else 0
+    if ctx.dry_run:
+        return _empty(find), None
+    rows = _solutions(env, prep)
+    if any(isinstance(i, A.Aggregate) for i in find.items):
+        return _aggregate(env, prep, rows, limit, offset, params)
+    key_idx = _var_positions(prep.layout, find.items)
+    stop = None if (limit is None or find.order_by) else offset + limit + 1
+    unique = _dedup(rows, key_idx, stop)
+    if find.order_by:
+        unique = order_rows(env, unique, find.order_by, prep.layout, None)
+    end = len(unique) if limit is None else offset + limit
+    page = unique[offset:end]
+    more = len(unique) > end
+    columns = [_project_column(env, prep.layout, item, page) for item in find.items]
+    result = columns[0] if len(columns) == 1 else columns
+    return result, (_encode_cursor(end, prep, params) if more else None)
+
+
+def _empty(find: A.Find) -> Any:
+    if all(isinstance(i, A.Aggregate) for i in find.items):
+        return None if len(find.items) == 1 else [None] * len(find.items)
+    return [] if len(find.items) == 1 else [[] for _ in find.items]
+
+
+def _solutions(env: Env, prep: Prepared) -> Iterator[tuple]:
+    """Every solution row, with the row cap and deadline enforced as rows stream."""
+    limit = env.ctx.limits.max_rows
+    count = 0
+    for row in prep.runner(env, ()):
+        count += 1
+        if not count & 4095:
+            env.ctx.check_deadline()
+            if count > limit:
+                raise env.ctx.too_many_rows()
+        yield row
+    if count > limit:
+        raise env.ctx.too_many_rows()
+
+
+def _var_positions(layout: list[str], items) -> tuple[int, ...]:
+    seen: list[int] = []
+    for item in items:
+        path = item.arg if isinstance(item, A.Aggregate) else item
+        i = layout.index(path.var)
+        if i not in seen:
+            seen.append(i)
+    return tuple(seen)
+
+
+def _dedup(rows: Iterator[tuple], key_idx: tuple[int, ...], stop: int | None) -> list[tuple]:
+    seen: set = set()
+    out: list[tuple] = []
+    if len(key_idx) == 1:
+        (k,) = key_idx
+        for row in rows:
+            key = row[k]
+            if key not in seen:
+                seen.add(key)
+                out.append(row)
+                if stop is not None and len(out) >= stop:
+                    break
+        return out
+    for row in rows:
+        key = tuple(row[i] for i in key_idx)
+        if key not in seen:
+            seen.add(key)
+            out.append(row)
+            if stop is not None and len(out) >= stop:
+                break
+    return out
+
+
+def _project_column(env: Env, layout: list[str], item: A.Path, rows: list[tuple]) -> list:
+    i = layout.index(item.var)
+    segs = item.segments
+    if not segs:
+        element = env.element
+        return [element(row[i]) for row in rows]
+    if segs == ("name",):
+        head = env.txn.head
+        out = []
+        for row in rows:
+            n = row[i]
+            h = head(n) if n is not None else None
+            out.append(getattr(h, "name", None))
+        return out
+    path_value = env.path_value
+    return [path_value(row[i], segs) for row in rows]
+
+
+def _aggregate(env: Env, prep: Prepared, rows: Iterator[tuple], limit: int | None,
+               offset: int, params: Mapping[str, Any]) -> tuple[Any, str | None]:
+    find = prep.find
+    agg = Aggregator(env, prep.layout, find.items)
+    for row in rows:
+        agg.add(row)
+    groups = agg.groups()
+    if agg.only_aggregates:
+        values = groups[0].values() if groups else agg.empty_values()
+        return (values[0] if len(values) == 1 else values), None
+    if find.order_by:
+        groups = order_rows(env, groups, find.order_by, prep.layout, agg)
+    end = len(groups) if limit is None else offset + limit
+    page = [g.values() for g in groups[offset:end]]
+    columns = [[values[j] for values in page] for j in range(len(find.items))]
+    result = columns[0] if len(columns) == 1 else columns
+    more = len(groups) > end
+    return result, (_encode_cursor(end, prep, params) if more else None)
+
+
+# --- cursors -----------------------------------------------------------------------------
+
+def _fingerprint(prep: Prepared, params: Mapping[str, Any]) -> str:
+    used = {k: params.get(k) for k in prep.fingerprint_params}
+    blob = prep.fingerprint_text + "\0" + json.dumps(used, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _encode_cursor(offset: int, prep: Prepared, params: Mapping[str, Any]) -> str:
+    raw = json.dumps({"o": offset, "f": _fingerprint(prep, params)}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(token: Any, prep: Prepared, params: Mapping[str, Any]) -> int:
+    bad = KipError(ErrorCode.KIP_1001, "Invalid CURSOR: it does not belong to this query",
+                   "Pass the `next_cursor` returned by the previous page of the same query "
+                   "(same WHERE, ORDER BY and parameters), or drop CURSOR to start over.")
+    if not isinstance(token, str) or len(token) > 512:
+        raise bad
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        offset = data["o"]
+        fp = data["f"]
+    except (ValueError, KeyError, TypeError):
+        raise bad from None
+    if not isinstance(offset, int) or offset < 0 or fp != _fingerprint(prep, params):
+        raise bad
+    return offset
+
+
+# --- EXPLAIN -----------------------------------------------------------------------------
+
+def run_explain(ctx: Any, explain: A.Explain, params: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    params = params or {}
+    prep = prepare(ctx, explain.query, params, cache=False)
+    return explain_plan(prep.plan, explain.query)
+
+
+# --- the matcher for DELETE … WHERE ------------------------------------------------------
+
+def solutions(ctx: Any, where: tuple[A.Pattern, ...], variables: list[str],
+              params: Mapping[str, Any] | None = None) -> Iterator[tuple]:
+    """Distinct tuples of element ids (or None) for `variables`, over the WHERE solutions.
+
+    Raises KIP_3001 for a variable bound nowhere, KIP_3002 for a mandatory `{id}` /
+    `{type, name}` / `(id:)` clause that matches nothing.
+    """
+    items = tuple(A.Path(v) for v in variables)
+    find = A.Find(items, tuple(where))
+    params = params or {}
+    prep = prepare(ctx, find, params, cache=False)
+    env = Env(ctx, params)
+    env.check_mandatory(prep.mandatory)
+    key_idx = tuple(prep.layout.index(v) for v in variables)
+    seen: set = set()
+    for row in _solutions(env, prep):
+        key = tuple(row[i] for i in key_idx)
+        if key not in seen:
+            seen.add(key)
+            yield key
+
+
+__all__ = ["run_find", "run_explain", "solutions", "prepare", "value_kind"]

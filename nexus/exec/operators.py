@@ -1,0 +1,472 @@
+"""Physical operators: each plan step compiled once into a generator stage over row tuples.
+
+A stage is `stage(env, rows) -> rows`: it reads the store only through the transaction's
+protocol methods (integer ids, interned symbols) and appends the ids it binds to each row.
+Values (type names, predicates, parameters) are resolved through `env` once per execution.
+Budgets: scans and walks tick the execution's deadline; path ranges are capped by
+`Limits.max_hops` and walks by `Limits.max_path_visits` (both `KIP_4002`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from ..errors import ErrorCode, KipError
+from ..plan import physical as P
+from ..store.protocol import ConceptHead, LinkHead
+from .filters import compile_filter
+
+Rows = Iterator[tuple]
+Stage = Callable[[Any, Rows], Rows]
+
+
+def compile_group(plan: P.GroupPlan) -> Callable[[Any, tuple], Rows]:
+    """A function (env, input_row) -> output rows laid out as `plan.out_layout`."""
+    stages = [_compile_step(step, plan, i) for i, step in enumerate(plan.steps)]
+    unions = [compile_group(u) for u in plan.unions]
+    union_maps = [_union_map(plan, u) for u in plan.unions]
+    pad = (None,) * (len(plan.out_layout) - len(plan.layout))
+    n_inputs = len(plan.inputs)
+
+    def run(env: Any, row: tuple) -> Rows:
+        if not plan.main_empty:
+            rows: Rows = iter((row,))
+            for stage in stages:
+                rows = stage(env, rows)
+            if pad:
+                rows = (r + pad for r in rows)
+            yield from rows
+        for union, mapping in zip(unions, union_maps):
+            for urow in union(env, ()):
+                merged = _merge_union_row(row, urow, mapping, n_inputs, len(plan.out_layout))
+                if merged is not None:
+                    yield merged
+
+    return run
+
+
+def _union_map(plan: P.GroupPlan, union: P.GroupPlan) -> list[tuple[int, int]]:
+    """(position in the union row, position in the group's output row) per shared name."""
+    return [(i, plan.out_layout.index(v)) for i, v in enumerate(union.out_layout)
+            if v in plan.out_layout]
+
+
+def _merge_union_row(row: tuple, urow: tuple, mapping: list, n_inputs: int,
+                     width: int) -> tuple | None:
+    out = list(row) + [None] * (width - len(row))
+    for src, dst in mapping:
+        value = urow[src]
+        if dst < n_inputs and out[dst] is not None:
+            if value is not None and value != out[dst]:
+                return None      # a nested UNION row that contradicts the outer bindings
+            continue
+        out[dst] = value
+    return tuple(out)
+
+
+# --- step compilation --------------------------------------------------------------------
+
+def _compile_step(step: Any, plan: P.GroupPlan, index: int) -> Stage:
+    layout = _layout_before(plan, index)
+    fn = _COMPILERS[type(step)]
+    return fn(step, layout)
+
+
+def _layout_before(plan: P.GroupPlan, index: int) -> list[str]:
+    """The row layout a step sees: inputs plus what the earlier steps bound."""
+    layout = list(plan.inputs)
+    for step in plan.steps[:index]:
+        for v in _binds(step, layout):
+            layout.append(v)
+    return layout
+
+
+def _binds(step: Any, layout: list[str]) -> list[str]:
+    if isinstance(step, P.ConstConcept) or isinstance(step, P.LinkById):
+        return [] if step.bound else [step.var]
+    if isinstance(step, (P.ScanType, P.ScanName)):
+        return [step.var]
+    if isinstance(step, P.Expand):
+        new = [] if step.end in layout else [step.end]
+        return new + ([step.link] if step.link else [])
+    if isinstance(step, P.LinkCheck):
+        return [step.link] if step.link else []
+    if isinstance(step, P.ScanLinks):
+        new = [step.subject] if step.subject == step.object else [step.subject, step.object]
+        return new + ([step.link] if step.link else [])
+    if isinstance(step, P.LinkFromVar):
+        out = []
+        if step.bind_subject:
+            out.append(step.subject)
+        if step.bind_object and step.object not in out:
+            out.append(step.object)
+        return out
+    if isinstance(step, P.PathWalk):
+        return [] if step.end_bound else [step.end]
+    if isinstance(step, P.PathScan):
+        return [step.subject] if step.subject == step.object else [step.subject, step.object]
+    if isinstance(step, P.OptionalJoin):
+        return [step.plan.out_layout[i] for i in step.exports]
+    return []
+
+
+def _c_const_concept(step: P.ConstConcept, layout: list[str]) -> Stage:
+    atom = step.atom
+    if step.bound:
+        i = layout.index(step.var)
+
+        def check(env, rows):
+            n = env.const_concept(atom)
+            if n is None:
+                return
+            for row in rows:
+                if row[i] == n:
+                    yield row
+        return check
+
+    def bind(env, rows):
+        n = env.const_concept(atom)
+        if n is None:
+            return
+        for row in rows:
+            yield row + (n,)
+    return bind
+
+
+def _c_scan_type(step: P.ScanType, layout: list[str]) -> Stage:
+    def scan(env, rows):
+        tid = env.sid(step.type)
+        if tid is None:
+            return
+        scan_type = env.txn.concepts_of_type
+        tick = env.tick
+        for row in rows:
+            k = 0
+            for n in scan_type(tid):
+                k += 1
+                if not k & 4095:
+                    tick()
+                yield row + (n,)
+    return scan
+
+
+def _c_scan_name(step: P.ScanName, layout: list[str]) -> Stage:
+    def scan(env, rows):
+        name = env.value(step.name)
+        if not isinstance(name, str):
+            return
+        tid = env.sid(step.type) if step.type is not None else None
+        if step.type is not None and tid is None:
+            return
+        ids = list(env.txn.concepts_named(name))
+        if tid is not None:
+            head = env.txn.head
+            ids = [n for n in ids if head(n).type_id == tid]
+        for row in rows:
+            for n in ids:
+                yield row + (n,)
+    return scan
+
+
+def _c_check_concept(step: P.CheckConcept, layout: list[str]) -> Stage:
+    i = layout.index(step.var)
+
+    def check(env, rows):
+        tid = env.sid(step.type) if step.type is not None else None
+        if step.type is not None and tid is None:
+            return
+        name = env.value(step.name) if step.name is not None else None
+        head = env.txn.head
+        for row in rows:
+            h = head(row[i])
+            if type(h) is not ConceptHead:
+                continue
+            if tid is not None and h.type_id != tid:
+                continue
+            if name is not None and h.name != name:
+                continue
+            yield row
+    return check
+
+
+def _c_expand(step: P.Expand, layout: list[str]) -> Stage:
+    i = layout.index(step.start)
+    with_link = step.link is not None
+
+    def expand(env, rows):
+        pids = env.pids(step.predicates)
+        if not pids:
+            return
+        links = env.txn.out_links if step.direction == "out" else env.txn.in_links
+        tick = env.tick
+        for row in rows:
+            start = row[i]
+            if start is None:
+                continue
+            tick()
+            for pid in pids:
+                if with_link:
+                    for _, end, link in links(start, pid):
+                        yield row + (end, link)
+                else:
+                    for _, end, _link in links(start, pid):
+                        yield row + (end,)
+    return expand
+
+
+def _c_link_check(step: P.LinkCheck, layout: list[str]) -> Stage:
+    si, oi = layout.index(step.subject), layout.index(step.object)
+    with_link = step.link is not None
+
+    def check(env, rows):
+        pids = env.pids(step.predicates)
+        if not pids:
+            return
+        link_id = env.txn.link_id
+        for row in rows:
+            s, o = row[si], row[oi]
+            if s is None or o is None:
+                continue
+            for pid in pids:
+                link = link_id(s, pid, o)
+                if link is not None:
+                    yield row + (link,) if with_link else row
+                    if not with_link:
+                        break
+    return check
+
+
+def _c_scan_links(step: P.ScanLinks, layout: list[str]) -> Stage:
+    same = step.subject == step.object
+    with_link = step.link is not None
+
+    def scan(env, rows):
+        pids = env.pids(step.predicates)
+        scan_links = env.txn.links_of_predicate
+        tick = env.tick
+        for row in rows:
+            k = 0
+            for pid in pids:
+                for s, o, link in scan_links(pid):
+                    k += 1
+                    if not k & 4095:
+                        tick()
+                    if same:
+                        if s != o:
+                            continue
+                        out = row + (s,)
+                    else:
+                        out = row + (s, o)
+                    yield out + (link,) if with_link else out
+    return scan
+
+
+def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
+    li = layout.index(step.link)
+    si = None if step.bind_subject else layout.index(step.subject)
+    oi = None if step.bind_object else layout.index(step.object)
+    same_new = step.bind_subject and step.bind_object and step.subject == step.object
+
+    def bind(env, rows):
+        pids = set(env.pids(step.predicates))
+        head = env.txn.head
+        for row in rows:
+            h = head(row[li]) if row[li] is not None else None
+            if type(h) is not LinkHead or h.predicate_id not in pids:
+                continue
+            if si is not None and row[si] != h.subject:
+                continue
+            if oi is not None and row[oi] != h.object:
+                continue
+            if same_new:
+                if h.subject == h.object:
+                    yield row + (h.subject,)
+                continue
+            out = row
+            if step.bind_subject:
+                out = out + (h.subject,)
+            if step.bind_object:
+                out = out + (h.object,)
+            yield out
+    return bind
+
+
+def _c_link_by_id(step: P.LinkById, layout: list[str]) -> Stage:
+    atom = step.atom
+    if step.bound:
+        i = layout.index(step.var)
+
+        def check(env, rows):
+            n = env.const_link(atom)
+            for row in rows:
+                if n is not None and row[i] == n:
+                    yield row
+        return check
+
+    def bind(env, rows):
+        n = env.const_link(atom)
+        if n is None:
+            return
+        for row in rows:
+            yield row + (n,)
+    return bind
+
+
+def _c_path_walk(step: P.PathWalk, layout: list[str]) -> Stage:
+    si = layout.index(step.start)
+    ei = layout.index(step.end) if step.end_bound else None
+    forward = step.direction == "out"
+
+    def walk(env, rows):
+        pid = env.path_pid(step.predicate, step.lo, step.hi)
+        for row in rows:
+            start = row[si]
+            if start is None:
+                continue
+            ends = env.walk(start, pid, step.lo, step.hi, forward)
+            if ei is not None:
+                if row[ei] in ends:
+                    yield row
+            else:
+                for end in ends:
+                    yield row + (end,)
+    return walk
+
+
+def _c_path_scan(step: P.PathScan, layout: list[str]) -> Stage:
+    same = step.subject == step.object
+
+    def scan(env, rows):
+        pid = env.path_pid(step.predicate, step.lo, step.hi)
+        starts = env.path_starts(pid, step.lo)
+        for row in rows:
+            for start in starts:
+                ends = env.walk(start, pid, step.lo, step.hi, True)
+                if same:
+                    if start in ends:
+                        yield row + (start,)
+                    continue
+                for end in ends:
+                    yield row + (start, end)
+    return scan
+
+
+def _c_filter(step: P.Filter, layout: list[str]) -> Stage:
+    test = compile_filter(step.expr, layout)
+
+    def run(env, rows):
+        for row in rows:
+            if test(row, env) is True:
+                yield row
+    return run
+
+
+def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
+    sub = compile_group(step.plan)
+    exports = step.exports
+    nulls = (None,) * len(exports)
+
+    def run(env, rows):
+        for row in rows:
+            matched = False
+            for sub_row in sub(env, row):
+                matched = True
+                yield row + tuple(sub_row[i] for i in exports)
+            if not matched:
+                yield row + nulls
+    return run
+
+
+def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
+    sub = compile_group(step.plan)
+
+    def run(env, rows):
+        for row in rows:
+            for _ in sub(env, row):
+                break
+            else:
+                yield row
+    return run
+
+
+_COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
+    P.ConstConcept: _c_const_concept,
+    P.ScanType: _c_scan_type,
+    P.ScanName: _c_scan_name,
+    P.CheckConcept: _c_check_concept,
+    P.Expand: _c_expand,
+    P.LinkCheck: _c_link_check,
+    P.ScanLinks: _c_scan_links,
+    P.LinkFromVar: _c_link_from_var,
+    P.LinkById: _c_link_by_id,
+    P.PathWalk: _c_path_walk,
+    P.PathScan: _c_path_scan,
+    P.Filter: _c_filter,
+    P.OptionalJoin: _c_optional,
+    P.AntiJoin: _c_anti,
+}
+
+
+# --- path walks --------------------------------------------------------------------------
+
+def walk(txn: Any, start: int, pid: int, lo: int, hi: int | None, forward: bool,
+         budget: list[int]) -> frozenset[int]:
+    """Distinct ends of walks of lo..hi hops (hi None: unbounded) from `start`.
+
+    `budget[0]` counts down the nodes a query may still visit (shared by all walks of one
+    execution); running out raises KIP_4002.
+    """
+    links = txn.out_links if forward else txn.in_links
+
+    def step(nodes) -> set[int]:
+        out: set[int] = set()
+        for n in nodes:
+            for _p, m, _l in links(n, pid):
+                out.add(m)
+        budget[0] -= len(nodes) + 1
+        if budget[0] < 0:
+            raise KipError(ErrorCode.KIP_4002,
+                           "The path walk visited more nodes than the query budget allows",
+                           "Bound the path range (e.g. {1,5} instead of {1,}) or start the "
+                           "path from a bound concept.")
+        return out
+
+    result: set[int] = set()
+    if lo <= 1:
+        # Breadth-first over distinct nodes: any node reachable by a walk of ≤ hi hops is
+        # reachable by a shortest path of ≤ hi hops, so visiting each node once suffices.
+        if lo == 0:
+            result.add(start)
+        seen: set[int] = set()
+        frontier: set[int] = {start}
+        depth = 0
+        while frontier and (hi is None or depth < hi):
+            depth += 1
+            frontier = step(frontier) - seen
+            seen |= frontier
+            result |= frontier
+        return frozenset(result)
+    # lo ≥ 2: a node reached early may also be reached by a longer walk, so track the exact
+    # set reachable in k hops for each k (bounded by hi ≤ max_hops, or closed under hi=None).
+    frontier = {start}
+    for _ in range(lo):
+        frontier = step(frontier)
+        if not frontier:
+            return frozenset()
+    result |= frontier
+    if hi is None:
+        pending = set(frontier)
+        while pending:
+            pending = step(pending) - result
+            result |= pending
+        return frozenset(result)
+    seen_levels = {frozenset(frontier)}
+    for _ in range(hi - lo):
+        frontier = step(frontier)
+        if not frontier:
+            break
+        key = frozenset(frontier)
+        if key in seen_levels:      # the exact-k sets cycle: nothing new can appear
+            break
+        seen_levels.add(key)
+        result |= frontier
+    return frozenset(result)

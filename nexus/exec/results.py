@@ -1,0 +1,222 @@
+"""Solution modifiers: implicit GROUP BY with aggregates, and ORDER BY.
+
+Aggregates (CONTRACT §4): the plain FIND expressions are the group key (by value; a bare
+`?x` groups by identity), every solution feeds the aggregates (not only distinct ones).
+`COUNT(?x)` counts solutions where the value is not null, `COUNT(DISTINCT ?x)` distinct
+non-null values; `SUM` ignores non-numbers (0 when there are none) and keeps integers
+integral; `AVG` is a float (null when there are no numbers); `MIN`/`MAX` use the ORDER BY
+order over non-null values.
+
+ORDER BY: keys left to right, each ASC or DESC; `null` sorts last in both directions;
+values of different kinds sort booleans < numbers < strings < arrays/objects.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..syntax import ast as A
+from .filters import kind
+
+
+def sort_key(value: Any) -> tuple:
+    k = kind(value)
+    if k == 4:
+        return (k, json.dumps(value, sort_keys=True, ensure_ascii=False))
+    return (k, value)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, (dict, list)):
+        return ("#json", json.dumps(value, sort_keys=True, ensure_ascii=False))
+    return value
+
+
+class Group:
+    __slots__ = ("key_values", "first_row", "accs")
+
+    def __init__(self, key_values: list, first_row: tuple, accs: list) -> None:
+        self.key_values = key_values
+        self.first_row = first_row
+        self.accs = accs
+
+    def values(self) -> list:
+        out = []
+        ki = ai = 0
+        for acc in self.accs:
+            if acc is None:
+                out.append(self.key_values[ki])
+                ki += 1
+            else:
+                out.append(acc.result())
+                ai += 1
+        return out
+
+
+class _Count:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def add(self, v: Any) -> None:
+        if v is not None:
+            self.n += 1
+
+    def result(self) -> int:
+        return self.n
+
+
+class _CountDistinct:
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: set = set()
+
+    def add(self, v: Any) -> None:
+        if v is not None:
+            self.seen.add(_hashable(v))
+
+    def result(self) -> int:
+        return len(self.seen)
+
+
+class _Sum:
+    __slots__ = ("total", "n")
+
+    def __init__(self) -> None:
+        self.total: int | float = 0
+        self.n = 0
+
+    def add(self, v: Any) -> None:
+        if kind(v) == 2:
+            self.total += v
+            self.n += 1
+
+    def result(self) -> Any:
+        return self.total
+
+
+class _Avg(_Sum):
+    __slots__ = ()
+
+    def result(self) -> Any:
+        return float(self.total) / self.n if self.n else None
+
+
+class _MinMax:
+    __slots__ = ("best", "best_key", "sign")
+
+    def __init__(self, sign: int) -> None:
+        self.best: Any = None
+        self.best_key: Any = None
+        self.sign = sign
+
+    def add(self, v: Any) -> None:
+        if v is None:
+            return
+        key = sort_key(v)
+        if self.best_key is None or (key < self.best_key if self.sign < 0
+                                     else key > self.best_key):
+            self.best, self.best_key = v, key
+
+    def result(self) -> Any:
+        return self.best
+
+
+_ACC = {
+    "COUNT": _Count,
+    "SUM": _Sum,
+    "AVG": _Avg,
+    "MIN": lambda: _MinMax(-1),
+    "MAX": lambda: _MinMax(1),
+}
+
+
+class Aggregator:
+    """Feeds every solution row into its group's accumulators."""
+
+    def __init__(self, env: Any, layout: list[str], items: tuple) -> None:
+        self.env = env
+        self.items = items
+        self.only_aggregates = all(isinstance(i, A.Aggregate) for i in items)
+        self._groups: dict = {}
+        self._key_fns = []
+        self._agg_fns = []
+        for item in items:
+            if isinstance(item, A.Aggregate):
+                self._agg_fns.append((item, self._value_fn(layout, item.arg)))
+            else:
+                self._key_fns.append((item, self._value_fn(layout, item),
+                                      layout.index(item.var)))
+
+    def _value_fn(self, layout: list[str], path: A.Path):
+        i = layout.index(path.var)
+        segs = path.segments
+        env = self.env
+        if not segs:
+            return lambda row: row[i]        # identity (COUNT(?x) counts bound solutions)
+        return lambda row: env.path_value(row[i], segs)
+
+    def _new_accs(self) -> list:
+        accs = []
+        for item in self.items:
+            if isinstance(item, A.Aggregate):
+                accs.append(_CountDistinct() if item.distinct else _ACC[item.func]())
+            else:
+                accs.append(None)
+        return accs
+
+    def add(self, row: tuple) -> None:
+        raw = tuple(fn(row) for _, fn, _ in self._key_fns)
+        key = tuple(_hashable(v) for v in raw)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(list(raw), row, self._new_accs())
+        ai = 0
+        for acc in group.accs:
+            if acc is not None:
+                acc.add(self._agg_fns[ai][1](row))
+                ai += 1
+
+    def groups(self) -> list[Group]:
+        out = list(self._groups.values())
+        for g in out:
+            # A bare ?x groups by identity and projects the whole element.
+            for j, (item, _, _) in enumerate(self._key_fns):
+                if not item.segments:
+                    g.key_values[j] = self.env.element(g.key_values[j])
+        return out
+
+    def empty_values(self) -> list:
+        return [acc.result() for acc in self._new_accs() if acc is not None]
+
+    def value_of(self, group: Group, expr: Any, layout: list[str]) -> Any:
+        """An ORDER BY key evaluated for a group."""
+        for j, item in enumerate(self.items):
+            if item == expr:
+                return group.values()[j]
+        if isinstance(expr, A.Aggregate):
+            acc = _CountDistinct() if expr.distinct else _ACC[expr.func]()
+            # Not in FIND: fall back to the group's first solution (best effort).
+            acc.add(self._value_fn(layout, expr.arg)(group.first_row))
+            return acc.result()
+        return self._value_fn(layout, expr)(group.first_row)
+
+
+def order_rows(env: Any, rows: list, keys: tuple[A.OrderKey, ...], layout: list[str],
+               agg: Aggregator | None) -> list:
+    """Stable multi-key sort; nulls last whatever the direction."""
+    for key in reversed(keys):
+        if agg is not None:
+            value_of = (lambda g, e=key.expr: agg.value_of(g, e, layout))
+        else:
+            i = layout.index(key.expr.var)
+            segs = key.expr.segments
+            value_of = (lambda row, i=i, segs=segs: env.path_value(row[i], segs))
+        decorated = [(value_of(r), r) for r in rows]
+        present = [d for d in decorated if d[0] is not None]
+        missing = [d[1] for d in decorated if d[0] is None]
+        present.sort(key=lambda d: sort_key(d[0]), reverse=key.descending)
+        rows = [d[1] for d in present] + missing
+    return rows

@@ -1,0 +1,1 @@
+"""Query planning: the binder (`logical`), the planner (`physical`) and EXPLAIN (`explain`)."""

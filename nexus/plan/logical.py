@@ -1,0 +1,236 @@
+"""The binder: a FIND's WHERE (syntax AST) → a logical query of groups and atoms.
+
+Binding resolves what the syntax leaves open, and nothing that depends on data:
+* every anonymous clause becomes a hidden variable (`#1`, `#2`, ...; not a valid KIP
+  identifier, so it can never clash with a user's `?name`) plus an atom, so that the planner
+  sees one flat conjunction of atoms per group:
+    `(?d, "treats", {type: "Symptom", name: :s})`
+      → ConceptAtom(#1, type="Symptom", name=:s) ∧ LinkAtom(None, ?d, ["treats"], #1)
+* scoping (spec §3.4.7, CONTRACT §5): each `NOT`/`OPTIONAL`/`UNION` body is a nested
+  `Group`; OPTIONAL sees outer variables and exports its own; NOT sees outer variables and
+  exports nothing; UNION sees nothing outside and exports its own;
+* `KIP_3001` for a variable used (FIND, FILTER, ORDER BY) but bound nowhere it is visible.
+
+Values stay `ast.Value` nodes (Literal or Param): parameters are read at execution, so one
+logical/physical plan serves every execution of a prepared command.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from ..errors import ErrorCode, KipError
+from ..syntax import ast as A
+
+
+# --- atoms -------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ConceptAtom:
+    """`?var {id | type | name | type+name}` — binds or narrows `var` to concept nodes."""
+    var: str
+    id: A.Value | None
+    type: A.Value | None
+    name: A.Value | None
+    mandatory: bool                  # outside OPTIONAL/NOT/UNION: no match → KIP_3002
+    pos: A.Pos | None = None
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        return (self.var,)
+
+    @property
+    def is_constant(self) -> bool:
+        """Matches at most one node known before any row exists ({id} or {type, name})."""
+        return self.id is not None or (self.type is not None and self.name is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkAtom:
+    """`?link (?s, "p" | "q", ?o)` — one hop; `link` is None for an anonymous clause."""
+    link: str | None
+    subject: str
+    predicates: tuple[A.Value, ...]
+    object: str
+    pos: A.Pos | None = None
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        base = (self.subject, self.object)
+        return base + (self.link,) if self.link else base
+
+
+@dataclass(frozen=True, slots=True)
+class LinkIdAtom:
+    """`?link (id: "P:...")`."""
+    link: str
+    id: A.Value
+    mandatory: bool
+    pos: A.Pos | None = None
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        return (self.link,)
+
+
+@dataclass(frozen=True, slots=True)
+class PathAtom:
+    """`(?s, "p"{lo,hi}, ?o)` — distinct (s, o) pairs joined by a walk of lo..hi hops."""
+    subject: str
+    predicate: A.Value
+    lo: int
+    hi: int | None
+    object: str
+    pos: A.Pos | None = None
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        return (self.subject, self.object)
+
+
+Atom = ConceptAtom | LinkAtom | LinkIdAtom | PathAtom
+
+
+@dataclass
+class Group:
+    """A block of conjunctive atoms and filters, with its nested blocks in text order."""
+    atoms: list = field(default_factory=list)
+    filters: list = field(default_factory=list)           # ast.Expr
+    nested: list = field(default_factory=list)            # ("optional"|"not", Group)
+    unions: list = field(default_factory=list)            # Group
+    kind: str = "main"                                    # main | optional | not | union
+
+    def atom_vars(self) -> set[str]:
+        return {v for a in self.atoms for v in a.vars}
+
+    def exported(self) -> set[str]:
+        """Variables this group binds that are visible outside it."""
+        out = self.atom_vars()
+        for kind, sub in self.nested:
+            if kind == "optional":
+                out |= sub.exported()
+        for sub in self.unions:
+            out |= sub.exported()
+        return out
+
+
+@dataclass
+class LogicalQuery:
+    root: Group
+    hidden: int                         # number of hidden variables created
+
+
+# --- the binder --------------------------------------------------------------------------
+
+class _Binder:
+    def __init__(self) -> None:
+        self.hidden = 0
+
+    def fresh(self) -> str:
+        self.hidden += 1
+        return f"#{self.hidden}"
+
+    def group(self, body: Iterable[A.Pattern], kind: str) -> Group:
+        g = Group(kind=kind)
+        mandatory = kind == "main"
+        for p in body:
+            if isinstance(p, A.ConceptPattern):
+                var = p.var if p.var is not None else self.fresh()
+                self.concept(g, var, p.match, mandatory)
+            elif isinstance(p, A.PropositionPattern):
+                self.proposition(g, p.var, p.match, mandatory)
+            elif isinstance(p, A.FilterPattern):
+                g.filters.append(p.expr)
+            elif isinstance(p, A.OptionalPattern):
+                g.nested.append(("optional", self.group(p.body, "optional")))
+            elif isinstance(p, A.NotPattern):
+                g.nested.append(("not", self.group(p.body, "not")))
+            elif isinstance(p, A.UnionPattern):
+                g.unions.append(self.group(p.body, "union"))
+            else:  # pragma: no cover - closed union
+                raise TypeError(p)
+        return g
+
+    def concept(self, g: Group, var: str, m: A.ConceptMatch, mandatory: bool) -> None:
+        g.atoms.append(ConceptAtom(var, m.id, m.type, m.name, mandatory, m.pos))
+
+    def term(self, g: Group, t: A.Term, mandatory: bool) -> str:
+        if isinstance(t, A.VarTerm):
+            return t.name
+        var = self.fresh()
+        if isinstance(t, A.ConceptMatch):
+            self.concept(g, var, t, mandatory)
+        else:
+            self.proposition(g, var, t, mandatory)
+        return var
+
+    def proposition(self, g: Group, var: str | None, m, mandatory: bool) -> str:
+        if isinstance(m, A.PropositionIdMatch):
+            var = var or self.fresh()
+            g.atoms.append(LinkIdAtom(var, m.id, mandatory, m.pos))
+            return var
+        subject = self.term(g, m.subject, mandatory)
+        obj = self.term(g, m.object, mandatory)
+        pred = m.predicate
+        if pred.hops is not None:
+            lo, hi = pred.hops
+            g.atoms.append(PathAtom(subject, pred.names[0], lo, hi, obj, m.pos))
+            return var or ""
+        g.atoms.append(LinkAtom(var, subject, pred.names, obj, m.pos))
+        return var or ""
+
+
+def bind_where(where: Iterable[A.Pattern]) -> LogicalQuery:
+    b = _Binder()
+    root = b.group(where, "main")
+    _check_filters(root, set())
+    return LogicalQuery(root, b.hidden)
+
+
+def _check_filters(g: Group, outer: set[str]) -> None:
+    """KIP_3001 for a FILTER variable not visible where the FILTER stands."""
+    visible = g.atom_vars() | (set() if g.kind == "union" else outer)
+    for kind, sub in g.nested:
+        if kind == "optional":
+            visible |= sub.exported()
+    for sub in g.unions:
+        visible |= sub.exported()
+    for expr in g.filters:
+        for var, pos in expr_vars(expr):
+            if var not in visible:
+                raise unbound(var, pos, "FILTER")
+    inner_outer = visible
+    for _, sub in g.nested:
+        _check_filters(sub, inner_outer)
+    for sub in g.unions:
+        _check_filters(sub, set())
+
+
+def expr_vars(expr: A.Expr) -> list[tuple[str, A.Pos | None]]:
+    out: list[tuple[str, A.Pos | None]] = []
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, A.Path):
+            out.append((e.var, e.pos))
+        elif isinstance(e, A.Aggregate):
+            out.append((e.arg.var, e.arg.pos))
+        elif isinstance(e, A.Compare):
+            stack += [e.left, e.right]
+        elif isinstance(e, A.BoolOp):
+            stack += list(e.operands)
+        elif isinstance(e, A.NotOp):
+            stack.append(e.operand)
+        elif isinstance(e, A.Call):
+            stack += list(e.args)
+    return out
+
+
+def unbound(var: str, pos: A.Pos | None, where: str) -> KipError:
+    return KipError(
+        ErrorCode.KIP_3001,
+        f"Unbound variable ?{var} in {where}: no clause binds it where it is used",
+        f"Bind ?{var} with a clause in WHERE, e.g. ?{var} {{type: \"...\"}} or "
+        f"(?{var}, \"predicate\", ?other). Variables first bound inside NOT are not visible "
+        "outside it, and UNION blocks do not see variables bound outside them.",
+        line=pos.line if pos else None, column=pos.column if pos else None)

@@ -1,0 +1,334 @@
+"""The planner: a logical group → an ordered pipeline of physical steps.
+
+Rows are tuples laid out in binding order (`GroupPlan.layout` names each position), so a step
+that binds new variables appends them and never copies by name. The planner is greedy:
+  1. as soon as an atom's variables are all bound, it becomes a cheap check;
+  2. otherwise pick the atom with the smallest estimated fan-out that touches a bound variable
+     (a constant `{id}`/`{type, name}` first, then the smallest index range — counts per type
+     and predicate come from the store's statistics);
+  3. a FILTER runs right after the step that binds its last variable (filter push-down);
+  4. OPTIONAL / NOT blocks follow the main atoms in text order (correlated sub-plans), then the
+     FILTERs that need their variables; UNION branches are planned on their own.
+Every step names the index it uses, so EXPLAIN can show the plan without running it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..syntax import ast as A
+from .logical import (ConceptAtom, Group, LinkAtom, LinkIdAtom, LogicalQuery, PathAtom,
+                      expr_vars)
+
+
+# --- physical steps ----------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ConstConcept:
+    """Bind `var` to the single concept of a `{id}` / `{type, name}` clause."""
+    var: str
+    atom: ConceptAtom
+    bound: bool            # var already bound: check instead of bind
+
+
+@dataclass(frozen=True, slots=True)
+class ScanType:
+    var: str
+    type: A.Value
+
+
+@dataclass(frozen=True, slots=True)
+class ScanName:
+    var: str
+    name: A.Value
+    type: A.Value | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConcept:
+    var: str
+    type: A.Value | None
+    name: A.Value | None
+
+
+@dataclass(frozen=True, slots=True)
+class Expand:
+    """Follow links of `predicates` from the bound `start` ('out': start is the subject)."""
+    direction: str          # out | in
+    start: str
+    predicates: tuple[A.Value, ...]
+    end: str                # new variable (or `start` itself for a self-loop (?x, p, ?x))
+    link: str | None        # new link variable, if named
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCheck:
+    """Both ends bound: look the link up by (s, p, o)."""
+    subject: str
+    predicates: tuple[A.Value, ...]
+    object: str
+    link: str | None        # new link variable, if named
+
+
+@dataclass(frozen=True, slots=True)
+class ScanLinks:
+    """Neither end bound: every link of the predicates (pos index)."""
+    subject: str
+    predicates: tuple[A.Value, ...]
+    object: str
+    link: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFromVar:
+    """The link variable is bound: check its predicate, bind or check its ends."""
+    link: str
+    subject: str
+    predicates: tuple[A.Value, ...]
+    object: str
+    bind_subject: bool
+    bind_object: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LinkById:
+    var: str
+    atom: LinkIdAtom
+    bound: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PathWalk:
+    """Walk `predicate` lo..hi hops from the bound end ('out': from the subject)."""
+    direction: str
+    start: str
+    predicate: A.Value
+    lo: int
+    hi: int | None
+    end: str
+    end_bound: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PathScan:
+    """Neither end bound: walk from every subject of the predicate."""
+    subject: str
+    predicate: A.Value
+    lo: int
+    hi: int | None
+    object: str
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    expr: A.Expr
+
+
+@dataclass(frozen=True, slots=True)
+class OptionalJoin:
+    plan: "GroupPlan"
+    exports: tuple[int, ...]        # positions in plan.layout appended to the row
+
+
+@dataclass(frozen=True, slots=True)
+class AntiJoin:
+    plan: "GroupPlan"
+
+
+Step = Any
+
+
+@dataclass
+class GroupPlan:
+    """Steps over rows that start with `inputs` variables and end with `layout`."""
+    inputs: tuple[str, ...]
+    steps: list
+    layout: list[str]                       # after steps (main branch)
+    unions: list["GroupPlan"] = field(default_factory=list)
+    out_layout: list[str] = field(default_factory=list)   # layout + union-only variables
+    main_empty: bool = False                # top-level group with no atoms: no main rows
+    estimates: list[float] = field(default_factory=list)  # estimated rows after each step
+
+
+# --- statistics used for estimates -------------------------------------------------------
+
+class Estimator:
+    """Cardinality guesses from store statistics; values are read through `resolve`."""
+
+    def __init__(self, txn: Any, resolve: Callable[[A.Value], Any]) -> None:
+        self.txn = txn
+        self.resolve = resolve
+        self.concepts = max(1, txn.count_concepts())
+        self.links = max(1, txn.count_links())
+
+    def _sid(self, value: A.Value) -> int | None:
+        try:
+            text = self.resolve(value)
+        except Exception:  # noqa: BLE001 - estimates never fail a query
+            return None
+        return self.txn.symbol_id(text) if isinstance(text, str) else None
+
+    def type_count(self, value: A.Value) -> float:
+        sid = self._sid(value)
+        return float(self.txn.count_type(sid)) if sid else 0.0
+
+    def predicate_count(self, values: tuple[A.Value, ...]) -> float:
+        total = 0.0
+        for v in values:
+            sid = self._sid(v)
+            if sid:
+                total += self.txn.count_predicate(sid)
+        return total
+
+    def fanout(self, values: tuple[A.Value, ...]) -> float:
+        """Average links per endpoint: links of the predicate spread over the endpoints
+        that have any (guessed as a fifth of all concepts, at least one)."""
+        count = self.predicate_count(values)
+        if count == 0:
+            return 0.0
+        return max(1.0, count / max(1.0, min(count, self.concepts / 5)))
+
+
+# --- the planner -------------------------------------------------------------------------
+
+def plan_query(query: LogicalQuery, est: Estimator) -> GroupPlan:
+    return plan_group(query.root, (), est, top=True)
+
+
+def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
+               top: bool = False) -> GroupPlan:
+    layout = list(inputs)
+    bound = set(inputs)
+    steps: list = []
+    estimates: list[float] = []
+    rows = 1.0
+    atoms = list(group.atoms)
+    main_vars = bound | group.atom_vars()
+    pushable = [f for f in group.filters if {v for v, _ in expr_vars(f)} <= main_vars]
+    late = [f for f in group.filters if f not in pushable]
+
+    def place_filters() -> None:
+        for f in list(pushable):
+            if {v for v, _ in expr_vars(f)} <= bound:
+                steps.append(Filter(f))
+                estimates.append(rows)
+                pushable.remove(f)
+
+    def add(step: Any, new_vars: list[str], factor: float) -> None:
+        nonlocal rows
+        steps.append(step)
+        for v in new_vars:
+            if v not in bound:
+                layout.append(v)
+                bound.add(v)
+        rows = max(rows * factor, 0.0)
+        estimates.append(rows)
+
+    place_filters()
+    while atoms:
+        best = min(atoms, key=lambda a: _score(a, bound, est))
+        atoms.remove(best)
+        step, new_vars, factor = _step_for(best, bound, est)
+        add(step, new_vars, factor)
+        # Cheap checks on what is now bound go before filters (which may decode values).
+        for atom in [a for a in atoms if set(a.vars) <= bound]:
+            atoms.remove(atom)
+            step, new_vars, factor = _step_for(atom, bound, est)
+            add(step, new_vars, factor)
+        place_filters()
+
+    for kind, sub in group.nested:
+        sub_plan = plan_group(sub, tuple(layout), est)
+        if kind == "optional":
+            exports = tuple(i for i, v in enumerate(sub_plan.out_layout)
+                            if i >= len(layout) and not v.startswith("#"))
+            steps.append(OptionalJoin(sub_plan, exports))
+            for i in exports:
+                layout.append(sub_plan.out_layout[i])
+                bound.add(sub_plan.out_layout[i])
+        else:
+            steps.append(AntiJoin(sub_plan))
+            rows *= 0.5
+        estimates.append(rows)
+    for f in pushable + late:
+        steps.append(Filter(f))
+        estimates.append(rows)
+
+    unions = [plan_group(u, (), est) for u in group.unions]
+    out_layout = list(layout)
+    for u in unions:
+        for v in u.out_layout:
+            if v not in out_layout and not v.startswith("#"):
+                out_layout.append(v)
+    main_empty = top and not group.atoms and not group.nested
+    return GroupPlan(tuple(inputs), steps, layout, unions, out_layout, main_empty, estimates)
+
+
+def _score(atom: Any, bound: set[str], est: Estimator) -> tuple[int, float]:
+    """(tier, estimated fan-out): checks first, then constants, then anything connected to
+    a bound variable, then scans."""
+    vars_ = set(atom.vars)
+    if vars_ <= bound:
+        return (0, 0.0)
+    if isinstance(atom, ConceptAtom):
+        if atom.is_constant:
+            return (1, 1.0)
+        if atom.name is not None:
+            return (2, 2.0)
+        return (4, est.type_count(atom.type))
+    if isinstance(atom, LinkIdAtom):
+        return (1, 1.0)
+    if isinstance(atom, LinkAtom):
+        if atom.link and atom.link in bound:
+            return (1, 1.0)
+        if atom.subject in bound or atom.object in bound:
+            return (3, est.fanout(atom.predicates))
+        return (4, est.predicate_count(atom.predicates))
+    if isinstance(atom, PathAtom):
+        hops = atom.hi if atom.hi is not None else 8
+        if atom.subject in bound or atom.object in bound:
+            return (3, est.fanout((atom.predicate,)) ** max(1, min(hops, 3)))
+        return (4, est.predicate_count((atom.predicate,)) * hops)
+    raise TypeError(atom)  # pragma: no cover
+
+
+def _step_for(atom: Any, bound: set[str], est: Estimator) -> tuple[Any, list[str], float]:
+    if isinstance(atom, ConceptAtom):
+        var = atom.var
+        if atom.is_constant:
+            return ConstConcept(var, atom, var in bound), [var], 1.0 if var not in bound else 0.9
+        if var in bound:
+            return CheckConcept(var, atom.type, atom.name), [], 0.5
+        if atom.name is not None:
+            return ScanName(var, atom.name, atom.type), [var], 2.0
+        return ScanType(var, atom.type), [var], max(est.type_count(atom.type), 0.0)
+    if isinstance(atom, LinkIdAtom):
+        return LinkById(atom.link, atom, atom.link in bound), [atom.link], 1.0
+    if isinstance(atom, LinkAtom):
+        s, o, link = atom.subject, atom.object, atom.link
+        if link and link in bound:
+            return (LinkFromVar(link, s, atom.predicates, o, s not in bound, o not in bound),
+                    [s, o], 1.0)
+        if s in bound and o in bound:
+            return LinkCheck(s, atom.predicates, o, link), [link] if link else [], 0.3
+        fan = est.fanout(atom.predicates)
+        if s in bound:
+            return Expand("out", s, atom.predicates, o, link), [o] + ([link] if link else []), fan
+        if o in bound:
+            return Expand("in", o, atom.predicates, s, link), [s] + ([link] if link else []), fan
+        new = [s] if s == o else [s, o]
+        return (ScanLinks(s, atom.predicates, o, link), new + ([link] if link else []),
+                est.predicate_count(atom.predicates))
+    if isinstance(atom, PathAtom):
+        s, o = atom.subject, atom.object
+        fan = est.fanout((atom.predicate,)) * 2
+        if s in bound:
+            return (PathWalk("out", s, atom.predicate, atom.lo, atom.hi, o, o in bound),
+                    [o], fan)
+        if o in bound:
+            return (PathWalk("in", o, atom.predicate, atom.lo, atom.hi, s, s in bound),
+                    [s], fan)
+        new = [s] if s == o else [s, o]
+        return (PathScan(s, atom.predicate, atom.lo, atom.hi, o), new,
+                est.predicate_count((atom.predicate,)) * 2)
+    raise TypeError(atom)  # pragma: no cover
