@@ -177,7 +177,7 @@ class KipError(Exception):
 
 def caret_snippet(text: str, line: int, column: int, width: int = 120) -> str:
     """The `line`-th line of `text` and a caret under `column` (both 1-based), clipped."""
-    lines = text.splitlines() or [""]
+    lines = text.split("\n")   # as Lark counts lines (splitlines also breaks on \r, \u2028...)
     if not 1 <= line <= len(lines):
         return ""
     src = lines[line - 1].expandtabs(1)

@@ -40,6 +40,13 @@ EXPECT_STRING = "string"
 EXPECT_OBJECT = "object"
 EXPECT_POSITIVE_INT = "positive integer"
 EXPECT_ARRAY = "array"
+EXPECT_PRIMITIVE = "primitive value (string, number, boolean or null)"   # FILTER operands
+EXPECT_KEY = "key name (a string that is an identifier)"                 # DELETE ... {keys}
+
+
+def article(expect: str) -> str:
+    """'an object', 'a string'... for messages about an EXPECT_* kind."""
+    return ("an " if expect[:1] in "aeiou" else "a ") + expect
 
 
 @dataclass(frozen=True, slots=True)

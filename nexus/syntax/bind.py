@@ -6,19 +6,25 @@ bound many times with different values. After binding, objects and arrays whose 
 all literal are folded into one `Literal`, so later stages see plain Python values.
 
 Errors: a placeholder with no value → `KIP_1001` naming it; a value of the wrong kind for its
-position (a LIMIT that is not a positive integer, a type name that is not a string...) →
-`KIP_1001` naming the parameter and what it must be.
+position (a LIMIT that is not a positive integer, a type name that is not a string, a list as a
+FILTER operand...) → `KIP_1001` naming the parameter and what it must be — the same error the
+value would give written in the text; a key that is not an identifier (in a SET ATTRIBUTES /
+WITH METADATA map, or a DELETE key) → `KIP_1002`; a value that is not JSON at all (NaN, a set,
+an arbitrary object, from the Python API) → `KIP_2003`.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import fields
 from typing import Any, Mapping
 
 from ..errors import ErrorCode, KipError
 from . import ast as A
 from .parser import ParsedCommand
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def bind(parsed: ParsedCommand | A.Command, parameters: Mapping[str, Any] | None = None):
@@ -30,13 +36,16 @@ def bind(parsed: ParsedCommand | A.Command, parameters: Mapping[str, Any] | None
     if isinstance(parsed, ParsedCommand):
         if not parsed.parameters:
             return parsed.command
-        params = parameters or {}
-        for name in parsed.parameters:
-            if name not in params:
-                raise _missing(sorted(n for n in parsed.parameters if n not in params),
-                               parsed.command)
+        params = parameters if parameters is not None else {}
+        try:
+            complete = parsed.parameters <= params.keys()
+        except AttributeError:  # a Mapping without a keys() view that supports <=
+            complete = all(name in params for name in parsed.parameters)
+        if not complete:
+            raise _missing(sorted(n for n in parsed.parameters if n not in params),
+                           parsed.command)
         return _binder(parsed.command)(params)
-    return _binder(parsed)(parameters or {})
+    return _binder(parsed)(parameters if parameters is not None else {})
 
 
 def _binder(node: Any):
@@ -53,39 +62,80 @@ def _binder(node: Any):
     return fn
 
 
+# id(command) -> (command, binder). Holding the command keeps its id from being reused.
 _BINDERS: dict[int, tuple[Any, Any]] = {}
+
+# Kinds whose check a `str` value passes without further ado (the common case).
+_STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
 
 
 def _compile(node: Any):
     """A function params -> bound node, or None when `node` holds no placeholder.
 
     Only the spine above each placeholder is rebuilt on every call; constant subtrees are
-    shared with the parse.
+    shared with the parse. Each rebuilt node copies a precomputed argument list and fills in
+    just its placeholder-bearing fields (this is the hot path of a cached command).
     """
     if isinstance(node, A.Param):
-        return lambda params, _p=node: _bind_param(_p, params)
+        return _compile_param(node)
     if node is None or isinstance(node, (A.Literal, str, int, A.Pos)):
         return None
     if isinstance(node, tuple):
-        parts = [(_compile(item), item) for item in node]
-        if all(f is None for f, _ in parts):
-            return None
-        return lambda params: tuple(v if f is None else f(params) for f, v in parts)
+        build = _compile_sequence(list(node))
+        return None if build is None else (lambda params: tuple(build(params)))
     if isinstance(node, A.ObjectValue):
-        entries = [(k, _compile(v), v) for k, v in node.entries]
+        keys = [k for k, _ in node.entries]
+        values = _compile_sequence([v for _, v in node.entries], always=True)
+        pos = node.pos
         return lambda params: A.Literal(
-            {k: (v.value if f is None else f(params).value) for k, f, v in entries}, node.pos)
+            {k: v.value for k, v in zip(keys, values(params))}, pos)
     if isinstance(node, A.ArrayValue):
-        items = [(_compile(v), v) for v in node.items]
-        return lambda params: A.Literal(
-            [v.value if f is None else f(params).value for f, v in items], node.pos)
+        items = _compile_sequence(list(node.items), always=True)
+        pos = node.pos
+        return lambda params: A.Literal([v.value for v in items(params)], pos)
     if not hasattr(node, "__dataclass_fields__"):
         return None
     cls = type(node)
-    parts = [(_compile(getattr(node, f.name)), getattr(node, f.name)) for f in fields(node)]
-    if all(f is None for f, _ in parts):
-        return None
-    return lambda params: cls(*[v if f is None else f(params) for f, v in parts])
+    build = _compile_sequence([getattr(node, f.name) for f in fields(node)])
+    return None if build is None else (lambda params: cls(*build(params)))
+
+
+def _compile_sequence(items: list, always: bool = False):
+    """params -> a copy of `items` with its placeholders bound; None when `items` holds no
+    placeholder (unless `always`, for the members of an ObjectValue/ArrayValue)."""
+    dynamic = [(i, fn) for i, fn in enumerate(map(_compile, items)) if fn is not None]
+    if not dynamic:
+        return (lambda params: items) if always else None
+    if len(dynamic) == 1:
+        (index, fn), = dynamic
+
+        def one(params):
+            out = items.copy()
+            out[index] = fn(params)
+            return out
+        return one
+
+    def many(params):
+        out = items.copy()
+        for i, f in dynamic:
+            out[i] = f(params)
+        return out
+    return many
+
+
+def _compile_param(param: A.Param):
+    name, expect, pos = param.name, param.expect, param.pos
+    fast = expect in _STR_OK
+
+    def bind_param(params):
+        try:
+            value = params[name]
+        except KeyError:
+            raise _missing([name], param) from None
+        if fast and type(value) is str:
+            return A.Literal(value, pos)
+        return _bind_param(param, value)
+    return bind_param
 
 
 def _missing(names: list[str], node: A.Command) -> KipError:
@@ -114,14 +164,7 @@ def _first_param_pos(node: Any, name: str) -> A.Pos | None:
     return None
 
 
-def _bind_param(param: A.Param, params: Mapping[str, Any]) -> A.Literal:
-    if param.name not in params:
-        raise KipError(ErrorCode.KIP_1001, f"No value was given for parameter :{param.name}",
-                       f"Add \"{param.name}\" to the request's `parameters` object.",
-                       line=param.pos.line if param.pos else None,
-                       column=param.pos.column if param.pos else None,
-                       data={"missing_parameters": [param.name]})
-    value = params[param.name]
+def _bind_param(param: A.Param, value: Any) -> A.Literal:
     _check_json(value, param)
     expect = param.expect
     ok = True
@@ -133,16 +176,42 @@ def _bind_param(param: A.Param, params: Mapping[str, Any]) -> A.Literal:
         ok = isinstance(value, list)
     elif expect == A.EXPECT_POSITIVE_INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    elif expect == A.EXPECT_PRIMITIVE:
+        ok = not isinstance(value, (list, dict))
+    elif expect == A.EXPECT_KEY:
+        ok = isinstance(value, str)
+        if ok and not _IDENTIFIER.match(value):
+            raise _bad_key(param, value)
     if not ok:
-        shown = json.dumps(value, ensure_ascii=False, default=str)[:60]
+        shown = json.dumps(value, ensure_ascii=False, default=str)
+        if len(shown) > 60:
+            shown = shown[:60] + "..."
         raise KipError(
             ErrorCode.KIP_1001,
-            f"Parameter :{param.name} must be a {expect} in this position, got {shown}",
-            f"Pass a {expect} as \"{param.name}\" in `parameters`.",
+            f"Parameter :{param.name} must be {A.article(expect)} in this position, got "
+            f"{shown}",
+            f"Pass {A.article(expect)} as \"{param.name}\" in `parameters`.",
             line=param.pos.line if param.pos else None,
             column=param.pos.column if param.pos else None,
+            data={"parameter": param.name},
         )
+    if expect == A.EXPECT_OBJECT:  # an attribute/metadata map: its keys are identifiers
+        for key in value:
+            if not _IDENTIFIER.match(key):
+                raise _bad_key(param, key)
     return A.Literal(value, param.pos)
+
+
+def _bad_key(param: A.Param, key: str) -> KipError:
+    return KipError(
+        ErrorCode.KIP_1002,
+        f"Parameter :{param.name} holds the key {json.dumps(key, ensure_ascii=False)}, which "
+        f"is not a valid attribute or metadata key",
+        "Attribute and metadata keys must match regex [a-zA-Z_][a-zA-Z0-9_]* "
+        "(snake_case, e.g. risk_level).",
+        line=param.pos.line if param.pos else None,
+        column=param.pos.column if param.pos else None,
+        data={"parameter": param.name})
 
 
 def _check_json(value: Any, param: A.Param, depth: int = 0) -> None:
@@ -172,4 +241,7 @@ def _check_json(value: Any, param: A.Param, depth: int = 0) -> None:
 def _bad(param: A.Param, why: str) -> KipError:
     return KipError(ErrorCode.KIP_2003, f"Parameter :{param.name} {why}",
                     "Parameter values must be JSON values: null, booleans, numbers, strings, "
-                    "arrays and objects.")
+                    "arrays and objects.",
+                    line=param.pos.line if param.pos else None,
+                    column=param.pos.column if param.pos else None,
+                    data={"parameter": param.name})

@@ -19,7 +19,7 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF,
 
 from ..errors import ErrorCode, KipError, caret_snippet
 from . import ast as A
-from .transformer import KipTransformer, PositionedError
+from .transformer import KipTransformer, PositionedError, safe_text
 
 # Limits on what the parser accepts; the engine's configuration may lower them.
 MAX_COMMAND_BYTES = 8 * 1024 * 1024
@@ -41,8 +41,18 @@ class ParsedCommand:
     parameters: frozenset[str]    # placeholder names used anywhere in the command
 
 
+# --- the nesting budget -----------------------------------------------------------------
+#
+# Every way of nesting (brackets, and `!` chains inside FILTER) is counted by lexer callbacks
+# while the text is read, so a deeply nested command is refused (KIP_4002) before any deep
+# tree exists — no recursion limit is ever reached downstream (transformer, printer, binder,
+# planner). A `!` nests until the end of its operand: the next `&&`, `||` or `,` at the same
+# bracket level, or the bracket that closes the level. `_depth.pending[i]` is the number of
+# open `!` at bracket level i; the depth is the number of open brackets plus all open `!`.
+
 _OPENERS = {"LBRACE", "LPAR", "LSQB"}
 _CLOSERS = {"RBRACE", "RPAR", "RSQB"}
+_SEPARATORS = {"_AND", "_OR", "COMMA"}
 _depth = threading.local()
 
 
@@ -51,24 +61,37 @@ class _TooDeep(Exception):
         self.tok = tok
 
 
+def _reset_depth(limit: int) -> None:
+    _depth.n = 0
+    _depth.pending = [0]
+    _depth.limit = limit
+
+
 def _open(tok: Token) -> Token:
-    depth = getattr(_depth, "n", 0) + 1
-    _depth.n = depth
-    if depth > _depth.limit:
+    _depth.pending.append(0)
+    _depth.n += 1
+    if _depth.n > _depth.limit:
         raise _TooDeep(tok)
     return tok
 
 
 def _close(tok: Token) -> Token:
-    _depth.n = getattr(_depth, "n", 0) - 1
+    if len(_depth.pending) > 1:  # an unbalanced closer is the parser's to report
+        _depth.n -= 1 + _depth.pending.pop()
     return tok
 
 
 def _bang(tok: Token) -> Token:
-    # `!!!!…x` nests without brackets; count it like an opener for the depth budget.
-    _depth.bangs = getattr(_depth, "bangs", 0) + 1
-    if _depth.bangs > _depth.limit:
+    _depth.pending[-1] += 1
+    _depth.n += 1
+    if _depth.n > _depth.limit:
         raise _TooDeep(tok)
+    return tok
+
+
+def _separator(tok: Token) -> Token:
+    _depth.n -= _depth.pending[-1]
+    _depth.pending[-1] = 0
     return tok
 
 
@@ -77,6 +100,7 @@ def _lark() -> Lark:
     grammar = resources.files("nexus.grammar").joinpath("kip.lark").read_text("utf-8")
     callbacks = {name: _open for name in _OPENERS}
     callbacks.update({name: _close for name in _CLOSERS})
+    callbacks.update({name: _separator for name in _SEPARATORS})
     callbacks["BANG"] = _bang
     # Lark cannot pass positions (meta) to a transformer embedded in the LALR parser, so the
     # tree is built and then transformed; positions matter more than the ~2x on a cold parse.
@@ -93,55 +117,96 @@ def parse(text: str, *, max_bytes: int = MAX_COMMAND_BYTES,
     if not isinstance(text, str):
         raise KipError(ErrorCode.KIP_1001, "The command must be a string",
                        "Send the KIP command text as a JSON string.")
+    if len(text) > CACHE_MAX_CHARS:  # big capsules are rarely re-sent; don't pin them
+        return _parse_text(text, max_bytes, max_nesting)
     return _parse_cached(text, max_bytes, max_nesting)
 
 
-@lru_cache(maxsize=4096)
-def _parse_cached(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
-    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+# Only commands up to this size are cached: 4096 entries of at most 64 KiB of text (plus AST).
+CACHE_MAX_CHARS = 64 * 1024
+
+
+def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
+    # A character is at least one UTF-8 byte: encode only when the length leaves a doubt.
+    size, exact = len(text), False
+    if size <= max_bytes:
+        size, exact = len(text.encode("utf-8", "surrogatepass")), True
+    if size > max_bytes:
         raise KipError(ErrorCode.KIP_4002,
-                       f"The command is {len(text)} characters long, over the limit of "
-                       f"{max_bytes} bytes",
+                       f"The command is {'' if exact else 'at least '}{size} bytes long, over "
+                       f"the limit of {max_bytes} bytes",
                        "Split the command: send several smaller UPSERT commands in a "
-                       "`commands` batch, or load large capsules with `kip load`.")
+                       "`commands` batch, or load large capsules with `kip load`.",
+                       data={"limit_bytes": max_bytes})
     if not text.strip():
         raise KipError(ErrorCode.KIP_1001, "The command is empty",
-                       "Send a KIP command such as FIND(...) WHERE {...}, UPSERT {...}, "
-                       "DELETE ..., DESCRIBE ... or SEARCH ....")
-    _depth.n = 0
-    _depth.bangs = 0
-    _depth.limit = max_nesting
+                       _START_HINT, line=1, column=1, snippet=snippet(text, 1, 1))
+    _reset_depth(max_nesting)
     try:
         command = _TRANSFORMER.transform(_lark().parse(text))
     except _TooDeep as exc:
+        line, column = exc.tok.line, exc.tok.column
         raise KipError(ErrorCode.KIP_4002,
-                       f"The command is nested more than {max_nesting} levels deep",
-                       "Flatten the command: nest fewer brackets, or split it.").with_position(
-            text, exc.tok.line, exc.tok.column) from None
+                       f"The command is nested more than {max_nesting} levels deep "
+                       f"(brackets and '!' at line {line}, column {column})",
+                       "Flatten the command: nest fewer brackets or '!', or split it.",
+                       line=line, column=column, snippet=snippet(text, line, column)) from None
     except PositionedError as exc:
-        err = exc.error
-        if err.line is not None:
-            err.snippet = caret_snippet(text, err.line, err.column)
-        raise err from None
+        raise _positioned(text, exc.error) from None
     except VisitError as exc:  # a transformer error Lark wrapped
         inner = exc.orig_exc
         if isinstance(inner, PositionedError):
-            err = inner.error
-            if err.line is not None:
-                err.snippet = caret_snippet(text, err.line, err.column)
-            raise err from None
+            raise _positioned(text, inner.error) from None
+        if isinstance(inner, RecursionError):
+            raise _too_deep() from None
         raise _internal(inner) from None
     except UnexpectedInput as exc:
         raise _syntax_error(text, exc) from None
     except RecursionError:
-        raise KipError(ErrorCode.KIP_4002, "The command is nested too deeply to parse",
-                       "Flatten the command: nest fewer brackets, or split it.") from None
+        raise _too_deep() from None
     except LarkError as exc:
         raise KipError(ErrorCode.KIP_1001, f"Invalid KIP command: {exc}") from None
     finally:
-        _depth.n = 0
-        _depth.bangs = 0
+        _reset_depth(max_nesting)
     return ParsedCommand(command, A.command_kind(command), frozenset(_params(command)))
+
+
+_parse_cached = lru_cache(maxsize=4096)(_parse_text)
+
+
+_START_HINT = ("Send a KIP command such as FIND(...) WHERE {...}, UPSERT {...}, DELETE ..., "
+               "DESCRIBE ... or SEARCH ....")
+
+
+def _positioned(text: str, err: KipError) -> KipError:
+    if err.line is not None:
+        err.snippet = snippet(text, err.line, err.column)
+    return err
+
+
+def _too_deep() -> KipError:
+    return KipError(ErrorCode.KIP_4002, "The command is nested too deeply to parse",
+                    "Flatten the command: nest fewer brackets, or split it.")
+
+
+def snippet(text: str, line: int, column: int) -> str:
+    """The `line`-th line of `text` with a caret under `column` (1-based, in characters).
+
+    Lines are split on "\n" only, as Lark counts them (str.splitlines would also split on
+    \r, \x0b, \u2028..., which may sit inside a string literal); a trailing \r is dropped.
+    """
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        return ""
+    src = safe_text(lines[line - 1])
+    if src.endswith("\r"):
+        src = src[:-1]
+    # caret_snippet clips long lines; give it the one line with nothing it would split on.
+    safe = "".join(" " if c in _LINE_BREAKS else c for c in src)
+    return caret_snippet(safe, 1, column)
+
+
+_LINE_BREAKS = frozenset("\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 def _internal(exc: BaseException) -> KipError:
@@ -162,8 +227,38 @@ _TERMINAL_TEXT = {
     "AGG_FUNC": "an aggregate (COUNT, SUM, AVG, MIN, MAX)",
     "DIRECTION": "ASC or DESC",
     "ID_KEY": "id",
+    "_AND": "'&&'",
+    "_OR": "'||'",
     "$END": "the end of the command",
 }
+
+# Words from other query languages (and Python) that agents write by habit.
+_FOREIGN_WORDS = {
+    "SELECT": "KIP queries start with FIND(...) WHERE { ... }.",
+    "MATCH": "KIP queries start with FIND(...) WHERE { ... }.",
+    "RETURN": "List what to return in FIND(...), e.g. FIND(?x.name) WHERE { ... }.",
+    "GROUP": "KIP has no GROUP BY: plain expressions in FIND next to an aggregate form the "
+             "groups, e.g. FIND(?type.name, COUNT(?x)).",
+    "HAVING": "KIP has no HAVING; filter inside WHERE with FILTER(...).",
+    "OFFSET": "KIP pages with CURSOR \"<next_cursor of the previous response>\", not OFFSET.",
+    "AND": "Combine conditions with && (and), || (or), ! (not).",
+    "OR": "Combine conditions with && (and), || (or), ! (not).",
+    "INSERT": "Write knowledge with UPSERT { CONCEPT ?x { {type: \"T\", name: \"n\"} ... } }.",
+    "CREATE": "Write knowledge with UPSERT { CONCEPT ?x { {type: \"T\", name: \"n\"} ... } }.",
+    "MERGE": "Write knowledge with UPSERT { CONCEPT ?x { {type: \"T\", name: \"n\"} ... } }.",
+    "UPDATE": "Update knowledge with UPSERT (SET ATTRIBUTES merges the keys you give).",
+    "NaN": "JSON has no NaN or Infinity; use null or a finite number.",
+    "Infinity": "JSON has no NaN or Infinity; use null or a finite number.",
+    "True": "JSON literals are lowercase: true, false, null.",
+    "False": "JSON literals are lowercase: true, false, null.",
+    "None": "JSON literals are lowercase: true, false, null.",
+    "TRUE": "JSON literals are lowercase: true, false, null.",
+    "FALSE": "JSON literals are lowercase: true, false, null.",
+    "NULL": "JSON literals are lowercase: true, false, null.",
+}
+
+_PLACEHOLDER_HINT = ("A :name placeholder stands for one whole JSON value (e.g. {name: :name}, "
+                     "LIMIT :limit); it cannot be a variable, a key, a keyword or a hop count.")
 
 
 def _describe_terminal(name: str) -> str:
@@ -180,7 +275,7 @@ def _describe_terminal(name: str) -> str:
 
 
 def _expected_text(names) -> str:
-    described = sorted({_describe_terminal(n) for n in names if not n.startswith("_")},
+    described = sorted({_describe_terminal(n) for n in names},
                        key=lambda s: (s.startswith("'") is False, s))
     if len(described) > 12:
         described = described[:12] + ["..."]
@@ -194,11 +289,30 @@ def _word_at(text: str, pos: int) -> str:
     return text[pos:end] if end > pos else text[pos:pos + 1]
 
 
+def _is_word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _inside_word(text: str, pos: int | None) -> tuple[int, str] | None:
+    """(start, word) when `pos` is inside a word whose start the lexer took as a keyword or
+    number (`LIMITED` read as LIMIT + ED, `0x1F` as 0 + x1F): report the whole word there."""
+    if pos is None or not 0 < pos < len(text):
+        return None
+    if not (_is_word_char(text[pos - 1]) and _is_word_char(text[pos])):
+        return None
+    start = pos - 1
+    while start > 0 and _is_word_char(text[start - 1]):
+        start -= 1
+    end = pos
+    while end < len(text) and _is_word_char(text[end]):
+        end += 1
+    return start, text[start:end]
+
+
 def _syntax_error(text: str, exc: UnexpectedInput) -> KipError:
     line = getattr(exc, "line", None) or 1
     column = getattr(exc, "column", None) or 1
     expected: set[str] = set()
-    hint = None
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
         expected = set(exc.expected or ())
@@ -209,65 +323,114 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> KipError:
             except Exception:  # noqa: BLE001 - diagnostics only; keep Lark's own set
                 pass
         if tok.type == "$END":
-            found = "the end of the command"
-            line, column = _end_position(text)
+            if interactive is not None and not interactive.parser_state.value_stack:
+                return KipError(ErrorCode.KIP_1001,
+                                "The command holds only comments: there is no statement",
+                                _START_HINT, line=1, column=1, snippet=snippet(text, 1, 1))
+            found, word = "end of command", ""
+            line, column = _end_position(text, tok)
         else:
-            found = f"'{tok}'"
+            word = safe_text(str(tok))
             line, column = tok.line, tok.column
+            whole = _inside_word(text, tok.start_pos)
+            if whole is not None:
+                column -= tok.start_pos - whole[0]
+                word = safe_text(whole[1])
+            found = f"'{_clip(word)}'"
     elif isinstance(exc, UnexpectedCharacters):
         expected = set(exc.allowed or ())
-        found = f"'{_word_at(text, exc.pos_in_stream)}'"
-        word = _word_at(text, exc.pos_in_stream)
-        if word.upper() in KEYWORDS and word != word.upper():
-            hint = f"KIP keywords are uppercase: write {word.upper()} instead of {word}."
-        elif word == "=":
-            hint = "Compare with == (equality) or != (inequality)."
-        elif word == "-" and exc.pos_in_stream > 0 and (
+        word = safe_text(_word_at(text, exc.pos_in_stream))
+        whole = _inside_word(text, exc.pos_in_stream)
+        if whole is not None:
+            column -= exc.pos_in_stream - whole[0]
+            word = safe_text(whole[1])
+        found = f"'{_clip(word)}'"
+        if len(word) == 1 and not word.isprintable():
+            found = f"character U+{ord(word):04X}"
+        if word == '"':
+            return KipError(
+                ErrorCode.KIP_1001,
+                f"Unterminated string at line {line}, column {column}: no closing '\"' on "
+                f"the same line",
+                "Close the string with \"; a string cannot span lines (write a line break "
+                "as \\n), and a \" inside it is written \\\".",
+                line=line, column=column, snippet=snippet(text, line, column),
+                data={"found": '"', "expected": ['"']})
+        if word == "-" and exc.pos_in_stream > 0 and (
                 text[exc.pos_in_stream - 1].isalnum() or text[exc.pos_in_stream - 1] == "_"):
             start = exc.pos_in_stream - 1
             while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_?"):
                 start -= 1
-            ident = text[start:exc.pos_in_stream] + "-" + _word_at(text, exc.pos_in_stream + 1)
+            ident = safe_text(text[start:exc.pos_in_stream] + "-"
+                              + _word_at(text, exc.pos_in_stream + 1))
+            column -= exc.pos_in_stream - start
             return KipError(
                 ErrorCode.KIP_1002,
-                f"Invalid identifier '{ident}': '-' is not allowed in identifiers",
+                f"Invalid identifier '{_clip(ident)}': '-' is not allowed in identifiers",
                 "Identifiers must match regex [a-zA-Z_][a-zA-Z0-9_]*; use snake_case, e.g. "
                 "?side_effect.",
-                line=line, column=column - (exc.pos_in_stream - start),
-                snippet=caret_snippet(text, line, column - (exc.pos_in_stream - start)))
-    elif isinstance(exc, UnexpectedEOF):
+                line=line, column=column, snippet=snippet(text, line, column))
+    elif isinstance(exc, UnexpectedEOF):  # pragma: no cover - Earley only; kept for safety
         expected = set(exc.expected or ())
-        found = "the end of the command"
-        line, column = _end_position(text)
-    else:
-        found = "input"
-    if hint is None:
-        hint = _hint_for(expected, found)
+        found, word = "end of command", ""
+        line, column = _end_position(text, None)
+    else:  # pragma: no cover
+        found, word = "input", ""
     message = f"Unexpected {found} at line {line}, column {column}"
     if expected:
         message += f"; expected {_expected_text(expected)}"
-    return KipError(ErrorCode.KIP_1001, message, hint, line=line, column=column,
-                    snippet=caret_snippet(text, line, column),
-                    data={"found": found.strip("'"),
-                          "expected": sorted(_describe_terminal(n) for n in expected)})
+    return KipError(ErrorCode.KIP_1001, message, _hint_for(expected, found, word),
+                    line=line, column=column, snippet=snippet(text, line, column),
+                    data={"found": word if word else found,
+                          "expected": sorted({_describe_terminal(n) for n in expected})})
 
 
-def _end_position(text: str) -> tuple[int, int]:
+def _clip(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[:width] + "..."
+
+
+def _end_position(text: str, end_tok: Token | None) -> tuple[int, int]:
+    """Where the command ends: just after its last token (trailing comments and blank lines
+    are not where something is missing)."""
+    if end_tok is not None and getattr(end_tok, "end_line", None):
+        return end_tok.end_line, end_tok.end_column
     stripped = text.rstrip()
-    lines = stripped.splitlines() or [""]
+    lines = stripped.split("\n")
     return len(lines), len(lines[-1]) + 1
 
 
-def _hint_for(expected: set[str], found: str) -> str:
+def _hint_for(expected: set[str], found: str, word: str) -> str:
     if expected == {"DETACH"}:
         return ("DELETE CONCEPT requires the DETACH keyword: DELETE CONCEPT ?x DETACH "
                 "WHERE { ... }.")
-    if "RBRACE" in expected and found == "the end of the command":
-        return "A '{' is not closed: check that every '{' has a matching '}'."
-    if "RPAR" in expected and found == "the end of the command":
-        return "A '(' is not closed: check that every '(' has a matching ')'."
-    if found.strip("'").upper() in KEYWORDS and found.strip("'") != found.strip("'").upper():
-        return f"KIP keywords are uppercase: write {found.strip(chr(39)).upper()}."
+    if found == "end of command":
+        for closer, opener in (("RBRACE", "{"), ("RPAR", "("), ("RSQB", "[")):
+            if closer in expected:
+                return (f"The command ends too early: a '{opener}' is not closed; check that "
+                        f"every '{opener}' has a matching closing bracket.")
+        return "The command ends too early: complete the statement."
+    if len(word) == 1 and (word.isspace() or word in "\u200b\u200c\u200d\u2060\ufeff"):
+        return (f"U+{ord(word):04X} is not whitespace in KIP: replace it with a plain space "
+                f"(or remove it).")
+    if word.upper() in KEYWORDS and word != word.upper():
+        return f"KIP keywords are uppercase: write {word.upper()} instead of {word}."
+    if word in _FOREIGN_WORDS:
+        return _FOREIGN_WORDS[word]
+    if word == "=":
+        return "Compare with == (equality) or != (inequality)."
+    if word == "'":
+        return "Strings are JSON strings in double quotes: write \"text\", not 'text'."
+    if word.startswith(":") and "PARAM" not in expected:
+        return _PLACEHOLDER_HINT
+    if expected == {"NUMBER"}:
+        return ("A path range is {m,n}, {m,} or {n} with non-negative integers written "
+                "out (m is required: {0,3}, not {,3}); placeholders cannot stand for hops.")
+    if "$END" in expected:
+        return ("The command can end before this: remove the trailing text, or send a second "
+                "command as its own element of `commands`.")
+    if "STRING" in expected and word[:1].isalpha() and word.isidentifier():
+        return (f"Names and values are JSON strings in double quotes: write \"{word}\" "
+                f"instead of {word}.")
     return ErrorCode.KIP_1001.default_hint
 
 

@@ -89,9 +89,12 @@ class _Printer:
             text = f" {e.op} ".join(self.expr(o, prec) for o in e.operands)
             return f"({text})" if parent_prec >= prec else text
         if isinstance(e, A.NotOp):
+            # `!` binds looser than a comparison (`!a == b` is `!(a == b)`), so a negation
+            # that is itself compared needs parentheses.
             inner = self.expr(e.operand)
             atomic = isinstance(e.operand, (A.Path, A.Literal, A.Param, A.Call, A.NotOp))
-            return "!" + (inner if atomic else f"({inner})")
+            text = "!" + (inner if atomic else f"({inner})")
+            return f"({text})" if parent_prec >= 4 else text
         if isinstance(e, A.Call):
             return f"{e.func}(" + ", ".join(self.expr(a) for a in e.args) + ")"
         raise TypeError(f"not an expression node: {e!r}")

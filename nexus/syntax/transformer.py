@@ -3,9 +3,12 @@
 The transformer decides no semantics beyond what the grammar cannot say: it decodes JSON
 literals, checks identifiers against spec §2.8.1 (`KIP_1002`), and enforces the shape rules
 of each clause (which keys a concept clause may have, hop ranges, LIMIT ≥ 1, where JSON
-arrays may appear in FILTER...) so that such mistakes are reported with their position as
-`KIP_1001`, the same way a grammar error is. It is run by Lark inline while parsing (LALR),
-so it must not depend on seeing the whole tree.
+arrays may appear in FILTER, no key twice in an object...) so that such mistakes are reported
+with their position as `KIP_1001`, the same way a grammar error is. Value positions are typed
+(`A.EXPECT_*`): a literal is checked here, a `:name` placeholder carries the expectation to
+bind(), so both give the same error. It runs over the finished parse tree (Lark cannot pass
+positions to a transformer inlined in the LALR parser) but works rule by rule: a method never
+looks outside the node it builds.
 """
 from __future__ import annotations
 
@@ -84,13 +87,24 @@ def check_identifier(text: str, where: Any, what: str) -> str:
     return text
 
 
+def safe_text(text: str) -> str:
+    """`text` made safe to put in an error message: lone surrogates (which no JSON encoder
+    can write) become U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def decode_string(tok: Token) -> str:
     """A JSON string token → str; invalid escapes and lone surrogates are syntax errors."""
     raw = str(tok)
     try:
         text = json.loads(raw, strict=False)
     except ValueError as exc:
-        raise fail(tok, f"Invalid string literal {raw[:40]}: {exc.args[0].split(':')[0]}",
+        raise fail(tok, f"Invalid string literal {safe_text(_clip(raw))}: "
+                   f"{exc.args[0].split(':')[0]}",
                    "Strings are JSON strings: escape quotes and backslashes as \\\" and "
                    "\\\\, unicode as \\uXXXX.") from None
     try:
@@ -103,13 +117,23 @@ def decode_string(tok: Token) -> str:
 
 
 def decode_number(tok: Token) -> int | float:
+    """A JSON number token → int (no '.', 'e' or 'E') or float, as JSON writes them."""
     raw = str(tok)
     if any(c in raw for c in ".eE"):
         value = float(raw)
         if math.isinf(value):
-            raise fail(tok, f"Number {raw} is out of range", "Use a finite number.")
+            raise fail(tok, f"Number {_clip(raw)} is out of range", "Use a finite number.")
         return value
-    return int(raw)
+    try:
+        return int(raw)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise fail(tok, f"Number {_clip(raw)} has too many digits ({len(raw)})",
+                   "Write a number of at most a few hundred digits, or pass it as a "
+                   "string.") from None
+
+
+def _clip(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def check_expect(value: Any, expect: str, where: Any, what: str) -> None:
@@ -123,8 +147,15 @@ def check_expect(value: Any, expect: str, where: Any, what: str) -> None:
         ok = isinstance(value, list)
     elif expect == A.EXPECT_POSITIVE_INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    elif expect == A.EXPECT_PRIMITIVE:
+        ok = not isinstance(value, (list, dict))
+    elif expect == A.EXPECT_KEY:
+        ok = isinstance(value, str)
+        if ok:
+            check_identifier(value, where, what)
     if not ok:
-        raise fail(where, f"{what} must be a {expect}, got {json.dumps(value)[:60]}",
+        raise fail(where, f"{what} must be {A.article(expect)}, got "
+                   f"{_clip(json.dumps(value, ensure_ascii=False), 60)}",
                    _EXPECT_HINT.get(expect))
 
 
@@ -133,6 +164,9 @@ _EXPECT_HINT = {
     A.EXPECT_STRING: "Write a JSON string here, e.g. \"Drug\".",
     A.EXPECT_OBJECT: "Write a JSON object here, e.g. { key: \"value\" }.",
     A.EXPECT_ARRAY: "Write a JSON array here, e.g. [\"a\", \"b\"].",
+    A.EXPECT_KEY: "Name the key as a JSON string, e.g. {\"old_id\"}.",
+    A.EXPECT_PRIMITIVE: "FILTER compares strings, numbers, booleans and null; use "
+                        "IN(?x, [...]) to test membership in a list.",
 }
 
 
@@ -149,7 +183,7 @@ def slot(value: A.Value, expect: str, what: str) -> A.Value:
         A.EXPECT_ARRAY: isinstance(value, A.ArrayValue),
     }.get(expect, False)
     if not kind_ok:
-        raise fail(value.pos, f"{what} must be a {expect}", _EXPECT_HINT.get(expect))
+        raise fail(value.pos, f"{what} must be {A.article(expect)}", _EXPECT_HINT.get(expect))
     return value
 
 
@@ -290,15 +324,20 @@ class KipTransformer(Transformer):
         fields: dict[str, A.Value] = {}
         for key, value, where in children:
             if key not in CONCEPT_FIELDS:
-                raise fail(where, f"Unknown key '{key}' in a concept clause",
+                raise fail(where, f"Unknown key '{key}' in a concept clause: a concept clause "
+                           f"takes only id, type and name",
                            "A concept clause is {id: \"C:...\"}, {type: \"T\"}, {name: \"n\"} "
-                           "or {type: \"T\", name: \"n\"}.")
+                           "or {type: \"T\", name: \"n\"}; attributes are matched with "
+                           "FILTER(?x.attributes.<key> == ...).")
             if key in fields:
-                raise fail(where, f"Key '{key}' is given twice in a concept clause")
+                raise fail(where, f"Key '{key}' is given twice in a concept clause",
+                           f"Give '{key}' once.")
+            if fields and (key == "id" or "id" in fields):
+                raise fail(where, f"A concept clause matches by id or by type/name, not both "
+                           f"(found '{key}' together with "
+                           f"'{'id' if key != 'id' else next(iter(fields))}')",
+                           "Write {id: \"C:...\"} alone, or {type: \"T\", name: \"n\"}.")
             fields[key] = slot(value, A.EXPECT_STRING, f"'{key}' in a concept clause")
-        if "id" in fields and len(fields) > 1:
-            raise fail(meta, "A concept clause matches by id or by type/name, not both",
-                       "Write {id: \"C:...\"} alone, or {type: \"T\", name: \"n\"}.")
         return A.ConceptMatch(fields.get("id"), fields.get("type"), fields.get("name"),
                               _pos(meta))
 
@@ -352,8 +391,7 @@ class KipTransformer(Transformer):
         return (lo, hi)
 
     def filter_pattern(self, meta, children):
-        expr = children[0]
-        _check_no_array(expr)
+        expr = _filter_operands(children[0])
         return A.FilterPattern(expr, _pos(meta))
 
     # --- FILTER expressions ---------------------------------------------------------------
@@ -470,7 +508,7 @@ class KipTransformer(Transformer):
         return A.DeleteConcept(_plain_var(var), where, _pos(meta))
 
     def key_list(self, meta, children):
-        keys = tuple(token_value(t, A.EXPECT_STRING, "a key to delete")
+        keys = tuple(token_value(t, A.EXPECT_KEY, "a key to delete")
                      for t in children if t is not None)
         if not keys:
             raise fail(meta, "The list of keys to delete is empty",
@@ -535,13 +573,19 @@ class KipTransformer(Transformer):
         return A.Literal(None, _pos(meta))
 
     def json_object(self, meta, children):
-        entries = [c for c in children if c is not None]
-        if all(isinstance(v, A.Literal) for _, v in entries):
-            return A.Literal({k: v.value for k, v in entries}, _pos(meta))
-        return A.ObjectValue(tuple(entries), _pos(meta))
+        return _object(children, meta)
 
     def object_entry(self, meta, children):
-        return (self._key(children[0], "object key"), children[1])
+        return (self._key(children[0], "object key"), children[1], children[0])
+
+    def map_object(self, meta, children):
+        return _object(children, meta)
+
+    def map_entry(self, meta, children):
+        tok = children[0]
+        key = self._key(tok, "key")
+        check_identifier(key, tok, "an attribute or metadata key")
+        return (key, children[1], tok)
 
     def json_array(self, meta, children):
         items = [c for c in children if c is not None]
@@ -574,6 +618,28 @@ _CALL_HINT = {
 }
 
 
+def _object(children: list, meta: Any) -> A.Value:
+    """`{k: v, ...}` → a Literal dict, or an ObjectValue when a placeholder is inside.
+
+    A key given twice is an error (JSON leaves duplicates undefined; silently keeping the last
+    would hide a mistake in a command that writes knowledge).
+    """
+    entries: list[tuple[str, A.Value]] = []
+    seen: set[str] = set()
+    for child in children:
+        if child is None:
+            continue
+        key, value, tok = child
+        if key in seen:
+            raise fail(tok, f"Key '{key}' is given twice in one object",
+                       f"Give each key once; merge the two values of '{key}'.")
+        seen.add(key)
+        entries.append((key, value))
+    if all(isinstance(v, A.Literal) for _, v in entries):
+        return A.Literal({k: v.value for k, v in entries}, _pos(meta))
+    return A.ObjectValue(tuple(entries), _pos(meta))
+
+
 def _bool(op: str, children: list, meta: Any) -> A.BoolOp:
     operands: list = []
     for c in children:
@@ -584,25 +650,38 @@ def _bool(op: str, children: list, meta: Any) -> A.BoolOp:
     return A.BoolOp(op, tuple(operands), _pos(meta))
 
 
-def _check_no_array(expr: Any) -> None:
-    """JSON arrays/objects are operands only as IN's list; anywhere else is an error."""
+def _filter_operands(expr: Any) -> Any:
+    """FILTER operates on primitive values (§2.7): a JSON list is an operand only as IN's
+    second argument; a placeholder anywhere else must be bound to a primitive. Returns `expr`
+    with such placeholders constrained (EXPECT_PRIMITIVE)."""
+    if isinstance(expr, A.Param):
+        return A.Param(expr.name, A.EXPECT_PRIMITIVE, expr.pos)
     if isinstance(expr, (A.ArrayValue, A.ObjectValue)) or (
             isinstance(expr, A.Literal) and isinstance(expr.value, (list, dict))):
-        raise fail(expr.pos, "A JSON list can only appear as the second argument of IN",
+        what = "list" if isinstance(expr, A.ArrayValue) or (
+            isinstance(expr, A.Literal) and isinstance(expr.value, list)) else "object"
+        raise fail(expr.pos, f"A JSON {what} can only appear in FILTER as the second "
+                   f"argument of IN",
                    "FILTER compares primitive values; write IN(?x, [\"a\", \"b\"]) to test "
                    "membership.")
     if isinstance(expr, A.Compare):
-        _check_no_array(expr.left)
-        _check_no_array(expr.right)
+        left, right = _filter_operands(expr.left), _filter_operands(expr.right)
+        if left is not expr.left or right is not expr.right:
+            return A.Compare(expr.op, left, right, expr.pos)
     elif isinstance(expr, A.BoolOp):
-        for o in expr.operands:
-            _check_no_array(o)
+        operands = tuple(_filter_operands(o) for o in expr.operands)
+        if any(a is not b for a, b in zip(operands, expr.operands)):
+            return A.BoolOp(expr.op, operands, expr.pos)
     elif isinstance(expr, A.NotOp):
-        _check_no_array(expr.operand)
+        operand = _filter_operands(expr.operand)
+        if operand is not expr.operand:
+            return A.NotOp(operand, expr.pos)
     elif isinstance(expr, A.Call):
-        args = expr.args[:1] if expr.func == "IN" else expr.args
-        for a in args:
-            _check_no_array(a)
+        n = 1 if expr.func == "IN" else len(expr.args)
+        args = tuple(_filter_operands(a) for a in expr.args[:n]) + expr.args[n:]
+        if any(a is not b for a, b in zip(args, expr.args)):
+            return A.Call(expr.func, args, expr.pos)
+    return expr
 
 
 def _split_metadata(children: list) -> tuple[list, A.Value | None]:
@@ -626,15 +705,9 @@ def _plain_var(tok: Token) -> str:
 
 
 def _map_slot(value: A.Value, what: str) -> A.Value:
-    value = slot(value, A.EXPECT_OBJECT, what)
-    keys: tuple = ()
-    if isinstance(value, A.Literal):
-        keys = tuple(value.value)
-    elif isinstance(value, A.ObjectValue):
-        keys = tuple(k for k, _ in value.entries)
-    for key in keys:
-        check_identifier(key, value.pos, f"a key of {what}")
-    return value
+    # Keys of a written map were checked by map_entry (with their own position); a
+    # placeholder's keys are checked by bind().
+    return slot(value, A.EXPECT_OBJECT, what)
 
 
 def _check_kml_term(term: A.Term) -> A.Term:
