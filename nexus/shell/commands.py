@@ -1,0 +1,215 @@
+"""The `:commands`: help, load, parameters, explain, describe shortcuts and settings.
+
+Each command is a function `(shell, arg) -> bool` (True on success) registered in
+`COMMANDS` with its usage line and a one-line description; `:help` and tab completion read
+the same table, so a new command is one function and one entry.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable
+
+from . import render
+from .core import Quit, Shell, duration_text
+
+Handler = Callable[[Shell, str], bool]
+COMMANDS: dict[str, tuple[Handler, str, str]] = {}
+ALIASES = {":q": ":quit", ":exit": ":quit", ":h": ":help", ":?": ":help"}
+DESCRIBE_TOPICS = ("primer", "domains", "types", "predicates", "type", "predicate")
+
+
+def command(name: str, usage: str, text: str) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        COMMANDS[name] = (fn, usage, text)
+        return fn
+    return register
+
+
+def run_meta(shell: Shell, line: str) -> bool:
+    name, _, arg = line.strip().partition(" ")
+    name = ALIASES.get(name, name)
+    entry = COMMANDS.get(name)
+    if entry is None:
+        return shell.error(f"Unknown command {name}", "Type :help for the list of commands.",
+                           name="UnknownCommand")
+    return entry[0](shell, arg.strip())
+
+
+def _on_off(shell: Shell, arg: str, current: bool, what: str) -> bool | None:
+    """Parse on/off (no argument toggles); None after reporting a bad argument."""
+    if not arg:
+        return not current
+    if arg.lower() in ("on", "true", "yes", "1"):
+        return True
+    if arg.lower() in ("off", "false", "no", "0"):
+        return False
+    shell.error(f"{what} takes on or off, not {arg!r}", name="BadArgument")
+    return None
+
+
+@command(":help", ":help", "this help")
+def _help(shell: Shell, arg: str) -> bool:
+    p = shell.paint
+    lines = [p("header", "KIP commands"),
+             "  FIND(...) WHERE {...}, UPSERT {...}, DELETE ..., DESCRIBE ..., SEARCH ...",
+             "  A command runs when its brackets balance (and it is complete), or when a line",
+             "  ends with ';'. Esc then Enter runs the text as it is. Tab completes keywords,",
+             "  types, predicates, variables and :commands; Up/Down walk the history.",
+             "", p("header", "Shell commands")]
+    width = max(len(usage) for _, usage, _ in COMMANDS.values())
+    for _, usage, text in COMMANDS.values():
+        lines.append(f"  {usage.ljust(width)}  {text}")
+    lines += ["", "Ctrl-C clears the input, Ctrl-D on an empty line quits."]
+    shell.show_lines(lines)
+    return True
+
+
+@command(":quit", ":quit", "leave the shell (also Ctrl-D)")
+def _quit(shell: Shell, arg: str) -> bool:
+    raise Quit()
+
+
+@command(":load", ":load FILE", "apply a capsule file (.kip) to the database")
+def _load(shell: Shell, arg: str) -> bool:
+    if not arg:
+        return shell.error(":load needs a file", "Example: :load capsules/person.kip",
+                           name="BadArgument")
+    path = os.path.expanduser(arg.strip().strip('"'))
+    if not os.path.isfile(path):
+        return shell.error(f"No such file: {path}", name="FileError")
+    started = time.perf_counter()
+    try:
+        report = shell.backend.load(path, shell.ui.progress)
+    finally:
+        shell.ui.end_progress()
+    shell.schema.invalidate()
+    if report.error is not None:
+        shell.show_lines(render.render_error(report.error.get("error"), shell.paint,
+                                             shell.ui.width))
+        return False
+    timing = f" in {duration_text(time.perf_counter() - started)}" if shell.timing else ""
+    shell.info(shell.paint("ok", f"Loaded {path}: {report.summary()}{timing}"))
+    return True
+
+
+def parse_value(text: str) -> Any:
+    """A JSON value, or the text itself when it is not JSON (`:param name Alice`)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+@command(":param", ":param NAME VALUE", "set :NAME for every command (JSON, else text)")
+def _param(shell: Shell, arg: str) -> bool:
+    name, _, value = arg.partition(" ")
+    name = name.lstrip(":")
+    if not name.isidentifier():
+        return shell.error(f"Bad parameter name {name!r}", "Example: :param name \"Aspirin\"",
+                           name="BadArgument")
+    if not value.strip():
+        if name not in shell.params:
+            return shell.error(f"Parameter :{name} is not set", name="BadArgument")
+        shell.info(f":{name} = {json.dumps(shell.params[name], ensure_ascii=False)}")
+        return True
+    shell.params[name] = parse_value(value.strip())
+    shell.info(f":{name} = {json.dumps(shell.params[name], ensure_ascii=False)}")
+    return True
+
+
+@command(":params", ":params", "list the parameters that are set")
+def _params(shell: Shell, arg: str) -> bool:
+    if not shell.params:
+        shell.info(shell.paint("dim", "(no parameters)"))
+    for name, value in sorted(shell.params.items()):
+        shell.info(f":{name} = {json.dumps(value, ensure_ascii=False)}")
+    return True
+
+
+@command(":unparam", ":unparam NAME", "forget a parameter")
+def _unparam(shell: Shell, arg: str) -> bool:
+    name = arg.strip().lstrip(":")
+    if name not in shell.params:
+        return shell.error(f"Parameter :{name} is not set", name="BadArgument")
+    del shell.params[name]
+    shell.info(f":{name} unset")
+    return True
+
+
+@command(":explain", ":explain FIND ...", "show the query plan of a FIND")
+def _explain(shell: Shell, arg: str) -> bool:
+    if not arg:
+        return shell.error(":explain needs a query", "Example: :explain FIND(?x) WHERE "
+                           "{ ?x {type: \"Person\"} }", name="BadArgument")
+    query = arg if arg.lstrip().startswith("EXPLAIN") else f"EXPLAIN {arg}"
+    return shell.run_kip(query)
+
+
+def describe_command(arg: str) -> str | None:
+    topic, _, name = arg.strip().partition(" ")
+    topic = topic.lower() or "primer"
+    name = name.strip().strip('"')
+    simple = {"primer": "DESCRIBE PRIMER", "domains": "DESCRIBE DOMAINS",
+              "types": "DESCRIBE CONCEPT TYPES", "predicates": "DESCRIBE PROPOSITION TYPES"}
+    if topic in simple and not name:
+        return simple[topic]
+    if topic == "type" and name:
+        return f"DESCRIBE CONCEPT TYPE {json.dumps(name)}"
+    if topic == "predicate" and name:
+        return f"DESCRIBE PROPOSITION TYPE {json.dumps(name)}"
+    return None
+
+
+@command(":describe", ":describe [WHAT]",
+         "DESCRIBE shortcuts: primer, domains, types, predicates, type T, predicate p")
+def _describe(shell: Shell, arg: str) -> bool:
+    text = describe_command(arg)
+    if text is None:
+        return shell.error(f"Cannot describe {arg!r}", "Use :describe types, :describe type "
+                           "Person, :describe predicate knows, domains or primer.",
+                           name="BadArgument")
+    return shell.run_kip(text)
+
+
+@command(":readonly", ":readonly [on|off]", "send commands with execute_kip_readonly")
+def _readonly(shell: Shell, arg: str) -> bool:
+    value = _on_off(shell, arg, shell.readonly, ":readonly")
+    if value is None:
+        return False
+    shell.readonly = value
+    shell.info(f"read-only {'on' if value else 'off'}")
+    return True
+
+
+@command(":json", ":json [on|off]", "show raw JSON responses instead of tables")
+def _json(shell: Shell, arg: str) -> bool:
+    value = _on_off(shell, arg, shell.json_output, ":json")
+    if value is None:
+        return False
+    shell.json_output = value
+    shell.info(f"JSON output {'on' if value else 'off'}")
+    return True
+
+
+@command(":timing", ":timing [on|off]", "show how long each command took")
+def _timing(shell: Shell, arg: str) -> bool:
+    value = _on_off(shell, arg, shell.timing, ":timing")
+    if value is None:
+        return False
+    shell.timing = value
+    shell.info(f"timing {'on' if value else 'off'}")
+    return True
+
+
+@command(":pager", ":pager [on|off]", "page long results with --more--")
+def _pager(shell: Shell, arg: str) -> bool:
+    current = bool(getattr(shell.ui, "pager", False))
+    value = _on_off(shell, arg, current, ":pager")
+    if value is None:
+        return False
+    if hasattr(shell.ui, "pager"):
+        shell.ui.pager = value
+    shell.info(f"pager {'on' if value else 'off'}")
+    return True
