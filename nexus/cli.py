@@ -1,0 +1,461 @@
+"""`kip`: the command-line front end (an adapter: no engine logic lives here).
+
+    kip serve   [--db DIR] [--host H] [--port N] [--api-key KEY] ...  JSON-RPC server
+    kip shell   [...]                                                 interactive shell
+    kip exec    [--db DIR | --url URL] 'COMMAND' | -f FILE [--param k=v]... [--readonly]
+                [--dry-run]                                           run one command
+    kip load    [--db DIR] [--privileged] PATH...                     load .kip capsules
+    kip export  [--db DIR] [--domain NAME] [-o FILE]                  graph → .kip capsule
+    kip info    [--db DIR]                                            counts, size, versions
+    kip reindex [--db DIR]                                            rebuild search indexes
+    kip check   [--db DIR] [--deep]                                   index consistency check
+
+`--db` defaults to `./nexus-data` (or `$KIP_DB`). Exit status: 0 success, 1 a KIP error
+(`exec`, `load`), 2 a usage or environment error (bad arguments, unreachable server, a
+feature not in this build).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, Sequence
+
+from . import KIP_VERSION, __version__
+from .errors import KipError
+
+DEFAULT_DB = "./nexus-data"   # documented default of `kip serve`, `kip shell`, `kip exec`
+
+
+class CliError(Exception):
+    """A usage or environment error: printed as `kip: <message>`, exit status 2."""
+
+
+def _default_db() -> str:
+    return os.environ.get("KIP_DB") or DEFAULT_DB
+
+
+def _add_db(p: argparse.ArgumentParser, creates: bool = False) -> None:
+    p.add_argument("--db", default=None, metavar="DIR",
+                   help=f"database directory (default: $KIP_DB or {DEFAULT_DB})")
+    if creates:
+        p.add_argument("--no-bootstrap", action="store_true",
+                       help="do not apply the bundled capsules (Genesis, Person, Event, "
+                       "$self, $system) when opening the database")
+
+
+def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
+    from .api import Nexus
+    if getattr(args, "no_bootstrap", False):
+        options["bootstrap"] = False
+    path = args.db or _default_db()
+    if not create and not os.path.isdir(path):
+        raise CliError(f"no database at {path}")
+    try:
+        if create:
+            os.makedirs(path, exist_ok=True)
+        return Nexus.open(path, **options)
+    except Exception as exc:  # noqa: BLE001 - the CLI reports, it does not trace back
+        raise CliError(f"cannot open {args.db or _default_db()}: {exc}") from exc
+
+
+def _emit(data: Any, stream: Any = None) -> None:
+    stream = stream or sys.stdout
+    stream.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+# --- serve --------------------------------------------------------------------------------
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import serve
+    api_key = args.api_key or os.environ.get("KIP_API_KEY") or None
+    try:
+        return serve(args.db or _default_db(), host=args.host, port=args.port,
+                     api_key=api_key, allow_remote=args.allow_remote, timeout=args.timeout,
+                     request_timeout=args.request_timeout, max_body=args.max_body,
+                     access_log=None if args.access_log == "off" else args.access_log,
+                     log_level=args.log_level, bootstrap=not args.no_bootstrap,
+                     threads=args.threads, audit=not args.no_audit, http=args.http,
+                     loop=args.loop)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") \
+            from exc
+    except KipError as exc:
+        raise CliError(f"cannot open {args.db or _default_db()}: {exc.message}") from exc
+
+
+# --- shell --------------------------------------------------------------------------------
+
+def cmd_shell(argv: list[str]) -> int:
+    try:
+        from .shell import main as shell_main
+    except ImportError:
+        if any(a in ("-h", "--help") for a in argv):
+            print("usage: kip shell [--db DIR] ...\n\nThe interactive KIP shell "
+                  "(not available in this build).")
+            return 0
+        raise CliError("the interactive shell (nexus.shell) is not available in this build")
+    return int(shell_main(argv) or 0)      # the shell parses its own options (--db, --url)
+
+
+# --- exec ---------------------------------------------------------------------------------
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """`k=v`: v parsed as JSON, falling back to the raw string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise CliError(f"--param expects NAME=VALUE, got {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.lstrip(":"), value
+
+
+def post_kip(url: str, method: str, params: Any, api_key: str | None = None,
+             timeout: float = 300.0) -> dict[str, Any]:
+    """POST one call to a `kip serve` endpoint (stdlib only); returns the KIP response.
+    HTTP error statuses still carry a KIP response body, which is returned as is."""
+    import urllib.error
+    import urllib.request
+    if not url.rstrip("/").endswith("/kip"):
+        url = url.rstrip("/") + "/kip"
+    body = json.dumps({"method": method, "params": params}).encode("utf-8")
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        data = exc.read()
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise CliError(f"{url}: HTTP {exc.code}: {data[:200]!r}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise CliError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    if (args.command is None) == (args.file is None):
+        raise CliError("give one COMMAND argument or -f FILE")
+    if args.file is not None:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                with open(args.file, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
+    else:
+        text = args.command
+    params = dict(parse_param(p) for p in args.param or [])
+    request: dict[str, Any] = {"command": text}
+    if params:
+        request["parameters"] = params
+    if args.dry_run:
+        request["dry_run"] = True
+    method = "execute_kip_readonly" if args.readonly else "execute_kip"
+    if args.url:
+        api_key = args.api_key or os.environ.get("KIP_API_KEY")
+        response = post_kip(args.url, method, request, api_key)
+    else:
+        with _open(args) as nexus:
+            response = getattr(nexus, method)(request)
+    _emit(response)
+    return 1 if "error" in response else 0
+
+
+# --- load ---------------------------------------------------------------------------------
+
+class _Progress:
+    """A one-line progress bar on stderr, fed `(label, done, total)` or `(done, total)`;
+    silent when stderr is not a terminal."""
+
+    def __init__(self, label: str, stream: Any = None) -> None:
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.shown = False
+
+    def __call__(self, *args: Any) -> None:
+        if not self.tty:
+            return
+        label = self.label
+        if args and isinstance(args[0], (str, os.PathLike)):
+            label = f"{self.label} {os.path.basename(os.fspath(args[0]))}"
+            args = args[1:]
+        done, total = (list(args) + [None, None])[:2]
+        if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total:
+            frac = min(1.0, done / total)
+            text = f"\r{label} [{'#' * int(frac * 30):<30}] {frac * 100:5.1f}%"
+        else:
+            text = f"\r{label} {done if done is not None else ''}"
+        self.stream.write(text[:200])
+        self.stream.flush()
+        self.shown = True
+
+    def done(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    try:
+        from .capsules import load_capsules
+    except ImportError:
+        raise CliError("capsule loading (nexus.capsules.load_capsules) is not available in "
+                       "this build") from None
+    for path in args.paths:
+        if not os.path.exists(path):
+            raise CliError(f"no such file or directory: {path}")
+    with _open(args) as nexus:
+        progress = _Progress("loading")
+        options = {"privileged": True} if args.privileged else {}
+        try:
+            report = load_capsules(nexus, list(args.paths), progress, **options)
+        except KipError as err:
+            report = {"error": err.to_dict()}
+        finally:
+            progress.done()
+    report = _plain(report)
+    _emit(report)
+    return 1 if _report_failed(report) else 0
+
+
+def _plain(value: Any) -> Any:
+    """A loader report as JSON-able data (dataclasses and objects become dicts)."""
+    import dataclasses
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "to_dict"):
+        return _plain(value.to_dict())
+    if hasattr(value, "__dict__"):
+        return _plain({k: v for k, v in vars(value).items() if not k.startswith("_")})
+    return str(value)
+
+
+def _report_failed(report: Any) -> bool:
+    if isinstance(report, dict):
+        if report.get("error") or report.get("errors") or report.get("failed"):
+            return True
+        return any(_report_failed(v) for v in report.values() if isinstance(v, (dict, list)))
+    if isinstance(report, list):
+        return any(_report_failed(v) for v in report)
+    return False
+
+
+# --- export -------------------------------------------------------------------------------
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_text
+    with _open(args, create=False, bootstrap=False) as nexus:
+        try:
+            text = export_text(nexus, domain=args.domain)
+        except LookupError as exc:
+            raise CliError(str(exc.args[0] if exc.args else exc)) from None
+    if args.output and args.output != "-":
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# --- info ---------------------------------------------------------------------------------
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import platform
+    path = args.db or _default_db()
+    with _open(args, create=False, bootstrap=False) as nexus:
+        with nexus.store.read() as txn:
+            def of_type(name: str) -> int:
+                sid = txn.symbol_id(name)
+                return txn.count_type(sid) if sid is not None else 0
+            counts = {"concepts": txn.count_concepts(), "propositions": txn.count_links(),
+                      "concept_types": of_type("$ConceptType"),
+                      "proposition_types": of_type("$PropositionType"),
+                      "domains": of_type("Domain")}
+    size = sum(os.path.getsize(os.path.join(root, f))
+               for root, _, files in os.walk(path) for f in files)
+    try:
+        import lmdb
+        lmdb_version = lmdb.__version__
+    except ImportError:  # pragma: no cover
+        lmdb_version = None
+    _emit({"path": os.path.abspath(path), **counts, "disk_bytes": size,
+           "nexus_version": __version__, "kip_version": KIP_VERSION,
+           "python": platform.python_version(), "lmdb": lmdb_version})
+    return 0
+
+
+# --- reindex / check (the logic is other components'; this is wiring) ----------------------
+
+def _search_service(nexus: Any, what: str) -> Any:
+    fn = getattr(getattr(nexus, "search", None), what, None)
+    if fn is None:
+        raise CliError(f"search {what} (nexus.search) is not available in this build")
+    return fn
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    with _open(args, create=False, bootstrap=False) as nexus:
+        reindex = _search_service(nexus, "reindex")
+        progress = _Progress("reindexing")
+        try:
+            report = reindex(progress)
+        finally:
+            progress.done()
+    _emit(_plain(report))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    with _open(args, create=False, bootstrap=False) as nexus:
+        check = _search_service(nexus, "check")
+        report = {"search": _plain(check(deep=args.deep))}
+        store_check = getattr(nexus.store, "check", None)     # when the store offers one
+        if callable(store_check):
+            report["store"] = _plain(store_check())
+    _emit(report)
+    failed = any(isinstance(r, dict) and r.get("ok") is False for r in report.values())
+    if failed:
+        print("kip: problems found; `kip reindex` rebuilds the search indexes",
+              file=sys.stderr)
+    return 1 if failed else 0
+
+
+# --- argument parsing ---------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kip", description="nexus: a KIP (Knowledge Interaction Protocol) engine.",
+        epilog=f"KIP {KIP_VERSION}. The database directory defaults to $KIP_DB or {DEFAULT_DB}.")
+    parser.add_argument("--version", action="version",
+                        version=f"nexus {__version__} (KIP {KIP_VERSION})")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="serve the JSON-RPC endpoint POST /kip",
+                       description="Serve POST /kip (execute_kip, execute_kip_readonly, "
+                       "list_logs), GET / and GET /healthz until SIGTERM/SIGINT (graceful).")
+    _add_db(p, creates=True)
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free)")
+    p.add_argument("--api-key", default=None,
+                   help="require `Authorization: Bearer KEY` (default: $KIP_API_KEY)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --host without an API key")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="per-command execution limit (engine query_timeout, default 30)")
+    p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock limit per HTTP request (default max(60, 2 x timeout))")
+    p.add_argument("--max-body", type=int, default=None, metavar="BYTES",
+                   help="request body limit (default 32 MiB)")
+    p.add_argument("--access-log", default="-", metavar="FILE",
+                   help="JSON-lines access log: a file, - for stderr (default), or off")
+    p.add_argument("--no-audit", action="store_true",
+                   help="keep no audit log (list_logs then answers an empty list)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="worker threads running commands (default min(32, CPUs + 4))")
+    p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
+                   help="HTTP parser (default: httptools when installed, else h11)")
+    p.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"],
+                   help="event loop (default: uvloop when installed, else asyncio)")
+    p.add_argument("--log-level", default="warning",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn's own log level (default warning)")
+    p.set_defaults(func=cmd_serve)
+
+    sub.add_parser("shell", help="the interactive KIP shell (see `kip shell --help`)",
+                   add_help=False)
+
+    p = sub.add_parser("exec", help="run one command and print the JSON response",
+                       description="Run one KIP command (text, or a file with -f) locally or "
+                       "against a server (--url) and print the JSON response. Exit status 1 "
+                       "when the response is a KIP error.")
+    _add_db(p, creates=True)
+    p.add_argument("command", nargs="?", help="the KIP command text")
+    p.add_argument("-f", "--file", help="read the command from FILE (- for stdin)")
+    p.add_argument("--param", "-p", action="append", metavar="NAME=VALUE",
+                   help="a parameter (:NAME); VALUE is JSON, else a string; repeatable")
+    p.add_argument("--readonly", action="store_true", help="use execute_kip_readonly")
+    p.add_argument("--dry-run", action="store_true", help="validate only, write nothing")
+    p.add_argument("--url", help="a kip serve endpoint instead of --db, e.g. "
+                   "http://127.0.0.1:8080")
+    p.add_argument("--api-key", help="Bearer key for --url (default: $KIP_API_KEY)")
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser("load", help="load .kip capsule files or directories",
+                       description="Load KIP capsules (.kip files, or directories of them) "
+                       "and print what was loaded. Exit status 1 if a capsule failed.")
+    _add_db(p, creates=True)
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--privileged", action="store_true",
+                   help="let the capsules change protected system definitions (trusted "
+                   "capsules only)")
+    p.set_defaults(func=cmd_load)
+
+    p = sub.add_parser("export", help="write the graph (or one domain) as a .kip capsule",
+                       description="Write the whole graph, or one domain and what it needs, "
+                       "as a .kip capsule that `kip load` re-imports into a new database.")
+    _add_db(p)
+    p.add_argument("--domain", help="export only this domain's concepts (and the types, "
+                   "predicates and links they need)")
+    p.add_argument("-o", "--output", help="output file (default stdout)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("info", help="counts, disk size, versions",
+                       description="Print counts of concepts, propositions, types and "
+                       "predicates, the disk size and versions as JSON.")
+    _add_db(p)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("reindex", help="rebuild the SEARCH indexes",
+                       description="Rebuild the lexical and vector SEARCH indexes.")
+    _add_db(p)
+    p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser("check", help="check that the indexes match the data",
+                       description="Compare the SEARCH indexes (and the store, where it "
+                       "offers a check) with the data; print a JSON report; exit status 1 "
+                       "if they drifted (repair with `kip reindex`).")
+    _add_db(p)
+    p.add_argument("--deep", action="store_true",
+                   help="also re-derive every indexed document (slower)")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "shell":
+            return cmd_shell(argv[1:])
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"kip: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""`kip export`: the graph, or one domain, as a `.kip` capsule that `kip load` re-imports.
+
+Owns the choice and order of what is written; the text of values is `nexus.syntax`'s
+(`value_text`). Reads one consistent snapshot through the store protocol.
+
+What the capsule holds:
+* every concept as a `CONCEPT` block identified by `{type, name}`, with `SET ATTRIBUTES` and
+  its own `WITH METADATA`; every link as a `PROPOSITION` block `(subject, "predicate",
+  object)` whose ends are `{type, name}` clauses or, for higher-order links, nested
+  `(s, "p", o)` clauses — so ids never appear and a load gets fresh ones;
+* engine metadata (`_version`, `_created_at`, `_updated_at`, any `_` key) is left out: the
+  loading engine stamps its own;
+* order: concept types, then predicates, then domains, then the other concepts, then links in
+  creation order (a link can only refer to links older than itself) — every definition comes
+  before its first use;
+* left out: the protected Genesis core (the definitions of `$ConceptType`,
+  `$PropositionType`, `Domain`, `belongs_to_domain`, the `CoreSchema` domain and their links
+  to it — every nexus database has them and KML may not rewrite them) and the protected
+  `core_directives` of `$self`/`$system` (their other attributes and metadata are exported).
+  Nothing outside the graph is read: no configuration, no audit log, no secrets.
+
+Statements hold at most `STATEMENT_BLOCKS` blocks so that a loader may run them one by one.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from . import KIP_VERSION, __version__
+from .store.protocol import ConceptHead, LinkHead
+from .syntax import value_text
+
+STATEMENT_BLOCKS = 200
+CORE_NODES = frozenset({("$ConceptType", "$ConceptType"), ("$ConceptType", "$PropositionType"),
+                        ("$ConceptType", "Domain"), ("$PropositionType", "belongs_to_domain"),
+                        ("Domain", "CoreSchema")})
+ACTORS = frozenset({("Person", "$self"), ("Person", "$system")})
+ACTOR_PROTECTED = "core_directives"
+
+
+def export_text(nexus: Any, domain: str | None = None) -> str:
+    """The capsule text; `domain` limits it to that domain (LookupError if unknown)."""
+    return "".join(export_lines(nexus, domain))
+
+
+def export_lines(nexus: Any, domain: str | None = None) -> Iterator[str]:
+    with nexus.store.read() as txn:
+        snap = _Snapshot(txn)
+        if domain is None:
+            concepts, links = snap.whole_graph()
+        else:
+            concepts, links = snap.domain(domain)
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        scope = "the whole graph" if domain is None else f"domain {value_text(domain)}"
+        yield (f"// nexus {__version__} export of {scope} (KIP {KIP_VERSION}), {stamp}\n"
+               f"// {len(concepts)} concepts, {len(links)} propositions. Load into a nexus "
+               f"database (which has the Genesis capsule) with: kip load FILE\n")
+        for chunk in _chunks(concepts):
+            yield "\nUPSERT {\n"
+            for n in chunk:
+                yield snap.concept_block(n)
+            yield "}\n"
+        for chunk in _chunks(links):
+            yield "\nUPSERT {\n"
+            for n in chunk:
+                yield snap.link_block(n)
+            yield "}\n"
+
+
+def _chunks(items: list[int]) -> Iterator[list[int]]:
+    for i in range(0, len(items), STATEMENT_BLOCKS):
+        yield items[i:i + STATEMENT_BLOCKS]
+
+
+class _Snapshot:
+    """Classification and printing of elements in one read transaction."""
+
+    def __init__(self, txn: Any) -> None:
+        self.txn = txn
+        self._sym: dict[int, str] = {}
+        self._ident: dict[int, str] = {}
+
+    def sym(self, sid: int) -> str:
+        text = self._sym.get(sid)
+        if text is None:
+            text = self._sym[sid] = self.txn.symbol_text(sid)
+        return text
+
+    def key(self, head: ConceptHead) -> tuple[str, str]:
+        return self.sym(head.type_id), head.name
+
+    def is_core(self, head: Any) -> bool:
+        if type(head) is ConceptHead:
+            return self.key(head) in CORE_NODES
+        if self.sym(head.predicate_id) != "belongs_to_domain":
+            return False
+        s, o = self.txn.known_head(head.subject), self.txn.known_head(head.object)
+        return (type(s) is ConceptHead and self.key(s) in CORE_NODES
+                and type(o) is ConceptHead and self.key(o) == ("Domain", "CoreSchema"))
+
+    # --- selection ------------------------------------------------------------------------
+    def whole_graph(self) -> tuple[list[int], list[int]]:
+        concepts: list[int] = []
+        links: list[int] = []
+        for n in self.txn.elements():
+            head = self.txn.known_head(n)
+            if self.is_core(head):
+                continue
+            (concepts if type(head) is ConceptHead else links).append(n)
+        return self._order(concepts), links
+
+    def _order(self, concepts: list[int]) -> list[int]:
+        rank = {"$ConceptType": 0, "$PropositionType": 1, "Domain": 2}
+        return sorted(concepts, key=lambda n: (
+            rank.get(self.sym(self.txn.known_head(n).type_id), 3), n))
+
+    def domain(self, name: str) -> tuple[list[int], list[int]]:
+        """The domain node, its members, the definitions of every type and predicate they
+        need (with those definitions' own domain links and domains), and the links among
+        all of these."""
+        txn = self.txn
+        dom_t, bel = txn.symbol_id("Domain"), txn.symbol_id("belongs_to_domain")
+        dom = txn.concept_id(dom_t, name) if dom_t is not None else None
+        if dom is None:
+            raise LookupError(f"no domain named {name!r}")
+        chosen: set[int] = {dom}
+        # (a None predicate would mean "any predicate" to the store: no symbol, no links)
+        for _p, subject, _link in (txn.in_links(dom, bel) if bel is not None else ()):
+            if type(txn.known_head(subject)) is ConceptHead:
+                chosen.add(subject)
+        ct, pt = txn.symbol_id("$ConceptType"), txn.symbol_id("$PropositionType")
+        links: list[int] = []
+        while True:
+            before = len(chosen)
+            links = self._links_within(chosen)
+            needed_types = {self.sym(txn.known_head(n).type_id) for n in chosen
+                            if type(txn.known_head(n)) is ConceptHead}
+            needed_preds = {self.sym(txn.known_head(n).predicate_id) for n in links}
+            for names, meta in ((needed_types, ct), (needed_preds, pt)):
+                for t in names:
+                    d = txn.concept_id(meta, t) if meta is not None else None
+                    if d is not None:
+                        chosen.add(d)
+                        for _p, obj, _l in (txn.out_links(d, bel)   # its domains
+                                            if bel is not None else ()):
+                            if type(txn.known_head(obj)) is ConceptHead:
+                                chosen.add(obj)
+            if len(chosen) == before:
+                break
+        concepts = [n for n in chosen if not self.is_core(txn.known_head(n))]
+        return self._order(concepts), [n for n in links if not self.is_core(txn.known_head(n))]
+
+    def _links_within(self, concepts: set[int]) -> list[int]:
+        """Links whose ends are in `concepts` or are such links, in id order."""
+        txn = self.txn
+        found: set[int] = set()
+        frontier = set(concepts)
+        while frontier:
+            new: set[int] = set()
+            for n in frontier:
+                for _p, obj, link in txn.out_links(n):
+                    if link not in found and (obj in concepts or obj in found):
+                        new.add(link)
+            for n in frontier:      # links whose object is a link found late
+                for _p, subj, link in txn.in_links(n):
+                    if link not in found and (subj in concepts or subj in found or
+                                              subj in new):
+                        new.add(link)
+            new -= found
+            found |= new
+            frontier = new
+        return sorted(found)
+
+    # --- printing -------------------------------------------------------------------------
+    def ident(self, n: int) -> str:
+        """`{type, name}` of a concept, `(s, "p", o)` of a link (recursively)."""
+        text = self._ident.get(n)
+        if text is not None:
+            return text
+        head = self.txn.known_head(n)
+        if type(head) is ConceptHead:
+            t, name = self.key(head)
+            text = f"{{type: {value_text(t)}, name: {value_text(name)}}}"
+        else:
+            text = (f"({self.ident(head.subject)}, {value_text(self.sym(head.predicate_id))}, "
+                    f"{self.ident(head.object)})")
+        if len(self._ident) < 200_000:
+            self._ident[n] = text
+        return text
+
+    def _tail(self, n: int, attributes: dict) -> str:
+        out = ""
+        if attributes:
+            out += f"    SET ATTRIBUTES {value_text(attributes)}\n"
+        metadata = {k: v for k, v in self.txn.metadata(n).items() if not k.startswith("_")}
+        out += "  }"
+        if metadata:
+            out += f" WITH METADATA {value_text(metadata)}"
+        return out + "\n"
+
+    def concept_block(self, n: int) -> str:
+        head = self.txn.known_head(n)
+        attributes = self.txn.attributes(n)
+        if self.key(head) in ACTORS:
+            attributes.pop(ACTOR_PROTECTED, None)
+        return f"  CONCEPT {{\n    {self.ident(n)}\n" + self._tail(n, attributes)
+
+    def link_block(self, n: int) -> str:
+        assert type(self.txn.known_head(n)) is LinkHead
+        return f"  PROPOSITION {{\n    {self.ident(n)}\n" + self._tail(n, self.txn.attributes(n))

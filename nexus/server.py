@@ -1,0 +1,586 @@
+"""`kip serve`: the KIP JSON-RPC endpoint — a pure ASGI app over `Nexus`, run by uvicorn.
+
+Owns the HTTP side of CONTRACT §1: routes (`POST /kip`, `GET /`, `GET /healthz`), Bearer auth
+checked before any body byte is read, the body size limit (413), JSON decoding (400 +
+`KIP_1001`), method dispatch (`execute_kip`, `execute_kip_readonly`, `list_logs`), the plain
+and the JSON-RPC 2.0 framings, HTTP status by error class, the per-request timeout (408 +
+`KIP_4001`), 503 while shutting down, the access log and the audit records.
+Owns no engine logic: request validation, batches, the read-only rule and dry runs are
+`Nexus`'s (`nexus.api`); the audit log is `nexus.audit`'s.
+
+Framing (decided, see docs/server.md): a body with a `"jsonrpc"` key is JSON-RPC 2.0 and is
+answered `{"jsonrpc": "2.0", "id": ..., "result": <KIP response>}` whenever the method ran —
+including when the KIP response is `{"error": ...}`, so an agent reads the same KIP shape in
+both framings. Errors found before a method could run (bad JSON, bad envelope, unknown
+method) are JSON-RPC error objects `{"code": -32700|-32600|-32601, "message", "data": <KIP
+error object>}`. A JSON array is a JSON-RPC batch. HTTP status is the same in both framings.
+
+Concurrency: the event loop only does I/O; every method runs in a thread pool. The engine is
+thread-safe (LMDB snapshots for reads, one write lock), so reads run in parallel with one
+writer. A request that outlives `request_timeout` is answered 408 while its thread runs on:
+threads are never killed, so a write that has started commits or rolls back as a whole (each
+command is one store transaction) — never half-applied.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import hmac
+import ipaddress
+import json
+import os
+import re
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, BinaryIO, Callable
+
+import orjson
+
+from . import KIP_VERSION, __version__
+from .audit import AuditLog, entry as audit_entry, iso_time
+from .cli import DEFAULT_DB          # ./nexus-data, the one documented default
+from .errors import ErrorCode, KipError
+
+METHODS = ("execute_kip", "execute_kip_readonly", "list_logs")
+_ENVELOPE = frozenset(("method", "params"))
+_RPC_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
+
+# JSON-RPC 2.0 error codes
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32700, -32600, -32601
+
+_KIND_OF = {"FIND": "KQL", "EXPLAIN": "KQL", "UPSERT": "KML", "DELETE": "KML",
+            "DESCRIBE": "META", "SEARCH": "META"}
+_FIRST_WORD = re.compile(r"(?:\s+|//[^\n]*)*([A-Za-z]+)")
+
+
+def command_kind(text: Any) -> str:
+    """KQL / KML / META from a command's first keyword (for logs only; `?` if unknown)."""
+    if not isinstance(text, str):
+        return "?"
+    m = _FIRST_WORD.match(text)
+    return _KIND_OF.get(m.group(1).upper(), "?") if m else "?"
+
+
+def commands_of(params: Any) -> tuple[list[str], bool]:
+    """The command texts of an execute_kip request (for logs), and whether it is a batch."""
+    if not isinstance(params, dict):
+        return [], False
+    if isinstance(params.get("commands"), list):
+        texts = []
+        for item in params["commands"]:
+            if isinstance(item, dict):
+                item = item.get("command")
+            texts.append(item if isinstance(item, str) else "")
+        return texts, True
+    command = params.get("command")
+    return ([command] if isinstance(command, str) else []), False
+
+
+def http_status(response: dict[str, Any]) -> int:
+    """200 unless the response is a top-level error; then by error class (CONTRACT §1).
+    A batch answer (`{"result": [...]}`) is always 200."""
+    err = response.get("error")
+    if err is None:
+        return 200
+    try:
+        return ErrorCode(err.get("code")).http_status
+    except (ValueError, AttributeError):
+        return 500
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:   # e.g. an int beyond 64 bits: the stdlib can write it
+        return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+
+
+def _loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        # orjson refuses integers beyond 64 bits; the stdlib reads them (NaN stays refused)
+        def nan(word: str) -> Any:
+            raise ValueError(f"{word} is not JSON")
+        return json.loads(body, parse_constant=nan)
+
+
+def _kip_error(code: ErrorCode, message: str, hint: str | None = None) -> dict[str, Any]:
+    return KipError(code, message, hint).to_dict()
+
+
+class _Reject(Exception):
+    """An HTTP-level refusal: status + KIP error object (+ extra headers)."""
+
+    def __init__(self, status: int, error: dict[str, Any],
+                 headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.status, self.error, self.headers = status, error, headers or []
+
+
+class _Disconnected(Exception):
+    pass
+
+
+class _Call:
+    """What one JSON-RPC call did, for the access log and the audit."""
+
+    __slots__ = ("method", "kinds", "batch", "status", "error", "errors")
+
+    def __init__(self) -> None:
+        self.method: str | None = None
+        self.kinds: list[str] = []
+        self.batch = False
+        self.status = 200
+        self.error: str | None = None
+        self.errors: list[str] = []
+
+
+class KipApp:
+    """The ASGI application. `nexus` is an open `Nexus`; the app closes it on lifespan
+    shutdown only if `owns_nexus`."""
+
+    def __init__(self, nexus: Any, *, api_key: str | None = None,
+                 max_body: int | None = None, request_timeout: float | None = None,
+                 access_log: BinaryIO | None = None, audit: AuditLog | None | bool = True,
+                 threads: int | None = None, owns_nexus: bool = False) -> None:
+        self.nexus = nexus
+        limits = nexus.config.limits
+        self.api_key = api_key.encode("utf-8") if api_key else None
+        self.max_body = max_body if max_body is not None else limits.max_body_bytes
+        self.request_timeout = (request_timeout if request_timeout is not None
+                                else max(60.0, 2 * limits.query_timeout))
+        self.access_log = access_log
+        if audit is True:
+            audit = AuditLog.for_nexus(nexus)
+        self.audit: AuditLog | None = audit or None
+        self.audit_chars = nexus.config.audit_command_chars
+        self.pool = ThreadPoolExecutor(max_workers=threads or min(32, (os.cpu_count() or 1) + 4),
+                                       thread_name_prefix="nexus-kip")
+        self.owns_nexus = owns_nexus
+        self.shutting_down = False
+        self._closed = False
+        if self.audit is not None:
+            self.audit.start()
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Wait for running calls, flush the audit, close the nexus if owned (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.shutting_down = True
+        self.pool.shutdown(wait=True)
+        if self.audit is not None:
+            self.audit.close()
+        if self.owns_nexus:
+            self.nexus.close()
+
+    def warm_up(self) -> None:
+        self.nexus.execute_kip_readonly(
+            {"command": 'FIND(?t.name) WHERE { ?t {type: "$ConceptType"} } LIMIT 1'})
+
+    async def _lifespan(self, receive: Callable, send: Callable) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                # Build the parser and planner now, not during the first agent request.
+                await asyncio.get_running_loop().run_in_executor(self.pool, self.warm_up)
+                # Everything alive now (parser tables, caches, indexes) lives as long as the
+                # server: keep it out of the cyclic GC's full collections, whose pauses
+                # otherwise land in the tail latency.
+                gc.collect()
+                gc.freeze()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.shutting_down = True
+                await asyncio.get_running_loop().run_in_executor(None, self.close)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # --- ASGI entry -----------------------------------------------------------------------
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        started = time.perf_counter()
+        call = _Call()
+        headers: list[tuple[bytes, bytes]] = []
+        try:
+            status, payload, headers = await self._route(scope, receive, call)
+        except _Reject as rej:
+            status, payload, headers = rej.status, {"error": rej.error}, rej.headers
+            call.error = rej.error["code"]
+        except _Disconnected:
+            return
+        except Exception as exc:  # noqa: BLE001 - nothing but a KIP response leaves
+            status = 500
+            payload = {"error": KipError(ErrorCode.KIP_4003,
+                                         f"Internal error: {type(exc).__name__}: {exc}").to_dict()}
+            call.error = "KIP_4003"
+        call.status = status
+        body = b"" if payload is None else _dumps(payload)
+        out = [(b"content-type", b"application/json")] if payload is not None else []
+        out.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status,
+                    "headers": out + headers})
+        await send({"type": "http.response.body", "body": body})
+        if self.access_log is not None:
+            self._log_access(scope, call, time.perf_counter() - started)
+
+    async def _route(self, scope: dict, receive: Callable, call: _Call
+                     ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        path, verb = scope["path"], scope["method"]
+        if path in ("/kip", "/kip/"):
+            if verb != "POST":
+                raise _Reject(405, _kip_error(ErrorCode.KIP_1001,
+                                              f"{verb} /kip is not allowed",
+                                              "Send requests as POST /kip with a JSON body."),
+                              [(b"allow", b"POST")])
+            if self.shutting_down:
+                raise _Reject(503, _kip_error(ErrorCode.KIP_4003,
+                                              "The server is shutting down",
+                                              "Retry the request in a moment."),
+                              [(b"connection", b"close"), (b"retry-after", b"1")])
+            self._check_auth(scope)
+            body = await self._read_body(scope, receive)
+            status, payload = await self._handle_body(body, call)
+            return status, payload, []
+        if verb not in ("GET", "HEAD") or path not in ("/", "/healthz"):
+            raise _Reject(404, _kip_error(ErrorCode.KIP_1001, f"No route {verb} {path}",
+                                          "KIP requests go to POST /kip; GET / describes the "
+                                          "server and GET /healthz reports health."))
+        if path == "/healthz":
+            if self.shutting_down:
+                return 503, {"status": "shutting_down"}, []
+            return 200, {"status": "ok"}, []
+        return 200, {"name": "nexus", "version": __version__, "kip_version": KIP_VERSION}, []
+
+    def _check_auth(self, scope: dict) -> None:
+        if self.api_key is None:
+            return
+        given = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = token.strip()
+                break
+        if not given or not hmac.compare_digest(given, self.api_key):
+            raise _Reject(401, _kip_error(
+                ErrorCode.KIP_4003,
+                "Unauthorized: missing or invalid API key" if given or any(
+                    n == b"authorization" for n, _ in scope["headers"])
+                else "Unauthorized: this server requires an API key",
+                "Send the header `Authorization: Bearer <key>` with the key the server was "
+                "started with (--api-key or KIP_API_KEY)."),
+                [(b"www-authenticate", b'Bearer realm="kip"'), (b"connection", b"close")])
+
+    async def _read_body(self, scope: dict, receive: Callable) -> bytes:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise _Reject(400, _kip_error(ErrorCode.KIP_1001,
+                                                  "Invalid Content-Length header")) from None
+                if declared > self.max_body:
+                    raise self._too_large(declared)
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise self._too_large(size, at_least=True)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _too_large(self, size: int, at_least: bool = False) -> _Reject:
+        return _Reject(413, _kip_error(
+            ErrorCode.KIP_4002,
+            f"The request body is {'over ' if at_least else ''}{size} bytes, over the limit "
+            f"of {self.max_body} bytes",
+            "Send smaller requests: split a large batch, or load big capsules with "
+            "`kip load`."), [(b"connection", b"close")])
+
+    # --- JSON-RPC -------------------------------------------------------------------------
+    async def _handle_body(self, body: bytes, call: _Call) -> tuple[int, Any]:
+        try:
+            payload = _loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            err = _kip_error(ErrorCode.KIP_1001, f"The request body is not valid JSON: {exc}",
+                             "Send a JSON object: {\"method\": \"execute_kip\", \"params\": "
+                             "{\"command\": \"...\"}}.")
+            call.error = "KIP_1001"
+            if b'"jsonrpc"' in body:
+                return 400, _rpc_error(None, PARSE_ERROR, err)
+            return 400, {"error": err}
+        if isinstance(payload, list):       # a JSON-RPC batch of calls
+            if not payload:
+                call.error = "KIP_1001"
+                return 400, _rpc_error(None, INVALID_REQUEST, _kip_error(
+                    ErrorCode.KIP_1001, "Empty JSON-RPC batch", "Send at least one call."))
+            answers = []
+            for item in payload:
+                sub = _Call()
+                _, answer = await self._handle_call(item, sub)
+                call.kinds += sub.kinds
+                call.errors += ([sub.error] if sub.error else []) + sub.errors
+                call.method = call.method or sub.method
+                if answer is not None:
+                    answers.append(answer)
+            call.batch = True
+            return (200, answers) if answers else (204, None)
+        return await self._handle_call(payload, call)
+
+    async def _handle_call(self, payload: Any, call: _Call) -> tuple[int, Any]:
+        framed = isinstance(payload, dict) and "jsonrpc" in payload
+        rpc_id = payload.get("id") if framed else None
+
+        def fail(rpc_code: int, message: str, hint: str) -> tuple[int, Any]:
+            err = _kip_error(ErrorCode.KIP_1001, message, hint)
+            call.error = "KIP_1001"
+            return 400, (_rpc_error(rpc_id, rpc_code, err) if framed else {"error": err})
+
+        if not isinstance(payload, dict):
+            return fail(INVALID_REQUEST, "The request body must be a JSON object",
+                        "Send {\"method\": \"execute_kip\", \"params\": {\"command\": "
+                        "\"...\"}}.")
+        if framed:
+            if payload.get("jsonrpc") != "2.0":
+                return fail(INVALID_REQUEST, "`jsonrpc` must be \"2.0\"",
+                            "Send \"jsonrpc\": \"2.0\", or leave the key out.")
+            if not isinstance(rpc_id, (str, int, type(None))) or isinstance(rpc_id, bool):
+                rpc_id = None
+                return fail(INVALID_REQUEST, "`id` must be a string, a number or null",
+                            "Send a string or integer request id.")
+        unknown = sorted(set(payload) - (_RPC_ENVELOPE if framed else _ENVELOPE))
+        if unknown:
+            return fail(INVALID_REQUEST, f"Unknown request field(s): {', '.join(unknown)}",
+                        "A request is {\"method\": \"...\", \"params\": {...}} (plus "
+                        "\"jsonrpc\" and \"id\" in JSON-RPC 2.0 framing).")
+        method = payload.get("method")
+        call.method = method[:64] if isinstance(method, str) else None
+        if method not in METHODS:
+            if framed and isinstance(method, str) and "id" not in payload:
+                return 204, None            # a JSON-RPC notification is never answered
+            what = f"Unknown method {method!r}" if isinstance(method, str) else \
+                "The request has no `method` string"
+            return fail(METHOD_NOT_FOUND if isinstance(method, str) else INVALID_REQUEST,
+                        what, f"Use one of: {', '.join(METHODS)}.")
+        params = payload.get("params")
+        response = await self._run(method, params, call)
+        status = http_status(response)
+        call.status = status
+        if framed:
+            if "id" not in payload:       # a notification: no answer
+                return 204, None
+            return status, {"jsonrpc": "2.0", "id": rpc_id, "result": response}
+        return status, response
+
+    async def _run(self, method: str, params: Any, call: _Call) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        if method == "list_logs":
+            if self.audit is None:
+                response = {"result": []}
+            else:
+                response = await loop.run_in_executor(self.pool, self.audit.list_logs, params)
+            if "error" in response:
+                call.error = response["error"]["code"]
+            return response
+        texts, batch = commands_of(params)
+        call.kinds = [command_kind(t) for t in texts]
+        call.batch = batch
+        fn = (self.nexus.execute_kip if method == "execute_kip"
+              else self.nexus.execute_kip_readonly)
+        arg = params if params is not None else {}
+        started_wall, started = time.time(), time.perf_counter()
+        response = await self._in_pool(fn, arg)
+        if response is None:
+            response = {"error": _kip_error(
+                ErrorCode.KIP_4001,
+                f"The request did not finish within {self.request_timeout:g} s",
+                "Optimize the query (bind a concept by {type, name} first, lower LIMIT, "
+                "narrow path ranges) or send fewer commands per batch. A write that had "
+                "started completes or rolls back as a whole: check with FIND before "
+                "retrying it.")}
+        duration = time.perf_counter() - started
+        if "error" in response:
+            call.error = response["error"].get("code")
+        elif batch:
+            call.errors = [r["error"].get("code") for r in response.get("result", [])
+                           if isinstance(r, dict) and "error" in r]
+        if self.audit is not None:
+            self.audit.record(audit_entry(
+                method=method, kinds=call.kinds, commands=texts, duration=duration,
+                status=http_status(response), response=response,
+                batch=batch and "error" not in response, chars=self.audit_chars,
+                started=started_wall), started_wall)
+        return response
+
+    async def _in_pool(self, fn: Callable, arg: Any) -> Any:
+        """`fn(arg)` in the worker pool; None once `request_timeout` has passed (the thread
+        runs on: a started command finishes or rolls back on its own). A timer is cheaper
+        than `asyncio.wait_for`, which wraps every call in a task."""
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self.pool, fn, arg)
+        expired = []
+
+        def expire() -> None:
+            if not future.done():
+                expired.append(True)
+                future.cancel()
+        timer = loop.call_later(self.request_timeout, expire)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if expired:
+                return None
+            raise
+        finally:
+            timer.cancel()
+
+    # --- access log -----------------------------------------------------------------------
+    def _log_access(self, scope: dict, call: _Call, duration: float) -> None:
+        line: dict[str, Any] = {"time": iso_time(time.time())}
+        client = scope.get("client")
+        if client:
+            line["client"] = client[0]
+        line["http"] = f"{scope['method']} {scope['path']}"
+        if call.method:
+            line["method"] = call.method
+        if call.kinds:
+            line["kinds"] = call.kinds
+        if call.batch:
+            line["batch"] = True
+        line["status"] = call.status
+        if call.error:
+            line["error"] = call.error
+        if call.errors:
+            line["errors"] = call.errors
+        line["duration_ms"] = round(duration * 1000.0, 3)
+        try:
+            self.access_log.write(orjson.dumps(line) + b"\n")
+            self.access_log.flush()
+        except (OSError, ValueError):   # a closed or broken log stream never fails a request
+            pass
+
+
+def _rpc_error(rpc_id: Any, code: int, kip_error: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rpc_id,
+            "error": {"code": code, "message": kip_error["message"], "data": kip_error}}
+
+
+# --- serving ------------------------------------------------------------------------------
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    host = host.strip("[]")
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6 and host in ("::", ""):
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind(addr)
+    sock.listen(2048)   # connections made during start-up wait in the backlog, not refused
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
+          api_key: str | None = None, allow_remote: bool = False,
+          timeout: float | None = None, request_timeout: float | None = None,
+          max_body: int | None = None, access_log: str | None = "-",
+          log_level: str = "warning", bootstrap: bool = True, durable: bool = True,
+          threads: int | None = None, audit: bool = True, http: str = "auto",
+          loop: str = "auto", announce: BinaryIO | None = None) -> int:
+    """Open the nexus at `db` and serve it until SIGTERM/SIGINT; returns the exit status.
+
+    `timeout` → `Limits.query_timeout` (per command, enforced by the engine; a KML command
+    that hits it rolls back); `request_timeout` → the server's wall-clock limit per request
+    (default max(60 s, 2 × timeout)); `max_body` → `Limits.max_body_bytes`; `access_log` is
+    a file path, `-` for stderr, or None. `http`/`loop` pick uvicorn's HTTP parser and event
+    loop (`auto` = httptools and uvloop when installed, else h11 and asyncio). Refuses (raises `ValueError`) to listen on a
+    non-loopback host without an API key unless `allow_remote`.
+    """
+    import uvicorn
+
+    if not api_key and not allow_remote and not is_loopback(host):
+        raise ValueError(f"refusing to listen on {host} without an API key: set --api-key "
+                         f"(or KIP_API_KEY), or pass --allow-remote to serve it unauthenticated")
+    options: dict[str, Any] = {"bootstrap": bootstrap, "durable": durable}
+    if timeout is not None:
+        options["query_timeout"] = timeout
+    if max_body is not None:
+        options["max_body_bytes"] = max_body
+    sock = _bind(host, port)
+    from .api import Nexus
+    os.makedirs(db, exist_ok=True)
+    nexus = Nexus.open(db, **options)
+    log_stream: BinaryIO | None = None
+    if access_log == "-":
+        log_stream = sys.stderr.buffer
+    elif access_log:
+        log_stream = open(access_log, "ab")
+    app = KipApp(nexus, api_key=api_key, request_timeout=request_timeout,
+                 access_log=log_stream, threads=threads, audit=audit, owns_nexus=True)
+    config = uvicorn.Config(app, lifespan="on", access_log=False, log_level=log_level,
+                            http=http, loop=loop,
+                            server_header=False, timeout_graceful_shutdown=max(
+                                30.0, app.request_timeout + 5))
+    server = _Server(config, app)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    out = announce or sys.stderr.buffer
+    out.write(f"nexus {__version__}: serving {os.path.abspath(db)} on "
+              f"http://{shown}:{bound_port}/kip\n".encode())
+    out.flush()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        app.close()
+        sock.close()
+        if log_stream is not None and log_stream is not sys.stderr.buffer:
+            log_stream.close()
+    return 0
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, telling the app when shutdown starts (so new requests on kept
+        connections get 503) and exiting 0 after a graceful shutdown on SIGTERM instead of
+        re-raising the signal."""
+
+        def __init__(self, config: Any, app: KipApp) -> None:
+            super().__init__(config)
+            self.kip_app = app
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.kip_app.shutting_down = True
+            super().handle_exit(sig, frame)
+            if hasattr(self, "_captured_signals"):
+                self._captured_signals.clear()
+
+    return Server
+
+
+def _Server(config: Any, app: KipApp) -> Any:
+    return _server_class()(config, app)
