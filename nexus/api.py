@@ -58,10 +58,7 @@ class Nexus:
         return nexus
 
     def _attach_extensions(self) -> None:
-        try:
-            from .search import attach_search
-        except ImportError:  # search not built yet in this checkout
-            return
+        from .search import attach_search
         attach_search(self)
 
     def close(self) -> None:

