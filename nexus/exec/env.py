@@ -21,11 +21,12 @@ from .operators import walk
 
 _MISSING = object()
 _MEMO_LIMIT = 200_000
+_CHECK_EVERY = 2048          # work units between deadline checks (a unit is ~0.1–2 µs)
 
 
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
-                 "_metas", "_walks", "_budget", "_ticks", "_regexes")
+                 "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes")
 
     def __init__(self, ctx: Any, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
@@ -40,6 +41,7 @@ class Env:
         self._walks: dict[tuple, frozenset] = {}
         self._budget = [ctx.limits.max_path_visits]
         self._ticks = 0
+        self._next_check = _CHECK_EVERY
         self._regexes: dict[tuple[str, str], Any] = {}
 
     # --- values ---------------------------------------------------------------------------
@@ -145,12 +147,13 @@ class Env:
         return hit
 
     def path_value(self, n: int | None, segments: tuple[str, ...]) -> Any:
-        """`?var.a.b` for element n — what FILTER, ORDER BY and FIND see."""
+        """`?var.a.b` for element n — what FILTER, ORDER BY and FIND see.
+
+        Row values are ids read from this transaction's indexes (or checked constants), so
+        their heads come from `known_head` (no B-tree probe)."""
         if n is None:
             return None
-        if not segments:
-            return values.id_of(self.txn, n)
-        field = segments[0]
+        field = segments[0] if segments else "id"
         if field == "attributes" or field == "metadata":
             value: Any = self.attributes(n) if field == "attributes" else self.metadata(n)
             for key in segments[1:]:
@@ -158,18 +161,30 @@ class Env:
                     return None
                 value = value.get(key)
             return value
-        head = self.txn.head(n)
+        head = self.txn.known_head(n)
         if head is None:
             return None
-        if field == "name":
-            return head.name if type(head) is ConceptHead else None
-        return values.path_value(self.txn, n, segments)
+        if type(head) is ConceptHead:
+            if field == "name":
+                return head.name
+            if field == "id":
+                return f"C:{n}"
+            if field == "type":
+                return self.txn.symbol_text(head.type_id)
+            return None
+        if field == "id":
+            return f"P:{n}:{self.txn.symbol_text(head.predicate_id)}"
+        if field == "predicate":
+            return self.txn.symbol_text(head.predicate_id)
+        if field == "subject" or field == "object":
+            return self.path_value(head.subject if field == "subject" else head.object, ())
+        return None
 
     def element(self, n: int | None) -> dict | None:
         """The full wire object of element n (what `FIND(?x)` projects)."""
         if n is None:
             return None
-        head = self.txn.head(n)
+        head = self.txn.known_head(n)
         if head is None:
             return None
         out = values.element_json(self.txn, head, attributes=False, metadata=False)
@@ -199,8 +214,9 @@ class Env:
         key = (start, pid, lo, hi, forward)
         hit = self._walks.get(key)
         if hit is None:
-            self.tick()
+            before = self._budget[0]
             hit = self._walks[key] = walk(self.txn, start, pid, lo, hi, forward, self._budget)
+            self.tick(1 + before - self._budget[0])
         return hit
 
     def path_starts(self, pid: int | None, lo: int) -> list[int]:
@@ -223,9 +239,14 @@ class Env:
         return starts
 
     # --- budget ---------------------------------------------------------------------------
-    def tick(self) -> None:
-        self._ticks += 1
-        if not self._ticks & 63:
+    def tick(self, work: int = 1) -> None:
+        """Count `work` units (rows scanned, links followed, sub-plans started) against the
+        execution's deadline, which is checked every `_CHECK_EVERY` units. The count is
+        shared by every stage of the execution, nested blocks included, so that a block
+        re-run for each outer row cannot hide its work from the deadline."""
+        self._ticks += work
+        if self._ticks >= self._next_check:
+            self._next_check = self._ticks + _CHECK_EVERY
             self.ctx.check_deadline()
 
     # --- regex ----------------------------------------------------------------------------

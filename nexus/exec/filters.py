@@ -107,8 +107,15 @@ def _compile_call(e: A.Call, layout: list[str]) -> Fn:
             if not isinstance(pattern, str) or not isinstance(fl, str):
                 raise KipError(ErrorCode.KIP_1001, "REGEX needs a string pattern and flags",
                                "Write REGEX(?x.name, \"^As\") or REGEX(?x.name, \"as\", \"i\").")
-            return env.regex(pattern, fl).search(text, timeout=env.ctx.limits.regex_timeout) \
-                is not None
+            timeout = env.ctx.limits.regex_timeout
+            try:
+                return env.regex(pattern, fl).search(text, timeout=timeout) is not None
+            except TimeoutError:
+                raise KipError(
+                    ErrorCode.KIP_4001,
+                    f"REGEX {pattern[:80]!r} took longer than {timeout:g} s on one value",
+                    "Simplify the pattern (avoid nested repetition such as (a+)+), anchor "
+                    "it, or use CONTAINS / STARTS_WITH / ENDS_WITH.") from None
         return regex_match
     raise TypeError(f"unknown function {f}")  # pragma: no cover
 

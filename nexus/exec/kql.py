@@ -8,6 +8,17 @@ matcher for KML's `DELETE … WHERE`.
 
 A prepared FIND keeps its plan across executions: parameters are read at execution time, so
 an agent loop that repeats a command with new values plans it once.
+
+Solutions (decided where the spec is loose): a solution of WHERE is an assignment of values
+to the variables written in it; the solutions form a set. An anonymous clause
+(`{name: "Headache"}` as an end, a nested `(…)` proposition, a link matched without a link
+variable, one of several predicate alternatives) only constrains: two matches that differ
+only there are one solution — the same rule as paths, which yield distinct (start, end)
+pairs (CONTRACT §6). So `FIND(COUNT(?d)) WHERE { (?d, "treats", {type: "Symptom"}) }`
+counts drugs, not links, and the count does not depend on the plan. Plain FIND results are
+unaffected (they are deduplicated on the FIND variables anyway); aggregates see each
+solution once (`may_repeat` tells when the rows need that deduplication). UNION branches
+are merged the same way: a row found by two branches is one solution.
 """
 from __future__ import annotations
 
@@ -19,8 +30,8 @@ from typing import Any, Iterator, Mapping
 
 from ..errors import ErrorCode, KipError
 from ..plan.explain import explain_plan
-from ..plan.logical import LogicalQuery, bind_where, unbound
-from ..plan.physical import Estimator, GroupPlan, plan_query
+from ..plan.logical import LogicalQuery, PathAtom, bind_where, unbound
+from ..plan.physical import Estimator, GroupPlan, may_repeat, plan_query
 from ..syntax import ast as A
 from ..syntax import to_text
 from .env import Env
@@ -39,6 +50,10 @@ class Prepared:
     mandatory: list
     fingerprint_params: tuple[str, ...]
     fingerprint_text: str
+    repeat_key: tuple[int, ...] | None = None     # named positions, when rows may repeat
+    named_idx: tuple[int, ...] = ()               # positions of the named variables
+    distinct_rows: bool = False                   # rows never repeat on the named variables
+    paths: tuple[tuple[int, int | None], ...] = ()     # hop ranges, checked per execution
 
 
 _PREPARED: dict[int, tuple[A.Find, Prepared]] = {}
@@ -69,14 +84,42 @@ def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = 
             where = "ORDER BY" if item not in find.items else "FIND"
             raise unbound(path.var, path.pos, where)
     fp_params = tuple(sorted(_param_names(replace(find, limit=None, cursor=None))))
+    named_idx = tuple(i for i, v in enumerate(layout) if not v.startswith("#"))
+    repeats = may_repeat(plan)
     prepared = Prepared(find, logical, plan, compile_group(plan), layout,
                         _mandatory_atoms(logical), fp_params,
-                        to_text(replace(find, limit=None, cursor=None)))
+                        to_text(replace(find, limit=None, cursor=None)),
+                        repeat_key=named_idx if repeats else None,
+                        named_idx=named_idx, distinct_rows=not repeats,
+                        paths=tuple(_path_ranges(logical.root)))
     if cache:
         if len(_PREPARED) >= _PREPARED_LIMIT:
             _PREPARED.clear()
         _PREPARED[id(find)] = (find, prepared)
     return prepared
+
+
+def _path_ranges(group: Any) -> Iterator[tuple[int, int | None]]:
+    for atom in group.atoms:
+        if isinstance(atom, PathAtom):
+            yield (atom.lo, atom.hi)
+    for _, sub in group.nested:
+        yield from _path_ranges(sub)
+    for sub in group.unions:
+        yield from _path_ranges(sub)
+
+
+def check_hops(ctx: Any, prep: Prepared) -> None:
+    """KIP_4002 for a path range over the hop cap (CONTRACT §6) — checked before anything
+    runs, so that a path in a block that is never reached is refused all the same."""
+    cap = ctx.limits.max_hops
+    for lo, hi in prep.paths:
+        if (hi if hi is not None else lo) > cap:
+            raise KipError(
+                ErrorCode.KIP_4002,
+                f"The path range {{{lo},{'' if hi is None else hi}}} exceeds the hop limit "
+                f"of {cap}",
+                f"Bound the range to at most {cap} hops, e.g. {{1,{min(cap, 5)}}}.")
 
 
 def _mandatory_atoms(logical: LogicalQuery) -> list:
@@ -99,6 +142,7 @@ def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
              ) -> tuple[Any, str | None]:
     params = params or {}
     prep = prepare(ctx, find, params)
+    check_hops(ctx, prep)
     env = Env(ctx, params)
     env.check_mandatory(prep.mandatory)
     limit = env.value(find.limit) if find.limit is not None else None
@@ -110,7 +154,11 @@ def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
         return _aggregate(env, prep, rows, limit, offset, params)
     key_idx = _var_positions(prep.layout, find.items)
     stop = None if (limit is None or find.order_by) else offset + limit + 1
-    unique = _dedup(rows, key_idx, stop)
+    if prep.distinct_rows and set(key_idx) >= set(prep.named_idx):
+        # Rows are distinct on the named variables and FIND mentions all of them.
+        unique = list(rows if stop is None else _take(rows, stop))
+    else:
+        unique = _dedup(rows, key_idx, stop)
     if find.order_by:
         unique = order_rows(env, unique, find.order_by, prep.layout, None)
     end = len(unique) if limit is None else offset + limit
@@ -122,8 +170,10 @@ def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
 
 
 def _empty(find: A.Find) -> Any:
+    """The result over no solutions (what a dry run answers, CONTRACT §2)."""
     if all(isinstance(i, A.Aggregate) for i in find.items):
-        return None if len(find.items) == 1 else [None] * len(find.items)
+        values = [0 if i.func in ("COUNT", "SUM") else None for i in find.items]
+        return values[0] if len(values) == 1 else values
     return [] if len(find.items) == 1 else [[] for _ in find.items]
 
 
@@ -152,6 +202,13 @@ def _var_positions(layout: list[str], items) -> tuple[int, ...]:
     return tuple(seen)
 
 
+def _take(rows: Iterator[tuple], n: int) -> Iterator[tuple]:
+    for i, row in enumerate(rows):
+        if i >= n:
+            return
+        yield row
+
+
 def _dedup(rows: Iterator[tuple], key_idx: tuple[int, ...], stop: int | None) -> list[tuple]:
     seen: set = set()
     out: list[tuple] = []
@@ -175,6 +232,16 @@ def _dedup(rows: Iterator[tuple], key_idx: tuple[int, ...], stop: int | None) ->
     return out
 
 
+def _distinct(rows: Iterator[tuple], key_idx: tuple[int, ...]) -> Iterator[tuple]:
+    """Rows with distinct values at `key_idx` (the named variables), first one kept."""
+    seen: set = set()
+    for row in rows:
+        key = tuple(row[i] for i in key_idx)
+        if key not in seen:
+            seen.add(key)
+            yield row
+
+
 def _project_column(env: Env, layout: list[str], item: A.Path, rows: list[tuple]) -> list:
     i = layout.index(item.var)
     segs = item.segments
@@ -182,12 +249,12 @@ def _project_column(env: Env, layout: list[str], item: A.Path, rows: list[tuple]
         element = env.element
         return [element(row[i]) for row in rows]
     if segs == ("name",):
-        head = env.txn.head
+        head = env.txn.known_head          # row values were read from this snapshot
         out = []
+        append = out.append
         for row in rows:
             n = row[i]
-            h = head(n) if n is not None else None
-            out.append(getattr(h, "name", None))
+            append(getattr(head(n), "name", None) if n is not None else None)
         return out
     path_value = env.path_value
     return [path_value(row[i], segs) for row in rows]
@@ -197,6 +264,8 @@ def _aggregate(env: Env, prep: Prepared, rows: Iterator[tuple], limit: int | Non
                offset: int, params: Mapping[str, Any]) -> tuple[Any, str | None]:
     find = prep.find
     agg = Aggregator(env, prep.layout, find.items)
+    if prep.repeat_key is not None:
+        rows = _distinct(rows, prep.repeat_key)
     for row in rows:
         agg.add(row)
     groups = agg.groups()

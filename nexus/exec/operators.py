@@ -52,11 +52,14 @@ def _union_map(plan: P.GroupPlan, union: P.GroupPlan) -> list[tuple[int, int]]:
 
 def _merge_union_row(row: tuple, urow: tuple, mapping: list, n_inputs: int,
                      width: int) -> tuple | None:
+    """A UNION row joined with the outer row of the block it is nested in: on the names
+    both bind, the values must be equal (a null — an OPTIONAL miss — equals only null, so
+    it matches no UNION row that binds the name, as it matches no clause)."""
     out = list(row) + [None] * (width - len(row))
     for src, dst in mapping:
         value = urow[src]
-        if dst < n_inputs and out[dst] is not None:
-            if value is not None and value != out[dst]:
+        if dst < n_inputs:
+            if value != out[dst]:
                 return None      # a nested UNION row that contradicts the outer bindings
             continue
         out[dst] = value
@@ -143,9 +146,10 @@ def _c_scan_type(step: P.ScanType, layout: list[str]) -> Stage:
             k = 0
             for n in scan_type(tid):
                 k += 1
-                if not k & 4095:
-                    tick()
+                if not k & 1023:
+                    tick(1024)
                 yield row + (n,)
+            tick((k & 1023) + 1)
     return scan
 
 
@@ -159,9 +163,12 @@ def _c_scan_name(step: P.ScanName, layout: list[str]) -> Stage:
             return
         ids = list(env.txn.concepts_named(name))
         if tid is not None:
-            head = env.txn.head
+            head = env.txn.known_head
             ids = [n for n in ids if head(n).type_id == tid]
+        tick = env.tick
+        work = len(ids) + 1
         for row in rows:
+            tick(work)
             for n in ids:
                 yield row + (n,)
     return scan
@@ -175,7 +182,7 @@ def _c_check_concept(step: P.CheckConcept, layout: list[str]) -> Stage:
         if step.type is not None and tid is None:
             return
         name = env.value(step.name) if step.name is not None else None
-        head = env.txn.head
+        head = env.txn.known_head          # row values were read from this snapshot
         for row in rows:
             h = head(row[i])
             if type(h) is not ConceptHead:
@@ -202,14 +209,21 @@ def _c_expand(step: P.Expand, layout: list[str]) -> Stage:
             start = row[i]
             if start is None:
                 continue
-            tick()
+            k = 0
             for pid in pids:
                 if with_link:
                     for _, end, link in links(start, pid):
+                        k += 1
+                        if not k & 1023:
+                            tick(1024)
                         yield row + (end, link)
                 else:
                     for _, end, _link in links(start, pid):
+                        k += 1
+                        if not k & 1023:
+                            tick(1024)
                         yield row + (end,)
+            tick((k & 1023) + 1)
     return expand
 
 
@@ -248,8 +262,8 @@ def _c_scan_links(step: P.ScanLinks, layout: list[str]) -> Stage:
             for pid in pids:
                 for s, o, link in scan_links(pid):
                     k += 1
-                    if not k & 4095:
-                        tick()
+                    if not k & 1023:
+                        tick(1024)
                     if same:
                         if s != o:
                             continue
@@ -257,6 +271,7 @@ def _c_scan_links(step: P.ScanLinks, layout: list[str]) -> Stage:
                     else:
                         out = row + (s, o)
                     yield out + (link,) if with_link else out
+            tick((k & 1023) + 1)
     return scan
 
 
@@ -268,7 +283,7 @@ def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
 
     def bind(env, rows):
         pids = set(env.pids(step.predicates))
-        head = env.txn.head
+        head = env.txn.known_head
         for row in rows:
             h = head(row[li]) if row[li] is not None else None
             if type(h) is not LinkHead or h.predicate_id not in pids:
@@ -364,9 +379,22 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     sub = compile_group(step.plan)
     exports = step.exports
     nulls = (None,) * len(exports)
+    correlated = step.correlated
+    fast = _one_hop_optional(step)
+    if fast is not None:
+        return fast
 
     def run(env, rows):
+        tick = env.tick
+        tails = None            # an uncorrelated block's rows, computed once
         for row in rows:
+            tick()
+            if not correlated:
+                if tails is None:
+                    tails = [tuple(r[i] for i in exports) for r in sub(env, row)] or [nulls]
+                for tail in tails:
+                    yield row + tail
+                continue
             matched = False
             for sub_row in sub(env, row):
                 matched = True
@@ -376,11 +404,67 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     return run
 
 
-def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
-    sub = compile_group(step.plan)
+def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
+    """`OPTIONAL { (?x, "p", ?y) }` with ?x bound and ?y new (the common shape): the same
+    left join, without setting up a sub-plan per outer row."""
+    plan = step.plan
+    if plan.unions or len(plan.steps) != 1 or not isinstance(plan.steps[0], P.Expand):
+        return None
+    ex = plan.steps[0]
+    if ex.end in plan.inputs or ex.start not in plan.inputs:
+        return None
+    i = plan.inputs.index(ex.start)
+    width = len(plan.inputs)
+    new = ([ex.end] if ex.end not in plan.inputs else []) + ([ex.link] if ex.link else [])
+    if [plan.out_layout[k] for k in step.exports] != [v for v in new if not v.startswith("#")] \
+            or any(v.startswith("#") for v in new) or len(plan.out_layout) != width + len(new):
+        return None
+    with_link = ex.link is not None
+    nulls = (None,) * len(new)
 
     def run(env, rows):
+        pids = env.pids(ex.predicates)
+        links = env.txn.out_links if ex.direction == "out" else env.txn.in_links
+        tick = env.tick
+        one = len(pids) == 1
         for row in rows:
+            start = row[i]
+            matched = False
+            k = 1
+            if start is not None:
+                if one:
+                    found = links(start, pids[0])
+                else:
+                    found = (t for pid in pids for t in links(start, pid))
+                for _, end, link in found:
+                    matched = True
+                    k += 1
+                    yield row + ((end, link) if with_link else (end,))
+            if not matched:
+                yield row + nulls
+            tick(k)
+    return run
+
+
+def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
+    sub = compile_group(step.plan)
+    correlated = step.correlated
+
+    def run(env, rows):
+        tick = env.tick
+        if not correlated:
+            # The block sees no outer variable: it removes every row or none (CONTRACT §5).
+            rows = iter(rows)
+            first = next(rows, None)
+            if first is None:
+                return
+            for _ in sub(env, first):
+                return
+            yield first
+            yield from rows
+            return
+        for row in rows:
+            tick()
             for _ in sub(env, row):
                 break
             else:

@@ -1,7 +1,8 @@
 """Solution modifiers: implicit GROUP BY with aggregates, and ORDER BY.
 
-Aggregates (CONTRACT §4): the plain FIND expressions are the group key (by value; a bare
-`?x` groups by identity), every solution feeds the aggregates (not only distinct ones).
+Aggregates (CONTRACT §4): the plain FIND expressions are the group key (by value, kind
+included — `true` and `1` are different groups, `1` and `1.0` the same; a bare `?x` groups
+by identity), every solution feeds the aggregates (not only distinct ones).
 `COUNT(?x)` counts solutions where the value is not null, `COUNT(DISTINCT ?x)` distinct
 non-null values; `SUM` ignores non-numbers (0 when there are none) and keeps integers
 integral; `AVG` is a float (null when there are no numbers); `MIN`/`MAX` use the ORDER BY
@@ -27,9 +28,13 @@ def sort_key(value: Any) -> tuple:
 
 
 def _hashable(value: Any) -> Any:
-    if isinstance(value, (dict, list)):
-        return ("#json", json.dumps(value, sort_keys=True, ensure_ascii=False))
-    return value
+    """A key under which equal values (as FILTER's `==` sees them) meet: the JSON kind goes
+    into the key, so that `true` and `1` (equal in Python) stay apart while `1` and `1.0`
+    (equal numbers) meet; arrays and objects compare by their canonical JSON."""
+    k = kind(value)
+    if k == 4:
+        return (4, json.dumps(value, sort_keys=True, ensure_ascii=False))
+    return (k, value)
 
 
 class Group:
@@ -66,6 +71,9 @@ class _Count:
     def result(self) -> int:
         return self.n
 
+    def merge(self, other: "_Count") -> None:
+        self.n += other.n
+
 
 class _CountDistinct:
     __slots__ = ("seen",)
@@ -79,6 +87,9 @@ class _CountDistinct:
 
     def result(self) -> int:
         return len(self.seen)
+
+    def merge(self, other: "_CountDistinct") -> None:
+        self.seen |= other.seen
 
 
 class _Sum:
@@ -95,6 +106,10 @@ class _Sum:
 
     def result(self) -> Any:
         return self.total
+
+    def merge(self, other: "_Sum") -> None:
+        self.total += other.total
+        self.n += other.n
 
 
 class _Avg(_Sum):
@@ -123,6 +138,13 @@ class _MinMax:
     def result(self) -> Any:
         return self.best
 
+    def merge(self, other: "_MinMax") -> None:
+        if other.best_key is not None:
+            key = other.best_key
+            if self.best_key is None or (key < self.best_key if self.sign < 0
+                                         else key > self.best_key):
+                self.best, self.best_key = other.best, key
+
 
 _ACC = {
     "COUNT": _Count,
@@ -140,7 +162,6 @@ class Aggregator:
         self.env = env
         self.items = items
         self.only_aggregates = all(isinstance(i, A.Aggregate) for i in items)
-        self._groups: dict = {}
         self._key_fns = []
         self._agg_fns = []
         for item in items:
@@ -149,6 +170,12 @@ class Aggregator:
             else:
                 self._key_fns.append((item, self._value_fn(layout, item),
                                       layout.index(item.var)))
+        self._agg_calls = [fn for _, fn in self._agg_fns]
+        self._id_idx = tuple(dict.fromkeys(i for _, _, i in self._key_fns))
+        self._single = len(self._id_idx) == 1
+        self._id_pos = self._id_idx[0] if self._single else None
+        self._by_ids: dict = {}
+        self._groups: list | None = None
 
     def _value_fn(self, layout: list[str], path: A.Path):
         i = layout.index(path.var)
@@ -168,25 +195,46 @@ class Aggregator:
         return accs
 
     def add(self, row: tuple) -> None:
-        raw = tuple(fn(row) for _, fn, _ in self._key_fns)
-        key = tuple(_hashable(v) for v in raw)
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = Group(list(raw), row, self._new_accs())
-        ai = 0
-        for acc in group.accs:
-            if acc is not None:
-                acc.add(self._agg_fns[ai][1](row))
-                ai += 1
+        """Phase 1: accumulate by the identities of the key variables (cheap integer keys);
+        the key values are projected once per distinct identity in `groups()`."""
+        ids = row[self._id_pos] if self._single else tuple(row[i] for i in self._id_idx)
+        entry = self._by_ids.get(ids)
+        if entry is None:
+            entry = self._by_ids[ids] = (row, self._new_agg_accs())
+        for acc, fn in zip(entry[1], self._agg_calls):
+            acc.add(fn(row))
+
+    def _new_agg_accs(self) -> list:
+        return [_CountDistinct() if item.distinct else _ACC[item.func]()
+                for item, _ in self._agg_fns]
 
     def groups(self) -> list[Group]:
-        out = list(self._groups.values())
-        for g in out:
-            # A bare ?x groups by identity and projects the whole element.
-            for j, (item, _, _) in enumerate(self._key_fns):
-                if not item.segments:
-                    g.key_values[j] = self.env.element(g.key_values[j])
-        return out
+        """Phase 2: project the key values of each identity group and merge the groups
+        whose values are equal (two drugs with the same name are one group)."""
+        if self._groups is None:
+            groups: dict = {}
+            for first, accs in self._by_ids.values():
+                raw = [fn(first) for _, fn, _ in self._key_fns]
+                key = tuple(_hashable(v) for v in raw)
+                g = groups.get(key)
+                if g is None:
+                    groups[key] = (raw, first, accs)
+                else:
+                    for mine, theirs in zip(g[2], accs):
+                        mine.merge(theirs)
+            out = []
+            for raw, first, accs in groups.values():
+                it = iter(accs)
+                full = [None if not isinstance(item, A.Aggregate) else next(it)
+                        for item in self.items]
+                out.append(Group(raw, first, full))
+            for g in out:
+                # A bare ?x groups by identity and projects the whole element.
+                for j, (item, _, _) in enumerate(self._key_fns):
+                    if not item.segments:
+                        g.key_values[j] = self.env.element(g.key_values[j])
+            self._groups = out
+        return self._groups
 
     def empty_values(self) -> list:
         return [acc.result() for acc in self._new_accs() if acc is not None]

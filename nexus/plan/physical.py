@@ -128,11 +128,13 @@ class Filter:
 class OptionalJoin:
     plan: "GroupPlan"
     exports: tuple[int, ...]        # positions in plan.layout appended to the row
+    correlated: bool = True         # the block uses an outer variable
 
 
 @dataclass(frozen=True, slots=True)
 class AntiJoin:
     plan: "GroupPlan"
+    correlated: bool = True         # False: same answer for every outer row
 
 
 Step = Any
@@ -239,15 +241,16 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
 
     for kind, sub in group.nested:
         sub_plan = plan_group(sub, tuple(layout), est)
+        correlated = bool(group_uses(sub) & bound)
         if kind == "optional":
             exports = tuple(i for i, v in enumerate(sub_plan.out_layout)
                             if i >= len(layout) and not v.startswith("#"))
-            steps.append(OptionalJoin(sub_plan, exports))
+            steps.append(OptionalJoin(sub_plan, exports, correlated))
             for i in exports:
                 layout.append(sub_plan.out_layout[i])
                 bound.add(sub_plan.out_layout[i])
         else:
-            steps.append(AntiJoin(sub_plan))
+            steps.append(AntiJoin(sub_plan, correlated))
             rows *= 0.5
         estimates.append(rows)
     for f in pushable + late:
@@ -260,8 +263,45 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
         for v in u.out_layout:
             if v not in out_layout and not v.startswith("#"):
                 out_layout.append(v)
-    main_empty = top and not group.atoms and not group.nested
+    # A block whose only patterns are UNIONs has no main branch: its rows are the
+    # branches' rows (at the top, CONTRACT §5; nested in OPTIONAL/NOT the same, so that the
+    # block's identity row does not count as a match; its FILTERs, which filter the main
+    # branch only, then have nothing to filter). Without UNIONs a block of FILTERs alone
+    # keeps its main branch: `NOT { FILTER(...) }` tests the outer row.
+    main_empty = bool(group.unions) and not group.atoms and not group.nested
     return GroupPlan(tuple(inputs), steps, layout, unions, out_layout, main_empty, estimates)
+
+
+def group_uses(group: Group) -> set[str]:
+    """Every variable a block mentions where outer bindings are visible to it (its clauses,
+    FILTERs and nested OPTIONAL/NOT blocks), plus what its UNION branches export (their
+    rows are joined with the outer row on those names)."""
+    out = group.atom_vars()
+    for f in group.filters:
+        out |= {v for v, _ in expr_vars(f)}
+    for _, sub in group.nested:
+        out |= group_uses(sub)
+    for sub in group.unions:
+        out |= sub.exported()
+    return out
+
+
+def may_repeat(plan: GroupPlan) -> bool:
+    """Whether `plan` may yield two rows that assign the same values to every named
+    variable (they then differ only in hidden variables of anonymous clauses, or come from
+    different UNION branches / predicate alternatives). A solution is an assignment of the
+    named variables (see nexus.exec.kql), so aggregates must deduplicate such rows."""
+    if plan.unions:
+        return True
+    if any(v.startswith("#") for v in plan.layout[len(plan.inputs):]):
+        return True
+    for step in plan.steps:
+        if isinstance(step, (Expand, ScanLinks)) and step.link is None \
+                and len(step.predicates) > 1:
+            return True
+        if isinstance(step, OptionalJoin) and may_repeat(step.plan):
+            return True
+    return False
 
 
 def _score(atom: Any, bound: set[str], est: Estimator) -> tuple[int, float]:
