@@ -1,0 +1,335 @@
+"""Storage and KML benchmark: bulk load (W1) and single durable UPSERT (W2) of the peers
+dataset (`../shared/peers`), database size on disk and RSS.
+
+    /tmp/venv/bin/python bench/load.py --n 100000 [--n 10000] [--data /tmp/nexus-peers]
+                                       [--with-search 10000] [--upserts 200]
+                                       [--batch-size 1000000] [--write]
+
+* W1 — from the parsed JSONL (parse time reported apart, as the peers harness does) to a
+  queryable, committed, durable nexus: the five types and six predicates are defined by one
+  UPSERT, then `nexus.capsules.bulk_import` loads the concepts and links (one transaction per
+  batch). items/s = (concepts + links) / seconds.
+* W2 — the peers README's upsert (one Drug with all attributes and metadata, `treats` and
+  `is_class_of` links with metadata), 200 in a row through `execute_kip`, each its own
+  durable (fsync'd) transaction; every 4th re-upserts an earlier one with new values (the
+  peers harness's `make_upserts`, same seed). Median and p95 latency.
+* Disk = allocated size of the LMDB directory; RSS = resident set after the load (and its
+  growth over the load).
+* Storage and KML are measured with the SEARCH index detached (`nexus.search = None` on this
+  throwaway database): indexing every element for SEARCH is the search layer's cost, reported
+  apart — `--with-search N` loads size N with the index attached too (slow), and
+  W2 is always also timed with the index attached.
+
+The dataset is generated with `gen.py` into `--data` when missing. As in the peers harness,
+the parsed dataset is `gc.freeze()`d so that collections do not rescan it. `--write` replaces
+the `## Storage and KML` section of bench/RESULTS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# Run as a script, this folder is sys.path[0], where a sibling script could shadow a module
+# of the standard library (a bench/http.py once hid `http` from usearch, silently detaching
+# SEARCH): put the repository there instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.join(_HERE, ".."))
+
+from nexus.api import Nexus  # noqa: E402
+from nexus.capsules import bulk_import  # noqa: E402
+from nexus.exec.bulk import DEFAULT_BATCH  # noqa: E402
+
+PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers")
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
+SECTION = "## Storage and KML"
+
+SCHEMA = """
+UPSERT {
+  CONCEPT ?drug { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES { description: "A drug" } }
+  CONCEPT ?symptom { {type: "$ConceptType", name: "Symptom"} SET ATTRIBUTES { description: "A symptom" } }
+  CONCEPT ?cls { {type: "$ConceptType", name: "DrugClass"} SET ATTRIBUTES { description: "A drug class" } }
+  CONCEPT ?person { {type: "$ConceptType", name: "Person"} }
+  CONCEPT ?event { {type: "$ConceptType", name: "Event"} }
+  CONCEPT ?p1 { {type: "$PropositionType", name: "treats"} SET ATTRIBUTES { subject_types: ["Drug"], object_types: ["Symptom"] } }
+  CONCEPT ?p2 { {type: "$PropositionType", name: "has_side_effect"} SET ATTRIBUTES { subject_types: ["Drug"], object_types: ["Symptom"] } }
+  CONCEPT ?p3 { {type: "$PropositionType", name: "is_class_of"} SET ATTRIBUTES { subject_types: ["Drug"], object_types: ["DrugClass"] } }
+  CONCEPT ?p4 { {type: "$PropositionType", name: "is_subclass_of"} SET ATTRIBUTES { subject_types: ["DrugClass"], object_types: ["DrugClass"] } }
+  CONCEPT ?p5 { {type: "$PropositionType", name: "mentions"} }
+  CONCEPT ?p6 { {type: "$PropositionType", name: "knows"} SET ATTRIBUTES { subject_types: ["Person"], object_types: ["Person"] } }
+}
+WITH METADATA { source: "bench" }
+"""
+
+# The peers README's W2 command.
+W2 = """
+UPSERT {
+  CONCEPT ?d {
+    {type: "Drug", name: :name}
+    SET ATTRIBUTES { risk_level: :risk_level, molecular_formula: :molecular_formula,
+                     approved: :approved, description: :description }
+    SET PROPOSITIONS {
+      ("treats", {type: "Symptom", name: :symptom})
+        WITH METADATA { source: :l0_source, confidence: :l0_confidence, created_at: :l0_created_at }
+      ("is_class_of", {type: "DrugClass", name: :drug_class})
+        WITH METADATA { source: :l1_source, confidence: :l1_confidence, created_at: :l1_created_at }
+    }
+  }
+  WITH METADATA { source: :source, confidence: :confidence, created_at: :created_at }
+}
+"""
+
+
+def load_dataset(n: int, data: str) -> tuple[list, list, dict, float]:
+    d = os.path.join(data, f"n{n}")
+    if not os.path.exists(os.path.join(d, "meta.json")):
+        subprocess.run([sys.executable, os.path.join(PEERS, "gen.py"), "--n", str(n),
+                        "--out", data], check=True, stdout=subprocess.DEVNULL)
+    try:
+        import orjson
+        loads = orjson.loads
+    except ImportError:
+        loads = json.loads
+    t0 = time.perf_counter()
+    with open(os.path.join(d, "concepts.jsonl"), "rb") as f:
+        concepts = [loads(line) for line in f]
+    with open(os.path.join(d, "propositions.jsonl"), "rb") as f:
+        links = [loads(line) for line in f]
+    parse_s = time.perf_counter() - t0
+    with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
+        meta = json.load(f)
+    return concepts, links, meta, parse_s
+
+
+def make_upserts(concepts: list, meta: dict, k: int, seed: int = 42) -> list[dict]:
+    """The peers harness's W2 items (bench_peers.make_upserts), as KIP parameters."""
+    rng = random.Random(seed + 7)
+    qsym = {p["symptom"] for p in meta["params"]["Q2"]}
+    symptoms = [c["name"] for c in concepts if c["type"] == "Symptom" and c["name"] not in qsym]
+    classes = [c["name"] for c in concepts if c["type"] == "DrugClass" and c["name"] != "NSAID"]
+
+    def m():
+        return {"source": "w2_upsert", "confidence": round(0.5 + rng.random() * 0.5, 3),
+                "created_at": f"2026-01-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z"}
+
+    out, news = [], []
+    for i in range(k):
+        if i % 4 == 3 and news:
+            base = news[rng.randrange(len(news))]
+            name, targets = base["name"], [base["symptom"], base["drug_class"]]
+        else:
+            name, targets = f"W2 drug {i:05d}", [symptoms[rng.randrange(len(symptoms))],
+                                                  classes[rng.randrange(len(classes))]]
+        p = {"name": name, "risk_level": rng.randint(1, 5), "molecular_formula": f"C{i}H{k}",
+             "approved": rng.random() < 0.5, "description": f"upserted drug {i}"}
+        cm, l0, l1 = m(), m(), m()
+        p.update({"source": cm["source"], "confidence": cm["confidence"],
+                  "created_at": cm["created_at"], "symptom": targets[0],
+                  "drug_class": targets[1]})
+        for prefix, lm in (("l0", l0), ("l1", l1)):
+            p.update({f"{prefix}_{k2}": v for k2, v in lm.items()})
+        out.append(p)
+        if not (i % 4 == 3 and news):
+            news.append(p)
+    return out
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def disk_mb(path: str) -> float:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total / 2**20
+
+
+def w2(nx: Nexus, upserts: list[dict], suffix: str = "") -> tuple[float, float]:
+    """Median and p95 (ms) of the W2 upserts, each committed durably by execute_kip."""
+    latencies = []
+    for params in upserts:
+        params = dict(params, name=params["name"] + suffix)
+        t = time.perf_counter()
+        response = nx.execute_kip({"command": W2, "parameters": params})
+        latencies.append(time.perf_counter() - t)
+        assert "error" not in response, response
+    latencies.sort()
+    return (statistics.median(latencies) * 1e3,
+            latencies[int(len(latencies) * 0.95) - 1] * 1e3)
+
+
+def run(n: int, args, with_search: bool = False) -> dict:
+    concepts, links, meta, parse_s = load_dataset(n, args.data)
+    gc.collect()
+    gc.freeze()
+    workdir = tempfile.mkdtemp(prefix=f"nexus-load-{n}-", dir=args.dir)
+    path = os.path.join(workdir, "db")
+    try:
+        nx = Nexus.open(path)
+        search = nx.search
+        if not with_search:
+            nx.search = None
+        rss0 = rss_mb()
+        t0, c0 = time.perf_counter(), time.process_time()
+        response = nx.execute_kip({"command": SCHEMA})
+        assert "error" not in response, response
+        marks: dict[str, float] = {}
+        counts = bulk_import(nx, concepts, links, batch_size=args.batch_size,
+                             progress=lambda kind, done: marks.__setitem__(
+                                 kind, time.perf_counter()))
+        load_s, load_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        concepts_s = marks["concepts"] - t0
+        links_s = t0 + load_s - marks["concepts"]
+        rss1 = rss_mb()
+        items = len(concepts) + len(links)
+        assert counts["concepts_created"] == len(concepts), counts
+        assert counts["propositions_created"] == len(links), counts
+        upserts = make_upserts(concepts, meta, args.upserts)
+        nx.search = None
+        w2_median, w2_p95 = w2(nx, upserts)
+        nx.search = search
+        w2s_median, w2s_p95 = w2(nx, upserts, " (s)") if search is not None else (None, None)
+        size = disk_mb(path)
+        nx.close()
+        # The same upserts without fsync: what the engine costs apart from the disk flush.
+        nx = Nexus.open(path, durable=False)
+        nx.search = None
+        w2_nosync, _ = w2(nx, upserts, " (n)")
+        nx.close()
+        result = {
+            "n": n, "search": with_search, "concepts": len(concepts), "links": len(links),
+            "items": items, "parse_s": parse_s, "load_s": load_s, "load_cpu_s": load_cpu_s,
+            "concepts_s": concepts_s, "links_s": links_s, "w2_nosync_median_ms": w2_nosync,
+            "items_per_s": items / load_s, "batches": counts["batches"],
+            "w2_median_ms": w2_median, "w2_p95_ms": w2_p95,
+            "w2_search_median_ms": w2s_median, "w2_search_p95_ms": w2s_p95,
+            "disk_mb": size, "rss_mb": rss1, "rss_delta_mb": rss1 - rss0,
+            "load_avg": os.getloadavg()[0],
+        }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        gc.unfreeze()
+    return result
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return (f"Python {platform.python_version()} ({platform.python_implementation()}), "
+            f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} CPUs")
+
+
+def markdown(results: list[dict], command: str) -> str:
+    lines = [SECTION, "",
+             f"`{command}` on {datetime.date.today().isoformat()}, {machine()}. "
+             f"LMDB on local disk, durable (fsync per commit).", "",
+             "| N | SEARCH index in W1 | concepts + links | W1 s (items/s) | W1 CPU s | "
+             "concepts s / links s | JSONL parse s (not in W1) | W2 median / p95 ms | "
+             "W2 without fsync, median ms | W2 with SEARCH index, median / p95 ms | disk MB | "
+             "RSS after load MB (Δ over load) | load avg |",
+             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| ---: |"]
+    for r in results:
+        with_search = (f"{r['w2_search_median_ms']:.2f} / {r['w2_search_p95_ms']:.2f}"
+                       if r["w2_search_median_ms"] is not None else "n/a")
+        lines.append(
+            f"| {r['n']:,} | {'attached' if r['search'] else 'detached'} | {r['concepts']:,} + "
+            f"{r['links']:,} | {r['load_s']:.2f} ({r['items_per_s'] / 1000:.0f}k) | "
+            f"{r['load_cpu_s']:.2f} | {r['concepts_s']:.2f} / {r['links_s']:.2f} | "
+            f"{r['parse_s']:.2f} | {r['w2_median_ms']:.2f} / {r['w2_p95_ms']:.2f} | "
+            f"{r['w2_nosync_median_ms']:.2f} | {with_search} | {r['disk_mb']:.0f} | "
+            f"{r['rss_mb']:.0f} ({r['rss_delta_mb']:+.0f}) | {r['load_avg']:.1f} |")
+    lines += ["", "Targets (issue 3): W1 ≥ 150k items/s at N=100k; W2 median ≤ 1 ms.", ""]
+    lines += NOTES
+    return "\n".join(lines)
+
+
+NOTES = [
+    "Reading the figures:",
+    "",
+    "* W1 is `nexus.capsules.bulk_import` (UPSERT semantics, no KIP parse per item, one "
+    "transaction per batch of 1M items) plus the schema UPSERT; it is CPU-bound (W1 CPU s ≈ "
+    "W1 s). About half of it is the store's bulk methods (`create_concepts` / `create_links`: "
+    "value checks, msgpack, key building, sorting, LMDB inserts), the rest is the executor's "
+    "column-wise checks and the engine metadata. The 150k items/s target is not met on this "
+    "machine: even with the executor's share at zero the store's share alone stays under it.",
+    "* RSS includes the parsed dataset held by the benchmark (≈ 0.7 GB of Python dicts at "
+    "N=100k); Δ is the growth during the load.",
+    "* W2 is dominated by the two fsyncs of an LMDB durable commit: the same upserts without "
+    "fsync take the \"W2 without fsync\" column. Loading in batches of 100k instead of 1M "
+    "made W2 about 4x slower afterwards (LMDB carries the list of pages freed by the big "
+    "transactions through every later commit until they are reused; a compacted copy was "
+    "fast again), hence the 1M default batch.",
+    "* With the SEARCH index attached, W1 and W2 are dominated by lexical and vector "
+    "indexing (nexus.search), not by storage.",
+    "* The VM is shared (other benchmarks and test suites run beside it): the load average "
+    "column says how busy it was; figures move by ±50% between runs.",
+    "",
+]
+
+
+def write_section(text: str) -> None:
+    try:
+        with open(RESULTS, encoding="utf-8") as f:
+            current = f.read()
+    except FileNotFoundError:
+        current = "# nexus benchmark results\n"
+    start = current.find(SECTION)
+    if start < 0:
+        new = current.rstrip("\n") + "\n\n" + text
+    else:
+        end = current.find("\n## ", start + len(SECTION))
+        new = current[:start] + text + (current[end + 1:] if end >= 0 else "")
+    with open(RESULTS, "w", encoding="utf-8") as f:
+        f.write(new.rstrip("\n") + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, action="append", help="dataset sizes (default 100000)")
+    ap.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "nexus-peers"))
+    ap.add_argument("--dir", default=None, help="parent directory of the temporary databases")
+    ap.add_argument("--upserts", type=int, default=200)
+    ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH)
+    ap.add_argument("--with-search", type=int, action="append", default=[], metavar="N",
+                    help="also load size N with the SEARCH index attached (slow)")
+    ap.add_argument("--write", action="store_true", help="update bench/RESULTS.md")
+    args = ap.parse_args()
+    results = []
+    for n in sorted(args.n or [100_000]):      # small first: RSS grows with the datasets
+        results.append(run(n, args))
+        if n in args.with_search:
+            results.append(run(n, args, with_search=True))
+    command = "python bench/load.py " + " ".join(sys.argv[1:])
+    text = markdown(results, command.strip())
+    print(text)
+    if args.write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Protected targets (CONTRACT §7, spec Appendix 4 `KIP_3004`).
+
+Owns which elements KML may not change, and how:
+
+* the definition nodes of `$ConceptType`, `$PropositionType`, `Domain` and
+  `belongs_to_domain`, and the `CoreSchema` domain node ("core nodes"): no change to their
+  attributes or metadata, no delete;
+* their `belongs_to_domain` links to `CoreSchema` ("core links"): no change, no delete;
+* the actors `{type: "Person", name: "$self"}` and `{type: "Person", name: "$system"}`: no
+  delete, and no setting or deleting of their `core_directives` attribute (their other
+  attributes and their metadata evolve freely). Their identity (type + name) cannot change
+  anyway: a head is immutable.
+
+A *bare reference* is always fine: an UPSERT block that names a core node (or an entry that
+re-states a core link) without SET ATTRIBUTES or its own WITH METADATA does not write it — no
+outer metadata merge, no `_version` bump — and SET PROPOSITIONS from a core node may add new
+links. Protection concerns existing elements: creating them (a database opened without the
+bundled capsules) is ordinary KML. `ctx.privileged` (the capsule bootstrap) bypasses it all.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ErrorCode, KipError
+from ..store.protocol import ConceptHead, LinkHead
+from .writes import pos_kw
+
+CORE_NODES = frozenset({
+    ("$ConceptType", "$ConceptType"),
+    ("$ConceptType", "$PropositionType"),
+    ("$ConceptType", "Domain"),
+    ("$PropositionType", "belongs_to_domain"),
+    ("Domain", "CoreSchema"),
+})
+ACTORS = frozenset({("Person", "$self"), ("Person", "$system")})
+ACTOR_PROTECTED_ATTRIBUTE = "core_directives"
+_HINT = ("Operation prohibited: the meta-type definitions, the CoreSchema domain and its "
+         "belongs_to_domain links, and the identity and core_directives of $self/$system are "
+         "immutable. Reference them without SET ATTRIBUTES / WITH METADATA; ordinary attributes "
+         "of $self (persona, strengths, identity_narrative...) may evolve freely.")
+
+
+def _key(txn: Any, head: ConceptHead) -> tuple[str, str]:
+    return txn.symbol_text(head.type_id), head.name
+
+
+def label(txn: Any, head: ConceptHead | LinkHead) -> str:
+    if type(head) is ConceptHead:
+        t, name = _key(txn, head)
+        return f"{{type: {t!r}, name: {name!r}}}"
+    return f"the {txn.symbol_text(head.predicate_id)!r} link P:{head.n}"
+
+
+def is_core_node(txn: Any, head: Any) -> bool:
+    return type(head) is ConceptHead and _key(txn, head) in CORE_NODES
+
+
+def is_actor(txn: Any, head: Any) -> bool:
+    return type(head) is ConceptHead and _key(txn, head) in ACTORS
+
+
+def is_core_link(txn: Any, head: Any) -> bool:
+    """A `belongs_to_domain` link from a core node to the CoreSchema domain."""
+    if type(head) is not LinkHead or txn.symbol_text(head.predicate_id) != "belongs_to_domain":
+        return False
+    subject, obj = txn.head(head.subject), txn.head(head.object)
+    return (is_core_node(txn, subject) and type(obj) is ConceptHead
+            and _key(txn, obj) == ("Domain", "CoreSchema"))
+
+
+def is_immutable(txn: Any, head: Any) -> bool:
+    """Core node or core link: no attribute or metadata change at all."""
+    return is_core_node(txn, head) or is_core_link(txn, head)
+
+
+def _refuse(message: str, pos: Any = None) -> KipError:
+    return KipError(ErrorCode.KIP_3004, message, _HINT, **pos_kw(pos))
+
+
+def check_write(ctx: Any, head: Any, attributes: dict | None, pos: Any = None) -> None:
+    """An UPSERT is about to write `head` (set `attributes`, merge metadata)."""
+    if ctx.privileged:
+        return
+    txn = ctx.txn
+    if is_immutable(txn, head):
+        raise _refuse(f"Cannot change {label(txn, head)}: it is a protected system "
+                      f"definition", pos)
+    if attributes and ACTOR_PROTECTED_ATTRIBUTE in attributes and is_actor(txn, head):
+        raise _refuse(f"Cannot set core_directives of {label(txn, head)}: an actor's core "
+                      f"directives are protected", pos)
+
+
+def check_remove_keys(ctx: Any, head: Any, present: list[str], field: str) -> None:
+    """DELETE ATTRIBUTES / METADATA is about to remove `present` keys from `head`."""
+    if ctx.privileged or not present:
+        return
+    txn = ctx.txn
+    if is_immutable(txn, head):
+        raise _refuse(f"Cannot delete {field} {present} of {label(txn, head)}: it is a "
+                      f"protected system definition")
+    if (field == "attributes" and ACTOR_PROTECTED_ATTRIBUTE in present
+            and is_actor(txn, head)):
+        raise _refuse(f"Cannot delete core_directives of {label(txn, head)}: an actor's core "
+                      f"directives are protected")
+
+
+def check_delete(ctx: Any, head: Any) -> None:
+    """DELETE PROPOSITIONS / CONCEPT (or its cascade) is about to remove `head`."""
+    if ctx.privileged:
+        return
+    txn = ctx.txn
+    if is_immutable(txn, head) or is_actor(txn, head):
+        raise _refuse(f"Cannot delete {label(txn, head)}: it is a protected system element")

@@ -1,0 +1,253 @@
+"""UPSERT (spec §4.1, §2.10; CONTRACT §7): knowledge capsules written into the graph.
+
+Owns the execution of `UPSERT` statements over the command's write transaction:
+
+* statements run in order, blocks in order; local handles live for one statement and are
+  bound when their block completes (a handle used earlier, or in another statement →
+  `KIP_3001`; one handle defined twice in a statement → `KIP_1001`);
+* `{type, name}` matches or creates a concept; `{id}` / `(id: ...)` only match (`KIP_3002`);
+* SET ATTRIBUTES is a shallow merge (a `null` value is stored as null, not removed);
+* SET PROPOSITIONS is additive: each entry creates or updates the link (subject, p, target);
+  targets are handles, existing concepts `{type, name}` / `{id}`, existing links
+  `(s, "p", o)` (resolved recursively) or `(id: ...)` — absent → `KIP_3002`;
+* PROPOSITION blocks match or create (s, p, o); s and o may be links (higher-order);
+* metadata precedence: effective = statement WITH METADATA ⊕ block WITH METADATA ⊕ entry
+  WITH METADATA (inner keys win, nulls included), merged key by key onto what is stored;
+* one link per (s, p, o): re-stating a link updates it.
+
+Every write goes through `nexus.exec.writes` (engine metadata, touched ids); define-before-use
+is `nexus.exec.schema`'s, protection `nexus.exec.protect`'s. A block that names an existing
+core node or core link with no SET ATTRIBUTES and no WITH METADATA of its own is a bare
+reference and writes nothing; any other block that names an existing element writes it (a
+no-op rewrite still bumps `_version`, CONTRACT §3).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ErrorCode, KipError
+from ..store.protocol import ConceptHead, LinkHead
+from ..syntax import ast as A
+from . import protect, writes
+from .context import ExecContext
+from .schema import CONCEPT_TYPE, Schema, check_definition_name
+from .values import parse_id
+from .writes import pos_kw
+
+_NOT_FOUND_HINT = ("Target may have been deleted or never created. UPSERT links only to "
+                   "existing elements: create it first in its own CONCEPT block (earlier in the "
+                   "statement) and link to it by handle, or check it with SEARCH / FIND.")
+
+
+def run_upsert(ctx: ExecContext, command: A.Upsert) -> dict[str, Any]:
+    schema = Schema(ctx.txn)
+    concepts: list[str] = []
+    links: list[str] = []
+    for statement in command.statements:
+        _Statement(ctx, schema, statement).run(concepts, links)
+    if ctx.dry_run:
+        return {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
+    return {"blocks": len(command.statements), "upsert_concept_nodes": concepts,
+            "upsert_proposition_links": links}
+
+
+def literal(value: Any) -> Any:
+    """The plain value of a bound AST value (binding folds everything into Literal)."""
+    if isinstance(value, A.Literal):
+        return value.value
+    raise KipError(ErrorCode.KIP_4003, f"unbound value reached the executor: {value!r}")
+
+
+def user_map(value: Any, where: str) -> dict | None:
+    """A SET ATTRIBUTES / WITH METADATA map, with engine keys refused (KIP_2002)."""
+    if value is None:
+        return None
+    data = literal(value)
+    if not isinstance(data, dict):
+        raise KipError(ErrorCode.KIP_1001, f"{where} must be an object",
+                       f"Write {where} {{ key: value, ... }}.", **pos_kw(value.pos))
+    writes.check_keys(data, where, value.pos)
+    return data
+
+
+def merge(outer: dict | None, inner: dict | None) -> dict | None:
+    if inner is None:
+        return outer
+    if outer is None:
+        return inner
+    return {**outer, **inner}
+
+
+def not_found(message: str, pos: Any = None) -> KipError:
+    return KipError(ErrorCode.KIP_3002, message, _NOT_FOUND_HINT, **pos_kw(pos))
+
+
+class _Statement:
+    """One `UPSERT { ... } WITH METADATA {...}` statement and its local handles."""
+
+    __slots__ = ("ctx", "txn", "schema", "statement", "outer", "handles")
+
+    def __init__(self, ctx: ExecContext, schema: Schema, statement: A.UpsertStatement):
+        self.ctx = ctx
+        self.txn = ctx.txn
+        self.schema = schema
+        self.statement = statement
+        self.outer = user_map(statement.metadata, "WITH METADATA")
+        self.handles: dict[str, int] = {}
+
+    def run(self, concepts: list[str], links: list[str]) -> None:
+        defined: set[str] = set()
+        for block in self.statement.blocks:
+            if block.handle is not None:
+                if block.handle in defined:
+                    raise KipError(ErrorCode.KIP_1001,
+                                   f"Handle ?{block.handle} is defined twice in one UPSERT "
+                                   f"statement",
+                                   "Give each CONCEPT / PROPOSITION block its own handle; refer "
+                                   "to an earlier block by its handle instead of repeating it.",
+                                   **pos_kw(block.pos))
+                defined.add(block.handle)
+        for block in self.statement.blocks:
+            self.ctx.check_deadline()
+            if type(block) is A.ConceptBlock:
+                n = self.concept_block(block)
+                concepts.append(f"C:{n}")
+            else:
+                n, predicate = self.proposition_block(block)
+                links.append(f"P:{n}:{predicate}")
+            if block.handle is not None:
+                self.handles[block.handle] = n
+
+    # --- CONCEPT ------------------------------------------------------------------------
+    def concept_block(self, block: A.ConceptBlock) -> int:
+        ctx, txn, match = self.ctx, self.txn, block.match
+        attributes = user_map(block.attributes, "SET ATTRIBUTES")
+        own_meta = user_map(block.metadata, "WITH METADATA")
+        effective = merge(self.outer, own_meta)
+        bare = attributes is None and own_meta is None
+        if match.id is not None:
+            n = self.concept_by_id(match.id, match.pos)
+            self.write_existing(n, attributes, effective, block.pos, bare)
+        else:
+            type_name, name = literal(match.type), literal(match.name)
+            type_id = self.schema.concept_type(
+                type_name, match.pos, defining=name if type_name == CONCEPT_TYPE else None)
+            n = txn.concept_id(type_id, name)
+            if n is None:
+                check_definition_name(type_name, name, match.pos)
+                n = writes.create_concept(ctx, type_id, name, attributes, effective)
+            else:
+                self.write_existing(n, attributes, effective, block.pos, bare)
+        if block.propositions:
+            for entry in block.propositions:
+                self.set_proposition(n, entry, effective, own_meta is None)
+        return n
+
+    def write_existing(self, n: int, attributes: dict | None, effective: dict | None,
+                       pos: Any, bare: bool) -> None:
+        """Write an element a block named. `bare`: the block (or entry) has neither SET
+        ATTRIBUTES nor WITH METADATA of its own."""
+        head = self.txn.head(n)
+        if bare and protect.is_immutable(self.txn, head):
+            return      # a bare reference to a core element: not a write
+        protect.check_write(self.ctx, head, attributes, pos)
+        writes.update(self.ctx, n, attributes, effective)
+
+    def set_proposition(self, subject: int, entry: A.SetProposition, effective: dict | None,
+                        bare_block: bool) -> None:
+        predicate = literal(entry.predicate)
+        pid = self.schema.predicate(predicate, entry.pos)
+        target = self.resolve(entry.target)
+        own_meta = user_map(entry.metadata, "WITH METADATA")
+        meta = merge(effective, own_meta)
+        n = self.txn.link_id(subject, pid, target)
+        if n is None:
+            writes.create_link(self.ctx, subject, pid, target, None, meta)
+        else:
+            self.write_existing(n, None, meta, entry.pos, bare_block and own_meta is None)
+
+    # --- PROPOSITION --------------------------------------------------------------------
+    def proposition_block(self, block: A.PropositionBlock) -> tuple[int, str]:
+        match = block.match
+        attributes = user_map(block.attributes, "SET ATTRIBUTES")
+        own_meta = user_map(block.metadata, "WITH METADATA")
+        effective = merge(self.outer, own_meta)
+        bare = attributes is None and own_meta is None
+        if type(match) is A.PropositionIdMatch:
+            n = self.link_by_id(match.id, match.pos)
+            self.write_existing(n, attributes, effective, block.pos, bare)
+            return n, self.txn.symbol_text(self.txn.head(n).predicate_id)
+        subject = self.resolve(match.subject)
+        predicate = literal(match.predicate.names[0])
+        pid = self.schema.predicate(predicate, match.predicate.pos or match.pos)
+        obj = self.resolve(match.object)
+        n = self.txn.link_id(subject, pid, obj)
+        if n is None:
+            n = writes.create_link(self.ctx, subject, pid, obj, attributes, effective)
+        else:
+            self.write_existing(n, attributes, effective, block.pos, bare)
+        return n, predicate
+
+    # --- references to existing elements -------------------------------------------------
+    def resolve(self, term: Any) -> int:
+        """The id of the existing element a subject/object/target term names."""
+        kind = type(term)
+        if kind is A.VarTerm:
+            n = self.handles.get(term.name)
+            if n is None:
+                raise KipError(ErrorCode.KIP_3001,
+                               f"Handle ?{term.name} is not defined at this point of the "
+                               f"UPSERT statement",
+                               "Define the handle with a CONCEPT or PROPOSITION block placed "
+                               "before the clause that uses it; handles do not cross UPSERT "
+                               "statements (use {type, name} or {id} there).",
+                               **pos_kw(term.pos))
+            return n
+        if kind is A.ConceptMatch:
+            if term.id is not None:
+                return self.concept_by_id(term.id, term.pos)
+            type_name, name = literal(term.type), literal(term.name)
+            type_id = self.schema.existing_type(type_name, term.pos)
+            n = None if type_id is None else self.txn.concept_id(type_id, name)
+            if n is None:
+                raise not_found(f"The concept {{type: {type_name!r}, name: {name!r}}} does "
+                                f"not exist", term.pos)
+            return n
+        if kind is A.PropositionIdMatch:
+            return self.link_by_id(term.id, term.pos)
+        # A nested (s, "p", o): an existing link, its ends resolved recursively.
+        subject = self.resolve(term.subject)
+        predicate = literal(term.predicate.names[0])
+        pid = self.schema.existing_predicate(predicate, term.predicate.pos or term.pos)
+        obj = self.resolve(term.object)
+        n = None if pid is None else self.txn.link_id(subject, pid, obj)
+        if n is None:
+            raise not_found(f"The proposition ({_ref(self.txn, subject)}, {predicate!r}, "
+                            f"{_ref(self.txn, obj)}) does not exist", term.pos)
+        return n
+
+    def concept_by_id(self, value: Any, pos: Any) -> int:
+        text = literal(value)
+        parsed = parse_id(text)
+        if parsed is not None and parsed[0] == "C" and type(self.txn.head(parsed[1])) is \
+                ConceptHead:
+            return parsed[1]
+        raise not_found(f"No concept has the id {text!r}" + (
+            "" if parsed is not None else " (concept ids look like \"C:12\")"), pos)
+
+    def link_by_id(self, value: Any, pos: Any) -> int:
+        text = literal(value)
+        parsed = parse_id(text)
+        if parsed is not None and parsed[0] == "P":
+            head = self.txn.head(parsed[1])
+            if type(head) is LinkHead and self.txn.symbol_text(head.predicate_id) == parsed[2]:
+                return parsed[1]
+        raise not_found(f"No proposition has the id {text!r}" + (
+            "" if parsed is not None else " (proposition ids look like \"P:13:treats\")"), pos)
+
+
+def _ref(txn: Any, n: int) -> str:
+    head = txn.head(n)
+    if type(head) is ConceptHead:
+        return f"{{type: {txn.symbol_text(head.type_id)!r}, name: {head.name!r}}}"
+    return f"P:{n}:{txn.symbol_text(head.predicate_id)}"

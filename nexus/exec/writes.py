@@ -1,0 +1,123 @@
+"""Element writes with engine metadata: the one place that creates, updates and deletes.
+
+Owns the engine-maintained metadata of CONTRACT §3 — `_version` (1 at creation, +1 on every
+write of that element, a no-op rewrite included), `_created_at`, `_updated_at` (= the
+command's `ctx.now`) — the refusal of `_`-prefixed keys coming from KML (`KIP_2002`), and the
+bookkeeping of `ctx.touched` / `ctx.removed` that the search index consumes. UPSERT, DELETE
+and the bulk loader all write through here, so those rules hold everywhere.
+
+It does not decide *whether* a write is allowed (schema: `nexus.exec.schema`; protection:
+`nexus.exec.protect`) nor what to match (`nexus.exec.upsert`, `nexus.exec.delete`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from ..errors import ErrorCode, KipError
+from .context import ExecContext
+
+ENGINE_KEYS = ("_version", "_created_at", "_updated_at")
+
+
+def pos_kw(pos: Any) -> dict[str, int]:
+    """KipError keyword arguments pointing at an AST position (none when unknown)."""
+    if pos is None:
+        return {}
+    return {"line": pos.line, "column": pos.column}
+
+
+def check_keys(keys: Iterable[str], where: str, pos: Any = None) -> None:
+    """Refuse `_`-prefixed keys: they are the engine's (`_version`, `_score`...)."""
+    for key in keys:
+        if isinstance(key, str) and key.startswith("_"):
+            raise KipError(
+                ErrorCode.KIP_2002,
+                f"'{key}' in {where}: keys starting with '_' are reserved for the engine",
+                "Remove the key or rename it without the leading underscore; _version, "
+                "_created_at and _updated_at are maintained by the engine.",
+                **pos_kw(pos))
+
+
+def new_metadata(meta: dict | None, now: str) -> dict:
+    """The metadata of a new element: the user's keys, then the engine's."""
+    out = dict(meta) if meta else {}
+    out["_version"] = 1
+    out["_created_at"] = now
+    out["_updated_at"] = now
+    return out
+
+
+def create_concept(ctx: ExecContext, type_id: int, name: str, attributes: dict | None,
+                   metadata: dict | None) -> int:
+    txn = ctx.txn
+    n = txn.new_id()
+    txn.create_concept(n, type_id, name, dict(attributes) if attributes else {},
+                       new_metadata(metadata, ctx.now))
+    ctx.touched.add(n)
+    return n
+
+
+def create_link(ctx: ExecContext, subject: int, predicate_id: int, obj: int,
+                attributes: dict | None, metadata: dict | None) -> int:
+    txn = ctx.txn
+    n = txn.new_id()
+    txn.create_link(n, subject, predicate_id, obj, dict(attributes) if attributes else {},
+                    new_metadata(metadata, ctx.now))
+    ctx.touched.add(n)
+    return n
+
+
+def bump(meta: dict, now: str) -> dict:
+    """Advance the engine metadata of a stored element in place (one more write)."""
+    version = meta.get("_version")
+    meta["_version"] = (version if type(version) is int else 0) + 1
+    meta.setdefault("_created_at", now)
+    meta["_updated_at"] = now
+    return meta
+
+
+def update(ctx: ExecContext, n: int, attributes: dict | None, metadata: dict | None) -> None:
+    """Write an existing element: shallow-merge `attributes` (if given) and `metadata` onto
+    what is stored, bump `_version` / `_updated_at`. A `None` value is stored as null."""
+    txn = ctx.txn
+    if attributes:
+        stored = txn.attributes(n)
+        stored.update(attributes)
+        txn.set_attributes(n, stored)
+    meta = txn.metadata(n)
+    if metadata:
+        meta.update(metadata)
+    txn.set_metadata(n, bump(meta, ctx.now))
+    ctx.touched.add(n)
+
+
+def remove_keys(ctx: ExecContext, n: int, keys: Iterable[str], field: str,
+                check: Callable[[list[str]], None] | None = None) -> bool:
+    """Delete `keys` from an element's `field` ("attributes" or "metadata"). Writes (and
+    bumps `_version`) only when one of them was present; `check(present)` runs first and
+    may refuse. Returns whether it wrote."""
+    txn = ctx.txn
+    target = txn.attributes(n) if field == "attributes" else txn.metadata(n)
+    present = [k for k in keys if k in target]
+    if not present:
+        return False
+    if check is not None:
+        check(present)
+    for k in present:
+        del target[k]
+    if field == "attributes":
+        txn.set_attributes(n, target)
+        meta = txn.metadata(n)
+    else:
+        meta = target
+    txn.set_metadata(n, bump(meta, ctx.now))
+    ctx.touched.add(n)
+    return True
+
+
+def delete(ctx: ExecContext, n: int) -> bool:
+    if ctx.txn.delete(n):
+        ctx.removed.add(n)
+        ctx.touched.discard(n)
+        return True
+    return False
