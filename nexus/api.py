@@ -23,6 +23,7 @@ from .syntax import ast as A
 log = logging.getLogger("nexus")
 
 _REQUEST_KEYS = frozenset(("command", "commands", "parameters", "dry_run"))
+_ONE_KEYS = frozenset(("command", "parameters", "dry_run"))
 
 
 class Nexus:
@@ -35,6 +36,9 @@ class Nexus:
         self._write_lock = threading.RLock()
         self.search = None      # nexus.search.SearchIndex, attached by open()
         self.primer_cache = None
+        # Which executor FIND uses: "auto" (a cost model per execution), "always" or
+        # "never" the columnar one (nexus.exec.columnar); tests run both ways.
+        self.columnar = _columnar_default()
 
     # --- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -42,11 +46,18 @@ class Nexus:
         """Open (creating if needed) the nexus at `path`; `None` → a fresh in-memory one.
 
         Options: any field of `nexus.config.Config` or `Limits` (e.g. `query_timeout=5`,
-        `durable=False`, `bootstrap=False`).
+        `durable=False`, `bootstrap=False`), and `columnar="auto"|"always"|"never"` (the
+        FIND executor; default `auto`, or the environment's `NEXUS_COLUMNAR`).
         """
+        mode = options.pop("columnar", None)
+        if mode is not None and mode not in ("auto", "always", "never"):
+            raise KipError(ErrorCode.KIP_1001, f"Unknown columnar mode {mode!r}",
+                           "Use columnar=\"auto\", \"always\" or \"never\".")
         config = options.pop("config", None) or Config.from_options(**options)
         store = open_store(path, durable=config.durable) if path is not None else open_store(None)
         nexus = cls(store, config)
+        if mode is not None:
+            nexus.columnar = mode
         try:
             nexus._attach_extensions()
             if config.bootstrap:
@@ -106,6 +117,16 @@ class Nexus:
         return {"result": results}
 
     def _validate(self, request: Any) -> tuple[list[tuple[Any, dict]], dict, bool, bool]:
+        if type(request) is dict and "command" in request and request.keys() <= _ONE_KEYS:
+            # The common request (one command, a parameters dict) without the general
+            # checks' allocations; anything unusual takes the general path below.
+            command = request["command"]
+            shared = request.get("parameters")
+            dry_run = request.get("dry_run", False)
+            if type(command) is str and (shared is None or type(shared) is dict) \
+                    and (dry_run is False or dry_run is True):
+                shared = {} if shared is None else dict(shared)
+                return [(command, shared)], shared, dry_run, False
         if not isinstance(request, Mapping):
             raise KipError(ErrorCode.KIP_1001, "The request must be a JSON object",
                            "Send {\"command\": \"...\", \"parameters\": {...}}.")
@@ -250,6 +271,11 @@ class Nexus:
         self.primer_cache = None
         if self.search is not None:
             self.search.after_commit(ctx)
+
+
+def _columnar_default() -> str:
+    from .exec.columnar import default_mode
+    return default_mode()
 
 
 class _BadItem:

@@ -8,7 +8,6 @@ loader (it may write protected definitions); `dry_run` makes KML validate and th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,25 +21,46 @@ def now_iso() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-@dataclass
 class ExecContext:
-    txn: Any                              # ReadTxn, or WriteTxn for KML
-    limits: Limits
-    deadline: float                       # time.monotonic() value
-    now: str = field(default_factory=now_iso)
-    privileged: bool = False
-    dry_run: bool = False
-    engine: Any = None                    # the Nexus (for search indexes, caches)
-    text: str | None = None               # the command text, for error snippets
-    # What a write changed, for indexes kept beside the store (search) — KML records every
-    # element it creates or modifies in `touched` and every element it deletes in `removed`.
-    touched: set = field(default_factory=set)
-    removed: set = field(default_factory=set)
+    """One command's context (see module doc). `now` is computed on first use: reads never
+    need it, and formatting a timestamp is a measurable part of a point lookup."""
+
+    __slots__ = ("txn", "limits", "deadline", "_now", "privileged", "dry_run", "engine",
+                 "text", "touched", "removed")
+
+    def __init__(self, txn: Any, limits: Limits, deadline: float, now: str | None = None,
+                 privileged: bool = False, dry_run: bool = False, engine: Any = None,
+                 text: str | None = None, touched: set | None = None,
+                 removed: set | None = None) -> None:
+        self.txn = txn                    # ReadTxn, or WriteTxn for KML
+        self.limits = limits
+        self.deadline = deadline          # time.monotonic() value
+        self._now = now
+        self.privileged = privileged
+        self.dry_run = dry_run
+        self.engine = engine              # the Nexus (for search indexes, caches)
+        self.text = text                  # the command text, for error snippets
+        # What a write changed, for indexes kept beside the store (search) — KML records
+        # every element it creates or modifies in `touched` and every element it deletes
+        # in `removed`.
+        self.touched = set() if touched is None else touched
+        self.removed = set() if removed is None else removed
+
+    @property
+    def now(self) -> str:
+        """The command's fixed timestamp (every element it touches gets the same)."""
+        now = self._now
+        if now is None:
+            now = self._now = now_iso()
+        return now
+
+    @now.setter
+    def now(self, value: str) -> None:
+        self._now = value
 
     @classmethod
     def start(cls, txn: Any, limits: Limits, **kw: Any) -> "ExecContext":
-        return cls(txn=txn, limits=limits, deadline=time.monotonic() + limits.query_timeout,
-                   **kw)
+        return cls(txn, limits, time.monotonic() + limits.query_timeout, **kw)
 
     def check_deadline(self) -> None:
         if time.monotonic() > self.deadline:

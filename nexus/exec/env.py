@@ -20,6 +20,7 @@ from . import values
 from .operators import walk
 
 _MISSING = object()
+_STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
 _MEMO_LIMIT = 200_000
 _CHECK_EVERY = 2048          # work units between deadline checks (a unit is ~0.1–2 µs)
 
@@ -50,7 +51,15 @@ class Env:
             return v.value
         hit = self._values.get(id(v), _MISSING)
         if hit is _MISSING:
-            hit = self._values[id(v)] = bind(v, self.params).value
+            if type(v) is A.Param and v.expect in _STR_OK:
+                # The common placeholder (a string where any string will do): what
+                # `bind` checks, without building a Literal.
+                hit = self.params.get(v.name, _MISSING)
+                if type(hit) is not str:
+                    hit = bind(v, self.params).value
+            else:
+                hit = bind(v, self.params).value
+            self._values[id(v)] = hit
         return hit
 
     def sid(self, v: A.Value) -> int | None:

@@ -34,10 +34,11 @@ from ..plan.logical import LogicalQuery, PathAtom, bind_where, unbound
 from ..plan.physical import Estimator, GroupPlan, may_repeat, plan_query
 from ..syntax import ast as A
 from ..syntax import to_text
+from . import columnar
 from .env import Env
 from .filters import kind as value_kind
 from .operators import compile_group
-from .results import Aggregator, order_rows
+from .results import Aggregator, _DistinctIds, counted, order_rows
 
 
 @dataclass
@@ -54,6 +55,11 @@ class Prepared:
     named_idx: tuple[int, ...] = ()               # positions of the named variables
     distinct_rows: bool = False                   # rows never repeat on the named variables
     paths: tuple[tuple[int, int | None], ...] = ()     # hop ranges, checked per execution
+    anchored: bool = False                        # starts from a constant (columnar.anchored)
+    aggregated: bool = False                      # FIND has aggregates
+    key_idx: tuple[int, ...] = ()                 # positions of the FIND variables
+    no_dedup: bool = False                        # rows are already distinct on key_idx
+    program: Any = None                           # columnar.GroupProgram, built on first use
 
 
 _PREPARED: dict[int, tuple[A.Find, Prepared]] = {}
@@ -91,7 +97,10 @@ def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = 
                         to_text(replace(find, limit=None, cursor=None)),
                         repeat_key=named_idx if repeats else None,
                         named_idx=named_idx, distinct_rows=not repeats,
-                        paths=tuple(_path_ranges(logical.root)))
+                        paths=tuple(_path_ranges(logical.root)),
+                        anchored=columnar.anchored(plan), aggregated=aggregated)
+    prepared.key_idx = _var_positions(layout, find.items)
+    prepared.no_dedup = prepared.distinct_rows and set(prepared.key_idx) >= set(named_idx)
     if cache:
         if len(_PREPARED) >= _PREPARED_LIMIT:
             _PREPARED.clear()
@@ -149,12 +158,19 @@ def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
     offset = _decode_cursor(env.value(find.cursor), prep, params) if find.cursor else 0
     if ctx.dry_run:
         return _empty(find), None
-    rows = _solutions(env, prep)
-    if any(isinstance(i, A.Aggregate) for i in find.items):
+    cx = _columns(env, prep)
+    if cx is not None:
+        out = columnar.execute(env, cx, prep.program)
+        if type(out) is columnar.Batch:
+            return _find_batch(env, cx, prep, out, limit, offset, params)
+        rows = _limited(env, out)
+    else:
+        rows = _solutions(env, prep)
+    if prep.aggregated:
         return _aggregate(env, prep, rows, limit, offset, params)
-    key_idx = _var_positions(prep.layout, find.items)
+    key_idx = prep.key_idx
     stop = None if (limit is None or find.order_by) else offset + limit + 1
-    if prep.distinct_rows and set(key_idx) >= set(prep.named_idx):
+    if prep.no_dedup:
         # Rows are distinct on the named variables and FIND mentions all of them.
         unique = list(rows if stop is None else _take(rows, stop))
     else:
@@ -179,9 +195,13 @@ def _empty(find: A.Find) -> Any:
 
 def _solutions(env: Env, prep: Prepared) -> Iterator[tuple]:
     """Every solution row, with the row cap and deadline enforced as rows stream."""
+    return _limited(env, prep.runner(env, ()))
+
+
+def _limited(env: Env, rows: Iterator[tuple]) -> Iterator[tuple]:
     limit = env.ctx.limits.max_rows
     count = 0
-    for row in prep.runner(env, ()):
+    for row in rows:
         count += 1
         if not count & 4095:
             env.ctx.check_deadline()
@@ -262,12 +282,17 @@ def _project_column(env: Env, layout: list[str], item: A.Path, rows: list[tuple]
 
 def _aggregate(env: Env, prep: Prepared, rows: Iterator[tuple], limit: int | None,
                offset: int, params: Mapping[str, Any]) -> tuple[Any, str | None]:
-    find = prep.find
-    agg = Aggregator(env, prep.layout, find.items)
+    agg = Aggregator(env, prep.layout, prep.find.items)
     if prep.repeat_key is not None:
         rows = _distinct(rows, prep.repeat_key)
     for row in rows:
         agg.add(row)
+    return _aggregate_result(env, prep, agg, limit, offset, params)
+
+
+def _aggregate_result(env: Env, prep: Prepared, agg: Aggregator, limit: int | None,
+                      offset: int, params: Mapping[str, Any]) -> tuple[Any, str | None]:
+    find = prep.find
     groups = agg.groups()
     if agg.only_aggregates:
         values = groups[0].values() if groups else agg.empty_values()
@@ -280,6 +305,158 @@ def _aggregate(env: Env, prep: Prepared, rows: Iterator[tuple], limit: int | Non
     result = columns[0] if len(columns) == 1 else columns
     more = len(groups) > end
     return result, (_encode_cursor(end, prep, params) if more else None)
+
+
+# --- the columnar path (see nexus.exec.columnar) -----------------------------------------
+
+def _columns(env: Env, prep: Prepared) -> Any:
+    """The snapshot's column view when this execution should run columnar, else None."""
+    ctx = env.ctx
+    mode = getattr(ctx.engine, "columnar", None) or columnar.default_mode()
+    if mode == "never" or (mode == "auto" and prep.anchored):
+        return None
+    columns = getattr(env.txn, "columns", None)
+    if columns is None:
+        return None
+    if prep.program is None:
+        prep.program = columnar.GroupProgram(prep.plan)
+    if mode == "auto" and (env.txn.snapshot_id() is None
+                           or not columnar.choose(env, prep.program)):
+        return None
+    return columns()
+
+
+def _row_cap(ctx: Any, pulled: int, exhausted: bool) -> None:
+    """The row cap exactly as `_limited` applies it to a stream from which `pulled` rows
+    were read (checked every 4096 rows, and at the end when the stream was exhausted)."""
+    cap = ctx.limits.max_rows
+    if (exhausted and pulled > cap) or (pulled // 4096) * 4096 > cap:
+        raise ctx.too_many_rows()
+
+
+def _find_batch(env: Env, cx: Any, prep: Prepared, batch: columnar.Batch, limit: int | None,
+                offset: int, params: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """run_find's shaping over a finished batch: the same answers, column by column."""
+    import numpy as np
+    find = prep.find
+    layout = prep.layout
+    if prep.aggregated:
+        _row_cap(env.ctx, batch.size, True)
+        return _aggregate_batch(env, cx, prep, batch, limit, offset, params)
+    key_idx = prep.key_idx
+    stop = None if (limit is None or find.order_by) else offset + limit + 1
+    size = batch.size
+    if prep.no_dedup:
+        if stop is not None and size > stop:
+            sel, pulled, exhausted = np.arange(stop), stop + 1, False
+        else:
+            sel, pulled, exhausted = np.arange(size), size, True
+    else:
+        sel = columnar.first_unique([batch.cols[i] for i in key_idx])
+        if stop is not None and len(sel) >= stop:
+            sel = sel[:stop]
+            pulled, exhausted = int(sel[-1]) + 1, False
+        else:
+            pulled, exhausted = size, True
+    _row_cap(env.ctx, pulled, exhausted)
+    if find.order_by:
+        unique = order_rows(env, batch.take(sel).rows(), find.order_by, layout, None)
+        end = len(unique) if limit is None else offset + limit
+        page = unique[offset:end]
+        columns = [_project_column(env, layout, item, page) for item in find.items]
+        more = len(unique) > end
+    else:
+        end = len(sel) if limit is None else offset + limit
+        page_idx = sel[offset:end]
+        more = len(sel) > end
+        columns = [columnar.project(env, cx, batch.cols[layout.index(item.var)][page_idx],
+                                    item.segments) for item in find.items]
+    result = columns[0] if len(columns) == 1 else columns
+    return result, (_encode_cursor(end, prep, params) if more else None)
+
+
+def _aggregate_batch(env: Env, cx: Any, prep: Prepared, batch: columnar.Batch,
+                     limit: int | None,
+                     offset: int, params: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """Implicit GROUP BY over a batch: groups by the key identities (np.unique), COUNT by
+    bincount, COUNT(DISTINCT ?x) by unique (group, id) pairs; other aggregates feed the
+    row accumulators. Phase 2 (key values, merging equal keys, ORDER BY) is the row path's."""
+    import numpy as np
+    layout = prep.layout
+    agg = Aggregator(env, layout, prep.find.items)
+    if prep.repeat_key is not None:
+        batch = batch.take(columnar.first_unique([batch.cols[i] for i in prep.repeat_key]))
+    aggs = agg.aggregates
+    if not all(a.func == "COUNT" and not (a.distinct and a.arg.segments) for a in aggs):
+        for row in batch.rows():
+            agg.add(row)
+        return _aggregate_result(env, prep, agg, limit, offset, params)
+    group, firsts = columnar.group_ids([batch.cols[i] for i in agg.key_positions], batch.size)
+    n_groups = len(firsts)
+    per_agg = []
+    for a in aggs:
+        col = batch.cols[layout.index(a.arg.var)]
+        if a.distinct:
+            present = col != 0
+            g, c = group[present], col[present]
+            order = np.lexsort((c, g))
+            g, c = g[order], c[order]
+            keep = np.ones(len(g), dtype=bool)
+            keep[1:] = (g[1:] != g[:-1]) | (c[1:] != c[:-1])
+            g, c = g[keep], c[keep]
+            bounds = np.searchsorted(g, np.arange(n_groups + 1)).tolist()
+            per_agg.append([_DistinctIds(c[bounds[k]:bounds[k + 1]])
+                            for k in range(n_groups)])
+        else:
+            present = columnar.not_null_by_id(env, col, a.arg.segments)
+            per_agg.append(np.bincount(group[present], minlength=n_groups).tolist())
+    if agg.key_positions and not prep.find.order_by and not any(a.distinct for a in aggs):
+        done = _groups_by_columns(env, cx, prep, batch, firsts, per_agg, limit, offset,
+                                  params)
+        if done is not None:
+            return done
+    first_rows = batch.take(firsts).rows()
+    for k in range(n_groups):
+        agg.add_group(first_rows[k], [counted(accs[k]) if type(accs[k]) is int else accs[k]
+                                      for accs in per_agg])
+    return _aggregate_result(env, prep, agg, limit, offset, params)
+
+
+def _groups_by_columns(env: Env, cx: Any, prep: Prepared, batch: columnar.Batch, firsts: Any,
+                       per_agg: list, limit: int | None, offset: int,
+                       params: Mapping[str, Any]) -> tuple[Any, str | None] | None:
+    """Phase 2 of GROUP BY column-wise, when no two identity groups have equal key values
+    (then nothing merges and each identity group is a result group, in first-seen order).
+    None when some would merge: the caller takes the general path."""
+    from .results import _hashable
+    layout = prep.layout
+    items = prep.find.items
+    values: list = []
+    hashed: list = []
+    for item in items:
+        if isinstance(item, A.Aggregate):
+            continue
+        ids = batch.cols[layout.index(item.var)][firsts]
+        if item.segments:
+            column = columnar.project(env, cx, ids, item.segments)
+            values.append(column)
+            hashed.append(column if all(type(v) is str for v in column)
+                          else [_hashable(v) for v in column])
+        else:
+            values.append(columnar.project(env, cx, ids, ()))
+            hashed.append(ids.tolist())          # a bare ?x groups by identity
+    n_groups = len(firsts)
+    distinct = len(set(hashed[0])) if len(hashed) == 1 else len(set(zip(*hashed)))
+    if distinct != n_groups:
+        return None
+    it_keys = iter(values)
+    it_aggs = iter(per_agg)
+    columns = [next(it_aggs) if isinstance(item, A.Aggregate) else next(it_keys)
+               for item in items]
+    end = n_groups if limit is None else offset + limit
+    columns = [c[offset:end] for c in columns]
+    result = columns[0] if len(columns) == 1 else columns
+    return result, (_encode_cursor(end, prep, params) if n_groups > end else None)
 
 
 # --- cursors -----------------------------------------------------------------------------

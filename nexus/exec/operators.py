@@ -27,11 +27,20 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Any, tuple], Rows]:
     pad = (None,) * (len(plan.out_layout) - len(plan.layout))
     n_inputs = len(plan.inputs)
 
+    def run_main(env: Any, row: tuple) -> Rows:
+        rows: Rows = iter((row,))
+        for stage in stages:
+            rows = stage(env, rows)
+        return rows
+
+    if not unions:
+        # The common case returns the stages' chain itself (no generator layer on top: this
+        # runs once per outer row for a correlated OPTIONAL/NOT block).
+        return run_main
+
     def run(env: Any, row: tuple) -> Rows:
         if not plan.main_empty:
-            rows: Rows = iter((row,))
-            for stage in stages:
-                rows = stage(env, rows)
+            rows = run_main(env, row)
             if pad:
                 rows = (r + pad for r in rows)
             yield from rows

@@ -146,6 +146,29 @@ class _MinMax:
                 self.best, self.best_key = other.best, key
 
 
+class _DistinctIds:
+    """COUNT(DISTINCT ?x) of a group computed by the columnar path: the sorted distinct
+    non-null ids (a numpy array); merging two groups unites them."""
+    __slots__ = ("ids",)
+
+    def __init__(self, ids: Any) -> None:
+        self.ids = ids
+
+    def result(self) -> int:
+        return int(len(self.ids))
+
+    def merge(self, other: "_DistinctIds") -> None:
+        import numpy as np
+        self.ids = np.union1d(self.ids, other.ids)
+
+
+def counted(n: int) -> _Count:
+    """A COUNT accumulator that already counted `n` solutions."""
+    acc = _Count()
+    acc.n = n
+    return acc
+
+
 _ACC = {
     "COUNT": _Count,
     "SUM": _Sum,
@@ -203,6 +226,22 @@ class Aggregator:
             entry = self._by_ids[ids] = (row, self._new_agg_accs())
         for acc, fn in zip(entry[1], self._agg_calls):
             acc.add(fn(row))
+
+    def add_group(self, first_row: tuple, accs: list) -> None:
+        """Phase 1 done elsewhere (the columnar path): one identity group with its first
+        solution row and its finished accumulators (in the order of the FIND aggregates).
+        Groups must be added in first-seen order."""
+        self._by_ids[len(self._by_ids)] = (first_row, accs)
+
+    @property
+    def aggregates(self) -> list:
+        """The FIND aggregates in order (the `accs` order of `add_group`)."""
+        return [item for item, _ in self._agg_fns]
+
+    @property
+    def key_positions(self) -> tuple[int, ...]:
+        """Layout positions whose identities form the phase-1 group key."""
+        return self._id_idx
 
     def _new_agg_accs(self) -> list:
         return [_CountDistinct() if item.distinct else _ACC[item.func]()

@@ -85,6 +85,18 @@ class GraphReadTxn:
                 raise err from exc
         return False
 
+    def snapshot_id(self) -> int | None:
+        """The id of the committed snapshot this read transaction sees (equal ids: equal
+        data); None in a write transaction, whose data is not a committed snapshot."""
+        if self._end is None:
+            return None
+        return self._kv.snapshot_id()
+
+    def columns(self):
+        """The column view of this snapshot (`nexus.store.columns`), or None."""
+        from nexus.store.columns import columns_for
+        return columns_for(self)
+
     def _kill(self) -> None:
         """Make any further use of this transaction a KipError (on both backends alike)."""
         self._kv = _DEAD

@@ -1,5 +1,5 @@
 """Budgets (CONTRACT §1 status classes, §6; nexus.config.Limits): the query deadline
-(KIP_4001), the row cap (KIP_4002), bounded REGEX, on both stores.
+(KIP_4001), the row cap (KIP_4002), bounded REGEX, on both stores and both FIND executors.
 
 Each timed case asserts both the error and that it came back promptly: a budget that is
 checked too rarely is as bad as none.
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import STORES
+from kqlsupport import STORES
 
 TIMEOUT = 0.05
 SLACK = 1.0          # seconds a budget may overrun on a loaded CI machine
@@ -38,8 +38,8 @@ HEAVY = {
 
 @pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("name", sorted(HEAVY))
-def test_deadline(kql_db, store, name):
-    nx = kql_db(store, "wide", query_timeout=TIMEOUT, max_rows=10**9)
+def test_deadline(kql_db, store, name, columnar):
+    nx = kql_db(store, "wide", columnar=columnar, query_timeout=TIMEOUT, max_rows=10**9)
     nx.execute_kip({"command": 'FIND(COUNT(?a)) WHERE { ?a {type: "Node"} }'})  # warm
     t0 = time.monotonic()
     response = nx.execute_kip({"command": HEAVY[name]})
@@ -50,16 +50,16 @@ def test_deadline(kql_db, store, name):
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_deadline_not_hit_by_a_light_query(kql_db, store):
-    nx = kql_db(store, "wide", query_timeout=TIMEOUT, max_rows=10**9)
+def test_deadline_not_hit_by_a_light_query(kql_db, store, columnar):
+    nx = kql_db(store, "wide", columnar=columnar, query_timeout=TIMEOUT, max_rows=10**9)
     response = nx.execute_kip({"command": 'FIND(?a.name) WHERE { ?a {type: "Node", name: "w7"} '
                                           '(?a, "next"{1,3}, ?b) }'})
     assert "error" not in response, response
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_row_cap(kql_db, store):
-    nx = kql_db(store, "medical", max_rows=5)
+def test_row_cap(kql_db, store, columnar):
+    nx = kql_db(store, "medical", columnar=columnar, max_rows=5)
     response = nx.execute_kip({"command": 'FIND(?d.name) WHERE { ?d {type: "Drug"} }'})
     assert response["error"]["code"] == "KIP_4002", response
     assert "LIMIT" in response["error"]["hint"]
@@ -70,17 +70,17 @@ def test_row_cap(kql_db, store):
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_row_cap_counts_solutions_not_results(kql_db, store):
+def test_row_cap_counts_solutions_not_results(kql_db, store, columnar):
     """The cap bounds the work (solutions), also when the answer is one aggregate."""
-    nx = kql_db(store, "wide", max_rows=1000)
+    nx = kql_db(store, "wide", columnar=columnar, max_rows=1000)
     response = nx.execute_kip({"command": 'FIND(COUNT(?a)) WHERE { ?a {type: "Node"} }'})
     assert response["error"]["code"] == "KIP_4002", response
 
 
 @pytest.mark.parametrize("store", STORES)
-def test_row_cap_with_limit_stops_early(kql_db, store):
+def test_row_cap_with_limit_stops_early(kql_db, store, columnar):
     """LIMIT without ORDER BY stops the stream, so the cap is not reached."""
-    nx = kql_db(store, "wide", max_rows=1000)
+    nx = kql_db(store, "wide", columnar=columnar, max_rows=1000)
     response = nx.execute_kip({"command": 'FIND(?a.name) WHERE { ?a {type: "Node"} } LIMIT 10'})
     assert "error" not in response, response
     assert len(response["result"]) == 10 and "next_cursor" in response
@@ -93,8 +93,8 @@ CATASTROPHIC = ["^(a+)+$", "^(a|aa)+$", "^(a|a?)+$", "(.*a){41}"]
 
 @pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
-def test_regex_catastrophic_pattern_is_bounded(kql_db, store, pattern):
-    nx = kql_db(store, "wide", regex_timeout=0.1, query_timeout=5)
+def test_regex_catastrophic_pattern_is_bounded(kql_db, store, pattern, columnar):
+    nx = kql_db(store, "wide", columnar=columnar, regex_timeout=0.1, query_timeout=5)
     with nx.store.write() as t:       # a value that makes these patterns backtrack
         tid = t.intern("Evil")
         if t.concept_id(tid, "x") is None:

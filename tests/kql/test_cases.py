@@ -1,4 +1,5 @@
-"""Runs every case of tests/kql/cases/*.kiptest on both stores (format: README.md)."""
+"""Runs every case of tests/kql/cases/*.kiptest on both stores and under both FIND executors
+(the row path, and the columnar path forced on; format: README.md)."""
 from __future__ import annotations
 
 import json
@@ -6,21 +7,22 @@ import json
 import pytest
 
 import kqlharness as H
+from kqlsupport import MODES
 
 CASES = H.all_cases()
-PARAMS = [pytest.param(case, store, id=f"{case.id}[{store}]")
-          for case in CASES for store in case.stores]
+PARAMS = [pytest.param(case, store, mode, id=f"{case.id}[{store}-{mode}]")
+          for case in CASES for store in case.stores for mode in MODES]
 
 
-@pytest.mark.parametrize("case,store", PARAMS)
-def test_case(case: H.Case, store: str, kql_db) -> None:
+@pytest.mark.parametrize("case,store,mode", PARAMS)
+def test_case(case: H.Case, store: str, mode: str, kql_db) -> None:
     if "skip" in case.meta:
         pytest.skip(case.meta["skip"])
-    nx = kql_db(store, case.graph, **case.options)
+    nx = kql_db(store, case.graph, columnar=mode, **case.options)
     refs = H.Refs(nx)
     cursor = None
     for i, step in enumerate(case.steps):
-        where = f"{case.file}:{step.line} (step {i + 1} of {case.name!r}, {store})"
+        where = f"{case.file}:{step.line} (step {i + 1} of {case.name!r}, {store}, {mode})"
         text = refs.substitute_text(step.command)
         if "$CURSOR" in text:
             assert cursor is not None, f"{where}: no next_cursor from the previous step"

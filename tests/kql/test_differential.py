@@ -23,6 +23,10 @@ documented in the engine's module docstrings):
   instants, null equals only null;
 * results deduplicated on the FIND variables' identities; aggregates over all solutions.
 
+Every query runs under both FIND executors (the row path, and the columnar path forced on,
+see nexus.exec.columnar): each answer is checked against the reference, and the two
+executors' responses must be identical — rows, their order and every CURSOR page.
+
 Pairs per run: `KQL_DIFF_PAIRS` (default 600); seed: `KQL_DIFF_SEED` (default 20240611).
 A failing pair prints the seed, the graph and the query so it can be replayed.
 """
@@ -38,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from conftest import open_db
+from kqlsupport import MODES, open_db
 
 PAIRS = int(os.environ.get("KQL_DIFF_PAIRS", "600"))
 SEED = int(os.environ.get("KQL_DIFF_SEED", "20240611"))
@@ -1066,7 +1070,22 @@ def run_engine(nx, text: str) -> tuple[Any, Any]:
 
 def check_pair(nx, ref: Reference, query: Query, solutions: list[dict] | None,
                ids: dict[int, int], label: str) -> None:
-    """`solutions` is the reference's answer (None: it expects KIP_3002)."""
+    """Both executors against the reference, and against each other (same rows in the
+    same order, same pages)."""
+    responses = []
+    for mode in MODES:
+        nx.columnar = mode
+        responses.append(check_one(nx, ref, query, solutions, ids, f"{label} columnar={mode}"))
+    assert responses[0] == responses[1], (
+        f"\n{label}\n--- query ---\n{query.text()}\nexecutors differ:\n"
+        f"  {MODES[0]}: {json.dumps(responses[0], default=str)[:1500]}\n"
+        f"  {MODES[1]}: {json.dumps(responses[1], default=str)[:1500]}")
+
+
+def check_one(nx, ref: Reference, query: Query, solutions: list[dict] | None,
+              ids: dict[int, int], label: str) -> list:
+    """`solutions` is the reference's answer (None: it expects KIP_3002). Returns the
+    engine's responses (every page)."""
     # The model's ids are the store's ids (written in order into an empty store).
     assert all(k == v for k, v in ids.items())
     text = query.text()
@@ -1076,7 +1095,7 @@ def check_pair(nx, ref: Reference, query: Query, solutions: list[dict] | None,
     if expected_error:
         assert error is not None and error["code"] == expected_error, \
             context + f"expected {expected_error}, engine: {response if error is None else error}"
-        return
+        return [error["code"]]
     assert error is None, context + f"engine error {error}"
     n_items = len(query.items)
     only_aggs = all(i[0] == "agg" for i in query.items)
@@ -1087,9 +1106,10 @@ def check_pair(nx, ref: Reference, query: Query, solutions: list[dict] | None,
         got = [[result]] if n_items == 1 else [result]
         assert [canon(x) for x in got[0]] == [canon(x) for x in expected[0]], \
             context + f"expected {expected[0]}\nengine   {got[0]}"
-        return
+        return [strip_engine_meta(response)]
     rows = engine_rows(result, n_items)
     pages = [rows]
+    seen = [strip_engine_meta(response)]
     cursor = response.get("next_cursor")
     complete = True
     if query.limit is not None:
@@ -1099,6 +1119,7 @@ def check_pair(nx, ref: Reference, query: Query, solutions: list[dict] | None,
         while cursor is not None and len(pages) < MAX_PAGES:
             more = nx.execute_kip({"command": text + " CURSOR :c", "parameters": {"c": cursor}})
             assert "error" not in more, context + f"paging: {more}"
+            seen.append(strip_engine_meta(more))
             pages.append(engine_rows(strip_engine_meta(more["result"]), n_items))
             cursor = more.get("next_cursor")
             assert len(pages[-1]) == query.limit or cursor is None, context + "short page"
@@ -1121,6 +1142,7 @@ def check_pair(nx, ref: Reference, query: Query, solutions: list[dict] | None,
     if query.order:
         for a, b in zip(rows, rows[1:]):
             assert row_cmp(a, b, query.order) <= 0, context + f"not sorted: {a} before {b}"
+    return seen
 
 
 def test_differential(tmp_path) -> None:

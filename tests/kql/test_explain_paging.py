@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import STORES
+from kqlsupport import STORES
 
 from nexus.config import Limits
 from nexus.exec import kql

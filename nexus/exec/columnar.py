@@ -1,0 +1,697 @@
+"""The columnar executor: a group plan run over numpy columns of element ids.
+
+Why: the row path (`operators`) moves every solution through a chain of Python generator
+stages, ~1–4 µs per row and stage. That is the right shape for an anchored query (a few
+rows, a B-tree seek each), and the wrong one for a query that touches a large part of the
+graph (all drugs with their side effects, every class with its members), where the per-row
+cost is the whole cost. This module runs the SAME physical plan (no second planner, no
+second semantics) over a batch of columns — one int64 array per variable, aligned, 0 for
+null (no element has id 0) — using the snapshot's column views (`nexus.store.columns`):
+
+* ScanType: the type's sorted id array (crossed with the incoming rows);
+* ConstConcept / LinkById: one id compared or appended;
+* CheckConcept: `tid_of[col]` (and `name_of[col]`) — process-wide arrays, valid across
+  snapshots because heads are immutable;
+* Expand: `searchsorted` ranges over the predicate's links sorted by subject (out) or by
+  object (in), then `np.repeat`; several predicates are concatenated and stably sorted back
+  into row order;
+* LinkCheck: membership of (s << 32 | o) in the predicate's sorted pair keys;
+* ScanLinks: the predicate's arrays crossed with the incoming rows;
+* OPTIONAL / NOT: the block's plan is run over the whole batch at once with each output row
+  remembering the input row it came from (`origin`); OPTIONAL is then a left join (rows
+  with no match get 0s), NOT drops the origins that matched; a block that uses no outer
+  variable is run once;
+* FILTER: the compiled FILTER callable (the one the row path uses) per row — or, when it
+  reads a single variable, once per distinct value;
+* anything else (paths, link variables, a block with UNIONs) runs the row path's compiled
+  stage once per batch row, so every plan can run here.
+
+Order is the row path's: every step keeps the incoming row order and, within a row, the
+order the row path's index scan would produce (the link arrays are in index order), so
+results, first-found deduplication and CURSOR pages are identical whichever executor ran.
+
+Budgets: the deadline is checked after each step and while per-row work runs. An
+intermediate batch may not exceed `MAX_BATCH` rows: a step that would produce more (a cross
+product, a huge fan-out) stops the columnar run, and the rest of the plan streams through
+the row path from that step on (where the row cap and the deadline apply row by row, as
+without columns). The caller (`kql`) applies the row cap to a finished batch exactly as
+the streaming path would have.
+
+When to use it is decided per execution (`choose`): never in a write transaction (DELETE …
+WHERE) or when the store's ids are not dense enough for arrays; otherwise by comparing an
+estimate of the row path's cost (rows × per-step cost, seeks per row) with the columnar
+cost — chiefly building the link/type arrays not yet cached for this snapshot (a key scan
+of the whole predicate, so after a write a small selective query keeps the row path) plus a
+fixed overhead. `Nexus.open(columnar="auto"|"always"|"never")` or `NEXUS_COLUMNAR` force it
+(the test suite runs every KQL test both ways).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..plan import physical as P
+from ..plan.logical import expr_vars
+from .filters import compile_filter
+from .operators import _compile_step, _layout_before, _merge_union_row, _union_map
+
+MAX_BATCH = 1_000_000          # rows of an intermediate batch before the run streams
+MODES = ("auto", "always", "never")
+_EMPTY_TAKE = np.zeros(0, dtype=np.intp)
+
+
+def default_mode() -> str:
+    mode = os.environ.get("NEXUS_COLUMNAR", "auto").strip().lower() or "auto"
+    return mode if mode in MODES else "auto"
+
+
+# --- batches -----------------------------------------------------------------------------
+
+class Batch:
+    """Aligned int64 columns (0 = null) of `size` rows; a zero-width batch still has rows."""
+
+    __slots__ = ("cols", "size")
+
+    def __init__(self, cols: list, size: int) -> None:
+        self.cols = cols
+        self.size = size
+
+    def take(self, idx: np.ndarray) -> "Batch":
+        """Rows at `idx` (an index array, in its order) or where `idx` (a bool mask)."""
+        if idx.dtype == np.bool_:
+            size = int(np.count_nonzero(idx))
+        else:
+            size = len(idx)
+        return Batch([c[idx] for c in self.cols], size)
+
+    def rows(self) -> list[tuple]:
+        """The rows as the row path's tuples (ints, None for null)."""
+        if not self.cols:
+            return [()] * self.size
+        return list(zip(*[as_list(c) for c in self.cols]))
+
+
+def as_list(col: np.ndarray) -> list:
+    """A column as Python ints, 0 → None."""
+    out = col.tolist()
+    if len(col) and not col.all():
+        out = [x or None for x in out]
+    return out
+
+
+def _to_col(values: list) -> np.ndarray:
+    return np.fromiter((v or 0 for v in values), dtype=np.int64, count=len(values))
+
+
+class _Stop(Exception):
+    """A step cannot run on this batch (too many rows): stream from here."""
+
+
+_NOT_VECTOR = object()
+
+
+# --- programs: per-plan compiled state ---------------------------------------------------
+
+class GroupProgram:
+    """What the columnar run of one GroupPlan needs, compiled once per prepared query."""
+
+    def __init__(self, plan: P.GroupPlan) -> None:
+        self.plan = plan
+        self.layouts = [_layout_before(plan, i) for i in range(len(plan.steps))]
+        self._stages: dict[int, Any] = {}
+        self.subs: dict[int, GroupProgram] = {}
+        self.filters: dict[int, tuple[Any, tuple[int, ...]]] = {}
+        for i, step in enumerate(plan.steps):
+            if isinstance(step, (P.OptionalJoin, P.AntiJoin)):
+                self.subs[i] = GroupProgram(step.plan)
+            elif isinstance(step, P.Filter):
+                layout = self.layouts[i]
+                positions = tuple(sorted({layout.index(v) for v, _ in expr_vars(step.expr)
+                                          if v in layout}))
+                self.filters[i] = (compile_filter(step.expr, layout), positions)
+        self.unions = [GroupProgram(u) for u in plan.unions]
+        self.union_maps = [_union_map(plan, u) for u in plan.unions]
+
+    def stage(self, i: int) -> Any:
+        """The row path's stage for step i (compiled on first use)."""
+        st = self._stages.get(i)
+        if st is None:
+            st = self._stages[i] = _compile_step(self.plan.steps[i], self.plan, i)
+        return st
+
+
+# --- the run -----------------------------------------------------------------------------
+
+def execute(env: Any, cx: Any, prog: GroupProgram) -> Batch | Iterator[tuple]:
+    """The top-level group's solutions: a Batch laid out as `plan.out_layout`, or — when a
+    step had to stream — an iterator of row tuples in the same layout and order."""
+    plan = prog.plan
+    width = len(plan.out_layout)
+    parts: list = []
+    if not plan.main_empty:
+        batch, _, stop = run_steps(env, cx, prog, Batch([], 1), None)
+        pad = width - len(plan.layout)
+        if stop is None:
+            parts.append(Batch(batch.cols + [np.zeros(batch.size, np.int64)] * pad,
+                               batch.size))
+        else:
+            parts.append(_stream(env, prog, batch, stop, (None,) * pad))
+    for union, mapping in zip(prog.unions, prog.union_maps):
+        got = execute(env, cx, union)           # a branch may have UNIONs of its own
+        if type(got) is Batch:
+            cols: list = [None] * width
+            for src, dst in mapping:
+                cols[dst] = got.cols[src]
+            parts.append(Batch([c if c is not None else np.zeros(got.size, np.int64)
+                                for c in cols], got.size))
+        else:
+            parts.append(r for urow in got if (r := _merge_union_row(
+                (), urow, mapping, 0, width)) is not None)
+    if all(type(p) is Batch for p in parts):
+        if len(parts) == 1:
+            return parts[0]
+        size = sum(p.size for p in parts)
+        if not width:
+            return Batch([], size)
+        return Batch([np.concatenate([p.cols[j] for p in parts]) for j in range(width)], size)
+    return _chain(parts)
+
+
+def _chain(parts: list) -> Iterator[tuple]:
+    for p in parts:
+        if type(p) is Batch:
+            yield from p.rows()
+        else:
+            yield from p
+
+
+def _stream(env: Any, prog: GroupProgram, batch: Batch, start: int, pad: tuple
+            ) -> Iterator[tuple]:
+    """The rest of the plan, from step `start`, through the row path's stages."""
+    rows: Iterator[tuple] = iter(batch.rows())
+    for i in range(start, len(prog.plan.steps)):
+        rows = prog.stage(i)(env, rows)
+    if pad:
+        rows = (r + pad for r in rows)
+    return rows
+
+
+def run_steps(env: Any, cx: Any, prog: GroupProgram, batch: Batch,
+              origin: np.ndarray | None) -> tuple[Batch, np.ndarray | None, int | None]:
+    """Run the plan's steps over `batch` (laid out as the plan's inputs). Returns the
+    batch, the origin of each row (when tracked) and the index of the step the run stopped
+    at (None when it ran to the end)."""
+    steps = prog.plan.steps
+    check = env.ctx.check_deadline
+    for i, step in enumerate(steps):
+        if batch.size == 0:
+            break
+        fn = _VECTOR.get(type(step))
+        try:
+            res = fn(env, cx, prog, i, step, batch) if fn is not None else _NOT_VECTOR
+            if res is _NOT_VECTOR:
+                res = _per_row(env, prog, i, batch)
+        except _Stop:
+            return batch, origin, i
+        take, new = res
+        if take is not None:
+            batch = batch.take(take)
+            if origin is not None:
+                origin = origin[take]
+        if new:
+            batch = Batch(batch.cols + new, batch.size)
+        check()
+    width = len(prog.plan.layout)
+    if len(batch.cols) < width:
+        # No rows (a step emptied the batch): later steps produce none either — their
+        # constants are resolved lazily by the row path too, and mandatory ones were
+        # checked before the run — so only the columns are completed.
+        batch = Batch(batch.cols + [np.zeros(0, np.int64)] * (width - len(batch.cols)), 0)
+    return batch, origin, None
+
+
+def _cap(total: int) -> None:
+    if total > MAX_BATCH:
+        raise _Stop()
+
+
+def _empty() -> tuple:
+    return _EMPTY_TAKE, None
+
+
+# --- vectorised steps: each returns (take, new columns) ----------------------------------
+
+def _v_const_concept(env, cx, prog, i, step: P.ConstConcept, batch: Batch):
+    n = env.const_concept(step.atom)
+    if step.bound:
+        if n is None:
+            return _empty()
+        col = batch.cols[prog.layouts[i].index(step.var)]
+        return col == n, None
+    if n is None:
+        return _empty()
+    return None, [np.full(batch.size, n, dtype=np.int64)]
+
+
+def _v_link_by_id(env, cx, prog, i, step: P.LinkById, batch: Batch):
+    n = env.const_link(step.atom)
+    if n is None:
+        return _empty()
+    if step.bound:
+        col = batch.cols[prog.layouts[i].index(step.var)]
+        return col == n, None
+    return None, [np.full(batch.size, n, dtype=np.int64)]
+
+
+def _cross(batch: Batch, cols: list[np.ndarray]) -> tuple:
+    """Every incoming row followed by every row of `cols` (row-major)."""
+    k = len(cols[0]) if cols else 0
+    _cap(batch.size * k)
+    if batch.size == 1:
+        return np.zeros(k, dtype=np.intp), list(cols)
+    take = np.repeat(np.arange(batch.size), k)
+    return take, [np.tile(c, batch.size) for c in cols]
+
+
+def _v_scan_type(env, cx, prog, i, step: P.ScanType, batch: Batch):
+    tid = env.sid(step.type)
+    if tid is None:
+        return _empty()
+    return _cross(batch, [cx.type_ids(tid)])
+
+
+def _v_check_concept(env, cx, prog, i, step: P.CheckConcept, batch: Batch):
+    tid = None
+    if step.type is not None:
+        tid = env.sid(step.type)
+        if tid is None:
+            return _empty()
+    name = env.value(step.name) if step.name is not None else None
+    col = batch.cols[prog.layouts[i].index(step.var)]
+    t = cx.type_of(col)
+    mask = (t == tid) if tid is not None else (t > 0)
+    if name is not None:
+        if not isinstance(name, str):
+            return _empty()
+        sel = np.flatnonzero(mask)
+        mask[sel] = cx.names(col[sel]) == name
+    return mask, None
+
+
+def _ranges(lo: np.ndarray, counts: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, position) of every element of the ranges [lo[r], lo[r] + counts[r])."""
+    take = np.repeat(np.arange(len(lo)), counts)
+    offsets = np.cumsum(counts) - counts
+    pos = np.arange(total) + np.repeat(lo - offsets, counts)
+    return take, pos
+
+
+def _merge_parts(parts: list[tuple]) -> tuple:
+    """Concatenate per-predicate (take, cols...) parts and restore row order (stable)."""
+    if len(parts) == 1:
+        take, *cols = parts[0]
+        return take, cols
+    take = np.concatenate([p[0] for p in parts])
+    order = np.argsort(take, kind="stable")
+    cols = [np.concatenate([p[j] for p in parts])[order] for j in range(1, len(parts[0]))]
+    return take[order], cols
+
+
+def _v_expand(env, cx, prog, i, step: P.Expand, batch: Batch):
+    layout = prog.layouts[i]
+    if step.end in layout or (step.link is not None and (step.link in layout
+                                                        or step.link == step.end)):
+        return _NOT_VECTOR
+    pids = env.pids(step.predicates)
+    if not pids:
+        return _empty()
+    col = batch.cols[layout.index(step.start)]
+    with_link = step.link is not None
+    parts = []
+    total = 0
+    for pid in pids:
+        links = cx.links(pid)
+        if step.direction == "out":
+            keys, ends, ns = links.s, links.o, links.n
+        else:
+            keys, ends, ns = links.by_object()
+        lo, counts = links.ranges(keys, col)
+        k = int(counts.sum())
+        total += k
+        _cap(total)
+        take, pos = _ranges(lo, counts, k)
+        parts.append((take, ends[pos], ns[pos]) if with_link else (take, ends[pos]))
+    return _merge_parts(parts)
+
+
+def _pair_lookup(links, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(found mask, link id where found) of the pair keys `q` in one predicate."""
+    keys = links.pair_keys()
+    if not len(keys):
+        return np.zeros(len(q), dtype=bool), np.zeros(len(q), dtype=np.int64)
+    idx = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    return keys[idx] == q, links.n[idx]
+
+
+def _v_link_check(env, cx, prog, i, step: P.LinkCheck, batch: Batch):
+    layout = prog.layouts[i]
+    if step.link is not None and step.link in layout:
+        return _NOT_VECTOR
+    pids = env.pids(step.predicates)
+    if not pids:
+        return _empty()
+    s = batch.cols[layout.index(step.subject)]
+    o = batch.cols[layout.index(step.object)]
+    q = (s << 32) | o
+    null = (s == 0) | (o == 0)
+    if step.link is None:
+        mask = np.zeros(batch.size, dtype=bool)
+        for pid in pids:
+            mask |= _pair_lookup(cx.links(pid), q)[0]
+        return mask & ~null, None
+    parts = []
+    for pid in pids:
+        found, link = _pair_lookup(cx.links(pid), q)
+        found &= ~null
+        idx = np.flatnonzero(found)
+        parts.append((idx, link[idx]))
+    if len(parts) == 1:
+        idx, link = parts[0]
+        return idx, [link]
+    return _merge_parts(parts)
+
+
+def _v_scan_links(env, cx, prog, i, step: P.ScanLinks, batch: Batch):
+    layout = prog.layouts[i]
+    if step.subject in layout or step.object in layout or (
+            step.link is not None and step.link in layout):
+        return _NOT_VECTOR
+    pids = env.pids(step.predicates)
+    if not pids:
+        return _empty()
+    arrays = [cx.links(pid) for pid in pids]
+    s = np.concatenate([a.s for a in arrays])
+    o = np.concatenate([a.o for a in arrays])
+    n = np.concatenate([a.n for a in arrays])
+    if step.subject == step.object:
+        keep = s == o
+        cols = [s[keep]] + ([n[keep]] if step.link else [])
+    else:
+        cols = [s, o] + ([n] if step.link else [])
+    return _cross(batch, cols)
+
+
+def _v_filter(env, cx, prog, i, step: P.Filter, batch: Batch):
+    test, positions = prog.filters[i]
+    width = len(prog.layouts[i])
+    tick = env.tick
+    if not positions:
+        keep = test((None,) * width, env) is True
+        return (None if keep else _EMPTY_TAKE), None
+    if len(positions) == 1:
+        p = positions[0]
+        uniq, inv = np.unique(batch.cols[p], return_inverse=True)
+        blank = [None] * width
+        ok = []
+        for u in uniq.tolist():
+            blank[p] = u or None
+            ok.append(test(tuple(blank), env) is True)
+            tick()
+        return np.array(ok, dtype=bool)[inv], None
+    out = []
+    for row in batch.rows():
+        out.append(test(row, env) is True)
+        tick()
+    return np.array(out, dtype=bool), None
+
+
+def _sub_run(env, cx, prog: GroupProgram, i: int, batch: Batch, correlated: bool):
+    """Run the block of step i over the batch (or, uncorrelated, over its first row):
+    (sub-batch, origin) or _NOT_VECTOR when the block cannot be run in columns here."""
+    sub = prog.subs[i]
+    if sub.plan.unions or sub.plan.main_empty:
+        return _NOT_VECTOR
+    inp = batch if correlated else batch.take(np.zeros(1, dtype=np.intp))
+    res, origin, stop = run_steps(env, cx, sub, inp, np.arange(inp.size))
+    if stop is not None:
+        return _NOT_VECTOR
+    return res, origin
+
+
+def _v_optional(env, cx, prog, i, step: P.OptionalJoin, batch: Batch):
+    got = _sub_run(env, cx, prog, i, batch, step.correlated)
+    if got is _NOT_VECTOR:
+        return got
+    res, origin = got
+    exports = [res.cols[j] for j in step.exports]
+    m = batch.size
+    if not step.correlated:
+        if res.size == 0:
+            return None, [np.zeros(m, np.int64) for _ in exports]
+        return _cross(batch, exports)
+    counts = np.bincount(origin, minlength=m)
+    out_counts = np.maximum(counts, 1)
+    total = int(out_counts.sum())
+    _cap(total)
+    if total == res.size:                   # every row matched: the block's rows as they are
+        return origin, exports
+    take = np.repeat(np.arange(m), out_counts)
+    matched = np.repeat(counts > 0, out_counts)
+    new = []
+    for c in exports:
+        full = np.zeros(total, np.int64)
+        full[matched] = c
+        new.append(full)
+    return take, new
+
+
+def _v_anti(env, cx, prog, i, step: P.AntiJoin, batch: Batch):
+    got = _sub_run(env, cx, prog, i, batch, step.correlated)
+    if got is _NOT_VECTOR:
+        return got
+    res, origin = got
+    if not step.correlated:
+        return (_EMPTY_TAKE if res.size else None), None
+    hit = np.zeros(batch.size, dtype=bool)
+    hit[origin] = True
+    return ~hit, None
+
+
+def _per_row(env, prog: GroupProgram, i: int, batch: Batch):
+    """The row path's stage for step i, run once per batch row."""
+    stage = prog.stage(i)
+    base = len(prog.layouts[i])
+    take: list[int] = []
+    tails: list[tuple] = []
+    for r, row in enumerate(batch.rows()):
+        for out in stage(env, iter((row,))):
+            take.append(r)
+            tails.append(out[base:])
+        if len(take) > MAX_BATCH:
+            raise _Stop()
+    width = len(tails[0]) if tails else _new_width(prog, i)
+    new = [_to_col([t[j] for t in tails]) for j in range(width)]
+    return np.array(take, dtype=np.intp), new
+
+
+def _new_width(prog: GroupProgram, i: int) -> int:
+    after = _layout_before(prog.plan, i + 1) if i + 1 < len(prog.plan.steps) \
+        else prog.plan.layout
+    return len(after) - len(prog.layouts[i])
+
+
+_VECTOR = {
+    P.ConstConcept: _v_const_concept,
+    P.LinkById: _v_link_by_id,
+    P.ScanType: _v_scan_type,
+    P.CheckConcept: _v_check_concept,
+    P.Expand: _v_expand,
+    P.LinkCheck: _v_link_check,
+    P.ScanLinks: _v_scan_links,
+    P.Filter: _v_filter,
+    P.OptionalJoin: _v_optional,
+    P.AntiJoin: _v_anti,
+}
+
+
+# --- shaping helpers ---------------------------------------------------------------------
+
+def first_unique(cols: list[np.ndarray]) -> np.ndarray:
+    """Ascending indices of the first occurrence of each distinct row of `cols`."""
+    if len(cols) == 1:
+        key = cols[0]
+    elif len(cols) == 2:
+        key = (cols[0] << 32) | cols[1]
+    else:
+        stacked = np.ascontiguousarray(np.stack(cols, axis=1))
+        key = stacked.view(np.dtype((np.void, 8 * len(cols)))).ravel()
+    _, idx = np.unique(key, return_index=True)
+    idx.sort()
+    return idx
+
+
+def group_ids(cols: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each row, first row of each group), groups numbered in first-seen order."""
+    if not cols:
+        return np.zeros(size, dtype=np.intp), np.zeros(1 if size else 0, dtype=np.intp)
+    if len(cols) == 1:
+        key = cols[0]
+    elif len(cols) == 2:
+        key = (cols[0] << 32) | cols[1]
+    else:
+        stacked = np.ascontiguousarray(np.stack(cols, axis=1))
+        key = stacked.view(np.dtype((np.void, 8 * len(cols)))).ravel()
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), dtype=np.intp)
+    rank[order] = np.arange(len(first))
+    return rank[inv.ravel()], first[order]
+
+
+def project(env: Any, cx: Any, col: np.ndarray, segments: tuple[str, ...]) -> list:
+    """The values of `?x.segments` for each id of `col` (0 → None), as the row path's
+    `_project_column` computes them; every distinct id is evaluated once."""
+    if segments == ("name",):
+        return cx.names(col).tolist()
+    uniq, inv = np.unique(col, return_inverse=True)
+    if not segments:
+        element = env.element
+        values = [element(u or None) for u in uniq.tolist()]
+    else:
+        path_value = env.path_value
+        values = [path_value(u or None, segments) for u in uniq.tolist()]
+    arr = np.empty(len(values), dtype=object)
+    for j, v in enumerate(values):
+        arr[j] = v
+    return arr[inv.ravel()].tolist()
+
+
+def not_null_by_id(env: Any, col: np.ndarray, segments: tuple[str, ...]) -> np.ndarray:
+    """Whether `?x.segments` is not null, per row of `col` (evaluated per distinct id)."""
+    if not segments:
+        return col != 0
+    uniq, inv = np.unique(col, return_inverse=True)
+    path_value = env.path_value
+    ok = np.array([path_value(u or None, segments) is not None for u in uniq.tolist()],
+                  dtype=bool)
+    return ok[inv.ravel()]
+
+
+# --- choosing the executor ---------------------------------------------------------------
+
+# Cost units are microseconds, measured on the benchmark machine (N=100k, LMDB, warm):
+ROW_STEP = 1.2          # a row through one generator stage
+ROW_SEEK = 2.5          # a cursor positioning (Expand / LinkCheck / OPTIONAL per row)
+KEY_SCAN = 0.12         # a key of an index range read into an array
+KEY_SORT = 0.08         # a link re-sorted by object
+COL_FIXED = 80.0        # numpy call overheads of a columnar run
+COL_ROW = 0.05          # a row through one vectorised step
+
+
+def anchored(plan: P.GroupPlan) -> bool:
+    """Whether the plan starts from one constant element ({type, name}, {id}, (id: ...)):
+    its work is bounded by that element's neighbourhood, which the row path reaches with a
+    few seeks, while columns would need whole-predicate arrays. `auto` keeps such plans on
+    the row path without estimating anything (the hot path of Q1–Q4-like commands).
+    Decided from the plan's shape, not from its estimates: a prepared plan is cached per
+    command text across executions while the graph changes."""
+    if plan.unions or plan.main_empty or not plan.steps:
+        return False
+    first = plan.steps[0]
+    return isinstance(first, (P.ConstConcept, P.LinkById)) and not first.bound
+
+
+class _Cost:
+    __slots__ = ("row", "col", "need")
+
+    def __init__(self) -> None:
+        self.row = 0.0
+        self.col = COL_FIXED
+        self.need: set = set()
+
+
+def choose(env: Any, prog: GroupProgram) -> bool:
+    """Whether the columnar run is expected to be cheaper for this execution."""
+    txn = env.txn
+    concepts = max(1, txn.count_concepts())
+    cost = _Cost()
+    cx_cached = _CachedProbe(txn)
+    _estimate(env, prog.plan, 1.0, {}, cost, concepts, cx_cached)
+    for u in prog.plan.unions:
+        _estimate(env, u, 1.0, {}, cost, concepts, cx_cached)
+    return cost.col < cost.row
+
+
+class _CachedProbe:
+    """Which arrays the snapshot's cache already holds (without building a view)."""
+
+    def __init__(self, txn: Any) -> None:
+        from ..store.columns import store_columns
+        self.snap = txn.snapshot_id()
+        self.cache = store_columns(txn._store) if self.snap is not None else None
+
+    def has(self, key: tuple) -> bool:
+        return self.cache is not None and self.cache.cached(self.snap, key)
+
+
+def _estimate(env: Any, plan: P.GroupPlan, rows: float, domain: dict, cost: _Cost,
+              concepts: int, probe: _CachedProbe) -> float:
+    """Add the plan's row-path and columnar costs for `rows` input rows; returns the rows
+    it is estimated to produce. `domain` maps a variable to the size of the type it ranges
+    over (when known), for fan-out estimates: links of a predicate spread over that type."""
+    txn = env.txn
+    domain = dict(domain)
+
+    def need_links(pid: int, by_object: bool) -> None:
+        if ("L", pid) not in cost.need and not probe.has(("L", pid)):
+            count = txn.count_predicate(pid)
+            cost.col += count * (KEY_SCAN + (KEY_SORT if by_object else 0.0))
+        cost.need.add(("L", pid))
+
+    for step in plan.steps:
+        before = rows
+        if isinstance(step, P.ScanType):
+            tid = env.sid(step.type)
+            count = float(txn.count_type(tid)) if tid else 0.0
+            if tid and ("T", tid) not in cost.need and not probe.has(("T", tid)):
+                cost.col += count * KEY_SCAN
+                cost.need.add(("T", tid))
+            rows = rows * count
+            domain[step.var] = count
+        elif isinstance(step, P.ConstConcept):
+            if step.atom.type is not None:
+                tid = env.sid(step.atom.type)
+                domain[step.var] = float(txn.count_type(tid)) if tid else 1.0
+        elif isinstance(step, P.CheckConcept):
+            rows *= 0.7
+        elif isinstance(step, (P.Expand, P.LinkCheck, P.ScanLinks)):
+            pids = env.pids(step.predicates)
+            count = float(sum(txn.count_predicate(p) for p in pids))
+            for p in pids:
+                need_links(p, isinstance(step, P.Expand) and step.direction == "in")
+            cost.row += before * ROW_SEEK
+            if isinstance(step, P.Expand):
+                d = domain.get(step.start)
+                rows = rows * (count / d if d else max(1.0, count / max(1.0, concepts / 5)))
+            elif isinstance(step, P.LinkCheck):
+                rows *= 0.3
+            else:
+                rows *= count
+        elif isinstance(step, P.Filter):
+            rows *= 0.5
+        elif isinstance(step, P.OptionalJoin):
+            sub_rows = _estimate(env, step.plan, rows, domain, cost, concepts, probe)
+            cost.row += rows * ROW_SEEK
+            rows = max(rows, sub_rows)
+        elif isinstance(step, P.AntiJoin):
+            _estimate(env, step.plan, rows, domain, cost, concepts, probe)
+            cost.row += rows * ROW_SEEK
+            rows *= 0.5
+        else:
+            rows *= 2.0
+            cost.col += before * ROW_STEP          # runs the row stage per row anyway
+        cost.row += (before + rows) * ROW_STEP
+        cost.col += (before + rows) * COL_ROW
+    return rows

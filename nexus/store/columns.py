@@ -1,0 +1,341 @@
+"""Column views of the store for the columnar executor: numpy arrays read with one key scan.
+
+Owns the arrays `nexus.exec.columnar` works on and the caches that keep them; it reads the
+indexes' raw keys (fixed width, big-endian, see `codec`) and never decodes a value.
+
+* `LinkColumns`: every link of one predicate as three int64 arrays `s`, `o`, `n`, sorted by
+  (s, o, n) — the p-s-o-n index's order, so `out_links(s, p)` order within a subject —
+  plus, built on first use, the same links sorted by (o, s, n) (the o-p-s-n order of
+  `in_links`) and the (s, o) pair keys for point membership. One cursor walk over the
+  predicate's p-s-o-n range: `b"".join(keys)` → `np.frombuffer` with a structured
+  big-endian dtype; no Python object per link.
+* `type_ids(tid)`: the ids of a type, ascending (the type → ids index).
+* `ElementInfo`: process-wide `tid_of` / `name_of` arrays indexed by element id (0: not
+  known yet, -1: a link, > 0: a concept's type id; the concept's name). Heads are immutable
+  and committed ids are never reused, so an entry filled from any committed snapshot is valid
+  for every later one; entries are filled lazily from `known_head`, only for ids a read
+  transaction found in its own indexes (never from a write transaction, whose ids may be
+  handed out again if it aborts). Index 0 is never an id: it stands for "null" in columns.
+
+Snapshot caches (correct by construction): a read transaction's `snapshot_id()` names the
+committed state it sees (LMDB's transaction id; the memory store's commit serial), and
+equal ids mean identical data. Link and type arrays are cached per (snapshot id, key); a
+commit changes the snapshot id, so nothing stale can be served — a query after a write
+simply builds the arrays it needs again (that cost is in the planner's choice, see
+`nexus.exec.columnar`). The cache keeps the two newest snapshots and at most
+`budget_bytes` of arrays; what does not fit is built, used and dropped.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from itertools import islice
+from typing import Any, Callable
+
+import numpy as np
+
+from nexus.store.codec import pack_sid
+from nexus.store.protocol import ConceptHead
+
+PSO_DTYPE = np.dtype([("p", ">u4"), ("s", ">u8"), ("o", ">u8"), ("n", ">u8")])
+TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
+
+# Columns are used only while ids stay below this (ids index arrays directly, and a (s, o)
+# pair packs into one int64 as s << 32 | o).
+MAX_COLUMN_ID = 1 << 31
+DEFAULT_BUDGET = 512 << 20
+
+
+class LinkColumns:
+    """One predicate's links in one snapshot (see module doc). Arrays are read-only."""
+
+    __slots__ = ("s", "o", "n", "_by_o", "_so", "_lock", "_offsets")
+
+    def __init__(self, s: np.ndarray, o: np.ndarray, n: np.ndarray) -> None:
+        self.s, self.o, self.n = s, o, n
+        self._by_o: tuple | None = None
+        self._so: np.ndarray | None = None
+        self._lock = threading.Lock()
+        self._offsets: dict = {}
+
+    def ranges(self, keys: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, count) of each id's run in `keys` (self.s, or the by-object o): direct
+        offsets when the keys' id range is dense (one fancy index per lookup), else
+        binary search."""
+        off = self._offsets.get(id(keys))
+        if off is None:
+            off = self._offsets[id(keys)] = _offsets(keys)
+        if off is False:
+            lo = np.searchsorted(keys, ids, "left")
+            return lo, np.searchsorted(keys, ids, "right") - lo
+        base, offs = off
+        span = len(offs) - 2
+        rel = ids - base
+        rel[(rel < 0) | (rel >= span)] = span       # outside the range: the empty last run
+        lo = offs[rel]
+        return lo, offs[rel + 1] - lo
+
+    def __len__(self) -> int:
+        return len(self.s)
+
+    def by_object(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(o, s, n) sorted by (o, s, n): a stable sort by o of the (s, o, n) order."""
+        hit = self._by_o
+        if hit is None:
+            with self._lock:
+                hit = self._by_o
+                if hit is None:
+                    perm = np.argsort(self.o, kind="stable")
+                    hit = self._by_o = (_ro(self.o[perm]), _ro(self.s[perm]),
+                                        _ro(self.n[perm]))
+        return hit
+
+    def pair_keys(self) -> np.ndarray:
+        """s << 32 | o, ascending (the (s, o) order), unique within one predicate."""
+        hit = self._so
+        if hit is None:
+            hit = self._so = _ro((self.s << 32) | self.o)
+        return hit
+
+    @property
+    def nbytes(self) -> int:
+        return 3 * 8 * len(self.s)
+
+
+def _offsets(keys: np.ndarray) -> tuple[int, np.ndarray] | bool:
+    """CSR offsets over the keys' id range [min, max] (plus a final empty run), or False
+    when that range is much larger than the keys (binary search is then cheaper in memory)."""
+    if not len(keys):
+        return False
+    base = int(keys[0])
+    span = int(keys[-1]) - base + 1
+    if span > 4 * len(keys) + 4096:
+        return False
+    counts = np.bincount(keys - base, minlength=span)
+    offs = np.zeros(span + 2, dtype=np.int64)
+    np.cumsum(counts, out=offs[1:span + 1])
+    offs[span + 1] = offs[span]
+    return base, _ro(offs)
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+class ElementInfo:
+    """id → type id / name, process-wide for one store (see module doc)."""
+
+    def __init__(self) -> None:
+        self.tid_of = np.zeros(1024, dtype=np.int32)
+        self.name_of = np.empty(1024, dtype=object)
+        self._lock = threading.Lock()
+
+    def ensure(self, max_id: int) -> None:
+        if max_id < len(self.tid_of):
+            return
+        with self._lock:
+            size = len(self.tid_of)
+            if max_id < size:
+                return
+            new = max(max_id + 1, size + size // 2)
+            tid = np.zeros(new, dtype=np.int32)
+            tid[:size] = self.tid_of
+            names = np.empty(new, dtype=object)
+            names[:size] = self.name_of
+            self.name_of = names        # names first: a filled tid implies a filled name
+            self.tid_of = tid
+
+    def fill(self, ids: np.ndarray, known_head: Callable[[int], Any]) -> None:
+        """Fill the entries of `ids` (ids of the calling snapshot) not known yet."""
+        tid_of = self.tid_of
+        missing = ids[tid_of[ids] == 0]
+        missing = missing[missing > 0]
+        if not len(missing):
+            return
+        missing = np.unique(missing)
+        tids = []
+        names = []
+        for n in missing.tolist():
+            h = known_head(n)
+            if type(h) is ConceptHead:
+                tids.append(h.type_id)
+                names.append(h.name)
+            else:
+                tids.append(-1)
+                names.append(None)
+        name_of = self.name_of
+        name_of[missing] = names
+        tid_of[missing] = tids
+
+    def names(self, ids: np.ndarray, known_head: Callable[[int], Any]) -> np.ndarray:
+        """name_of[ids] (None for links and for 0), filling what is missing."""
+        self.fill(ids, known_head)
+        return self.name_of[ids]
+
+
+class StoreColumns:
+    """The per-store column caches: snapshot-keyed arrays and the element info."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET) -> None:
+        self.budget = budget_bytes
+        self.info = ElementInfo()
+        self._snaps: OrderedDict[int, dict] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def lookup(self, snap: int, key: tuple) -> Any:
+        with self._lock:
+            entries = self._snaps.get(snap)
+            return None if entries is None else entries.get(key)
+
+    def store(self, snap: int, key: tuple, value: Any, nbytes: int) -> None:
+        with self._lock:
+            entries = self._snaps.get(snap)
+            if entries is None:
+                if self._snaps and snap < next(reversed(self._snaps)):
+                    return                  # an older reader: do not evict newer entries
+                entries = self._snaps[snap] = {}
+                while len(self._snaps) > 2:
+                    self._drop_oldest()
+            while self._bytes + nbytes > self.budget and len(self._snaps) > 1:
+                self._drop_oldest()
+            if self._bytes + nbytes > self.budget:
+                return
+            if key not in entries:
+                entries[key] = (value, nbytes)
+                self._bytes += nbytes
+
+    def _drop_oldest(self) -> None:
+        _, entries = self._snaps.popitem(last=False)
+        self._bytes -= sum(nb for _, nb in entries.values())
+
+    def cached(self, snap: int, key: tuple) -> bool:
+        return self.lookup(snap, key) is not None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._snaps.clear()
+            self._bytes = 0
+
+
+_STORES: dict[int, tuple[Any, StoreColumns]] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def store_columns(store: Any) -> StoreColumns:
+    """The column caches of `store` (created on first use, kept as an attribute)."""
+    cols = getattr(store, "_nexus_columns", None)
+    if cols is None:
+        with _STORES_LOCK:
+            cols = getattr(store, "_nexus_columns", None)
+            if cols is None:
+                cols = StoreColumns()
+                store._nexus_columns = cols
+    return cols
+
+
+class TxnColumns:
+    """The column view of one read transaction (its snapshot's arrays)."""
+
+    __slots__ = ("txn", "snap", "cache", "info", "max_id", "_keys", "_d", "_local")
+
+    def __init__(self, txn: Any, snap: int, cache: StoreColumns, max_id: int) -> None:
+        self.txn = txn
+        self.snap = snap
+        self.cache = cache
+        self.info = cache.info
+        self.max_id = max_id
+        self._keys = txn._keys
+        self._d = txn._d
+        self._local: dict = {}        # what did not fit in the cache, for this transaction
+        cache.info.ensure(max_id)
+
+    # --- cached arrays -------------------------------------------------------------------
+    def _get(self, key: tuple, build: Callable[[], tuple[Any, int]]) -> Any:
+        hit = self._local.get(key)
+        if hit is not None:
+            return hit
+        entry = self.cache.lookup(self.snap, key)
+        if entry is not None:
+            return entry[0]
+        value, nbytes = build()
+        self.cache.store(self.snap, key, value, nbytes)
+        self._local[key] = value
+        return value
+
+    def has_links(self, pid: int) -> bool:
+        return ("L", pid) in self._local or self.cache.cached(self.snap, ("L", pid))
+
+    def has_type(self, tid: int) -> bool:
+        return ("T", tid) in self._local or self.cache.cached(self.snap, ("T", tid))
+
+    def links(self, pid: int) -> LinkColumns:
+        return self._get(("L", pid), lambda: self._build_links(pid))
+
+    def type_ids(self, tid: int) -> np.ndarray:
+        def build():
+            ids = self._build_type(tid)
+            return ids, ids.nbytes
+        return self._get(("T", tid), build)
+
+    # --- builders ------------------------------------------------------------------------
+    def _scan(self, db: Any, prefix: bytes, width: int, count: int) -> bytes:
+        """The keys of `prefix`'s range joined: `count` (the exact statistic) keys, checked
+        against the key after them; a mismatch falls back to a prefix-bounded walk."""
+        keys = list(islice(self._keys(db, prefix), count + 1))
+        if len(keys) > count and keys[count].startswith(prefix):
+            keys = None                                 # the statistic was short
+        elif len(keys) > count:
+            keys.pop()
+        if keys is not None and (not keys or (keys[0].startswith(prefix)
+                                              and keys[-1].startswith(prefix))):
+            data = b"".join(keys)
+            if len(data) == width * len(keys):
+                return data
+        out = []
+        for k in self._keys(db, prefix):
+            if not k.startswith(prefix):
+                break
+            out.append(k)
+        return b"".join(out)
+
+    def _build_links(self, pid: int) -> tuple[LinkColumns, int]:
+        data = self._scan(self._d.pso, pack_sid(pid), PSO_DTYPE.itemsize,
+                          self.txn.count_predicate(pid))
+        raw = np.frombuffer(data, dtype=PSO_DTYPE)
+        cols = LinkColumns(_ro(raw["s"].astype(np.int64)), _ro(raw["o"].astype(np.int64)),
+                           _ro(raw["n"].astype(np.int64)))
+        # with the by-object copy, the pair keys and the offsets of both orders
+        return cols, 15 * 8 * len(cols) + 65536
+
+    def _build_type(self, tid: int) -> np.ndarray:
+        data = self._scan(self._d.tid, pack_sid(tid), TID_DTYPE.itemsize,
+                          self.txn.count_type(tid))
+        return _ro(np.frombuffer(data, dtype=TID_DTYPE)["n"].astype(np.int64))
+
+    # --- element info --------------------------------------------------------------------
+    def type_of(self, ids: np.ndarray) -> np.ndarray:
+        """tid_of[ids]: > 0 the concept's type id, -1 a link, 0 for the null id 0."""
+        info = self.info
+        out = info.tid_of[ids]
+        if (out == 0).any():
+            info.fill(ids, self.txn.known_head)
+            out = info.tid_of[ids]
+        return out
+
+    def names(self, ids: np.ndarray) -> np.ndarray:
+        return self.info.names(ids, self.txn.known_head)
+
+
+def columns_for(txn: Any) -> TxnColumns | None:
+    """The column view of a read transaction, or None when columns cannot serve it (a
+    write transaction, ids too large or too sparse for arrays indexed by id)."""
+    snap = txn.snapshot_id()
+    if snap is None:
+        return None
+    max_id = txn.max_id()
+    if max_id >= MAX_COLUMN_ID or max_id > 8 * (txn.count_concepts() + txn.count_links()) \
+            + (1 << 20):
+        return None
+    return TxnColumns(txn, snap, store_columns(txn._store), max_id)
