@@ -1,31 +1,46 @@
 """Bulk import: large sets of concepts and links, without a KIP parse per item.
 
-Owns `bulk_import(nexus, concepts, links, batch_size=...)`, the loader for data already in
-the shape of the `peers` JSONL files: a concept is `{type, name, attributes?, metadata?}`, a
-link `{subject: {type, name}, predicate, object: {type, name}, attributes?, metadata?}`.
+Owns `bulk_import(nexus, concepts, links, batch_size=..., chunk_size=...)`, the loader for
+data already in the shape of the `peers` JSONL files: a concept is `{type, name,
+attributes?, metadata?}`, a link `{subject: {type, name}, predicate, object: {type, name},
+attributes?, metadata?}`. Both may be any iterables (generators streaming a file are fine).
 
 The semantics are UPSERT's, item by item, as if each were a one-block UPSERT applied in
-order: define-before-use (`KIP_2001`, checked once per batch for the batch's distinct names),
+order: define-before-use (`KIP_2001`, checked once per chunk for the chunk's distinct names),
 `_`-prefixed keys refused (`KIP_2002`), `{type, name}` match-or-create, an existing element
 (or one repeated in the input) shallow-merged with `_version` bumped, link ends that must
 exist (`KIP_3002`), one link per (s, p, o), engine metadata, protected targets (`KIP_3004`).
-Each batch is one write transaction: a failing batch leaves nothing of itself, the batches
-before it stay committed.
+Each batch of `batch_size` items is one write transaction: a failing batch leaves nothing of
+itself, the batches before it stay committed.
 
-Why it is fast: new elements go to the store's bulk methods (`create_concepts` /
-`create_links`: sorted, appended index writes) with ids reserved in one step; a batch of
-only new, distinct, well-formed items (the usual load) is checked and shaped column-wise in
-C-level loops (`map`/`zip`), falling back to the item-by-item path for anything else; and
-existence checks are skipped where they cannot hit — a concept whose type had no instance
-when the import first met it, or a link with an end created by this import or a predicate
-that had no link, can only collide with what this import itself wrote, which is tracked in
-memory. If another writer commits between two batches (seen as a change of the counter or
-the element counts), those shortcuts are dropped and everything is probed again.
+Memory: a transaction consumes its items `chunk_size` at a time and keeps nothing of an item
+once its chunk is written (the SEARCH index is fed chunk by chunk too), so a big transaction
+does not hold its whole input; what grows with the transaction is ~60 bytes per link (the
+columns of the link indexes, inserted sorted at commit) and the name -> id map of the
+concepts the import created.
+
+Why it is fast: new elements go to the store's column methods (`create_concept_columns` /
+`create_link_columns`: sorted, appended index writes, maps encoded a column at a time, the
+engine metadata spliced in once) with consecutive ids; a chunk of only new, distinct,
+well-formed items (the usual load) is checked and shaped column-wise in C-level loops
+(`map`/`zip`), falling back to the item-by-item path for anything else; and existence checks
+are skipped where they cannot hit — a concept whose type had no instance when the import
+first met it, or a link with an end created by this import or a predicate that had no link,
+can only collide with what this import itself wrote, which is tracked in memory. If another
+writer commits between two batches (seen as a change of the counter or the element counts),
+those shortcuts are dropped and everything is probed again.
+
+Why one large transaction by default: a write transaction that inserts links all over the
+index key space copies (and so frees) most index pages; LMDB carries the list of freed pages
+through every later commit until they are reused, so many medium transactions leave single
+durable commits slower afterwards (measured: W2 median 4.2 ms after a load in batches of
+100k, 1.1 ms after one big transaction; see bench/RESULTS.md, and `kip compact`).
 """
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from itertools import chain, islice
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Iterator
 
@@ -34,49 +49,35 @@ from . import protect, writes
 from .context import ExecContext
 from .schema import Schema
 
-# Large batches, because every write transaction that inserts links all over the index key
-# space copies (and so frees) most index pages; LMDB then carries the freed-page list through
-# every later commit until it is reused, which made single durable UPSERTs ~4x slower after
-# a load in batches of 100k (measured: W2 median 4.2 ms → 1.1 ms once compacted). A batch of
-# 1M items costs ~100 MB more peak memory than 100k.
-DEFAULT_BATCH = 1_000_000
+DEFAULT_BATCH = 1_000_000      # items per write transaction (see the module doc)
+DEFAULT_CHUNK = 50_000         # items in memory at once
 
 
 def bulk_import(nexus: Any, concepts: Iterable[dict] = (), links: Iterable[dict] = (), *,
-                batch_size: int = DEFAULT_BATCH, privileged: bool = False,
+                batch_size: int = DEFAULT_BATCH, chunk_size: int = DEFAULT_CHUNK,
+                privileged: bool = False,
                 progress: Callable[[str, int], None] | None = None) -> dict[str, int]:
     """Load `concepts`, then `links`; returns counts of created / updated elements.
 
     `progress(kind, done)` is called after each committed batch (`kind` is "concepts" or
     "links", `done` the items of that kind loaded so far).
     """
-    if batch_size < 1:
-        raise KipError(ErrorCode.KIP_1001, "batch_size must be at least 1")
+    if batch_size < 1 or chunk_size < 1:
+        raise KipError(ErrorCode.KIP_1001, "batch_size and chunk_size must be at least 1")
+    chunk_size = min(chunk_size, batch_size)
     state = _Import(nexus, privileged)
-    done = 0
-    for chunk in _chunks(concepts, batch_size):
-        state.run(state.concept_batch, chunk)
-        done += len(chunk)
-        if progress is not None:
-            progress("concepts", done)
-    done = 0
-    for chunk in _chunks(links, batch_size):
-        state.run(state.link_batch, chunk)
-        done += len(chunk)
-        if progress is not None:
-            progress("links", done)
+    for kind, items, fn in (("concepts", concepts, state.concept_batch),
+                            ("links", links, state.link_batch)):
+        it = iter(items)
+        done = 0
+        while True:
+            first = list(islice(it, chunk_size))
+            if not first:
+                break
+            done += state.run(fn, first, it, batch_size, chunk_size)
+            if progress is not None:
+                progress(kind, done)
     return dict(state.counts)
-
-
-def _chunks(items: Iterable[dict], size: int) -> Iterator[list]:
-    chunk: list = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _bad_item(kind: str, index: int, item: Any) -> KipError:
@@ -101,7 +102,10 @@ def _plain_maps(*columns: list) -> bool:
     for column in columns:
         if not set(map(type, column)) <= _MAP_TYPES:
             return False
-        if any(map(_RESERVED, set().union(*filter(None, column)))):    # distinct keys
+        try:
+            if any(map(_RESERVED, set().union(*filter(None, column)))):    # distinct keys
+                return False
+        except (AttributeError, TypeError):         # a key that is not a string
             return False
     return True
 
@@ -132,6 +136,17 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Ids(dict):
+    """type name -> {name: id} of the concepts the import created or met; a type never
+    seen reads as an empty map (never stored: use setdefault to add)."""
+
+    def __missing__(self, key: Any) -> dict:
+        return _NO_IDS
+
+
+_NO_IDS: dict = {}       # shared and never written to
+
+
 class _Import:
     """State kept across the batches of one import (what it created, what it may skip)."""
 
@@ -139,28 +154,44 @@ class _Import:
         self.nexus = nexus
         self.privileged = privileged
         self.start_max: int | None = None       # max id before the import's first write
-        # (type, name) -> id of concepts this import created or found: no probe next time.
-        self.ids: dict[tuple[str, str], int] = {}
+        # type -> name -> id of concepts this import created or found: no probe next time.
+        self.ids = _Ids()
         self.fresh: dict[str, bool] = {}        # type name -> had no instance at first sight
         self.fresh_pred: dict[int, bool] = {}   # predicate id -> had no link at first sight
-        self.linked: set[int] = set()           # subjects given links by earlier batches
+        self.linked: set[int] = set()           # subjects given links by earlier chunks
         self.seen: tuple | None = None          # store state when our last batch committed
         self.counts = {"concepts_created": 0, "concepts_updated": 0,
                        "propositions_created": 0, "propositions_updated": 0, "batches": 0}
 
-    def run(self, fn: Callable[[ExecContext, list], None], chunk: list) -> None:
+    def run(self, fn: Callable[[ExecContext, list, int], None], first: list,
+            rest: Iterator, batch_size: int, chunk_size: int) -> int:
+        """One batch = one write transaction over `first` and then up to `batch_size` items
+        of `rest`, a chunk at a time; returns the number of items consumed."""
         nexus = self.nexus
+        done = 0
         with nexus._write_lock:
             with nexus.store.write() as txn:
                 ctx = ExecContext.start(txn, nexus.config.limits, engine=nexus,
                                         privileged=self.privileged)
                 self._sync(txn)
+                search = nexus.search
+                stage = getattr(search, "stage", None) if search is not None else None
+                chunk = first
                 with _gc_paused():
-                    fn(ctx, chunk)
-                nexus._before_commit(ctx)
+                    while chunk:
+                        fn(ctx, chunk, done)
+                        done += len(chunk)
+                        del chunk
+                        if stage is not None:
+                            stage(ctx)          # index this chunk's elements for SEARCH now
+                        if done >= batch_size:
+                            break
+                        chunk = list(islice(rest, min(chunk_size, batch_size - done)))
+                    nexus._before_commit(ctx)
                 self.seen = self._state(txn)
         nexus._after_commit(ctx)
         self.counts["batches"] += 1
+        return done
 
     @staticmethod
     def _state(txn: Any) -> tuple[int, int, int]:
@@ -178,13 +209,13 @@ class _Import:
             self.start_max = txn.max_id()
 
     # --- concepts -----------------------------------------------------------------------
-    def concept_batch(self, ctx: ExecContext, chunk: list) -> None:
+    def concept_batch(self, ctx: ExecContext, chunk: list, base: int = 0) -> None:
         txn, schema, now = ctx.txn, Schema(ctx.txn), ctx.now
         try:
-            type_names = {item["type"] for item in chunk}
+            type_names = set(map(_TYPE, chunk))
         except (TypeError, KeyError):
             i = next(i for i, x in enumerate(chunk) if type(x) is not dict or "type" not in x)
-            raise _bad_item("concept", i, chunk[i]) from None
+            raise _bad_item("concept", base + i, chunk[i]) from None
         tids = {}
         for t in type_names:
             if type(t) is not str:
@@ -197,7 +228,7 @@ class _Import:
         if self._concepts_fast(ctx, chunk, type_names, tids, engine):
             return
         ids, fresh = self.ids, self.fresh
-        pending: dict[tuple[str, str], list] = {}   # new in this batch: [type, name, a, m]
+        pending: dict[tuple[str, str], list] = {}   # new in this chunk: [type, name, a, m]
         updated = 0
         for i, item in enumerate(chunk):
             try:
@@ -205,16 +236,16 @@ class _Import:
                 attrs = _check_map(item.get("attributes"), "attributes")
                 meta = _check_map(item.get("metadata"), "metadata")
             except (TypeError, KeyError, AttributeError):
-                raise _bad_item("concept", i, item) from None
+                raise _bad_item("concept", base + i, item) from None
             if type(name) is not str:
-                raise _bad_item("concept", i, item)
+                raise _bad_item("concept", base + i, item)
             key = (t, name)
             row = pending.get(key)
-            if row is not None:             # repeated in this batch: merge, one more write
+            if row is not None:             # repeated in this chunk: merge, one more write
                 row[2] = {**row[2], **attrs}
                 row[3] = writes.bump({**row[3], **meta}, now)
                 continue
-            n = ids.get(key)
+            n = ids[t].get(name)
             if n is None and not fresh[t]:
                 n = txn.concept_id(tids[t], name)
             if n is None:
@@ -225,23 +256,26 @@ class _Import:
             writes.update(ctx, n, attrs, meta)
             updated += 1
         if pending:
-            new = txn.reserve_ids(len(pending))
-            rows = [(n, tids[t], name, a, m) for n, (t, name, a, m) in zip(new, pending.values())]
-            txn.create_concepts(rows)
-            ids.update(zip(pending, new))
+            start = txn.max_id() + 1
+            new = range(start, start + len(pending))
+            rows = list(pending.values())
+            txn.create_concept_columns(new, [tids[r[0]] for r in rows], [r[1] for r in rows],
+                                       [r[2] for r in rows], [r[3] for r in rows])
+            for (t, name), n in zip(pending, new):
+                ids.setdefault(t, {})[name] = n
             ctx.touched.update(new)
         self.counts["concepts_created"] += len(pending)
         self.counts["concepts_updated"] += updated
 
     # --- links --------------------------------------------------------------------------
-    def link_batch(self, ctx: ExecContext, chunk: list) -> None:
+    def link_batch(self, ctx: ExecContext, chunk: list, base: int = 0) -> None:
         txn, schema, now = ctx.txn, Schema(ctx.txn), ctx.now
         try:
-            pnames = {item["predicate"] for item in chunk}
+            pnames = set(map(_PREDICATE, chunk))
         except (TypeError, KeyError):
             i = next(i for i, x in enumerate(chunk)
                      if type(x) is not dict or "predicate" not in x)
-            raise _bad_item("link", i, chunk[i]) from None
+            raise _bad_item("link", base + i, chunk[i]) from None
         pids = {}
         for p in pnames:
             if type(p) is not str:
@@ -256,19 +290,19 @@ class _Import:
         ids, start_max, linked, fresh = self.ids, self.start_max, self.linked, self.fresh_pred
         pending: dict[tuple[int, int, int], list] = {}   # new (s, p, o) -> [a, m]
         updated = 0
-        endpoint, get_id, link_id = self._endpoint, ids.get, txn.link_id
+        endpoint, link_id = self._endpoint, txn.link_id
         for i, item in enumerate(chunk):
             try:
                 su, ob = item["subject"], item["object"]
-                s = get_id((su["type"], su["name"])) or endpoint(schema, su)
-                o = get_id((ob["type"], ob["name"])) or endpoint(schema, ob)
+                s = ids[su["type"]].get(su["name"]) or endpoint(schema, su)
+                o = ids[ob["type"]].get(ob["name"]) or endpoint(schema, ob)
                 p = pids[item["predicate"]]
                 attrs = item.get("attributes")
                 if attrs is not None:
                     attrs = _check_map(attrs, "attributes")
                 meta = _check_map(item.get("metadata"), "metadata")
             except (TypeError, KeyError, AttributeError):
-                raise _bad_item("link", i, item) from None
+                raise _bad_item("link", base + i, item) from None
             key = (s, p, o)
             row = pending.get(key)
             if row is not None:
@@ -277,7 +311,7 @@ class _Import:
                 row[1] = writes.bump({**row[1], **meta}, now)
                 continue
             # A link with an end this import created, or with a predicate that had no link
-            # when the import began, can exist only if an earlier batch of the import wrote
+            # when the import began, can exist only if an earlier chunk of the import wrote
             # it — and then its subject is in `linked`.
             if (s > start_max or o > start_max or fresh[p]) and s not in linked:
                 n = None
@@ -291,20 +325,23 @@ class _Import:
             writes.update(ctx, n, attrs, meta)
             updated += 1
         if pending:
-            new = txn.reserve_ids(len(pending))
+            start = txn.max_id() + 1
+            new = range(start, start + len(pending))
+            spo, rows = list(pending), list(pending.values())
             # Every row was checked above (in the store, or known to be new): no probe.
-            txn.create_links([(n, s, p, o, a, m) for n, ((s, p, o), (a, m))
-                              in zip(new, pending.items())], known_new=True)
-            linked.update(s for s, _, _ in pending)
+            txn.create_link_columns(new, [k[0] for k in spo], [k[1] for k in spo],
+                                    [k[2] for k in spo], [r[0] for r in rows],
+                                    [r[1] for r in rows], known_new=True)
+            linked.update(k[0] for k in spo)
             ctx.touched.update(new)
         self.counts["propositions_created"] += len(pending)
         self.counts["propositions_updated"] += updated
 
-    # --- fast paths: a batch of only new, distinct, well-formed items -----------------------
+    # --- fast paths: a chunk of only new, distinct, well-formed items -----------------------
     # The common case of a load (fresh types and predicates, no repeats) handled with
-    # column-wise C-level loops (map/zip over the batch) instead of one bytecode loop per
+    # column-wise C-level loops (map/zip over the chunk) instead of one bytecode loop per
     # item. Anything else — a repeat, an existing element, a missing link end, a malformed or
-    # reserved map — returns False and the item-by-item path above handles the whole batch.
+    # reserved map — returns False and the item-by-item path above handles the whole chunk.
     def _concepts_fast(self, ctx: ExecContext, chunk: list, type_names: set, tids: dict,
                        engine: dict) -> bool:
         try:
@@ -314,31 +351,48 @@ class _Import:
             metas = list(map(_META, chunk))
         except (TypeError, KeyError, AttributeError):
             return False
-        keys = list(zip(types, names))
-        if (set(map(type, names)) != {str} or len(set(keys)) != len(keys)
-                or not self.ids.keys().isdisjoint(keys) or not _plain_maps(attrs, metas)):
+        if set(map(type, names)) != {str} or not _plain_maps(attrs, metas):
             return False
         txn = ctx.txn
-        old = {t for t in type_names if not self.fresh[t]}
-        if old:     # types that had instances before the import: probe those items only
-            concept_id = txn.concept_id
-            if any(concept_id(tids[t], name) is not None for t, name in keys if t in old):
+        single = len(type_names) == 1
+        by_type = {t: names for t in type_names} if single else {
+            t: [n for tt, n in zip(types, names) if tt == t] for t in type_names}
+        for t, tnames in by_type.items():
+            if len(set(tnames)) != len(tnames):            # a repeat: merge item by item
                 return False
-        new = txn.reserve_ids(len(chunk))
-        txn.create_concepts(zip(new, map(tids.__getitem__, types), names, attrs,
-                                [{**(m or _EMPTY), **engine} for m in metas]))
-        self.ids.update(zip(keys, new))
+            known = self.ids[t]
+            if known and not known.keys().isdisjoint(tnames):
+                return False
+            if not self.fresh[t]:      # a type with instances before the import: probe
+                concept_id, tid = txn.concept_id, tids[t]
+                if any(concept_id(tid, name) is not None for name in tnames):
+                    return False
+        start = txn.max_id() + 1
+        new = range(start, start + len(chunk))
+        type_ids = [tids[types[0]]] * len(chunk) if single else list(map(tids.__getitem__,
+                                                                           types))
+        txn.create_concept_columns(new, type_ids, names, attrs, metas, extra_metadata=engine)
+        ids = self.ids
+        if single:
+            ids.setdefault(types[0], {}).update(zip(names, new))
+        else:
+            for t in type_names:
+                ids.setdefault(t, {})
+            for t, name, n in zip(types, names, new):
+                ids[t][name] = n
         ctx.touched.update(new)
         self.counts["concepts_created"] += len(chunk)
         return True
 
     def _links_fast(self, ctx: ExecContext, chunk: list, pids: dict, engine: dict) -> bool:
-        get = self.ids.get
+        by_type = self.ids.__getitem__
+        get = dict.get
         try:
             subjects = list(map(_SUBJECT, chunk))
             objects = list(map(_OBJECT, chunk))
-            ss = list(map(get, zip(map(_TYPE, subjects), map(_NAME, subjects))))
-            os_ = list(map(get, zip(map(_TYPE, objects), map(_NAME, objects))))
+            ss = list(map(get, map(by_type, map(_TYPE, subjects)), map(_NAME, subjects)))
+            os_ = list(map(get, map(by_type, map(_TYPE, objects)), map(_NAME, objects)))
+            del subjects, objects
             ps = list(map(pids.__getitem__, map(_PREDICATE, chunk)))
             attrs = list(map(_ATTRS, chunk))
             metas = list(map(_META, chunk))
@@ -346,21 +400,28 @@ class _Import:
             return False
         if None in ss or None in os_:        # an end this import has not met: resolve it
             return False
-        keys = list(zip(ss, ps, os_))
-        if len(set(keys)) != len(keys) or not _plain_maps(attrs, metas):
+        if not _plain_maps(attrs, metas):
             return False
         txn = ctx.txn
         # Which links could exist already (see the item-by-item path): probe only those.
-        fresh, start = self.fresh_pred, self.start_max
+        fresh, start_max = self.fresh_pred, self.start_max
         seen = self.linked.intersection(ss)
         if seen or not all(fresh[p] for p in set(ps)):
             link_id = txn.link_id
-            if any(link_id(s, p, o) is not None for s, p, o in keys
-                   if s in seen or not (s > start or o > start or fresh[p])):
+            if any(link_id(s, p, o) is not None for s, p, o in zip(ss, ps, os_)
+                   if s in seen or not (s > start_max or o > start_max or fresh[p])):
                 return False
-        new = txn.reserve_ids(len(chunk))
-        txn.create_links(zip(new, ss, ps, os_, attrs,
-                             [{**(m or _EMPTY), **engine} for m in metas]), known_new=True)
+        start = txn.max_id() + 1
+        new = range(start, start + len(chunk))
+        if not any(attrs):
+            attrs = None
+        try:
+            txn.create_link_columns(new, ss, ps, os_, attrs, metas, known_new=True,
+                                    extra_metadata=engine)
+        except KipError as err:
+            if err.code is ErrorCode.KIP_3003:      # a repeat in the chunk (nothing written)
+                return False
+            raise
         self.linked.update(ss)
         ctx.touched.update(new)
         self.counts["propositions_created"] += len(chunk)
@@ -374,7 +435,7 @@ class _Import:
         sid = schema.existing_type(t)
         n = None if sid is None else schema.txn.concept_id(sid, name)
         if n is not None:
-            self.ids[(t, name)] = n
+            self.ids.setdefault(t, {})[name] = n
         else:
             raise KipError(ErrorCode.KIP_3002,
                            f"bulk import: the link end {{type: {t!r}, name: {name!r}}} does "

@@ -74,21 +74,57 @@ REF_WEIGHT = (_ref_weight(F_NAME), _ref_weight(F_PREDICATE))
 def doc_terms(doc: Doc) -> dict[str, float]:
     """term → BM25F weight in (0, K1+1) for one document."""
     tfn: dict[str, float] = {}
+    get = tfn.get
     for field, text in doc.fields:
+        norm, counts = _field_terms(field, text)
+        for t, c in counts:
+            v = get(t, 0.0) + norm
+            while c > 1:            # the same additions, in the same order, as one per token
+                v += norm
+                c -= 1
+            tfn[t] = v
+    return {t: saturate(v) for t, v in tfn.items()}
+
+
+# Field texts recur (a link's predicate and end names, type names): their tokens and length
+# norm are computed once. Bounded: emptied when full.
+_FIELD_CACHE: dict[tuple[int, str], tuple[float, tuple]] = {}
+_NAME_CACHE: dict[str, str] = {}
+CACHE_LIMIT = 100_000
+
+
+def _field_terms(field: int, text: str) -> tuple[float, tuple]:
+    """(norm, ((term, occurrences), ...)) of one field's text, terms in first-seen order."""
+    key = (field, text)
+    hit = _FIELD_CACHE.get(key)
+    if hit is None:
         w, b, avg, camel = FIELDS[field]
         toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
-        if not toks:
-            continue
-        norm = w / (1.0 - b + b * len(toks) / avg)
+        counts: dict[str, int] = {}
         for t in toks:
-            tfn[t] = tfn.get(t, 0.0) + norm
-    return {t: saturate(v) for t, v in tfn.items()}
+            counts[t] = counts.get(t, 0) + 1
+        norm = w / (1.0 - b + b * len(toks) / avg) if toks else 0.0
+        hit = (norm, tuple(counts.items()))
+        if len(_FIELD_CACHE) >= CACHE_LIMIT:
+            _FIELD_CACHE.clear()
+        _FIELD_CACHE[key] = hit
+    return hit
+
+
+def _norm_name(name: str) -> str:
+    nn = _NAME_CACHE.get(name)
+    if nn is None:
+        nn = norm_name(name)
+        if len(_NAME_CACHE) >= CACHE_LIMIT:
+            _NAME_CACHE.clear()
+        _NAME_CACHE[name] = nn
+    return nn
 
 
 def doc_names(doc: Doc) -> list[str]:
     out: list[str] = []
     for name in doc.names:
-        nn = norm_name(name)
+        nn = _norm_name(name)
         if nn and nn not in out:
             out.append(nn)
         elif not out:
@@ -165,10 +201,14 @@ class _Writer:
     def flush(self) -> None:
         lex = self.lex
         for tb, ops in self.ops.items():
-            delta = postings.apply(lex, b"t" + tb + b"\x00", ops)
+            key = b"d" + tb
+            raw = lex.get(key)
+            if raw is None and None not in ops.values():
+                # A term without postings (no df key) gets its first list: no scan.
+                delta = postings.create(lex, b"t" + tb + b"\x00", ops)
+            else:
+                delta = postings.apply(lex, b"t" + tb + b"\x00", ops)
             if delta:
-                key = b"d" + tb
-                raw = lex.get(key)
                 value = (_U32.unpack(raw)[0] if raw else 0) + delta
                 if value > 0:
                     lex.put(key, _U32.pack(value))
@@ -183,16 +223,16 @@ class _Writer:
 
 
 def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
-          ) -> tuple[list[Doc], list[int]]:
+          ) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
-    Returns the documents whose vector texts changed (to embed) and the ids whose vectors
+    Returns the ids whose vector texts changed (to embed) and the ids whose vectors
     must go. A rewrite that changes nothing searchable (a metadata-only update) costs one
     forward-index read and writes nothing.
     """
     w = _Writer(txn)
     fwd = w.fwd
-    changed: list[Doc] = []
+    changed: list[int] = []
     gone: list[int] = []
     for n in removed:
         key = _U64.pack(n)
@@ -231,7 +271,7 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
         w.count[doc.kind] += 1
         fwd.put(key, new)
         if vec_changed:
-            changed.append(doc)
+            changed.append(n)
     w.flush()
     return changed, gone
 

@@ -44,6 +44,10 @@ def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
     (for a bulk append: the last block, then new full blocks)."""
     ids = sorted(ops)
     lo, hi = ids[0], ids[-1]
+    if None not in ops.values():
+        done = _append(aux, prefix, ids, ops)
+        if done is not None:
+            return done
     start = None
     for key, _ in aux.scan(prefix, reverse=True, start=prefix + _U64.pack(lo)):
         start = key
@@ -101,3 +105,69 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
         return (*parts[0], complete)
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
             np.concatenate([p[2] for p in parts]), complete)
+
+
+def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int | None:
+    """The common case of `apply`: only new postings, all after the list's last one (new
+    documents get the highest ids). Tops up the last block and appends full blocks, with
+    one read and numpy, no per-posting Python work. None when the case does not apply."""
+    for last, raw in aux.scan(prefix, reverse=True):     # the list's last block
+        c = _COUNT.unpack_from(raw)[0]
+        if ids[0] <= _LE64.unpack_from(raw, 4 + 8 * (c - 1))[0]:
+            return None
+        if c + len(ids) <= BLOCK:           # a small write: splice the bytes, no numpy
+            aux.put(last, _spliced(raw, c, ids, ops))
+            return len(ids)
+        b_ids, b_w, b_g = decode(raw)
+        break
+    else:
+        last = None
+        if len(ids) <= BLOCK:
+            aux.put(prefix + _U64.pack(ids[0]), _spliced(b"\0\0\0\0", 0, ids, ops))
+            return len(ids)
+    vals = [ops[n] for n in ids]
+    new_ids = np.asarray(ids, dtype=np.uint64)
+    new_w = np.fromiter((v[0] for v in vals), dtype=np.float32, count=len(vals))
+    new_g = np.fromiter((v[1] for v in vals), dtype=np.uint32, count=len(vals))
+    if last is not None and len(b_ids) < BLOCK:
+        new_ids = np.concatenate([b_ids.astype(np.uint64), new_ids])
+        new_w = np.concatenate([b_w.astype(np.float32), new_w])
+        new_g = np.concatenate([b_g.astype(np.uint32), new_g])
+    put = aux.put
+    for i in range(0, len(new_ids), BLOCK):     # the first key may be `last`: overwritten
+        put(prefix + _U64.pack(int(new_ids[i])),
+            encode(new_ids[i:i + BLOCK], new_w[i:i + BLOCK], new_g[i:i + BLOCK]))
+    return len(ids)
+
+
+_LE64 = struct.Struct("<Q")
+_F32 = struct.Struct("<f")
+
+
+def _spliced(raw: bytes, c: int, ids: list[int], ops: dict[int, Op]) -> bytes:
+    """Block `raw` (of `c` postings) with `ids` appended — byte-identical to `encode` of
+    the concatenated arrays (weights rounded to float32 first, then to float16, as numpy
+    does there)."""
+    k = len(ids)
+    vals = [ops[n] for n in ids]
+    f32 = [_F32.unpack(_F32.pack(v[0]))[0] for v in vals]
+    return b"".join((_COUNT.pack(c + k), raw[4:4 + 8 * c], struct.pack(f"<{k}Q", *ids),
+                     raw[4 + 8 * c:4 + 10 * c], struct.pack(f"<{k}e", *f32),
+                     raw[4 + 10 * c:4 + 14 * c], struct.pack(f"<{k}I", *(v[1] for v in vals))))
+
+
+def create(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
+    """`apply` for a list known to be empty (all ops set postings): its blocks written
+    directly. Returns the list's length."""
+    ids = sorted(ops)
+    if len(ids) <= BLOCK:
+        aux.put(prefix + _U64.pack(ids[0]), _spliced(b"\0\0\0\0", 0, ids, ops))
+        return len(ids)
+    vals = [ops[n] for n in ids]
+    a_ids = np.asarray(ids, dtype=np.uint64)
+    a_w = np.fromiter((v[0] for v in vals), dtype=np.float32, count=len(vals))
+    a_g = np.fromiter((v[1] for v in vals), dtype=np.uint32, count=len(vals))
+    for i in range(0, len(ids), BLOCK):
+        aux.put(prefix + _U64.pack(ids[i]),
+                encode(a_ids[i:i + BLOCK], a_w[i:i + BLOCK], a_g[i:i + BLOCK]))
+    return len(ids)

@@ -9,7 +9,18 @@ same hooks because it is derived from the same writes.
 Everything public raises only `KipError`. For the CLI: `reindex(progress)` calls
 `progress(phase, done, total)` with phases "clear", "lexical", "vectors"; `check(deep)`
 returns drift counts and `"ok"` (deep also recomputes every forward entry: slower).
-`opened` tells what opening did: "empty", "loaded", "caught-up" or "rebuilt".
+`opened` tells what opening found: "empty", "loaded", "caught-up" (queued changes the
+indexer replays) or "rebuilt" (the indexer rebuilds the vectors; a store without lexical
+postings is reindexed at open).
+
+Write cost: the lexical postings are written in the data's transaction (`before_commit`, or
+chunk by chunk for a bulk load through `stage`); the vectors are only queued there and built
+by the background indexer (`vectors.Indexer`). SEARCH is therefore exact on names and words
+at once, and eventually consistent on vectors: a SEARCH whose snapshot is ahead of the
+vector index waits up to `wait_seconds` for the indexer when at most `wait_backlog` ids are
+queued (so an agent finds what it just wrote, typos included), and otherwise answers from the
+lexical index and the vectors indexed so far. `drain()` waits for the indexer; `reindex`,
+`check` and `close` drain first.
 """
 from __future__ import annotations
 
@@ -26,6 +37,10 @@ from .vectors import VectorIndex, read_seq
 log = logging.getLogger("nexus.search")
 
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
+WAIT_SECONDS = 2.0          # SEARCH waits at most this long for the vectors of its snapshot
+WAIT_BACKLOG = 20_000       # ... and only when at most this many ids are waiting
+CHECK_DRAIN_SECONDS = 60.0  # `check` waits at most this long for the vector indexer
+CLOSE_DRAIN_SECONDS = 300.0  # ... and `close` (a bulk load's backlog can take minutes)
 MODES_BASE = ["exact_name", "name_prefix", "alias", "keyword_bm25",
               "fuzzy_typo_tolerant_vector"]
 
@@ -55,6 +70,13 @@ class SearchService:
         self.vectors = VectorIndex(self.embedder, self.store.path)
         self.primer = PrimerCache()
         self.opened = "empty"
+        self.wait_seconds = WAIT_SECONDS
+        self.wait_backlog = WAIT_BACKLOG
+        self.primer_limit = 2000        # touched ids traced for the PRIMER invalidation
+        # Per write transaction (keyed by its context; writes are serialised): what `stage`
+        # indexed so far, and how many ids a committed write queued for the indexer.
+        self._stages: dict[int, _Stage] = {}
+        self._queued: dict[int, int] = {}
 
     @kip_only
     def open(self, progress: Progress | None = None) -> None:
@@ -66,10 +88,12 @@ class SearchService:
             # A store written before search existed (or loaded without the hooks).
             log.info("search: indexing an existing store")
             self.vectors.ensure_epoch(self.store)
+            self.vectors.store = self.store
             self.reindex(progress)
             self.opened = "rebuilt"
-            return
-        self.opened = self.vectors.open(self.store, progress)
+        else:
+            self.opened = self.vectors.open(self.store, progress)
+        self.vectors.start(self.store)
 
     @property
     def search_modes(self) -> list[str]:
@@ -80,24 +104,61 @@ class SearchService:
 
     # --- write hooks ---------------------------------------------------------------------
     @kip_only
-    def before_commit(self, ctx: Any) -> None:
-        """Inside the write txn: postings, the vector queue and the PRIMER invalidation."""
+    def stage(self, ctx: Any) -> None:
+        """Inside the write txn, part way: index what `ctx` touched and removed so far and
+        forget it (a bulk load calls this after each chunk, so that a big transaction never
+        holds all its ids and documents at once). `before_commit` finishes the job."""
+        st = self._stages.get(id(ctx))
+        if st is None or st.txn is not ctx.txn:     # (a stale one: its txn was aborted)
+            st = self._stages[id(ctx)] = _Stage(ctx.txn)
         if not ctx.touched and not ctx.removed:
             return
         changed, gone = lexical.write(ctx.txn, ctx.touched, ctx.removed)
+        st.count += len(ctx.touched) + len(ctx.removed)
+        st.removed |= bool(ctx.removed)
+        if len(st.touched) <= self.primer_limit:
+            st.touched.update(ctx.touched)
+        st.changed.extend(changed)
+        st.gone.extend(gone)
+        ctx.touched = set()
+        ctx.removed = set()
+
+    @kip_only
+    def before_commit(self, ctx: Any) -> None:
+        """Inside the write txn: postings, the vector queue and the PRIMER invalidation."""
+        st = self._stages.pop(id(ctx), None)
+        if st is not None and st.txn is not ctx.txn:
+            st = None
+        if st is None and not ctx.touched and not ctx.removed:
+            return
+        if st is None:          # one KML command: no copies of its (small) sets
+            touched, removed = ctx.touched, ctx.removed
+            changed, gone = lexical.write(ctx.txn, touched, removed)
+        else:
+            self._stages[id(ctx)] = st
+            self.stage(ctx)
+            del self._stages[id(ctx)]
+            touched, removed = st.touched, {0} if st.removed else set()
+            if st.count > len(touched):     # too many to trace: every domain is dirty
+                removed = {0}
+            changed, gone = st.changed, st.gone
+        if not changed and not gone and not touched and not removed:
+            return
         seq = self.vectors.record(ctx.txn, changed, gone)
-        ctx.search_seq = seq
-        self.primer.invalidate(ctx.txn, ctx.touched, ctx.removed, seq)
+        if len(self._queued) > 64:      # left by aborted transactions: forget them
+            self._queued.clear()
+        self._queued[id(ctx)] = len(changed) + len(gone)
+        self.primer.invalidate(ctx.txn, touched, removed, seq)
 
     def after_commit(self, ctx: Any) -> None:
-        seq = getattr(ctx, "search_seq", None)
-        if seq is None:
-            return
-        try:
-            self.vectors.apply_pending(seq)
-            self.vectors.maybe_save()
-        except Exception:  # noqa: BLE001 - the commit is done; the queue still holds it
-            log.exception("vector index update failed; it will catch up on reopen")
+        queued = self._queued.pop(id(ctx), None)
+        if queued is not None:
+            self.vectors.committed(queued)
+
+    @kip_only
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until the vector index covers every committed write (None: no limit)."""
+        return self.vectors.drain(timeout)
 
     # --- queries -------------------------------------------------------------------------
     @kip_only
@@ -110,6 +171,10 @@ class SearchService:
             group = txn.symbol_id(type_name)
             if group is None:
                 return []
+        v = self.vectors
+        seq = read_seq(txn)
+        if (v.applied_seq < seq or v.needs_rebuild) and v.backlog <= self.wait_backlog:
+            v.wait(seq, self.wait_seconds)      # read-your-writes for small backlogs
         return query.run(txn, self.vectors, kind, text, group, limit)
 
     # --- maintenance ---------------------------------------------------------------------
@@ -120,6 +185,7 @@ class SearchService:
         if lock is not None:
             lock.acquire()
         try:
+            self.vectors.drain()
             with self.store.write() as txn:
                 if progress:
                     progress("clear", 0, 1)
@@ -134,7 +200,10 @@ class SearchService:
                     progress("lexical", 0, 0)
                 self.vectors.rebuild(txn, progress)
                 seq = self.vectors.record(txn, [], [])
-            self.vectors.apply_pending(seq)
+            with self.vectors.progress:
+                self.vectors.applied_seq = max(self.vectors.applied_seq, seq)
+                self.vectors.needs_rebuild = False
+                self.vectors.progress.notify_all()
             self.primer.clear()
             self.vectors.save()
         finally:
@@ -144,7 +213,10 @@ class SearchService:
 
     @kip_only
     def check(self, deep: bool = False) -> dict:
-        """Drift between the data and the indexes (all counts 0 when in step)."""
+        """Drift between the data and the indexes (all counts 0 when in step); waits for
+        the vector indexer to catch up first."""
+        # Bounded: a stalled indexer must show up as `vector_lag`, not hang the check.
+        self.vectors.drain(timeout=CHECK_DRAIN_SECONDS)
         with self.vectors.lock, self.store.read() as txn:
             elements = set(txn.elements())
             indexed = set(lexical.indexed_ids(txn))
@@ -168,17 +240,39 @@ class SearchService:
 
     @kip_only
     def save(self) -> None:
+        """Drain the vector queue, then save the vector index files."""
+        self.vectors.drain()
         self.vectors.save()
 
     @kip_only
     def close(self) -> None:
+        """Drain the vector queue, stop the indexer and save the vector index."""
+        try:
+            # Bounded, so a failing indexer cannot hang shutdown; whatever is not applied
+            # stays in the durable queue and is applied after the next open.
+            self.vectors.drain(timeout=CLOSE_DRAIN_SECONDS)
+        finally:
+            self.vectors.stop()
         with self.vectors.lock:
             if self.vectors.applied_seq > self.vectors.saved_seq or self.vectors.unsaved:
                 self.vectors.save()
 
 
+class _Stage:
+    """What the `stage` calls of one write transaction indexed so far."""
+    __slots__ = ("txn", "touched", "removed", "count", "changed", "gone")
+
+    def __init__(self, txn: Any) -> None:
+        self.txn = txn
+        self.touched: set[int] = set()     # for the PRIMER invalidation, while small
+        self.removed = False
+        self.count = 0
+        self.changed: list[int] = []       # ids whose vectors must be (re)built
+        self.gone: list[int] = []          # ids whose vectors must go
+
+
 def attach_search(nexus: Any) -> SearchService:
-    """Create the search service of `nexus`, open (catch up / rebuild) its indexes."""
+    """Create the search service of `nexus`, open its indexes and start the indexer."""
     service = SearchService(nexus)
     service.open()
     nexus.search = service

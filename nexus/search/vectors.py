@@ -1,21 +1,32 @@
-"""The vector index: usearch HNSW indexes over embedded names, persisted with a watermark.
+"""The vector index: usearch HNSW indexes over embedded names, kept by a background indexer.
 
 Owns the in-memory usearch indexes (one for concepts, one for propositions), their files
-beside the LMDB environment, and the bookkeeping that keeps them in step with the data:
+beside the LMDB environment, the indexer thread that fills them, and the bookkeeping that
+keeps them in step with the data:
 
 * Every write transaction that changes searchable text takes the next *change sequence*
   number and records it in the `vecq` aux table inside the data's own transaction
   (`vecq b"S"` = the last sequence; `vecq b"q" seq` = the ids whose vectors changed).
-  So the queue is exactly as durable as the data.
-* After the commit, the batch is embedded and applied to the in-memory index
-  (`apply_pending`), in sequence order even when commits' after-hooks race.
+  So the queue is exactly as durable as the data, and a write pays only for that record.
+* Embedding and HNSW insertion happen off the write path, in one indexer thread per index
+  (`Indexer`): woken after each commit, it reads the queue entries after `applied_seq`,
+  re-reads those elements from a current snapshot (short read transactions, a slice of ids
+  at a time), embeds them and updates usearch, then advances `applied_seq`. Replaying an id
+  from a newer snapshot than its entry is harmless: later entries name it again.
+* Vectors are therefore *eventually consistent*: SEARCH uses the lexical index (always in
+  step, transactional) plus whatever vectors are indexed. A SEARCH whose snapshot is ahead
+  of the vectors waits for the indexer while the backlog is small (read-your-writes for an
+  agent's own writes; `SearchService.wait_seconds`, `wait_backlog`), and otherwise answers
+  at once from what is there. `drain()` waits for the indexer to catch up; `close()`,
+  `reindex()` and `check()` drain first.
 * `save()` writes `vectors.<kind>.usearch` and then `vectors.json` recording the sequence
-  the files cover. It runs on close and periodically (after SAVE_EVERY changed vectors or
-  SAVE_SECONDS), never on every commit: the queue makes that safe.
-* On open, the saved files are loaded and every queued change after their sequence is
-  replayed from the current data (`catch_up`); when the files are missing, foreign (another
-  embedder, another database) or older than what the queue still holds, the index is
-  rebuilt from the data. Queue entries the saved files cover are pruned by later writes.
+  the files cover. The indexer saves periodically (after SAVE_EVERY changed vectors or
+  SAVE_SECONDS) and on close, never on every commit: the queue makes that safe.
+* On open, the saved files are loaded and every queued change after their sequence is left
+  to the indexer (`opened` = "caught-up"); when the files are missing, foreign (another
+  embedder, another database) or older than what the queue still holds, the indexer
+  rebuilds them from the data (`opened` = "rebuilt"). Queue entries the saved files cover
+  are pruned by later writes. A crash at any point loses no vector for good.
 
 Each element has up to SLOTS vectors (its name, its aliases, and for contextual embedders
 "name: description"), under usearch keys `id * SLOTS + slot`; a document's similarity is its
@@ -50,6 +61,8 @@ FORMAT = 1
 SAVE_EVERY = 50_000          # changed vectors between periodic saves
 SAVE_SECONDS = 300.0         # ... or this long after the first unsaved change
 ADD_CHUNK = 2048             # vectors embedded and inserted per lock hold
+ADD_THREADS = 2              # usearch insertion threads
+IDLE_SECONDS = 5.0           # the indexer looks for work (and a due save) this often anyway
 PRUNE_PER_TXN = 256          # queue entries a write removes at most (bounds write cost)
 _U64 = struct.Struct(">Q")
 KEY_SEQ, KEY_EPOCH, KEY_PRUNED = b"S", b"E", b"P"
@@ -68,28 +81,23 @@ def doc_texts(doc: Doc, embedder: Embedder) -> list[str]:
     return texts
 
 
-class Batch:
-    """The vector changes of one committed write: (kind, id, texts) to (re)embed, ids to drop."""
-    __slots__ = ("upserts", "removes")
-
-    def __init__(self, upserts: list[tuple[int, int, list[str]]], removes: list[int]) -> None:
-        self.upserts = upserts
-        self.removes = removes
-
-
 class VectorIndex:
     def __init__(self, embedder: Embedder, directory: str | None) -> None:
         self.embedder = embedder
         self.dir = directory
         self.lock = threading.RLock()          # guards the usearch indexes and counters
-        self.apply_lock = threading.Lock()     # one applier of batches at a time
+        self.progress = threading.Condition(self.lock)   # notified when applied_seq moves
         self.indexes = [self._new(), self._new()]
-        self.applied_seq = 0      # every committed batch <= this is in memory
-        self.saved_seq = 0        # the files on disk cover every batch <= this
+        self.applied_seq = 0      # every committed change <= this is in memory
+        self.saved_seq = 0        # the files on disk cover every change <= this
         self.epoch = b""
-        self.pending: dict[int, Batch] = {}
+        self.backlog = 0          # ids queued by commits and not applied yet (approximate)
+        self.needs_rebuild = False
         self.unsaved = 0
         self.first_unsaved = 0.0
+        self.store: Any = None
+        self.indexer: Indexer | None = None
+        self.error: BaseException | None = None   # the indexer's last failure (logged)
 
     def _new(self) -> Index:
         # Measured on 212k name vectors of the 100k-concept bench graph (typo queries, is
@@ -105,69 +113,155 @@ class VectorIndex:
         return ([os.path.join(self.dir, f"vectors.{k}.usearch") for k in KIND_NAMES],
                 os.path.join(self.dir, "vectors.json"))
 
-    # --- write path ----------------------------------------------------------------------
-    def record(self, txn: Any, changed: list[Doc], gone: list[int]) -> int:
+    # --- write path (inside the data's write transaction) --------------------------------
+    def record(self, txn: Any, changed: Iterable[int], gone: Iterable[int]) -> int:
         """Inside the write txn: take the next sequence, queue the changed ids, prune what
-        the saved files cover. Returns the sequence (the batch is held until after_commit)."""
+        the saved files cover. Returns the sequence."""
         vq = txn.aux("vecq")
         seq = read_seq(txn) + 1
         vq.put(KEY_SEQ, _U64.pack(seq))
+        changed, gone = list(changed), list(gone)
         if changed or gone:
-            vq.put(b"q" + _U64.pack(seq),
-                   msgpack.packb([[d.n for d in changed], list(gone)]))
+            vq.put(b"q" + _U64.pack(seq), msgpack.packb([changed, gone]))
         upto = self.saved_seq if self.dir is not None else self.applied_seq
         raw = vq.get(KEY_PRUNED)
         pruned = _U64.unpack(raw)[0] if raw else 0
         if upto > pruned:
-            last = pruned
-            for key, _ in list(_take(vq.scan(b"q"), PRUNE_PER_TXN)):
+            # Entries up to `upto` are covered by the saved files: drop at most
+            # PRUNE_PER_TXN of them (bounded write cost); when none is left, the mark moves
+            # to `upto` so that later writes do not look again.
+            doomed = []
+            last = upto
+            for key, _ in vq.scan(b"q"):
                 s = _U64.unpack(key[1:])[0]
                 if s > upto:
                     break
-                vq.delete(key)
-                last = s
-            if last > pruned:
-                vq.put(KEY_PRUNED, _U64.pack(last))
-        texts = [(d.kind, d.n, doc_texts(d, self.embedder)) for d in changed]
-        with self.lock:
-            self.pending[seq] = Batch(texts, list(gone))
+                if len(doomed) == PRUNE_PER_TXN:
+                    last = doomed[-1]
+                    break
+                doomed.append(s)
+            for s in doomed:
+                vq.delete(b"q" + _U64.pack(s))
+            vq.put(KEY_PRUNED, _U64.pack(last))
         return seq
 
-    def apply_pending(self, upto: int) -> None:
-        """After a commit: apply every held batch up to `upto`, in sequence order.
+    def committed(self, count: int) -> None:
+        """After a commit that queued `count` ids: wake the indexer."""
+        self.backlog += count           # approximate: no lock (the indexer may hold it)
+        if self.indexer is not None:
+            self.indexer.wake()
 
-        One applier at a time (`apply_lock`), so batches land in order even when commits'
-        after-hooks race. Readers are held off (`lock`) only while usearch is mutated, a
-        chunk at a time: embedding runs unlocked, and a bulk batch does not stall SEARCH."""
-        with self.apply_lock:
+    # --- the indexer's work --------------------------------------------------------------
+    def start(self, store: Any) -> None:
+        """Start the indexer thread over `store` (after open())."""
+        self.store = store
+        if self.indexer is None:
+            self.indexer = Indexer(self)
+            self.indexer.start()
+            self.indexer.wake()
+
+    def catch_up(self, chunk: int = ADD_CHUNK) -> bool:
+        """Apply every change committed so far (the indexer's job; also callable directly).
+        Returns whether there was anything to do."""
+        store = self.store
+        with store.read() as txn:
+            seq = read_seq(txn)
+            if self.needs_rebuild:
+                ids: list[int] | None = None
+                top = txn.max_id()
+            else:
+                if seq <= self.applied_seq:
+                    return False
+                ids = self._queued_since(txn, self.applied_seq)
+                if ids is None:             # the queue no longer reaches back: rebuild
+                    self.needs_rebuild = True
+                    top = txn.max_id()
+        if ids is None:
+            self._rebuild_from(store, top, None)
             with self.lock:
-                ready = sorted(s for s in self.pending if s <= upto)
-                batches = [self.pending.pop(s) for s in ready]
-            for batch in batches:
-                self._apply(batch)
-            if ready:
+                self.needs_rebuild = False
+        else:
+            for i in range(0, len(ids), chunk):
+                part = ids[i:i + chunk]
+                with store.read() as txn:
+                    upserts = self._docs(txn, part)
+                self._drop(part)
+                self._add(upserts)
                 with self.lock:
-                    self.applied_seq = max(self.applied_seq, ready[-1])
+                    self.backlog = max(0, self.backlog - len(part))
+        with self.progress:
+            self.applied_seq = max(self.applied_seq, seq)
+            if ids is None:
+                self.backlog = 0
+            self.progress.notify_all()
+        return True
 
-    def _apply(self, batch: Batch) -> None:
-        ids = batch.removes + [n for _, n, _ in batch.upserts]
-        if ids:
-            self._drop(ids)
-        if batch.upserts:
-            self._add(batch.upserts)
+    def _docs(self, txn: Any, ids: Iterable[int]) -> list[tuple[int, int, list[str]]]:
+        from .text import element_doc
+        out = []
+        for n in ids:
+            try:
+                doc = element_doc(txn, n)
+            except Exception:  # noqa: BLE001 - a damaged record must not stall the queue
+                # Skipped: it has no vector, which `kip check` reports (vector_missing)
+                # beside the damaged record itself; retrying it would block every later change.
+                log.warning("vector indexer: element %d cannot be read; skipped", n,
+                            exc_info=True)
+                continue
+            if doc is not None:
+                out.append((doc.kind, n, doc_texts(doc, self.embedder)))
+        return out
+
+    def wait(self, seq: int, timeout: float | None) -> bool:
+        """Wait until every change up to `seq` is applied (at most `timeout` seconds, None:
+        no limit). Returns whether it is."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.progress:
+            while self.applied_seq < seq or self.needs_rebuild:
+                if self.indexer is None or not self.indexer.is_alive():
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.progress.wait(left if left is None or left < 1.0 else 1.0)
+            return True
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until the vectors cover every committed change (reindex, check, close)."""
+        if self.store is None:
+            return True
+        with self.store.read() as txn:
+            seq = read_seq(txn)
+        if self.applied_seq >= seq and not self.needs_rebuild:
+            return True
+        if self.indexer is None or not self.indexer.is_alive():
+            self.catch_up()                 # no thread (stopped): do it here
+            return True
+        self.indexer.wake()
+        return self.wait(seq, timeout)
+
+    def stop(self) -> None:
+        """Stop the indexer thread (after draining, when `close()` asks)."""
+        indexer, self.indexer = self.indexer, None
+        if indexer is not None:
+            indexer.stop()
 
     def _drop(self, ids: Iterable[int]) -> None:
         keys = (np.fromiter(ids, dtype=np.uint64)[:, None] * SLOTS
                 + np.arange(SLOTS, dtype=np.uint64)[None, :]).ravel()
+        if not len(keys):
+            return
         with self.lock:
             for ix in self.indexes:
                 if len(ix):
                     present = keys[np.asarray(ix.contains(keys), dtype=bool)]
                     if len(present):
                         ix.remove(present)
-            self._dirty(len(keys) // SLOTS)
+                        self._dirty(len(present))
 
-    def _add(self, upserts: list[tuple[int, int, list[str]]]) -> None:
+    def _add(self, upserts: list[tuple[int, int, list[str]]], indexes: list | None = None
+             ) -> None:
+        target = self.indexes if indexes is None else indexes
         for kind in (KIND_CONCEPT, KIND_LINK):
             keys: list[int] = []
             texts: list[str] = []
@@ -180,7 +274,7 @@ class VectorIndex:
                 vecs = self.embedder.embed(texts[i:i + ADD_CHUNK])
                 chunk = np.asarray(keys[i:i + ADD_CHUNK], dtype=np.uint64)
                 with self.lock:
-                    self.indexes[kind].add(chunk, vecs, threads=2)
+                    target[kind].add(chunk, vecs, threads=ADD_THREADS)
                     self._dirty(len(chunk))
 
     def _dirty(self, count: int) -> None:
@@ -202,6 +296,8 @@ class VectorIndex:
             return
         files, meta_path = self._paths()
         with self.lock:
+            if self.needs_rebuild:          # the in-memory indexes are not usable yet
+                return
             try:
                 for ix, path in zip(self.indexes, files):
                     ix.save(path + ".tmp")
@@ -222,9 +318,11 @@ class VectorIndex:
             self.unsaved = 0
 
     def open(self, store: Any, progress: Callable | None = None) -> str:
-        """Load the saved files and catch up from the queue, or rebuild. Returns what it did:
-        "empty", "loaded", "caught-up" or "rebuilt"."""
+        """Load the saved files, leaving the changes queued after them (or a rebuild) to the
+        indexer. Returns what it found: "empty", "loaded", "caught-up" (changes to replay)
+        or "rebuilt" (to rebuild)."""
         self.ensure_epoch(store)
+        self.store = store
         with store.read() as txn:
             seq = read_seq(txn)
             has_data = txn.max_id() > 0
@@ -232,18 +330,18 @@ class VectorIndex:
             if meta is not None:
                 todo = self._queued_since(txn, meta)
                 if todo is not None:
-                    self.saved_seq = meta
-                    if todo:
-                        self._replay(txn, todo)
-                    self.applied_seq = seq
+                    self.saved_seq = self.applied_seq = meta
+                    self.backlog = len(todo)
                     return "caught-up" if todo else "loaded"
             if not has_data:
                 self.applied_seq = seq
                 return "empty"
-            self.rebuild(txn, progress)
+            top = txn.max_id()
+        with self.lock:
+            self.indexes = [self._new(), self._new()]
             self.applied_seq = seq
-        if self.dir is not None:
-            self.save()
+            self.needs_rebuild = True
+            self.backlog = top
         return "rebuilt"
 
     def ensure_epoch(self, store: Any) -> None:
@@ -296,54 +394,33 @@ class VectorIndex:
             ids.update(gone)
         return sorted(ids)
 
-    def _replay(self, txn: Any, ids: list[int]) -> None:
-        from .text import element_doc
-        with self.lock:
-            self._drop(ids)
-            upserts = []
-            for n in ids:
-                doc = element_doc(txn, n)
-                if doc is not None:
-                    upserts.append((doc.kind, n, doc_texts(doc, self.embedder)))
-            self._add(upserts)
-
     def rebuild(self, txn: Any, progress: Callable | None = None, chunk: int = 4096) -> None:
-        """Re-embed every element of `txn`'s snapshot into fresh indexes."""
-        from .text import element_doc
+        """Re-embed every element of `txn`'s snapshot into fresh indexes (reindex)."""
+        self._rebuild_from(self.store, txn.max_id(), progress, txn=txn, chunk=chunk,
+                           total=txn.count_concepts() + txn.count_links())
+
+    def _rebuild_from(self, store: Any, top: int, progress: Callable | None, txn: Any = None,
+                      chunk: int = 4096, total: int = 0) -> None:
+        """Fresh indexes over the elements with ids 1..top, read `chunk` ids at a time (from
+        `txn`, or from a short read transaction of `store` per slice), then swapped in."""
         fresh = [self._new(), self._new()]
-        total = txn.count_concepts() + txn.count_links()
         done = 0
-        batch: list[tuple[int, int, list[str]]] = []
-
-        def flush() -> None:
-            for kind in (KIND_CONCEPT, KIND_LINK):
-                keys, texts = [], []
-                for k, n, ts in batch:
-                    if k == kind:
-                        for slot, t in enumerate(ts):
-                            keys.append(n * SLOTS + slot)
-                            texts.append(t)
-                if keys:
-                    fresh[kind].add(np.asarray(keys, dtype=np.uint64),
-                                    self.embedder.embed(texts), threads=2)
-            batch.clear()
-
-        for n in txn.elements():
-            doc = element_doc(txn, n)
-            if doc is not None:
-                batch.append((doc.kind, n, doc_texts(doc, self.embedder)))
-            done += 1
-            if len(batch) >= chunk:
-                flush()
-                if progress:
-                    progress("vectors", done, total)
-        flush()
-        if progress:
-            progress("vectors", done, total)
+        for lo in range(1, top + 1, chunk):
+            part = range(lo, min(top, lo + chunk - 1) + 1)
+            if txn is not None:
+                upserts = self._docs(txn, part)
+            else:
+                with store.read() as t:
+                    upserts = self._docs(t, part)
+            self._add(upserts, fresh)
+            done += len(upserts)
+            if progress:
+                progress("vectors", done, max(total, done))
         with self.lock:
             self.indexes = fresh
-            self.pending.clear()
             self._dirty(1)
+        if progress:
+            progress("vectors", done, max(total, done))
 
     # --- read path -----------------------------------------------------------------------
     def query_vector(self, text: str) -> np.ndarray:
@@ -399,3 +476,42 @@ def _take(it, n):
         if i >= n:
             return
         yield x
+
+
+class Indexer(threading.Thread):
+    """The background thread that applies queued vector changes (see the module doc)."""
+
+    def __init__(self, vectors: VectorIndex) -> None:
+        super().__init__(name="nexus-vector-indexer", daemon=True)
+        self.vectors = vectors
+        self._wake = threading.Event()
+        self._stopping = False
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self is not threading.current_thread():
+            self.join()
+
+    def run(self) -> None:
+        v = self.vectors
+        while not self._stopping:
+            self._wake.wait(IDLE_SECONDS)
+            self._wake.clear()
+            if self._stopping:
+                break
+            try:
+                while not self._stopping and v.catch_up():
+                    pass
+                v.maybe_save()
+                v.error = None
+            except Exception as exc:  # noqa: BLE001 - keep indexing; the queue still holds it
+                if v.error is None:
+                    log.exception("vector indexer failure; retrying")
+                v.error = exc
+                time.sleep(0.5)
+        with v.progress:
+            v.progress.notify_all()

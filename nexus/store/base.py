@@ -16,19 +16,33 @@ from nexus.store.graph import GraphReadTxn, Tables, internal
 from nexus.store.graph_write import GraphWriteTxn
 from nexus.store.protocol import ConceptHead, LinkHead
 
-# Cached heads cost ~200 bytes each; when the cache is full it is simply emptied.
-DEFAULT_HEAD_CACHE = 1_000_000
+# The head cache is bounded by memory: a cached head costs about HEAD_BYTES (the frozen
+# dataclass, its ints, a short name and the dict slot; measured with tracemalloc on the
+# peers graph: 170-230 bytes), so the default budget holds ~320k heads. When the cache is
+# full it is simply emptied (heads are cheap to decode again).
+HEAD_BYTES = 200
+DEFAULT_HEAD_CACHE_MB = 64
+DEFAULT_HEAD_CACHE = DEFAULT_HEAD_CACHE_MB * 2**20 // HEAD_BYTES
+
+
+def head_cache_entries(size: int | None = None, mb: float | None = None) -> int:
+    """Entries of the head cache for an entry count or a memory budget in MB (default:
+    DEFAULT_HEAD_CACHE_MB)."""
+    if size is not None:
+        return max(1, int(size))
+    return max(1, int((DEFAULT_HEAD_CACHE_MB if mb is None else mb) * 2**20 // HEAD_BYTES))
 
 
 class StoreBase:
     """The lifecycle shared by LmdbGraphStore and MemoryGraphStore (see module doc)."""
 
-    def __init__(self, tables: Tables, head_cache_size: int = DEFAULT_HEAD_CACHE) -> None:
+    def __init__(self, tables: Tables, head_cache_size: int | None = None,
+                 head_cache_mb: float | None = None) -> None:
         self._d = tables
         self._heads: dict[int, ConceptHead | LinkHead] = {}
         self._sids: dict[str, int] = {}
         self._stexts: dict[int, str] = {}
-        self._cache_cap = max(1, head_cache_size)
+        self._cache_cap = head_cache_entries(head_cache_size, head_cache_mb)
         self._wlock = threading.Lock()
         self._writer: int | None = None       # thread ident of the open write txn
         self._closed = False
@@ -93,10 +107,12 @@ class StoreBase:
         heads = self._heads
         for n in txn._deleted:
             heads.pop(n, None)
-        if txn._new_heads:
-            if len(heads) + len(txn._new_heads) > self._cache_cap:
+        new = txn._new_heads
+        if new:
+            if len(heads) + len(new) > self._cache_cap:
                 heads.clear()
-            heads.update(txn._new_heads)
+            if len(new) <= self._cache_cap:
+                heads.update(new)
         self._sids.update(txn._new_sids)
         self._stexts.update(txn._new_stexts)
 

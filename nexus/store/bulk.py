@@ -1,24 +1,33 @@
-"""The bulk path: turning rows of new elements into sorted index entries, fast.
+"""The bulk path: turning columns of new elements into sorted index entries, fast.
 
-Owns only the transformation (rows -> per-table lists of (key, value) in key order), for
-`GraphWriteTxn.create_concepts/create_links`, which insert them. Key layouts are those of
-`codec`; the link indexes are built column-wise with numpy (big-endian structured arrays,
-sorted, viewed as raw bytes), because Python-level packing and sorting of millions of byte
-keys is several times slower. The cyclic garbage collector is paused while the batch is
-built: it would otherwise re-traverse the growing lists of tuples many times over, and
-nothing built here forms a cycle.
+Owns only the transformation (columns -> per-table sorted keys and values), for
+`GraphWriteTxn.create_concept_columns/create_link_columns`, which insert them. Key layouts
+are those of `codec`; the link indexes are built column-wise with numpy (big-endian
+structured arrays, sorted, viewed as raw bytes), because Python-level packing and sorting of
+millions of byte keys is several times slower. Maps are encoded a column at a time
+(`codec.encode_maps`). The cyclic garbage collector is paused while a batch is built: it
+would otherwise re-traverse the growing lists many times over, and nothing built here forms
+a cycle.
+
+An entry list is `(keys, values)`: `values` is None for the index tables whose values are
+empty, else a list aligned with `keys`.
 """
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from typing import Iterable, Iterator
+from itertools import repeat
+from operator import itemgetter, lt
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.codec import pack_n, pack_sid
 
 U64, U32 = ">u8", ">u4"
+HEAD_DTYPE = np.dtype([("tag", "u1"), ("s", U64), ("p", U32), ("o", U64)])
 
 
 def internal(message: str) -> KipError:
@@ -36,82 +45,126 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _maps(ids: Iterable[int], maps: Iterable, what: str) -> list[tuple[bytes, bytes]]:
-    encode = codec.encode_map
-    out = [(pack_n(n), encode(m, what)) for n, m in zip(ids, maps) if m]
-    out.sort()
-    return out
+def _ascending(ns: Sequence[int]) -> bool:
+    return type(ns) is range and ns.step > 0 or all(map(lt, ns, ns[1:]))
 
 
-def _check_ids(ids: tuple) -> None:
-    if set(map(type, ids)) != {int} or min(ids) <= 0:
+def _check_ids(ns: Sequence[int]) -> None:
+    if type(ns) is range:
+        if ns.start <= 0 or ns.step <= 0:
+            raise internal("bulk create: element ids must be positive integers")
+        return
+    if set(map(type, ns)) != {int} or min(ns) <= 0:
         raise internal("bulk create: element ids must be positive integers")
 
 
-def concept_entries(rows: Iterable[tuple]) -> dict[str, list] | None:
-    """Rows (n, type_id, name, attributes, metadata) -> {table: sorted entries}, plus
-    'per_type' {type_id: count} and 'max_id'. None when there are no rows. Index tables
-    whose values are empty ('tid', 'name') hold bare keys."""
-    rows = list(rows)
-    if not rows:
+def map_entries(keys: list, maps: Sequence | None, what: str, extra: dict | None = None
+                ) -> tuple[list, list]:
+    """The (keys, values) of a map column, empty maps left out (stored as absent)."""
+    if maps is None:
+        if not extra:
+            return [], []
+        maps = [None] * len(keys)
+    values = codec.encode_maps(maps if type(maps) is list else list(maps), what, extra)
+    if None in values:
+        pairs = [(k, v) for k, v in zip(keys, values) if v is not None]
+        return [k for k, _ in pairs], [v for _, v in pairs]
+    return keys, values
+
+
+def _column_list(column, n: int, what: str) -> list:
+    if column is None:
+        return [None] * n
+    column = column if type(column) is list else list(column)
+    if len(column) != n:
+        raise internal(f"bulk create: the {what} column has {len(column)} values, not {n}")
+    return column
+
+
+def concept_entries(ns: Sequence[int], types: Sequence[int], names: Sequence[str],
+                    attrs: Sequence | None, metas: Sequence | None,
+                    extra: dict | None = None) -> dict | None:
+    """Columns of new concepts -> {table: (keys, values)} in key order, plus 'per_type'
+    {type_id: count}, 'max_id' and 'count'. None when there are no rows."""
+    count = len(ns)
+    if not count:
         return None
-    try:
-        ns, types, names, attrs, metas = zip(*rows)
-    except ValueError:
-        raise internal("bulk create_concepts: rows must be (n, type_id, name, attributes, "
-                       "metadata)") from None
+    if len(types) != count or len(names) != count:
+        raise internal("bulk create_concepts: columns of different lengths")
     _check_ids(ns)
-    encode_text, text_key, limit = codec.encode_text, codec.text_key, codec.MAX_INLINE_TEXT
-    heads, tn, tid, by_name = [], [], [], []
-    per_type: dict[int, int] = {}
-    type_keys: dict[int, bytes] = {}
-    for n, t, name in zip(ns, types, names):
-        nk = pack_n(n)
-        tb = type_keys.get(t)
-        if tb is None:
-            tb = type_keys[t] = pack_sid(t)
-            per_type[t] = 0
+    attrs = _column_list(attrs, count, "attributes") if attrs is not None else None
+    metas = _column_list(metas, count, "metadata") if metas is not None else None
+    if not _ascending(ns):
+        order = sorted(range(count), key=ns.__getitem__)
+        pick = itemgetter(*order) if count > 1 else (lambda c: (c[order[0]],))
+        ns, types, names = list(pick(ns)), list(pick(types)), list(pick(names))
+        attrs = list(pick(attrs)) if attrs is not None else None
+        metas = list(pick(metas)) if metas is not None else None
+    head_keys = list(map(pack_n, ns))
+    type_keys = {t: pack_sid(t) for t in set(types)}
+    per_type = dict.fromkeys(type_keys, 0)
+    for t in types:
         per_type[t] += 1
-        try:
-            utf8 = name.encode()
-        except (AttributeError, UnicodeEncodeError):
-            utf8 = encode_text(name)            # raises the proper KIP_2003
-        tkey = utf8 if len(utf8) <= limit else text_key(utf8)
-        heads.append((nk, b"\x01" + tb + utf8))
-        tn.append((tb + tkey, nk))
-        tid.append(tb + nk)
-        by_name.append(tkey + b"\x00" + nk)
-    for entries in (heads, tn, tid, by_name):
-        entries.sort()
-    return {"head": heads, "tn": tn, "tid": tid, "name": by_name,
-            "attrs": _maps(ns, attrs, "attributes"), "metas": _maps(ns, metas, "metadata"),
-            "per_type": per_type, "max_id": max(ns)}
+    try:
+        utf8 = list(map(str.encode, names))
+    except (TypeError, UnicodeEncodeError):
+        utf8 = list(map(codec.encode_text, names))      # raises the proper KIP_2003
+    tkeys = (utf8 if max(map(len, utf8)) <= codec.MAX_INLINE_TEXT
+             else list(map(codec.text_key, utf8)))
+    if len(type_keys) == 1:
+        (tb,) = type_keys.values()
+        head_values = list(map((b"\x01" + tb).__add__, utf8))
+        tn_keys = list(map(tb.__add__, tkeys))
+        tid = list(map(tb.__add__, head_keys))
+    else:
+        tbs = list(map(type_keys.__getitem__, types))
+        head_values = list(map(b"\x01".__add__, map(bytes.__add__, tbs, utf8)))
+        tn_keys = list(map(bytes.__add__, tbs, tkeys))
+        tid = sorted(map(bytes.__add__, tbs, head_keys))
+    by_name = sorted(map(bytes.__add__, map(bytes.__add__, tkeys, repeat(b"\x00")), head_keys))
+    tn = sorted(zip(tn_keys, head_keys))
+    return {"head": (head_keys, head_values),
+            "tn": (list(map(itemgetter(0), tn)), list(map(itemgetter(1), tn))),
+            "tid": (tid, None), "name": (by_name, None),
+            "attrs": map_entries(head_keys, attrs, "attributes"),
+            "metas": map_entries(head_keys, metas, "metadata", extra),
+            "per_type": per_type, "max_id": ns[-1], "count": count}
 
 
-def _column(values: tuple, kind: str, limit: int):
-    import numpy as np
-    a = np.array(values)
-    if a.dtype.kind not in "iu" or (a.size and (a.min() <= 0 or a.max() >= limit)):
+def _column(values, kind: str, limit: int) -> np.ndarray:
+    if type(values) is range:
+        a = np.arange(values.start, values.stop, values.step, dtype=np.uint64)
+        if values.start <= 0 or (len(a) and values[-1] >= limit):
+            raise internal(f"bulk create_links: {kind} must be positive integers below {limit}")
+        return a
+    try:
+        a = np.array(values)
+    except (OverflowError, ValueError, TypeError):
+        raise internal(f"bulk create_links: {kind} must be positive integers below {limit}") \
+            from None
+    if a.dtype.kind not in "iu" or a.ndim != 1 or (a.size and (a.min() <= 0
+                                                                 or a.max() >= limit)):
         raise internal(f"bulk create_links: {kind} must be positive integers below {limit}")
     return a.astype(np.uint64)
 
 
-def _sorted_keys(columns: list):
+def sorted_keys(columns: list) -> np.ndarray:
     """A structured array of the big-endian columns, rows sorted like their bytes.
 
     When the columns' values fit in 64 bits together, one argsort of the packed integer
     orders the rows (several times faster than a lexsort); else the rows are sorted as
-    fixed-width byte strings. Callers take `.view(f"V{itemsize}").tolist()` for the keys.
+    fixed-width byte strings. Callers take `as_bytes(...)` for the keys.
     """
-    import numpy as np
     dtype = np.dtype([(f"f{i}", code) for i, (_, code) in enumerate(columns)])
     out = np.empty(len(columns[0][0]), dtype=dtype)
+    if not len(out):
+        return out
     bits = [int(col.max()).bit_length() for col, _ in columns]
     if sum(bits) <= 64:
         packed = columns[0][0].copy()
         for (col, _), b in zip(columns[1:], bits[1:]):
             packed = (packed << np.uint64(b)) | col
-        order = np.argsort(packed)
+        order = np.argsort(packed, kind="stable")
         for i, (col, _) in enumerate(columns):
             out[f"f{i}"] = col[order]
         return out
@@ -120,42 +173,55 @@ def _sorted_keys(columns: list):
     return np.sort(out.view(f"S{dtype.itemsize}")).view(dtype)
 
 
-def _as_bytes(structured) -> list[bytes]:
+def as_bytes(structured: np.ndarray) -> list[bytes]:
     return structured.view(f"V{structured.dtype.itemsize}").tolist()
 
 
-def link_entries(rows: Iterable[tuple]) -> dict | None:
-    """Rows (n, s, p, o, attributes, metadata) -> {table: sorted entries} (the three
-    link indexes hold bare keys), plus 'per_pred', 'max_id' and 'duplicate': an (s, p, o)
-    that occurs twice in the batch, or None."""
-    import numpy as np
-    rows = list(rows)
-    if not rows:
+def link_entries(ns: Sequence[int], ss: Sequence[int], ps: Sequence[int],
+                 os_: Sequence[int], attrs: Sequence | None, metas: Sequence | None,
+                 extra: dict | None = None) -> dict | None:
+    """Columns of new links -> {table: (keys, values)} for head, spo, attrs and metas, the
+    raw columns 's', 'p', 'o', 'n' (numpy u64) for the ops and pso indexes, plus
+    'per_pred', 'max_id', 'count' and 'duplicate': an (s, p, o) that occurs twice in the
+    columns, or None."""
+    count = len(ns)
+    if not count:
         return None
-    try:
-        ns, ss, ps, os_, attrs, metas = zip(*rows)
-    except ValueError:
-        raise internal("bulk create_links: rows must be (n, subject, predicate_id, object, "
-                       "attributes, metadata)") from None
+    if not (len(ss) == len(ps) == len(os_) == count):
+        raise internal("bulk create_links: columns of different lengths")
     n = _column(ns, "ids", 2**64)
     s = _column(ss, "subjects", 2**64)
     p = _column(ps, "predicate ids", 2**32)
     o = _column(os_, "objects", 2**64)
-    spo = _sorted_keys([(s, U64), (p, U32), (o, U64), (n, U64)])
+    spo = sorted_keys([(s, U64), (p, U32), (o, U64), (n, U64)])
     s1, p1, o1 = spo["f0"], spo["f1"], spo["f2"]    # a repeated (s, p, o) is adjacent
     same = np.flatnonzero((s1[1:] == s1[:-1]) & (p1[1:] == p1[:-1]) & (o1[1:] == o1[:-1]))
     duplicate = (int(s1[same[0]]), int(p1[same[0]]), int(o1[same[0]])) if same.size else None
-    head_dtype = np.dtype([("tag", "u1"), ("s", U64), ("p", U32), ("o", U64)])
-    order = np.argsort(n)
-    values = np.empty(len(order), dtype=head_dtype)
+    attrs = _column_list(attrs, count, "attributes") if attrs is not None else None
+    metas = _column_list(metas, count, "metadata") if metas is not None else None
+    if type(ns) is not range or ns.step <= 0:
+        order = np.argsort(n, kind="stable")
+        if (order != np.arange(count)).any():
+            n, s, p, o = n[order], s[order], p[order], o[order]
+            pick = order.tolist()
+            attrs = [attrs[i] for i in pick] if attrs is not None else None
+            metas = [metas[i] for i in pick] if metas is not None else None
+    values = np.empty(count, dtype=HEAD_DTYPE)
     values["tag"] = codec.LINK_TAG
-    values["s"], values["p"], values["o"] = s[order], p[order], o[order]
-    heads = list(zip(n[order].astype(U64).view("V8").tolist(), _as_bytes(values)))
-    per_pred: dict[int, int] = {}
-    for pid, count in zip(*np.unique(p, return_counts=True)):
-        per_pred[int(pid)] = int(count)
-    return {"head": heads, "spo": _as_bytes(spo),
-            "ops": _as_bytes(_sorted_keys([(o, U64), (p, U32), (s, U64), (n, U64)])),
-            "pso": _as_bytes(_sorted_keys([(p, U32), (s, U64), (o, U64), (n, U64)])),
-            "attrs": _maps(ns, attrs, "attributes"), "metas": _maps(ns, metas, "metadata"),
-            "per_pred": per_pred, "max_id": max(ns), "duplicate": duplicate}
+    values["s"], values["p"], values["o"] = s, p, o
+    keys = n.astype(U64).view("V8").tolist()
+    uniq, counts = np.unique(p, return_counts=True)
+    per_pred = dict(zip(uniq.tolist(), counts.tolist()))
+    return {"head": (keys, as_bytes(values)), "spo": (as_bytes(spo), None),
+            "attrs": map_entries(keys, attrs, "attributes"),
+            "metas": map_entries(keys, metas, "metadata", extra),
+            "s": s, "p": p, "o": o, "n": n,
+            "per_pred": per_pred, "max_id": int(n[-1]), "count": count,
+            "duplicate": duplicate}
+
+
+def other_link_indexes(s: np.ndarray, p: np.ndarray, o: np.ndarray, n: np.ndarray
+                       ) -> dict[str, np.ndarray]:
+    """The ops and pso keys of links (sorted structured arrays; see `as_bytes`)."""
+    return {"ops": sorted_keys([(o, U64), (p, U32), (s, U64), (n, U64)]),
+            "pso": sorted_keys([(p, U32), (s, U64), (o, U64), (n, U64)])}

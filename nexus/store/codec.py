@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter
 
 import msgpack
@@ -186,6 +186,65 @@ def encode_map(value: dict, what: str = "value") -> bytes | None:
     except (TypeError, ValueError) as exc:
         _tls.__dict__.pop("packer", None)
         raise bad_value(f"{what}: cannot encode: {exc}") from None
+
+
+_MAP_OR_NONE = frozenset((dict, type(None)))
+_FIXMAP_HEADERS = [bytes((0x80 | i,)) for i in range(16)]
+
+
+def encode_maps(maps: list, what: str = "value", extra: dict | None = None
+                ) -> list[bytes | None]:
+    """encode_map for a whole column of maps (None counts as {}), each merged with `extra`
+    (`{**m, **extra}`; `extra`'s keys must not occur in the maps) — byte-identical to
+    `[encode_map({**(m or {}), **extra}) for m in maps]`, several times faster.
+
+    The checks run column-wise in C loops (the distinct keys' types, the values' types),
+    every map is packed by one C call, and `extra` is packed once and spliced after each
+    map's pairs (a msgpack map is a header then its pairs). Anything unusual — nested
+    values, big maps, a value msgpack refuses — goes through `encode_map` map by map, which
+    also raises the precise KIP_2003.
+    """
+    if not maps:
+        return []
+    if not set(map(type, maps)) <= _MAP_OR_NONE:
+        return _maps_slow(maps, what, extra)
+    if None in maps:
+        maps = [m or _EMPTY_MAP for m in maps]
+    keys = set().union(*maps)
+    if (set(map(type, keys)) - {str}
+            or not set(map(type, chain.from_iterable(map(dict.values, maps)))) <= _SCALARS):
+        return _maps_slow(maps, what, extra)
+    k = len(extra) if extra else 0
+    if max(map(len, maps)) + k > 15:                       # not all fixmaps: rare
+        return _maps_slow(maps, what, extra)
+    try:
+        pack = _tls.packer.pack
+    except AttributeError:
+        pack = _packer().pack
+    try:
+        packed = list(map(pack, maps))
+    except Exception:  # noqa: BLE001 - e.g. an int beyond 64 bits: reported precisely below
+        _tls.__dict__.pop("packer", None)
+        return _maps_slow(maps, what, extra)
+    if not k:
+        return [p if len(p) > 1 else None for p in packed]
+    tail = pack(extra)[1:]
+    headers = _FIXMAP_HEADERS[k:]
+    return [headers[p[0] & 15] + p[1:] + tail for p in packed]
+
+
+def _maps_slow(maps: list, what: str, extra: dict | None) -> list[bytes | None]:
+    out = []
+    for m in maps:
+        if m is None:
+            m = _EMPTY_MAP
+        elif type(m) is not dict:
+            encode_map(m, what)                             # raises the KIP_2003
+        out.append(encode_map({**m, **extra} if extra else m, what))
+    return out
+
+
+_EMPTY_MAP: dict = {}
 
 
 def decode_map(data: bytes) -> dict:

@@ -12,6 +12,8 @@ import struct
 from itertools import repeat
 from typing import TYPE_CHECKING, Iterable
 
+import numpy as np
+
 from nexus.errors import ErrorCode, KipError
 from nexus.store import bulk, codec
 from nexus.store.codec import OPS, PSO, SPO, SPO3, pack_n, pack_sid
@@ -22,12 +24,18 @@ if TYPE_CHECKING:
     from nexus.store.base import StoreBase
 
 
+# Heads a write transaction decodes are kept for it (and merged into the store's cache at
+# commit) up to this many: a bulk load re-reading its own elements (search indexing) must
+# not hold a head per element.
+NEW_HEADS_CAP = 50_000
+
+
 class GraphWriteTxn(GraphReadTxn):
     """WriteTxn: the single writer. Counters and statistics are accumulated in Python and
     written once, just before commit (`_flush`)."""
 
     __slots__ = ("_put", "_del", "_max_id", "_max_id0", "_max_sym", "_max_sym0", "_dstats",
-                 "_new_heads", "_new_sids", "_new_stexts", "_deleted", "_aborted")
+                 "_new_heads", "_new_sids", "_new_stexts", "_deleted", "_aborted", "_links_todo")
 
     def __init__(self, store: StoreBase, kv) -> None:
         super().__init__(store, kv)
@@ -42,6 +50,7 @@ class GraphWriteTxn(GraphReadTxn):
         self._new_stexts: dict[int, str] = {}
         self._deleted: list[int] = []
         self._aborted = False
+        self._links_todo: list[tuple] = []     # bulk-created links whose ops/pso entries wait
 
     def __exit__(self, et, exc, tb) -> bool:
         self._store._finish_write(self, exc)
@@ -59,7 +68,9 @@ class GraphWriteTxn(GraphReadTxn):
         self._put = self._del = _dead
 
     def _flush(self) -> None:
-        """Write the counters and statistic deltas into the transaction."""
+        """Write the pending bulk index entries, the counters and statistic deltas into the
+        transaction."""
+        self._flush_links()
         put, meta = self._put, self._d.meta
         if self._max_id != self._max_id0:
             put(codec.META_MAX_ID, pack_n(self._max_id), db=meta)
@@ -86,7 +97,9 @@ class GraphWriteTxn(GraphReadTxn):
         if h is None:
             h = self._new_heads.get(n)
             if h is None:
-                h = self._new_heads[n] = codec.decode_head(n, v)
+                h = codec.decode_head(n, v)
+                if len(self._new_heads) < NEW_HEADS_CAP:    # a cache: bounded in a big write
+                    self._new_heads[n] = h
         return h
 
     def symbol_id(self, text: str) -> int | None:
@@ -99,6 +112,16 @@ class GraphWriteTxn(GraphReadTxn):
 
     def max_id(self) -> int:
         return self._max_id
+
+    # The ops and pso entries of bulk-created links are inserted just before commit; a read
+    # of those indexes (or a delete, which removes their entries) inserts them first.
+    def in_links(self, object: int, predicate_id: int | None = None):
+        self._flush_links()
+        return super().in_links(object, predicate_id)
+
+    def links_of_predicate(self, predicate_id: int):
+        self._flush_links()
+        return super().links_of_predicate(predicate_id)
 
     def _stat(self, key: bytes) -> int:
         return super()._stat(key) + self._dstats.get(key, 0)
@@ -213,6 +236,7 @@ class GraphWriteTxn(GraphReadTxn):
 
     def delete(self, n: int) -> bool:
         """Returns False (and does nothing) when `n` does not exist."""
+        self._flush_links()
         try:
             nk = pack_n(n)
         except struct.error:
@@ -248,8 +272,22 @@ class GraphWriteTxn(GraphReadTxn):
     def create_concepts(self, rows: Iterable[tuple]) -> int:
         """Bulk create_concept over rows `(n, type_id, name, attributes, metadata)` (the maps
         may be None); see the protocol. Returns the number created."""
+        rows = list(rows)
+        if not rows:
+            return 0
+        try:
+            ns, types, names, attrs, metas = map(list, zip(*rows))
+        except ValueError:
+            raise internal("bulk create_concepts: rows must be (n, type_id, name, attributes, "
+                           "metadata)") from None
+        return self.create_concept_columns(ns, types, names, attrs, metas)
+
+    def create_concept_columns(self, ids, type_ids, names, attributes=None, metadata=None, *,
+                               extra_metadata: dict | None = None) -> int:
+        """create_concepts over columns (see the protocol)."""
         with bulk.gc_paused():
-            e = bulk.concept_entries(rows)
+            e = bulk.concept_entries(ids, type_ids, names, attributes, metadata,
+                                     extra_metadata)
             if e is None:
                 return 0
             d = self._d
@@ -264,20 +302,36 @@ class GraphWriteTxn(GraphReadTxn):
         self._max_id = max(self._max_id, e["max_id"])
         for type_id, k in e["per_type"].items():
             self._bump(codec.ST_TYPE + pack_sid(type_id), k)
-        self._bump(codec.ST_CONCEPTS, len(e["head"]))
-        return len(e["head"])
+        self._bump(codec.ST_CONCEPTS, e["count"])
+        return e["count"]
 
     def create_links(self, rows: Iterable[tuple], known_new: bool = False) -> int:
         """Bulk create_link over rows `(n, subject, predicate_id, object, attributes,
         metadata)`; see the protocol. Returns the number created."""
+        rows = list(rows)
+        if not rows:
+            return 0
+        try:
+            ns, ss, ps, os_, attrs, metas = map(list, zip(*rows))
+        except ValueError:
+            raise internal("bulk create_links: rows must be (n, subject, predicate_id, object, "
+                           "attributes, metadata)") from None
+        return self.create_link_columns(ns, ss, ps, os_, attrs, metas, known_new=known_new)
+
+    def create_link_columns(self, ids, subjects, predicate_ids, objects, attributes=None,
+                            metadata=None, *, known_new: bool = False,
+                            extra_metadata: dict | None = None) -> int:
+        """create_links over columns (see the protocol). The ops and pso entries are kept
+        in memory and inserted, sorted, once for the whole transaction (`_flush_links`)."""
         with bulk.gc_paused():
-            e = bulk.link_entries(rows)
+            e = bulk.link_entries(ids, subjects, predicate_ids, objects, attributes, metadata,
+                                  extra_metadata)
             if e is None:
                 return 0
             d = self._d
             taken = e["duplicate"]
             if taken is None and not known_new and self._kv.last_key(d.spo) is not None:
-                taken = next((SPO3.unpack(k[:20]) for k in e["spo"]
+                taken = next((SPO3.unpack(k[:20]) for k in e["spo"][0]
                               if self._spo_taken(k[:20])), None)
             if taken is not None:
                 s, p, o = taken
@@ -285,27 +339,48 @@ class GraphWriteTxn(GraphReadTxn):
                                f"a proposition ({s}, {self.symbol_text(p)!r}, {o}) is repeated "
                                f"in the batch or already exists")
             self._load(d.head, e["head"], internal("bulk create: an element id is in use"))
-            for table in ("spo", "ops", "pso", "attrs", "metas"):
+            for table in ("spo", "attrs", "metas"):
                 self._load(getattr(d, table), e[table], None)
+            self._links_todo.append((e["s"], e["p"], e["o"], e["n"]))
         self._max_id = max(self._max_id, e["max_id"])
         for p, k in e["per_pred"].items():
             self._bump(codec.ST_PRED + pack_sid(p), k)
-        self._bump(codec.ST_LINKS, len(e["head"]))
-        return len(e["head"])
+        self._bump(codec.ST_LINKS, e["count"])
+        return e["count"]
+
+    def _flush_links(self) -> None:
+        """Insert the ops and pso entries of the links bulk-created so far: one sort and
+        one (mostly appending) insert per index for the whole transaction instead of one
+        per batch of rows."""
+        todo = self._links_todo
+        if not todo:
+            return
+        self._links_todo = []
+        with bulk.gc_paused():
+            cols = [np.concatenate(c) if len(c) > 1 else c[0] for c in zip(*todo)]
+            del todo
+            for table, keys in bulk.other_link_indexes(*cols).items():
+                self._load_sorted(getattr(self._d, table), keys)
+
+    def _load_sorted(self, db, keys, chunk: int = 1 << 16) -> None:
+        """Insert a sorted structured key array (bare keys) a slice at a time, so that the
+        Python bytes objects of only one slice exist at once."""
+        for i in range(0, len(keys), chunk):
+            self._load(db, (bulk.as_bytes(keys[i:i + chunk]), None), None)
 
     def _spo_taken(self, spo3: bytes) -> bool:
         k = next(self._keys(self._d.spo, spo3), None)
         return k is not None and k.startswith(spo3)
 
-    def _load(self, db, entries: list, duplicate: KipError | None) -> None:
-        """Insert sorted entries ((key, value) pairs, or bare keys with empty values),
+    def _load(self, db, entries: tuple[list, list | None], duplicate: KipError | None) -> None:
+        """Insert sorted entries (keys and their values, or bare keys with empty values),
         appending when they all follow the table's last key. A key already present or
         repeated raises `duplicate` (an internal error when None)."""
-        if not entries:
+        keys, values = entries
+        if not keys:
             return
-        bare = type(entries[0]) is bytes
         last = self._kv.last_key(db)
-        append = last is None or (entries[0] if bare else entries[0][0]) > last
-        items = zip(entries, repeat(b"")) if bare else entries
-        if self._kv.putmulti(db, items, append, False) != len(entries):
+        append = last is None or keys[0] > last
+        items = zip(keys, repeat(b"") if values is None else values)
+        if self._kv.putmulti(db, items, append, False) != len(keys):
             raise duplicate or internal("bulk create: duplicate index keys")

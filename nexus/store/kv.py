@@ -84,6 +84,10 @@ class LmdbKv:
     def putmulti(self, db, items, append, overwrite):
         return self.txn.cursor(db).putmulti(items, overwrite=overwrite, append=append)[1]
 
+    def snapshot_id(self):
+        """LMDB's transaction id: for a read transaction, the id of the commit it sees."""
+        return self.txn.id()
+
     def last_key(self, db):
         cur = self.txn.cursor(db)
         return cur.key() if cur.last() else None
@@ -102,21 +106,27 @@ class MemVersion:
     """One committed state: table name -> SortedDict, how many readers pin it, and which
     tables it owns (may mutate in place) rather than shares with an older version."""
 
-    __slots__ = ("tables", "readers", "owned")
+    __slots__ = ("tables", "readers", "owned", "serial")
 
     def __init__(self, tables: dict[str, SortedDict], owned: set[str] | None = None) -> None:
         self.tables = tables
         self.readers = 0
         self.owned = set(tables) if owned is None else owned
+        self.serial = 0             # commit serial, set by the memory store on commit
 
 
 class MemReadKv:
     """KvTxn over one committed version (read only)."""
 
-    __slots__ = ("_t",)
+    __slots__ = ("_t", "_serial")
 
     def __init__(self, version: MemVersion) -> None:
         self._t = version.tables
+        self._serial = version.serial
+
+    def snapshot_id(self):
+        """The commit serial of the version this reader pinned."""
+        return self._serial
 
     def get(self, key, default=None, db=None):
         return self._t[db].get(key, default)

@@ -19,7 +19,7 @@ import lmdb
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
-from nexus.store.base import DEFAULT_HEAD_CACHE, StoreBase
+from nexus.store.base import StoreBase
 from nexus.store.graph import CORE_TABLES, Tables
 from nexus.store.kv import LmdbKv
 from nexus.store.protocol import AUX_TABLES
@@ -48,11 +48,13 @@ class LmdbGraphStore(StoreBase):
     """GraphStore on an LMDB environment directory (created if missing).
 
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
-    `max_readers` (concurrent read transactions), `head_cache_size` (cached heads).
+    `max_readers` (concurrent read transactions), `head_cache_mb` (memory budget of the
+    head cache, default 64 MB) or `head_cache_size` (its size in heads).
     """
 
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-                 max_readers: int = 1024, head_cache_size: int = DEFAULT_HEAD_CACHE) -> None:
+                 max_readers: int = 1024, head_cache_size: int | None = None,
+                 head_cache_mb: float | None = None) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
         try:
@@ -70,7 +72,7 @@ class LmdbGraphStore(StoreBase):
             raise
         self._env = env
         aux = {name: handles.pop(AUX_PREFIX + name) for name in AUX_TABLES}
-        super().__init__(Tables(handles, aux), head_cache_size)
+        super().__init__(Tables(handles, aux), head_cache_size, head_cache_mb)
 
     @property
     def path(self) -> str:

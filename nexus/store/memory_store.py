@@ -13,7 +13,7 @@ import threading
 from sortedcontainers import SortedDict
 
 from nexus.store import codec
-from nexus.store.base import DEFAULT_HEAD_CACHE, StoreBase
+from nexus.store.base import StoreBase
 from nexus.store.graph import CORE_TABLES, Tables
 from nexus.store.kv import MemReadKv, MemVersion, MemWriteKv, apply_overlay
 from nexus.store.protocol import AUX_TABLES
@@ -24,7 +24,8 @@ AUX_PREFIX = "aux."
 class MemoryGraphStore(StoreBase):
     """GraphStore held in memory (tests, scratch graphs)."""
 
-    def __init__(self, *, head_cache_size: int = DEFAULT_HEAD_CACHE) -> None:
+    def __init__(self, *, head_cache_size: int | None = None,
+                 head_cache_mb: float | None = None) -> None:
         names = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
         tables = {name: SortedDict() for name in names}
         tables["meta"][codec.META_FORMAT] = codec.FORMAT_TAG
@@ -32,7 +33,7 @@ class MemoryGraphStore(StoreBase):
         self._state = threading.Lock()      # guards _version and reader counts
         handles = {name: name for name in CORE_TABLES}
         aux = {name: AUX_PREFIX + name for name in AUX_TABLES}
-        super().__init__(Tables(handles, aux), head_cache_size)
+        super().__init__(Tables(handles, aux), head_cache_size, head_cache_mb)
 
     @property
     def path(self) -> None:
@@ -57,7 +58,11 @@ class MemoryGraphStore(StoreBase):
 
     def _commit(self, kv: MemWriteKv) -> None:
         with self._state:
+            serial = self._version.serial + 1
             self._version = apply_overlay(self._version, kv.overlay)
+            # Every commit gets a new serial (the snapshot id of later readers), also when
+            # the overlay was applied in place (no reader pinned the version).
+            self._version.serial = serial
 
     def _abort(self, kv: MemWriteKv) -> None:
         kv.overlay.clear()

@@ -53,7 +53,7 @@ map with get/put/delete/prefix scan. Table names are declared up front in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Protocol, runtime_checkable
+from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 JsonMap = dict  # dict[str, JSON value]
 
@@ -169,6 +169,18 @@ class ReadTxn(Protocol):
     # --- aux -----------------------------------------------------------------------------
     def aux(self, table: str) -> AuxTable: ...
 
+    # --- snapshots and column views (the columnar executor) ------------------------------
+    def snapshot_id(self) -> int | None:
+        """An id of the committed snapshot a read transaction sees: two read transactions
+        with equal ids see identical data, and every commit changes it (LMDB's transaction
+        id; the memory store's commit serial). None in a write transaction."""
+        ...
+    def columns(self):
+        """`nexus.store.columns.TxnColumns` for this snapshot (numpy arrays of a predicate's
+        links, of a type's ids; snapshot-keyed caches), or None when the transaction cannot
+        be served by columns (a write transaction; ids too large for arrays)."""
+        ...
+
 
 @runtime_checkable
 class WriteTxn(ReadTxn, Protocol):
@@ -218,6 +230,27 @@ class WriteTxn(ReadTxn, Protocol):
         Checking "taken" costs one index probe per row when the store already has links;
         `known_new=True` says the caller already knows none is taken (e.g. it probed with
         link_id, or an end is new) and skips it — a wrong promise corrupts the index."""
+        ...
+    def create_concept_columns(self, ids: "Sequence[int]", type_ids: "Sequence[int]",
+                               names: "Sequence[str]",
+                               attributes: "Sequence[JsonMap | None] | None" = None,
+                               metadata: "Sequence[JsonMap | None] | None" = None, *,
+                               extra_metadata: JsonMap | None = None) -> int:
+        """create_concepts over columns (equal lengths; `ids` may be a `range`; a None map
+        column means all empty) — no row tuples to build. `extra_metadata` is merged into
+        every element's metadata (`{**metadata, **extra}`; its keys must not occur in the
+        column's maps): how a loader adds the engine keys without a dict per element."""
+        ...
+    def create_link_columns(self, ids: "Sequence[int]", subjects: "Sequence[int]",
+                            predicate_ids: "Sequence[int]", objects: "Sequence[int]",
+                            attributes: "Sequence[JsonMap | None] | None" = None,
+                            metadata: "Sequence[JsonMap | None] | None" = None, *,
+                            known_new: bool = False,
+                            extra_metadata: JsonMap | None = None) -> int:
+        """create_links over columns, as create_concept_columns. A repeated or taken
+        (s, p, o) raises KIP_3003 before anything is written (the transaction is unchanged
+        and may go on). The in_links / links_of_predicate entries of bulk-created links may
+        be inserted only at commit (or at the transaction's next read of those indexes)."""
         ...
     def abort(self) -> None:
         """Discard everything; the `with` block will then exit without committing."""

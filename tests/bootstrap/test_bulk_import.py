@@ -81,7 +81,8 @@ def test_creates_merges_and_counts(schema_nx):
     assert state(nx)[("Drug", "Aspirin")][1]["_version"] == 4
 
 
-def test_same_result_as_upsert(open_nexus):
+@pytest.mark.parametrize("batch,chunk", [(16, 16), (1000, 7), (1000, 1000)])
+def test_same_result_as_upsert(open_nexus, batch, chunk):
     a, b = open_nexus(name="a"), open_nexus(name="b")
     for nx in (a, b):
         nx.execute_kip({"command": SCHEMA})
@@ -92,7 +93,7 @@ def test_same_result_as_upsert(open_nexus):
     links += [L(("Drug", f"D{i}"), "has_side_effect", ("Symptom", f"S{(i * 7) % 10}"))
               for i in range(0, 50, 3)]
     links += [L(("Drug", "D5"), "treats", ("Symptom", "S5"), {"c": 99})]
-    bulk_import(a, concepts, links, batch_size=16)
+    bulk_import(a, concepts, links, batch_size=batch, chunk_size=chunk)
     for c in concepts:
         r = b.execute_kip({"command": "UPSERT { CONCEPT ?x { {type: :t, name: :n} "
                                       "SET ATTRIBUTES :a } WITH METADATA :m }",
@@ -189,3 +190,23 @@ def test_writes_between_batches_are_seen(schema_nx):
     with pytest.raises(KipError) as info:       # D2 was deleted by the other writer
         bulk_import(nx, [], [L(("Drug", "D2"), "treats", ("Symptom", "S"))])
     assert info.value.code.value == "KIP_3002"
+
+
+def test_streams_generators_in_chunks_of_one_transaction(schema_nx):
+    """Generators are consumed chunk by chunk; a batch is still one transaction (a failure
+    in its last chunk leaves nothing of its earlier chunks)."""
+    nx = schema_nx
+    consumed = []
+
+    def concepts():
+        for i in range(25):
+            consumed.append(i)
+            yield C("Drug", f"G{i}")
+        yield C("Drug", "G_bad", {"_reserved": 1})
+    with pytest.raises(KipError) as info:
+        bulk_import(nx, concepts(), batch_size=100, chunk_size=10)
+    assert info.value.code.value == "KIP_2002"
+    assert not any(k[0] == "Drug" for k in state(nx))         # the whole batch is out
+    counts = bulk_import(nx, (C("Drug", f"G{i}") for i in range(25)), batch_size=100,
+                         chunk_size=10)
+    assert counts["concepts_created"] == 25 and counts["batches"] == 1

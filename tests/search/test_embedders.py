@@ -80,6 +80,7 @@ def test_contextual_embedder_embeds_name_and_description(monkeypatch):
         assert "result" in r, r
         with nx.store.read() as txn:
             n = next(txn.concepts_named("Zomig"))
+        assert nx.search.drain(timeout=30)          # vectors are built in the background
         keys = nx.search.vectors.indexes[0].keys
         assert {int(k) for k in keys if int(k) // 8 == n} == {n * 8, n * 8 + 1}  # name, context
         hits = nx.execute_kip({"command": 'SEARCH CONCEPT "pain" WITH TYPE "Drug"'})["result"]

@@ -150,3 +150,77 @@ def test_bulk_links_known_new_into_a_non_empty_store(graph):
             w.create_links([(c, g.ibu, g.source, g.fever, None, None),
                             (d, g.ibu, g.source, g.fever, None, None)], known_new=True)
     assert e.value.code is ErrorCode.KIP_3003
+
+
+def test_column_methods_with_extra_metadata_equal_single_calls(make_store, snapshot_of):
+    extra = {"_version": 1, "_created_at": "t0", "_updated_at": "t0"}
+    a, b = make_store(), MemoryGraphStore()
+    with a.write() as w:
+        concepts, links = rows(w)
+        for n, t, name, at, m in concepts:
+            w.create_concept(n, t, name, at or {}, {**(m or {}), **extra})
+        for n, s, p, o, at, m in links:
+            w.create_link(n, s, p, o, at or {}, {**(m or {}), **extra})
+    with b.write() as w:
+        concepts, links = rows(w)
+        ns, ts, names, ats, ms = map(list, zip(*concepts))
+        ms = [{k: v for k, v in m.items() if not k.startswith("_")} if m else None for m in ms]
+        w.create_concept_columns(range(ns[0], ns[-1] + 1), ts, names, ats, ms,
+                                 extra_metadata=extra)
+        half = len(links) // 2                  # two calls: ops/pso inserted at commit
+        for part in (links[:half], links[half:]):
+            ns, ss, ps, os_, ats, ms = map(list, zip(*part))
+            w.create_link_columns(range(ns[0], ns[-1] + 1), ss, ps, os_, ats, ms,
+                                  extra_metadata=extra)
+        # a read of the deferred indexes inside the transaction sees them
+        s, p, o = links[0][1:4]
+        assert (p, s, links[0][0]) in list(w.in_links(o, p))
+    assert snapshot_of(a) == snapshot_of(b)
+
+
+def test_deferred_link_indexes_survive_a_delete_in_the_same_transaction(graph, snapshot_of):
+    g = graph
+    with g.store.write() as w:
+        a, b = w.reserve_ids(2)
+        w.create_link_columns([a, b], [g.ibu, g.fever], [g.treats, g.interacts],
+                              [g.fever, g.aspirin], known_new=True)
+        assert w.delete(a)
+    with g.store.read() as r:
+        assert r.link_id(g.ibu, g.treats, g.fever) is None
+        assert [x for x in r.links_of_predicate(g.treats) if x[2] == a] == []
+        assert list(r.in_links(g.aspirin)) == [(g.interacts, g.fever, b)]
+
+
+def test_repeat_in_link_columns_is_refused_before_writing(graph, snapshot_of):
+    g = graph
+    before = snapshot_of(g.store)
+    with g.store.write() as w:
+        c, d = w.reserve_ids(2)
+        with pytest.raises(KipError) as e:
+            w.create_link_columns([c, d], [g.ibu, g.ibu], [g.source, g.source],
+                                  [g.fever, g.fever], known_new=True)
+        assert e.value.code is ErrorCode.KIP_3003
+        w.abort()
+    assert snapshot_of(g.store) == before
+
+
+@pytest.mark.parametrize("maps", [
+    [{"a": 1, "b": "x"}, None, {}, {"c": [1, {"d": None}]}, {"e": 1.5, "f": True}],
+    [{"k": i, "s": "v" * (i % 40)} for i in range(50)],
+    [{str(i): i for i in range(14)}, {"x": 2**63 - 1}],
+])
+def test_encode_maps_equals_encode_map(maps):
+    from nexus.store import codec
+    extra = {"_version": 1, "_created_at": "now"}
+    assert codec.encode_maps(maps) == [codec.encode_map(m or {}) for m in maps]
+    assert codec.encode_maps(maps, extra=extra) == \
+        [codec.encode_map({**(m or {}), **extra}) for m in maps]
+
+
+@pytest.mark.parametrize("bad", [{"x": b"bytes"}, {1: "int key"}, {"x": 2**64},
+                                 {"x": (1, 2)}, "not a map"])
+def test_encode_maps_refuses_what_encode_map_refuses(bad):
+    from nexus.store import codec
+    with pytest.raises(KipError) as e:
+        codec.encode_maps([{"ok": 1}, bad], "metadata", {"_version": 1})
+    assert e.value.code is ErrorCode.KIP_2003

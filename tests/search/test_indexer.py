@@ -1,0 +1,98 @@
+"""The background vector indexer: writes only queue vector changes; the indexer builds them
+off the write path; SEARCH waits for it only while the backlog is small; drain, check and
+close wait for it; and the block-append fast path of the postings is byte-identical."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from nexus.exec.bulk import bulk_import
+from nexus.search import postings
+from nexus.search.vectors import read_seq
+
+SCHEMA = 'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES {description: "d"} } }'
+
+
+def names(hits):
+    return [h["name"] for h in hits]
+
+
+def test_writes_only_queue_vectors_and_drain_builds_them(nexus, kip):
+    kip(nexus, SCHEMA)
+    vectors = nexus.search.vectors
+    vectors.stop()                                   # no indexer: nothing is embedded
+    bulk_import(nexus, [{"type": "Drug", "name": f"Metrazolam {i}"} for i in range(500)])
+    with nexus.store.read() as txn:
+        assert read_seq(txn) > vectors.applied_seq   # queued, not applied
+    nexus.search.wait_backlog = 0                    # do not wait: answer from what is there
+    # lexical is transactional: the exact name is found at once
+    assert names(kip(nexus, 'SEARCH CONCEPT "Metrazolam 417" LIMIT 1')) == ["Metrazolam 417"]
+    assert nexus.search.drain()                      # without a thread: applied inline
+    report = nexus.search.check()
+    assert report["ok"] and report["vector_lag"] == 0, report
+    assert names(kip(nexus, 'SEARCH CONCEPT "metrazolm 417" LIMIT 1')) == ["Metrazolam 417"]
+
+
+def test_search_reads_its_own_writes_through_the_indexer(nexus, kip):
+    kip(nexus, SCHEMA)
+    for i in range(5):
+        kip(nexus, f'UPSERT {{ CONCEPT ?d {{ {{type: "Drug", name: "Zolpidemix {i}"}} }} }}')
+        # a typo only the vector side can propose: found right after the write
+        assert names(kip(nexus, f'SEARCH CONCEPT "zolpidmix {i}" LIMIT 1')) == \
+            [f"Zolpidemix {i}"]
+    assert nexus.search.vectors.indexer.is_alive()
+
+
+def test_bulk_loaded_items_are_found_once_drained(nexus, kip):
+    kip(nexus, SCHEMA)
+    bulk_import(nexus, [{"type": "Drug", "name": f"Compound {i}",
+                         "attributes": {"description": f"batch compound {i}"}}
+                        for i in range(3000)], batch_size=1000, chunk_size=400)
+    assert nexus.search.drain(timeout=120)
+    assert names(kip(nexus, 'SEARCH CONCEPT "Compund 2999" LIMIT 1')) == ["Compound 2999"]
+    assert nexus.search.check()["ok"]
+
+
+def test_close_drains_and_saves_everything(disk_nexus, kip):
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    bulk_import(nx, [{"type": "Drug", "name": f"Ketorolax {i}"} for i in range(800)])
+    with nx.store.read() as txn:
+        seq = read_seq(txn)
+    nx.close()
+    assert nx.search.vectors.saved_seq == seq
+    nx = disk_nexus()
+    assert nx.search.opened == "loaded"              # nothing left to replay
+    assert names(kip(nx, 'SEARCH CONCEPT "ketorolx 512" LIMIT 1')) == ["Ketorolax 512"]
+
+
+def test_catch_up_after_the_process_stops_without_close(disk_nexus, kip):
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    nx.search.save()
+    nx.search.vectors.stop()                         # queued, never applied nor saved
+    bulk_import(nx, [{"type": "Drug", "name": f"Oxaprozine {i}"} for i in range(300)])
+    nx.store.close()                                 # "crash": no search.close()
+    nx._closed = True
+    nx = disk_nexus()
+    assert nx.search.opened == "caught-up"
+    assert names(kip(nx, 'SEARCH CONCEPT "oxaprozne 123" LIMIT 1')) == ["Oxaprozine 123"]
+    assert nx.search.check()["ok"]
+
+
+def test_postings_append_fast_path_is_byte_identical():
+    rng = random.Random(1)
+    for _ in range(500):
+        c = rng.randint(0, 127)
+        k = rng.randint(1, 128 - c)
+        ids = sorted(rng.sample(range(1, 10**6), c + k))
+        w = [rng.random() * 2.2 for _ in ids]
+        g = [rng.randint(0, 2**32 - 1) for _ in ids]
+        raw = postings.encode(np.asarray(ids[:c], dtype=np.uint64),
+                              np.asarray(w[:c], dtype=np.float32),
+                              np.asarray(g[:c], dtype=np.uint32))
+        ops = {n: (a, b) for n, a, b in zip(ids[c:], w[c:], g[c:])}
+        want = postings.encode(np.asarray(ids, dtype=np.uint64),
+                               np.asarray(w, dtype=np.float32), np.asarray(g, dtype=np.uint32))
+        assert postings._spliced(raw, c, ids[c:], ops) == want
