@@ -8,7 +8,7 @@
     kip export  [--db DIR] [--domain NAME] [-o FILE]                  graph → .kip capsule
     kip info    [--db DIR]                                            counts, size, versions
     kip reindex [--db DIR]                                            rebuild search indexes
-    kip check   [--db DIR] [--deep]                                   index consistency check
+    kip check   [--db DIR] [--deep] [--repair]                        verify (repair) indexes
 
 `--db` defaults to `./nexus-data` (or `$KIP_DB`). Exit status: 0 success, 1 a KIP error
 (`exec`, `load`), 2 a usage or environment error (bad arguments, unreachable server, a
@@ -67,13 +67,58 @@ def _emit(data: Any, stream: Any = None) -> None:
 
 # --- serve --------------------------------------------------------------------------------
 
+# Engine limits `kip serve` sets from a flag or, failing that, from the environment
+# (`KIP_` + the upper-case field name, e.g. KIP_MAX_ROWS). docs/limits.md documents each.
+LIMIT_FLAGS = {   # Limits field → (flag, type, help)
+    "query_timeout": ("--timeout", float, "per-command execution limit in seconds "
+                      "(KIP_4001; default 30)"),
+    "max_body_bytes": ("--max-body", int, "request body limit in bytes (413; default 32 MiB)"),
+    "max_command_bytes": ("--max-command-bytes", int, "bytes of one command (KIP_4002; "
+                          "default 8 MiB)"),
+    "max_nesting": ("--max-nesting", int, "bracket depth of a command (KIP_4002; default 64)"),
+    "max_batch": ("--max-batch", int, "commands in one `commands` batch (KIP_4002; "
+                  "default 1000)"),
+    "max_rows": ("--max-rows", int, "solutions one query may produce (KIP_4002; "
+                 "default 1000000)"),
+    "max_hops": ("--max-hops", int, "upper bound of a path range {m,n} (KIP_4002; default 20)"),
+    "max_path_visits": ("--max-path-visits", int, "nodes the path walks of one query may "
+                        "visit (KIP_4002; default 2000000)"),
+    "max_regex_length": ("--max-regex-length", int, "characters of a REGEX pattern "
+                         "(KIP_1001; default 1000)"),
+    "regex_timeout": ("--regex-timeout", float, "seconds one REGEX match may take "
+                      "(KIP_4001; default 0.25)"),
+    "max_search_limit": ("--max-search-limit", int, "the cap on SEARCH ... LIMIT n "
+                         "(default 100)"),
+}
+
+
+def limit_options(args: argparse.Namespace, environ: dict | None = None) -> dict[str, Any]:
+    """The engine limits given as `kip serve` flags or `KIP_*` environment variables."""
+    environ = os.environ if environ is None else environ
+    options: dict[str, Any] = {}
+    for field, (flag, kind, _) in LIMIT_FLAGS.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        source = flag
+        if value is None and environ.get(f"KIP_{field.upper()}"):
+            source = f"KIP_{field.upper()}"
+            try:
+                value = kind(environ[source])
+            except ValueError:
+                raise CliError(f"{source} must be a number, got {environ[source]!r}") from None
+        if value is not None:
+            if not value > 0:
+                raise CliError(f"{source} must be positive, got {value}")
+            options[field] = value
+    return options
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
     api_key = args.api_key or os.environ.get("KIP_API_KEY") or None
     try:
         return serve(args.db or _default_db(), host=args.host, port=args.port,
-                     api_key=api_key, allow_remote=args.allow_remote, timeout=args.timeout,
-                     request_timeout=args.request_timeout, max_body=args.max_body,
+                     api_key=api_key, allow_remote=args.allow_remote,
+                     request_timeout=args.request_timeout, limits=limit_options(args),
                      access_log=None if args.access_log == "off" else args.access_log,
                      log_level=args.log_level, bootstrap=not args.no_bootstrap,
                      threads=args.threads, audit=not args.no_audit, http=args.http,
@@ -324,18 +369,30 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from .check import format_problems, verify
     with _open(args, create=False, bootstrap=False) as nexus:
-        check = _search_service(nexus, "check")
-        report = {"search": _plain(check(deep=args.deep))}
-        store_check = getattr(nexus.store, "check", None)     # when the store offers one
-        if callable(store_check):
-            report["store"] = _plain(store_check())
+        try:
+            report = verify(nexus, deep=args.deep, repair=args.repair)
+        except KipError as err:
+            raise CliError(f"check failed: {err.message}") from None
     _emit(report)
-    failed = any(isinstance(r, dict) and r.get("ok") is False for r in report.values())
-    if failed:
-        print("kip: problems found; `kip reindex` rebuilds the search indexes",
+    for line in format_problems(report):
+        print(f"kip: {line}", file=sys.stderr)
+    repaired = report.get("repaired")
+    if repaired is None:
+        if not report["ok"]:
+            print("kip: the indexes drifted from the data; `kip check --repair` rebuilds them",
+                  file=sys.stderr)
+        return 0 if report["ok"] else 1
+    if repaired["store_fixes"] or repaired["search_reindexed"]:
+        print(f"kip: repaired {repaired['store_fixes']} store index entries"
+              + ("; search indexes rebuilt" if repaired["search_reindexed"] else ""),
               file=sys.stderr)
-    return 1 if failed else 0
+    if not repaired["ok"]:
+        remaining = ", ".join(line for line in format_problems(repaired))
+        print(f"kip: problems remain that cannot be repaired (damaged base records): "
+              f"{remaining}", file=sys.stderr)
+    return 0 if repaired["ok"] else 1
 
 
 # --- argument parsing ---------------------------------------------------------------------
@@ -358,12 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require `Authorization: Bearer KEY` (default: $KIP_API_KEY)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --host without an API key")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="per-command execution limit (engine query_timeout, default 30)")
+    for field, (flag, kind, text) in LIMIT_FLAGS.items():
+        p.add_argument(flag, type=kind, default=None,
+                       metavar="SECONDS" if kind is float else "N",
+                       help=f"{text}; env KIP_{field.upper()}")
     p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
                    help="wall-clock limit per HTTP request (default max(60, 2 x timeout))")
-    p.add_argument("--max-body", type=int, default=None, metavar="BYTES",
-                   help="request body limit (default 32 MiB)")
     p.add_argument("--access-log", default="-", metavar="FILE",
                    help="JSON-lines access log: a file, - for stderr (default), or off")
     p.add_argument("--no-audit", action="store_true",
@@ -428,13 +485,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_db(p)
     p.set_defaults(func=cmd_reindex)
 
-    p = sub.add_parser("check", help="check that the indexes match the data",
-                       description="Compare the SEARCH indexes (and the store, where it "
-                       "offers a check) with the data; print a JSON report; exit status 1 "
-                       "if they drifted (repair with `kip reindex`).")
+    p = sub.add_parser("check", help="verify every index against the data (and repair)",
+                       description="Verify every index against the base records: the "
+                       "store's type/name, type, name and three link indexes, counters and "
+                       "statistics, and the SEARCH indexes (lexical and vector). Print a JSON "
+                       "report; exit status 1 if anything drifted. --repair rebuilds what "
+                       "drifted from the base records.")
     _add_db(p)
     p.add_argument("--deep", action="store_true",
-                   help="also re-derive every indexed document (slower)")
+                   help="also re-derive every search document and check every posting "
+                   "(slower)")
+    p.add_argument("--repair", action="store_true",
+                   help="rebuild the drifted indexes from the base records (the store's in "
+                   "one transaction, then the search indexes); exit status 0 when nothing "
+                   "is left")
     p.set_defaults(func=cmd_check)
     return parser
 

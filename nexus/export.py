@@ -16,7 +16,9 @@ What the capsule holds:
 * left out: the protected Genesis core (the definitions of `$ConceptType`,
   `$PropositionType`, `Domain`, `belongs_to_domain`, the `CoreSchema` domain and their links
   to it — every nexus database has them and KML may not rewrite them) and the protected
-  `core_directives` of `$self`/`$system` (their other attributes and metadata are exported).
+  `core_directives` of `$self`/`$system` (their other attributes and metadata are exported),
+  and their `id` (the deployment's principal, `Config.self_id`: loading an export elsewhere
+  must not make that agent claim this one's identity).
   Nothing outside the graph is read: no configuration, no audit log, no secrets.
 
 Statements hold at most `STATEMENT_BLOCKS` blocks so that a loader may run them one by one.
@@ -36,6 +38,7 @@ CORE_NODES = frozenset({("$ConceptType", "$ConceptType"), ("$ConceptType", "$Pro
                         ("Domain", "CoreSchema")})
 ACTORS = frozenset({("Person", "$self"), ("Person", "$system")})
 ACTOR_PROTECTED = "core_directives"
+SELF_ID = "id"          # set from configuration at creation: identity, not memory
 
 
 def export_text(nexus: Any, domain: str | None = None) -> str:
@@ -203,6 +206,7 @@ class _Snapshot:
         attributes = self.txn.attributes(n)
         if self.key(head) in ACTORS:
             attributes.pop(ACTOR_PROTECTED, None)
+            attributes.pop(SELF_ID, None)     # the deployment's principal (Config.self_id)
         return f"  CONCEPT {{\n    {self.ident(n)}\n" + self._tail(n, attributes)
 
     def link_block(self, n: int) -> str:

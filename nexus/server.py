@@ -93,18 +93,30 @@ def http_status(response: dict[str, Any]) -> int:
 def _dumps(obj: Any) -> bytes:
     try:
         return orjson.dumps(obj)
-    except TypeError:   # e.g. an int beyond 64 bits: the stdlib can write it
-        return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except TypeError:
+        # An int beyond 64 bits, or a lone surrogate that a client sent as a `\ud800` escape
+        # and an error message (or a JSON-RPC id) echoes: the stdlib writes both, as ASCII
+        # JSON with the same escapes.
+        return json.dumps(obj).encode("ascii")
+
+
+_TOO_DEEP = "the JSON is nested too deeply"
 
 
 def _loads(body: bytes) -> Any:
+    """The request body as JSON; ValueError (or UnicodeDecodeError) for anything else."""
     try:
         return orjson.loads(body)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "recursion" in str(exc).lower():      # orjson's own depth limit (1024)
+            raise ValueError(_TOO_DEEP) from None
         # orjson refuses integers beyond 64 bits; the stdlib reads them (NaN stays refused)
         def nan(word: str) -> Any:
             raise ValueError(f"{word} is not JSON")
-        return json.loads(body, parse_constant=nan)
+        try:
+            return json.loads(body, parse_constant=nan)
+        except RecursionError:      # the stdlib recurses: deep nesting must not be a 500
+            raise ValueError(_TOO_DEEP) from None
 
 
 def _kip_error(code: ErrorCode, message: str, hint: str | None = None) -> dict[str, Any]:
@@ -222,7 +234,12 @@ class KipApp:
                                          f"Internal error: {type(exc).__name__}: {exc}").to_dict()}
             call.error = "KIP_4003"
         call.status = status
-        body = b"" if payload is None else _dumps(payload)
+        try:
+            body = b"" if payload is None else _dumps(payload)
+        except (TypeError, ValueError) as exc:  # a KIP response, even when encoding fails
+            status, call.status, call.error = 500, 500, "KIP_4003"
+            body = _dumps({"error": KipError(ErrorCode.KIP_4003, f"Internal error: the "
+                                             f"response cannot be encoded: {exc}").to_dict()})
         out = [(b"content-type", b"application/json")] if payload is not None else []
         out.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status,
@@ -506,7 +523,8 @@ def _bind(host: str, port: int) -> socket.socket:
 def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
           api_key: str | None = None, allow_remote: bool = False,
           timeout: float | None = None, request_timeout: float | None = None,
-          max_body: int | None = None, access_log: str | None = "-",
+          max_body: int | None = None, limits: dict[str, Any] | None = None,
+          access_log: str | None = "-",
           log_level: str = "warning", bootstrap: bool = True, durable: bool = True,
           threads: int | None = None, audit: bool = True, http: str = "auto",
           loop: str = "auto", announce: BinaryIO | None = None) -> int:
@@ -514,7 +532,8 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
 
     `timeout` → `Limits.query_timeout` (per command, enforced by the engine; a KML command
     that hits it rolls back); `request_timeout` → the server's wall-clock limit per request
-    (default max(60 s, 2 × timeout)); `max_body` → `Limits.max_body_bytes`; `access_log` is
+    (default max(60 s, 2 × timeout)); `max_body` → `Limits.max_body_bytes`; `limits` → any
+    other `Limits` fields (docs/limits.md), e.g. `{"max_rows": 10000}`; `access_log` is
     a file path, `-` for stderr, or None. `http`/`loop` pick uvicorn's HTTP parser and event
     loop (`auto` = httptools and uvloop when installed, else h11 and asyncio). Refuses (raises `ValueError`) to listen on a
     non-loopback host without an API key unless `allow_remote`.
@@ -524,7 +543,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     if not api_key and not allow_remote and not is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without an API key: set --api-key "
                          f"(or KIP_API_KEY), or pass --allow-remote to serve it unauthenticated")
-    options: dict[str, Any] = {"bootstrap": bootstrap, "durable": durable}
+    options: dict[str, Any] = {"bootstrap": bootstrap, "durable": durable, **(limits or {})}
     if timeout is not None:
         options["query_timeout"] = timeout
     if max_body is not None:

@@ -1,0 +1,215 @@
+"""Crash safety under SIGKILL: a writer process runs mixed KML (small and large UPSERTs,
+DELETE cascades, batches; see `crash_ops`) against an LMDB database and is SIGKILLed at
+random moments; after every kill the database is reopened and checked.
+
+After each reopen:
+* the crash-test part of the graph equals the model after exactly `q` ops, with
+  `acknowledged ≤ q ≤ acknowledged + the ops of the request in flight` — so every
+  acknowledged command is present whole (exact attributes, user metadata, links), and an
+  unacknowledged one is present whole or not at all; engine metadata is on every element;
+* `nexus.check.verify(nexus, deep=True)` reports no drift: the store's type/name, type, name
+  and three link indexes, statistics and counters, the lexical postings, and the vector
+  index after its catch-up all agree with the base records.
+
+The next writer resumes at op `q` (the model state is handed to it in a pickle).
+
+    python tests/reliability/crash_harness.py            # short seeded form (as in CI)
+    python tests/reliability/crash_harness.py --full     # ≥ 100 kills, 300-block UPSERTs
+    python tests/reliability/crash_harness.py --kills 30 --seed 7 --db /tmp/crashdb
+
+Prints one line per kill and a JSON summary; exits 1 on the first violation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from crash_ops import SCHEMA, Model, batch_size, make_op, read_state  # noqa: E402
+
+from nexus.api import Nexus  # noqa: E402
+from nexus.check import format_problems, verify  # noqa: E402
+
+WRITER = os.path.join(HERE, "crash_writer.py")
+
+
+class CrashCheckFailed(AssertionError):
+    pass
+
+
+@dataclass
+class Summary:
+    seed: int
+    kills: int = 0
+    early_kills: int = 0            # killed before the writer said "ready" (opening, catch-up)
+    acknowledged_ops: int = 0
+    inflight_committed: int = 0     # unacknowledged ops found committed (whole) after a kill
+    ops_verified: int = 0           # ops in the verified prefix at the end
+    op_kinds: dict = field(default_factory=dict)
+    max_elements: int = 0
+    check_seconds: float = 0.0
+    seconds: float = 0.0
+
+
+def _spawn(path: str, model_file: str, seed: int, start: int, big: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, WRITER, path, model_file, str(seed), str(start),
+                             str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def _kill_cycle(child: subprocess.Popen, rng: random.Random, early: bool, window: float
+                ) -> tuple[list[int], bool]:
+    """Let the writer run, SIGKILL it; returns (acknowledged op indices, whether it was
+    killed before "ready")."""
+    try:
+        if early:
+            time.sleep(rng.uniform(0.0, 1.2))
+        else:
+            line = child.stdout.readline()
+            if line != b"ready\n":
+                child.kill()
+                raise CrashCheckFailed(f"writer did not start: {line!r} "
+                                       f"{child.stderr.read().decode()[-3000:]}")
+            time.sleep(rng.uniform(0.005, window))
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    lines = out.decode().split("\n")
+    complete = lines[:-1]            # a line without its newline is not an acknowledgement
+    errors = [x for x in complete if x.startswith("error")]
+    if errors or child.returncode != -signal.SIGKILL:
+        raise CrashCheckFailed(f"writer failed (status {child.returncode}): {errors[:1]} "
+                               f"{err.decode()[-3000:]}")
+    ready = not early or "ready" in complete
+    return [int(x.split()[1]) for x in complete if x.startswith("ack ")], not ready
+
+
+def _diff(state: dict, expected: dict) -> str:
+    keys = [k for k in set(state) | set(expected) if state.get(k) != expected.get(k)]
+    lines = [f"{len(keys)} elements differ"]
+    for k in sorted(keys)[:3]:
+        lines.append(f"  {k[:200]}\n    db:    {str(state.get(k))[:300]}\n"
+                     f"    model: {str(expected.get(k))[:300]}")
+    return "\n".join(lines)
+
+
+def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: float = 1.0,
+                early_share: float = 0.15, log=None) -> Summary:
+    """Run `kills` kill/reopen/verify cycles on a new database at `path` (see module doc)."""
+    started = time.monotonic()
+    rng = random.Random(seed)
+    summary = Summary(seed=seed)
+    kinds: Counter = Counter()
+    with Nexus.open(path) as nx:
+        response = nx.execute_kip({"command": SCHEMA})
+        if "error" in response:
+            raise CrashCheckFailed(f"schema: {response}")
+    model = Model()
+    q = 0                                         # ops applied in the database
+    model_file = os.path.join(os.path.dirname(os.path.abspath(path)),
+                              os.path.basename(path) + ".model.pickle")
+    for k in range(kills):
+        with open(model_file, "wb") as fh:
+            pickle.dump(model, fh)
+        early = rng.random() < early_share
+        child = _spawn(path, model_file, seed, q, big)
+        acks, before_ready = _kill_cycle(child, rng, early, window)
+        summary.early_kills += before_ready
+        if acks and acks[0] < q:
+            raise CrashCheckFailed(f"kill {k}: the writer acknowledged op {acks[0]} < {q}")
+        acked = acks[-1] + 1 if acks else q
+        # Every acknowledged op must be there; the request in flight may be there whole
+        # (each of its commands whole: a batch commits command by command).
+        for i in range(q, acked):
+            op = make_op(seed, i, model, big)
+            op.apply(model)
+            kinds[op.kind] += 1
+        summary.acknowledged_ops += acked - q
+        check_started = time.monotonic()
+        with Nexus.open(path) as nx:
+            state, problems = read_state(nx)
+            if problems:
+                raise CrashCheckFailed(f"kill {k}: {problems[:3]}")
+            candidate, found, expected = model, None, model.canonical()
+            inflight = batch_size(seed, acked)
+            extra_kinds = []
+            for extra in range(inflight + 1):
+                if extra:
+                    candidate = candidate.copy() if extra == 1 else candidate
+                    op = make_op(seed, acked + extra - 1, candidate, big)
+                    op.apply(candidate)
+                    extra_kinds.append(op.kind)
+                    expected = candidate.canonical()
+                if state == expected:
+                    found = extra
+                    break
+            if found is None:
+                raise CrashCheckFailed(
+                    f"kill {k}: the database matches no prefix of ops {acked}..{acked + inflight}"
+                    f" (acknowledged up to {acked - 1}); against the acknowledged state: "
+                    f"{_diff(state, model.canonical())}")
+            if found:
+                kinds.update(extra_kinds)
+                model = candidate
+                summary.inflight_committed += found
+            q = acked + found
+            report = verify(nx, deep=True)
+            if not report["ok"]:
+                raise CrashCheckFailed(f"kill {k}: index drift after reopen: "
+                                       f"{list(format_problems(report))} "
+                                       f"{json.dumps(report['store'].get('examples'))[:1500]}")
+            summary.max_elements = max(summary.max_elements, report["store"]["elements"])
+        summary.check_seconds += time.monotonic() - check_started
+        summary.kills += 1
+        if log:
+            log(f"kill {k + 1}/{kills}: {'early ' if before_ready else ''}"
+                f"{len(acks)} requests acknowledged, ops {q} (+{found} in flight), "
+                f"{report['store']['elements']} elements, no drift")
+    summary.ops_verified = q
+    summary.op_kinds = dict(kinds)
+    summary.seconds = round(time.monotonic() - started, 1)
+    summary.check_seconds = round(summary.check_seconds, 1)
+    os.unlink(model_file)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true", help="120 kills, 300-block UPSERTs")
+    ap.add_argument("--kills", type=int, help="kill/reopen cycles (default 8, --full 120)")
+    ap.add_argument("--seed", type=int, default=20261122)
+    ap.add_argument("--big", type=int, help="blocks of a large UPSERT (default 200, --full 300)")
+    ap.add_argument("--window", type=float, help="longest run before a kill, s")
+    ap.add_argument("--db", help="database directory (default: a new temporary one)")
+    args = ap.parse_args(argv)
+    kills = args.kills or (120 if args.full else 8)
+    big = args.big or (300 if args.full else 200)
+    window = args.window or (1.5 if args.full else 1.0)
+    base = args.db or os.path.join(tempfile.mkdtemp(prefix="nexus-crash-"), "db")
+    try:
+        summary = run_harness(base, seed=args.seed, kills=kills, big=big, window=window,
+                              log=lambda line: print(line, flush=True))
+    except CrashCheckFailed as exc:
+        print(f"FAILED: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(asdict(summary), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

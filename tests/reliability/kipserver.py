@@ -1,0 +1,160 @@
+"""A `kip serve` subprocess on a free loopback port, for the soak and hostile-input suites
+(usable from pytest and from the stand-alone scripts alike; stdlib HTTP only).
+
+`KipServer.start(db, *flags, key=...)` runs `python -m nexus.cli serve --port 0` and waits
+until /healthz answers; `post()` sends raw bytes and returns (status, decoded body or raw
+bytes); `rss()` reads the server's resident memory from /proc.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_LISTENING = re.compile(rb"serving .* on http://([^/]+)/kip")
+
+
+class KipServer:
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, key: str | None,
+                 log: Path) -> None:
+        self.proc, self.host, self.port, self.key, self.log = proc, host, port, key, log
+
+    @classmethod
+    def start(cls, db: str | os.PathLike, *flags: str, key: str | None = None,
+              env: dict | None = None, wait: float = 60.0) -> "KipServer":
+        db = Path(db)
+        log = db.parent / f"{db.name}-serve-{time.monotonic_ns()}.log"
+        cmd = [sys.executable, "-m", "nexus.cli", "serve", "--db", str(db), "--port", "0",
+               "--access-log", "off", *flags]
+        if key:
+            cmd += ["--api-key", key]
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("KIP_")}
+        full_env.update(env or {})
+        with open(log, "wb") as fh:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, env=full_env)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            m = _LISTENING.search(log.read_bytes())
+            if m:
+                host, _, port = m.group(1).decode().rpartition(":")
+                server = cls(proc, host.strip("[]"), int(port), key, log)
+                while time.monotonic() < deadline:
+                    try:
+                        if server.request("GET", "/healthz", timeout=5)[0] == 200:
+                            return server
+                    except OSError:
+                        pass
+                    time.sleep(0.05)
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        proc.kill()
+        raise RuntimeError(f"kip serve did not start: {log.read_text(errors='replace')}")
+
+    # --- HTTP --------------------------------------------------------------------------------
+    def connect(self, timeout: float = 60.0) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def request(self, verb: str, path: str, body: bytes | None = None,
+                headers: dict | None = None, timeout: float = 60.0) -> tuple[int, Any]:
+        conn = self.connect(timeout)
+        try:
+            conn.request(verb, path, body=body, headers=headers or {})
+            resp = conn.getresponse()
+            return resp.status, _decode(resp.read())
+        finally:
+            conn.close()
+
+    def headers(self, key: str | None | bool = True) -> dict[str, str]:
+        hdrs = {"Content-Type": "application/json"}
+        use = self.key if key is True else key
+        if use:
+            hdrs["Authorization"] = f"Bearer {use}"
+        return hdrs
+
+    def post(self, body: bytes | Any, key: str | None | bool = True,
+             timeout: float = 60.0, conn: http.client.HTTPConnection | None = None
+             ) -> tuple[int, Any]:
+        """POST /kip; `body` is raw bytes or a JSON-able value. With `conn`, reuses that
+        keep-alive connection."""
+        raw = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
+        if conn is None:
+            return self.request("POST", "/kip", raw, self.headers(key), timeout)
+        conn.request("POST", "/kip", body=raw, headers=self.headers(key))
+        resp = conn.getresponse()
+        return resp.status, _decode(resp.read())
+
+    def kip(self, params: dict, method: str = "execute_kip", **kw: Any) -> tuple[int, Any]:
+        return self.post({"method": method, "params": params}, **kw)
+
+    def raw(self, data: bytes, timeout: float = 30.0) -> tuple[int, Any]:
+        """Send raw bytes on a new socket (whatever they are: a request whose body the
+        server will refuse before reading it, or no HTTP at all) and return the status and
+        body of the answer. ConnectionResetError when the server answers nothing."""
+        with socket.create_connection((self.host, self.port), timeout=timeout) as sock:
+            try:
+                sock.sendall(data)
+                sock.shutdown(socket.SHUT_WR)
+            except OSError:         # the server answered and closed before reading it all
+                pass
+            chunks = []
+            while True:
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        reply = b"".join(chunks)
+        if not reply:
+            raise ConnectionResetError("closed without an answer")
+        head, _, body = reply.partition(b"\r\n\r\n")
+        return int(head.split(b" ", 2)[1]), _decode(body)
+
+    def raw_post(self, body: bytes, key: str | None | bool = True) -> tuple[int, Any]:
+        """POST /kip with `body` over a raw socket (see `raw`)."""
+        head = "".join(f"{k}: {v}\r\n" for k, v in self.headers(key).items())
+        return self.raw(f"POST /kip HTTP/1.1\r\nHost: {self.host}\r\n{head}Content-Length: "
+                        f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+    # --- process -----------------------------------------------------------------------------
+    def rss(self) -> dict[str, int]:
+        """VmRSS and RssAnon of the server in KiB (RssAnon leaves out LMDB's file-backed
+        pages, which grow with the database, not with leaks)."""
+        out = {}
+        with open(f"/proc/{self.proc.pid}/status") as fh:
+            for line in fh:
+                name, _, value = line.partition(":")
+                if name in ("VmRSS", "RssAnon", "RssFile"):
+                    out[name] = int(value.split()[0])
+        return out
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 60.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+def _decode(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw

@@ -1,0 +1,361 @@
+"""`nexus.check.verify` and `kip check [--repair]`: every kind of drift between the base
+records and the indexes is found, named and — where it is derived data — repaired, on both
+stores; a check never writes; a repair never changes a base record."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from reliability_support import dump
+
+from nexus import check
+from nexus.check import REPAIRABLE, UNREPAIRABLE, format_problems, verify
+from nexus.store import codec
+from nexus.store.codec import OPS, PSO, SPO, pack_n, pack_sid
+
+BASE_TABLES = ("head", "attrs", "metas", "sym")
+
+QUERIES = (
+    'FIND(?d.name) WHERE { ?d {type: "Drug"} } ORDER BY ?d.name',
+    'FIND(?d.attributes) WHERE { ?d {type: "Drug", name: "Aspirin"} }',
+    'FIND(?d.name, ?s.name) WHERE { ?d {type: "Drug"} (?d, "treats", ?s) } ORDER BY ?d.name',
+    'FIND(?s.name) WHERE { (?d, "treats", ?s) ?d {name: "Ibuprofen"} }',
+    'FIND(?l, ?c.name) WHERE { ?l (?t, "about", ?c) }',
+    'FIND(COUNT(?c)) WHERE { ?c {type: "Symptom"} }',
+    'DESCRIBE CONCEPT TYPE "Drug"',
+    'SEARCH CONCEPT "aspirin" LIMIT 3',
+)
+
+
+def answers(nx) -> list:
+    out = []
+    for q in QUERIES:
+        r = nx.execute_kip_readonly({"command": q})
+        if isinstance(r.get("result"), list) and r["result"] and isinstance(
+                r["result"][0], dict) and "metadata" in r["result"][0]:
+            for hit in r["result"]:
+                hit["metadata"].pop("_score", None)
+        out.append(r)
+    return out
+
+
+def ids(nx, command: str) -> list[int]:
+    r = nx.execute_kip_readonly({"command": command})
+    assert "result" in r, r
+    return [int(x["id"].split(":")[1]) for x in r["result"]]
+
+
+def raw_write(nx, fn) -> None:
+    """Write below the engine (as a bug or a damaged disk would): fn(kv, tables)."""
+    with nx._write_lock, nx.store.write() as txn:
+        fn(txn._kv, txn._d)
+
+
+def _concept_keys(nx, n: int) -> tuple[bytes, bytes, bytes]:
+    with nx.store.read() as txn:
+        h = txn.head(n)
+    tb = pack_sid(h.type_id)
+    tkey = codec.text_key(h.name.encode())
+    return tb + tkey, tb + pack_n(n), tkey + b"\x00" + pack_n(n)
+
+
+def _link_keys(nx, n: int) -> tuple[bytes, bytes, bytes]:
+    with nx.store.read() as txn:
+        h = txn.head(n)
+    s, p, o = h.subject, h.predicate_id, h.object
+    return SPO.pack(s, p, o, n), OPS.pack(o, p, s, n), PSO.pack(p, s, o, n)
+
+
+ASPIRIN = 'FIND(?d) WHERE { ?d {type: "Drug", name: "Aspirin"} }'
+IBUPROFEN = 'FIND(?d) WHERE { ?d {type: "Drug", name: "Ibuprofen"} }'
+TREATS = 'FIND(?l) WHERE { ?l ({type: "Drug", name: "Aspirin"}, "treats", ?s) }'
+
+
+def _delete(table: str, which: int, query: str = ASPIRIN):
+    def corrupt(nx):
+        n = ids(nx, query)[0]
+        key = (_concept_keys if table in ("tn", "tid", "name") else _link_keys)(nx, n)[which]
+        raw_write(nx, lambda kv, d: kv.delete(key, db=getattr(d, table)))
+    return corrupt
+
+
+def _put(table: str, key_of, value: bytes = b""):
+    def corrupt(nx):
+        key = key_of(nx)
+        raw_write(nx, lambda kv, d: kv.put(key, value, db=getattr(d, table)))
+    return corrupt
+
+
+def _stat(key: bytes, value: int | None):
+    def corrupt(nx):
+        def fn(kv, d):
+            if value is None:
+                kv.delete(key, db=d.stats)
+            else:
+                kv.put(key, pack_n(value), db=d.stats)
+        raw_write(nx, fn)
+    return corrupt
+
+
+def _drug_stat_key(nx) -> bytes:
+    with nx.store.read() as txn:
+        return codec.ST_TYPE + pack_sid(txn.symbol_id("Drug"))
+
+
+CASES = {
+    "tn entry missing": (_delete("tn", 0), {"tn_missing": 1}),
+    "tid entry missing": (_delete("tid", 1), {"tid_missing": 1}),
+    "name entry missing": (_delete("name", 2), {"name_missing": 1}),
+    "spo entry missing": (_delete("spo", 0, TREATS), {"spo_missing": 1}),
+    "ops entry missing": (_delete("ops", 1, TREATS), {"ops_missing": 1}),
+    "pso entry missing": (_delete("pso", 2, TREATS), {"pso_missing": 1}),
+    "tn entry points at another concept": (
+        _put("tn", lambda nx: _concept_keys(nx, ids(nx, ASPIRIN)[0])[0],
+             pack_n(10**6)), {"tn_missing": 1, "tn_orphans": 1}),
+    "tn entry for a name nobody has": (
+        _put("tn", lambda nx: _drug_stat_key(nx)[1:] + b"Ghost", pack_n(1)), {"tn_orphans": 1}),
+    "tid entry of a deleted concept": (
+        _put("tid", lambda nx: _drug_stat_key(nx)[1:] + pack_n(10**6)), {"tid_orphans": 1}),
+    "name entry of the wrong concept": (
+        _put("name", lambda nx: b"Aspirin\x00" + pack_n(ids(nx, IBUPROFEN)[0])),
+        {"name_orphans": 1}),
+    "spo entry of no link": (_put("spo", lambda nx: SPO.pack(1, 1, 2, 10**6)), {"spo_orphans": 1}),
+    "ops entry with the wrong ends": (
+        _put("ops", lambda nx: OPS.pack(1, 1, 2, ids(nx, TREATS)[0])), {"ops_orphans": 1}),
+    "pso entry of a concept": (
+        _put("pso", lambda nx: PSO.pack(1, 1, 2, ids(nx, ASPIRIN)[0])), {"pso_orphans": 1}),
+    "attributes of a missing element": (_put("attrs", lambda nx: pack_n(10**6), b"\x80"),
+                                        {"attrs_orphans": 1}),
+    "metadata of a missing element": (_put("metas", lambda nx: pack_n(10**6), b"\x80"),
+                                      {"metas_orphans": 1}),
+    "concept count wrong": (_stat(codec.ST_CONCEPTS, 3), {"stats_drift": 1}),
+    "link count missing": (_stat(codec.ST_LINKS, None), {"stats_drift": 1}),
+    "type count wrong": (lambda nx: _stat(_drug_stat_key(nx), 7)(nx), {"stats_drift": 1}),
+    "count of an unused predicate": (_stat(codec.ST_PRED + pack_sid(9999), 2),
+                                     {"stats_drift": 1}),
+    "id counter behind": (_put("meta", lambda nx: codec.META_MAX_ID, pack_n(3)),
+                          {"max_id_behind": 1}),
+    "symbol counter behind": (_put("meta", lambda nx: codec.META_MAX_SYM, pack_sid(1)),
+                              {"max_sym_behind": 1}),
+    "symbol lookup missing": (lambda nx: raw_write(nx, lambda kv, d: kv.delete(b"Drug", db=d.symx)),
+                              {"symx_missing": 1}),
+    "symbol lookup of nothing": (_put("symx", lambda nx: b"Nothing", pack_sid(9999)),
+                                 {"symx_orphans": 1}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_drift_is_found_named_and_repaired(any_nx, case):
+    nx = any_nx
+    corrupt, expected = CASES[case]
+    before = answers(nx)
+    base = {t: dump(nx)[t] for t in BASE_TABLES}
+    clean = verify(nx)
+    assert clean["ok"], list(format_problems(clean))
+
+    corrupt(nx)
+    found = verify(nx)
+    assert not found["ok"]
+    drift = {k: v for k, v in found["store"].items() if k in REPAIRABLE + UNREPAIRABLE and v}
+    assert drift == expected, (drift, found["store"]["examples"])
+    assert all(found["store"]["examples"][k] for k in expected)
+    assert dump(nx) == dump(nx)                     # (the check itself wrote nothing)
+
+    fixed = verify(nx, repair=True)
+    assert fixed["repaired"]["ok"], fixed["repaired"]
+    assert fixed["repaired"]["store_fixes"] >= sum(expected.values())
+    assert verify(nx)["ok"]
+    assert {t: dump(nx)[t] for t in BASE_TABLES} == base      # base records untouched
+    assert answers(nx) == before
+    # the engine keeps working on the repaired store (ids keep growing past every element)
+    r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?x { {type: "Drug", name: "Naproxen"} '
+                        'SET PROPOSITIONS { ("treats", {type: "Symptom", name: "Fever"}) } } }'})
+    assert "result" in r, r
+    assert verify(nx)["ok"]
+
+
+def test_a_check_writes_nothing(any_nx):
+    before = dump(any_nx)
+    report = verify(any_nx, deep=True)
+    assert report["ok"], list(format_problems(report))
+    assert dump(any_nx) == before
+    store = report["store"]
+    assert store["elements"] == store["concepts"] + store["links"] > 30
+    assert all(store[k] == 0 for k in REPAIRABLE + UNREPAIRABLE)
+
+
+def test_repair_of_a_clean_store_changes_nothing(any_nx):
+    before = dump(any_nx)
+    report = verify(any_nx, repair=True)
+    assert report["ok"] and report["repaired"] == {**report["repaired"], "store_fixes": 0,
+                                                   "search_reindexed": False, "ok": True}
+    assert dump(any_nx) == before
+
+
+def test_every_index_of_a_concept_lost_at_once(any_nx):
+    nx = any_nx
+    before = answers(nx)
+    n = ids(nx, ASPIRIN)[0]
+    keys = _concept_keys(nx, n)
+
+    def fn(kv, d):
+        for table, key in zip(("tn", "tid", "name"), keys):
+            kv.delete(key, db=getattr(d, table))
+        kv.delete(codec.ST_CONCEPTS, db=d.stats)
+    raw_write(nx, fn)
+    assert nx.execute_kip_readonly({"command": ASPIRIN})["error"]["code"] == "KIP_3002"
+    report = verify(nx, repair=True)
+    assert {k for k in REPAIRABLE if report["store"][k]} == {
+        "tn_missing", "tid_missing", "name_missing", "stats_drift"}
+    assert report["repaired"]["ok"]
+    assert answers(nx) == before
+
+
+def test_damaged_base_records_are_reported_not_repaired(any_nx):
+    """A head deleted below the engine leaves orphaned index entries (repaired) and links
+    whose subject is gone (reported: no index rebuild can mend the data itself)."""
+    nx = any_nx
+    n = ids(nx, IBUPROFEN)[0]
+    raw_write(nx, lambda kv, d: kv.delete(pack_n(n), db=d.head))
+    report = verify(nx, repair=True)
+    store = report["store"]
+    assert store["tn_orphans"] == store["tid_orphans"] == store["name_orphans"] == 1
+    assert store["attrs_orphans"] == store["metas_orphans"] == 1
+    assert store["dangling_links"] == 1 and "refers to missing element" in \
+        store["examples"]["dangling_links"][0]
+    after = report["repaired"]
+    assert not after["ok"]
+    assert [k for k in REPAIRABLE + UNREPAIRABLE if after["store"][k]] == ["dangling_links"]
+
+
+def test_duplicate_identity_and_undecodable_values(any_nx):
+    nx = any_nx
+    n = ids(nx, ASPIRIN)[0]
+    with nx.store.read() as txn:
+        head_value = txn._kv.get(pack_n(n), None, txn._d.head)
+
+    def fn(kv, d):
+        kv.put(pack_n(10**5), head_value, db=d.head)          # a second Aspirin
+        kv.put(pack_n(n), b"\xc1not msgpack", db=d.attrs)
+        kv.put(pack_n(10**5 + 1), b"\x09junk", db=d.head)
+    raw_write(nx, fn)
+    report = verify(nx, deep=False)
+    store = report["store"]
+    assert store["duplicate_concepts"] == 1 and store["values_undecodable"] == 1
+    assert store["heads_undecodable"] == 1
+    assert "are both" in store["examples"]["duplicate_concepts"][0]
+
+
+# --- search indexes ---------------------------------------------------------------------------
+
+def _lex_delete(prefix: bytes, table: str = "lex"):
+    def corrupt(nx):
+        with nx._write_lock, nx.store.write() as txn:
+            aux = txn.aux(table)
+            key = next(k for k, _ in aux.scan(prefix))
+            aux.delete(key)
+    return corrupt
+
+
+def _aspirin_lexdoc(nx):
+    n = ids(nx, ASPIRIN)[0]
+    with nx._write_lock, nx.store.write() as txn:
+        txn.aux("lexdoc").delete(pack_n(n))
+
+
+SEARCH_CASES = {
+    "forward entry lost": (_aspirin_lexdoc, "lexical_missing"),
+    "posting block lost": (_lex_delete(b"tc"), "postings_missing"),
+    "document frequency lost": (_lex_delete(b"dc"), "doc_freq_drift"),
+    "name key lost": (_lex_delete(b"nc"), "names_missing"),
+    "document count lost": (_lex_delete(b"Nc"), "doc_count_drift"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEARCH_CASES))
+def test_search_drift_is_found_and_reindexed(any_nx, case):
+    nx = any_nx
+    corrupt, category = SEARCH_CASES[case]
+    before = answers(nx)
+    corrupt(nx)
+    report = verify(nx, deep=True)
+    assert not report["ok"] and report["store"]["ok"]
+    assert report["search"][category] >= 1, report["search"]
+    fixed = verify(nx, deep=True, repair=True)
+    assert fixed["repaired"]["search_reindexed"] and fixed["repaired"]["ok"], fixed["repaired"]
+    assert answers(nx) == before
+
+
+def test_posting_check_sees_a_wrong_weight(any_nx):
+    from nexus.search import postings
+    nx = any_nx
+    with nx._write_lock, nx.store.write() as txn:
+        aux = txn.aux("lex")
+        key, raw = next(iter(aux.scan(b"tc")))
+        ids_, weights, groups = postings.decode(raw)
+        aux.put(key, postings.encode(ids_, weights + 1.0, groups))
+    report = verify(nx, deep=True)
+    assert report["search"]["postings_wrong"] >= 1
+    assert not verify(nx, deep=False)["search"].get("postings_wrong")   # deep only
+
+
+def test_vector_index_drift_is_found_and_reindexed(any_nx):
+    nx = any_nx
+    n = ids(nx, ASPIRIN)[0]
+    # Vectors are indexed in the background: let the indexer finish, or it would add the
+    # vector back after the drop and there would be no drift to find.
+    assert nx.search.vectors.drain(timeout=30)
+    nx.search.vectors._drop([n])
+    report = verify(nx, deep=False)
+    assert report["search"]["vector_missing"] == 1
+    assert verify(nx, repair=True)["repaired"]["ok"]
+
+
+# --- kip check ---------------------------------------------------------------------------------
+
+def test_kip_check_reports_and_repairs(tmp_path, kip_main):
+    from nexus.api import Nexus
+    from reliability_support import seeded
+    db = tmp_path / "db"
+    with Nexus.open(str(db)) as nx:
+        seeded(nx)
+        _delete("tn", 0)(nx)
+    code, out, err = kip_main("check", "--db", str(db))
+    report = json.loads(out)
+    assert code == 1 and report["store"]["tn_missing"] == 1 and not report["ok"]
+    assert "store.tn_missing: 1" in err and "--repair" in err
+    code, out, err = kip_main("check", "--db", str(db), "--repair")
+    report = json.loads(out)
+    assert code == 0 and report["repaired"]["ok"] and report["repaired"]["store_fixes"] == 1
+    assert "repaired" in err
+    code, out, _ = kip_main("check", "--db", str(db), "--deep")
+    assert code == 0 and json.loads(out)["ok"]
+
+
+def test_kip_check_exit_status_when_the_data_itself_is_damaged(tmp_path, kip_main):
+    from nexus.api import Nexus
+    from reliability_support import seeded
+    db = tmp_path / "db"
+    with Nexus.open(str(db)) as nx:
+        seeded(nx)
+        n = ids(nx, IBUPROFEN)[0]
+        raw_write(nx, lambda kv, d: kv.delete(pack_n(n), db=d.head))
+    code, out, err = kip_main("check", "--db", str(db), "--repair")
+    assert code == 1
+    assert json.loads(out)["repaired"]["store"]["dangling_links"] == 1
+    assert "cannot be repaired" in err
+
+
+@pytest.fixture
+def kip_main(capsys):
+    from nexus.cli import main
+
+    def call(*argv: str) -> tuple[int, str, str]:
+        code = main(list(argv))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return call
+
+
+def test_module_surface():
+    assert set(check.__all__) >= {"verify", "repair_store", "format_problems"}
