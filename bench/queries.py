@@ -50,23 +50,13 @@ NOTES = [
     "- The machine is a shared 2-core VM (other engineers' test runs share it); the peers "
     "README measured ±60% between repeated runs. Compare peers within one run.",
     "- Selective queries (Q1–Q4) are dominated by the fixed cost of a command (request "
-    "validation, cached parse and plan, one read transaction, shaping), ~40–60 µs.",
-    "- Q5 and Q6 miss their targets: they stream every solution row through Python "
-    "generator stages (~3–4 µs per row at 100k: 37k rows for Q5, 60k for Q6). Profiling "
-    "after the first round of fixes shows no single hot spot left in the engine; the cost "
-    "is the row-at-a-time pipeline itself (a generator frame per stage per row, the LMDB "
-    "range scan per outer row of the OPTIONAL). What would move them: a grouped COUNT pushed "
-    "into the index scan (count in-links per class, no row materialised) for Q5, and a "
-    "batched / hash left join (one scan of the predicate instead of one range scan per drug) "
-    "plus column-wise projection for Q6 — planned for the performance issue.",
-    "- W1 through the harness includes building the SEARCH indexes (lexical postings, "
-    "embeddings, usearch) on commit, which dominates nexus's load time; it is not KQL.",
-    "- First round of hot-spot fixes (issue 4): heads of ids read from this snapshot's "
-    "indexes come from `known_head` (no B-tree probe per row), GROUP BY accumulates by "
-    "element identity and projects each group key once, the dedup pass is skipped when the "
-    "plan proves rows distinct on the FIND variables, a one-hop OPTIONAL skips the per-row "
-    "sub-plan set-up, and a NOT/OPTIONAL block that uses no outer variable runs once. "
-    "At 10k that took Q5 from 17 to ~11 ms and Q6 from 38 to ~26 ms.",
+    "validation, cached parse and plan, one read transaction, shaping); a plan that is one "
+    "constant concept clause skips the operator pipeline.",
+    "- Q5 and Q6 run on the columnar executor (nexus.exec.columnar) when its cost model "
+    "prefers it: numpy passes over the snapshot's cached link/type arrays, grouping by "
+    "sorted runs when the group key is already in ascending runs.",
+    "- Before timing, the background vector indexer is left to catch up with the load "
+    "(`search_catch_up_s`), so that it does not share the GIL with the timed queries.",
     "",
 ]
 
@@ -125,11 +115,13 @@ def direct_run(n: int, args) -> dict:
     nx = NP.open_nexus(path)
     how = NP.load_into(nx, concepts, props)
     load_s = time.perf_counter() - t0
+    settle_s = NP.settle(nx)        # the vector indexer's catch-up, outside query timings
     del concepts, props
     gc.collect()
     gc.freeze()
     h = NP.NexusQueries(nx)
-    out: dict = {"n": n, "load_s": round(load_s, 2), "load_path": how, "queries": {}}
+    out: dict = {"n": n, "load_s": round(load_s, 2), "load_path": how,
+                 "search_catch_up_s": settle_s, "queries": {}}
     for q in QUERIES:
         params = meta["params"][q]
         fn = getattr(h, q.lower())

@@ -55,7 +55,7 @@ import numpy as np
 from ..plan import physical as P
 from ..plan.logical import expr_vars
 from .filters import compile_filter
-from .operators import _compile_step, _layout_before, _merge_union_row, _union_map
+from .operators import _merge_union_row, _union_map, compile_step, step_layouts
 
 MAX_BATCH = 1_000_000          # rows of an intermediate batch before the run streams
 MODES = ("auto", "always", "never")
@@ -119,7 +119,8 @@ class GroupProgram:
 
     def __init__(self, plan: P.GroupPlan) -> None:
         self.plan = plan
-        self.layouts = [_layout_before(plan, i) for i in range(len(plan.steps))]
+        # One entry per step, plus the layout after the last step.
+        self.layouts = step_layouts(plan)
         self._stages: dict[int, Any] = {}
         self.subs: dict[int, GroupProgram] = {}
         self.filters: dict[int, tuple[Any, tuple[int, ...]]] = {}
@@ -138,7 +139,7 @@ class GroupProgram:
         """The row path's stage for step i (compiled on first use)."""
         st = self._stages.get(i)
         if st is None:
-            st = self._stages[i] = _compile_step(self.plan.steps[i], self.plan, i)
+            st = self._stages[i] = compile_step(self.plan.steps[i], self.layouts[i])
         return st
 
 
@@ -497,8 +498,7 @@ def _per_row(env, prog: GroupProgram, i: int, batch: Batch):
 
 
 def _new_width(prog: GroupProgram, i: int) -> int:
-    after = _layout_before(prog.plan, i + 1) if i + 1 < len(prog.plan.steps) \
-        else prog.plan.layout
+    after = prog.layouts[i + 1] if i + 1 < len(prog.plan.steps) else prog.plan.layout
     return len(after) - len(prog.layouts[i])
 
 
@@ -538,6 +538,9 @@ def group_ids(cols: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray
         return np.zeros(size, dtype=np.intp), np.zeros(1 if size else 0, dtype=np.intp)
     if len(cols) == 1:
         key = cols[0]
+        runs = sorted_runs(key)
+        if runs is not None:
+            return runs
     elif len(cols) == 2:
         key = (cols[0] << 32) | cols[1]
     else:
@@ -548,6 +551,23 @@ def group_ids(cols: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray
     rank = np.empty(len(first), dtype=np.intp)
     rank[order] = np.arange(len(first))
     return rank[inv.ravel()], first[order]
+
+
+def sorted_runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """`group_ids` of one column whose equal values are already adjacent in ascending
+    order — what a type scan (ascending ids) followed by expands produces for the scanned
+    variable, e.g. the class of `FIND(?cls.name, COUNT(?d))`. A linear pass instead of a
+    sort; None when the column is not non-decreasing."""
+    if len(key) < 2:
+        return None
+    change = key[1:] != key[:-1]
+    if not (key[1:] >= key[:-1]).all():
+        return None
+    group = np.empty(len(key), dtype=np.intp)
+    group[0] = 0
+    np.cumsum(change, out=group[1:])
+    firsts = np.flatnonzero(change) + 1
+    return group, np.concatenate((np.zeros(1, dtype=np.intp), firsts.astype(np.intp)))
 
 
 def project(env: Any, cx: Any, col: np.ndarray, segments: tuple[str, ...]) -> list:

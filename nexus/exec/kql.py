@@ -31,7 +31,7 @@ from typing import Any, Iterator, Mapping
 from ..errors import ErrorCode, KipError
 from ..plan.explain import explain_plan
 from ..plan.logical import LogicalQuery, PathAtom, bind_where, unbound
-from ..plan.physical import Estimator, GroupPlan, may_repeat, plan_query
+from ..plan.physical import ConstConcept, Estimator, GroupPlan, may_repeat, plan_query
 from ..syntax import ast as A
 from ..syntax import to_text
 from . import columnar
@@ -60,6 +60,8 @@ class Prepared:
     key_idx: tuple[int, ...] = ()                 # positions of the FIND variables
     no_dedup: bool = False                        # rows are already distinct on key_idx
     program: Any = None                           # columnar.GroupProgram, built on first use
+    point: Any = None                             # the ConceptAtom of a point lookup plan
+    chosen: Any = None                            # (snapshot, params) `auto` ran columnar
 
 
 _PREPARED: dict[int, tuple[A.Find, Prepared]] = {}
@@ -100,12 +102,26 @@ def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = 
                         paths=tuple(_path_ranges(logical.root)),
                         anchored=columnar.anchored(plan), aggregated=aggregated)
     prepared.key_idx = _var_positions(layout, find.items)
+    prepared.point = _point_atom(plan, find, aggregated)
     prepared.no_dedup = prepared.distinct_rows and set(prepared.key_idx) >= set(named_idx)
     if cache:
         if len(_PREPARED) >= _PREPARED_LIMIT:
             _PREPARED.clear()
         _PREPARED[id(find)] = (find, prepared)
     return prepared
+
+
+def _point_atom(plan: GroupPlan, find: A.Find, aggregated: bool) -> Any:
+    """The clause of a plan that is one constant concept (`?c {type: :t, name: :n}` or
+    `{id: :id}`) and nothing else: its only solution is that concept, or none, so the
+    execution resolves the constant and skips the operator pipeline (the fixed cost of a
+    point lookup is most of its latency)."""
+    if plan.unions or plan.main_empty or len(plan.steps) != 1 or aggregated:
+        return None
+    step = plan.steps[0]
+    if type(step) is not ConstConcept or step.bound or plan.out_layout != [step.var]:
+        return None
+    return step.atom
 
 
 def _path_ranges(group: Any) -> Iterator[tuple[int, int | None]]:
@@ -158,13 +174,19 @@ def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
     offset = _decode_cursor(env.value(find.cursor), prep, params) if find.cursor else 0
     if ctx.dry_run:
         return _empty(find), None
-    cx = _columns(env, prep)
+    if prep.point is not None:
+        n = env.const_concept(prep.point)
+        rows: Any = [] if n is None else [(n,)]
+        _row_cap(ctx, len(rows), True)
+        cx = None
+    else:
+        cx = _columns(env, prep)
     if cx is not None:
         out = columnar.execute(env, cx, prep.program)
         if type(out) is columnar.Batch:
             return _find_batch(env, cx, prep, out, limit, offset, params)
         rows = _limited(env, out)
-    else:
+    elif prep.point is None:
         rows = _solutions(env, prep)
     if prep.aggregated:
         return _aggregate(env, prep, rows, limit, offset, params)
@@ -320,10 +342,31 @@ def _columns(env: Env, prep: Prepared) -> Any:
         return None
     if prep.program is None:
         prep.program = columnar.GroupProgram(prep.plan)
-    if mode == "auto" and (env.txn.snapshot_id() is None
-                           or not columnar.choose(env, prep.program)):
-        return None
+    if mode == "auto":
+        snap = env.txn.snapshot_id()
+        if snap is None:
+            return None
+        key = _choice_key((id(env.txn._store), snap), prep, env.params)
+        if key is None or prep.chosen != key:
+            if not columnar.choose(env, prep.program):
+                return None
+            # Remembered only when columnar won: the estimate for the same snapshot and
+            # parameters can only get cheaper for columns (their arrays are cached now).
+            prep.chosen = key
     return columns()
+
+
+def _choice_key(snap: tuple, prep: Prepared, params: Mapping[str, Any]) -> Any:
+    """What `columnar.choose` depends on besides the cache: the store and its snapshot, and
+    the values of the parameters the command uses (None when one is not hashable: no memo).
+    A stale hit (a new store at a freed address) could only pick the other executor, whose
+    answers are the same."""
+    key = (snap, tuple(params.get(k) for k in prep.fingerprint_params))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _row_cap(ctx: Any, pulled: int, exhausted: bool) -> None:
@@ -440,7 +483,8 @@ def _groups_by_columns(env: Env, cx: Any, prep: Prepared, batch: columnar.Batch,
         if item.segments:
             column = columnar.project(env, cx, ids, item.segments)
             values.append(column)
-            hashed.append(column if all(type(v) is str for v in column)
+            # all strings (names): the values are their own keys (one C-level pass)
+            hashed.append(column if set(map(type, column)) <= {str}
                           else [_hashable(v) for v in column])
         else:
             values.append(columnar.project(env, cx, ids, ()))

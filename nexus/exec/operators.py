@@ -21,7 +21,7 @@ Stage = Callable[[Any, Rows], Rows]
 
 def compile_group(plan: P.GroupPlan) -> Callable[[Any, tuple], Rows]:
     """A function (env, input_row) -> output rows laid out as `plan.out_layout`."""
-    stages = [_compile_step(step, plan, i) for i, step in enumerate(plan.steps)]
+    stages = _compile_steps(plan)
     unions = [compile_group(u) for u in plan.unions]
     union_maps = [_union_map(plan, u) for u in plan.unions]
     pad = (None,) * (len(plan.out_layout) - len(plan.layout))
@@ -77,19 +77,39 @@ def _merge_union_row(row: tuple, urow: tuple, mapping: list, n_inputs: int,
 
 # --- step compilation --------------------------------------------------------------------
 
-def _compile_step(step: Any, plan: P.GroupPlan, index: int) -> Stage:
-    layout = _layout_before(plan, index)
-    fn = _COMPILERS[type(step)]
-    return fn(step, layout)
+def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
+    """The stages of a group plan, one per step, except that a run of consecutive FILTER
+    steps becomes one stage: a chain of generator stages costs a frame per row and stage,
+    and a query with a thousand sibling FILTERs would pass Python's recursion limit."""
+    stages: list[Stage] = []
+    tests: list[Any] = []
+    for step, layout in zip(plan.steps, step_layouts(plan)):
+        if isinstance(step, P.Filter):
+            tests.append(compile_filter(step.expr, layout))
+            continue
+        if tests:
+            stages.append(_filter_stage(tests))
+            tests = []
+        stages.append(_COMPILERS[type(step)](step, layout))
+    if tests:
+        stages.append(_filter_stage(tests))
+    return stages
 
 
-def _layout_before(plan: P.GroupPlan, index: int) -> list[str]:
-    """The row layout a step sees: inputs plus what the earlier steps bound."""
+def compile_step(step: Any, layout: list[str]) -> Stage:
+    """The stage of one step, given the row layout it sees (`step_layouts`)."""
+    return _COMPILERS[type(step)](step, layout)
+
+
+def step_layouts(plan: P.GroupPlan) -> list[list[str]]:
+    """The row layout each step sees (inputs plus what the earlier steps bound), for all
+    steps in one pass; the last entry is the layout after the last step."""
     layout = list(plan.inputs)
-    for step in plan.steps[:index]:
-        for v in _binds(step, layout):
-            layout.append(v)
-    return layout
+    layouts = [list(layout)]
+    for step in plan.steps:
+        layout.extend(_binds(step, layout))
+        layouts.append(list(layout))
+    return layouts
 
 
 def _binds(step: Any, layout: list[str]) -> list[str]:
@@ -375,13 +395,29 @@ def _c_path_scan(step: P.PathScan, layout: list[str]) -> Stage:
 
 
 def _c_filter(step: P.Filter, layout: list[str]) -> Stage:
-    test = compile_filter(step.expr, layout)
+    return _filter_stage([compile_filter(step.expr, layout)])
 
-    def run(env, rows):
+
+def _filter_stage(tests: list[Any]) -> Stage:
+    """Keeps the rows every test accepts (a FILTER keeps a row only when its expression is
+    true: false, null and errors drop it)."""
+    if len(tests) == 1:
+        test = tests[0]
+
+        def run(env, rows):
+            for row in rows:
+                if test(row, env) is True:
+                    yield row
+        return run
+
+    def run_all(env, rows):
         for row in rows:
-            if test(row, env) is True:
+            for test in tests:
+                if test(row, env) is not True:
+                    break
+            else:
                 yield row
-    return run
+    return run_all
 
 
 def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:

@@ -13,7 +13,8 @@ import pytest
 from kqlsupport import STORES
 
 TIMEOUT = 0.05
-SLACK = 1.0          # seconds a budget may overrun on a loaded CI machine
+SLACK = 3.0          # seconds a budget may overrun on a loaded 2-core CI machine: the
+                     # assertion is "bounded, not a hang", not a latency figure
 
 # Queries that each do ~10^7 units of work on the `wide` graph (3000 nodes), shaped so that
 # the work happens in different places: a cross product streamed to an aggregate, a

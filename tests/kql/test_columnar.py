@@ -249,6 +249,11 @@ def test_auto_choice_follows_the_cost_model(tmp_path, monkeypatch):
         ran.clear()
         monkeypatch.setattr(columnar, "COL_FIXED", 1e12)     # columns made hopeless
         run(nx, SIDE_EFFECTS, "auto")
+        assert ran, "a columnar choice is remembered for the same snapshot and parameters"
+        ran.clear()
+        with nx.store.write() as t:
+            t.create_concept(t.new_id(), t.symbol_id("Drug"), "new one", {}, {})
+        run(nx, SIDE_EFFECTS, "auto")                       # a new snapshot: estimated again
         assert not ran
     finally:
         nx.close()
@@ -297,3 +302,18 @@ def test_cache_budget_bounds_the_cache(graph):
 def columnar_budget() -> int:
     from nexus.store.columns import DEFAULT_BUDGET
     return DEFAULT_BUDGET
+
+
+def test_group_ids_over_sorted_runs_match_the_general_grouping():
+    """Grouping numbers groups in first-seen order whatever the path: a column that is
+    already in ascending runs (a type scan then expands) takes a linear pass, any other
+    column a sort; both must give the same groups and first rows."""
+    rng = np.random.default_rng(7)
+    for size in (0, 1, 2, 5, 200):
+        for col in (np.sort(rng.integers(1, 6, size)), rng.integers(0, 6, size)):
+            group, firsts = columnar.group_ids([col], size)
+            order: dict = {}
+            for v in col.tolist():
+                order.setdefault(v, len(order))
+            assert group.tolist() == [order[v] for v in col.tolist()]
+            assert firsts.tolist() == [col.tolist().index(v) for v in order]

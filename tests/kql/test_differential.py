@@ -27,7 +27,7 @@ Every query runs under both FIND executors (the row path, and the columnar path 
 see nexus.exec.columnar): each answer is checked against the reference, and the two
 executors' responses must be identical — rows, their order and every CURSOR page.
 
-Pairs per run: `KQL_DIFF_PAIRS` (default 600); seed: `KQL_DIFF_SEED` (default 20240611).
+Pairs per run: `KQL_DIFF_PAIRS` (default 300; `NEXUS_FULL=1` 3000); seed: `KQL_DIFF_SEED` (default 20240611).
 A failing pair prints the seed, the graph and the query so it can be replayed.
 """
 from __future__ import annotations
@@ -44,7 +44,8 @@ import pytest
 
 from kqlsupport import MODES, open_db
 
-PAIRS = int(os.environ.get("KQL_DIFF_PAIRS", "600"))
+PAIRS = int(os.environ.get("KQL_DIFF_PAIRS",
+                           "3000" if os.environ.get("NEXUS_FULL", "") not in ("", "0") else "300"))
 SEED = int(os.environ.get("KQL_DIFF_SEED", "20240611"))
 QUERIES_PER_GRAPH = 12
 MAX_PAGES = 6          # LIMIT pages followed through CURSOR per query
