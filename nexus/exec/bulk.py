@@ -39,8 +39,8 @@ durable commits slower afterwards (measured: W2 median 4.2 ms after a load in ba
 from __future__ import annotations
 
 import gc
-from contextlib import contextmanager
-from itertools import chain, islice
+from contextlib import contextmanager, nullcontext
+from itertools import islice
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Iterator
 
@@ -66,17 +66,22 @@ def bulk_import(nexus: Any, concepts: Iterable[dict] = (), links: Iterable[dict]
         raise KipError(ErrorCode.KIP_1001, "batch_size and chunk_size must be at least 1")
     chunk_size = min(chunk_size, batch_size)
     state = _Import(nexus, privileged)
-    for kind, items, fn in (("concepts", concepts, state.concept_batch),
-                            ("links", links, state.link_batch)):
-        it = iter(items)
-        done = 0
-        while True:
-            first = list(islice(it, chunk_size))
-            if not first:
-                break
-            done += state.run(fn, first, it, batch_size, chunk_size)
-            if progress is not None:
-                progress(kind, done)
+    # The vector indexer waits for the end of the import (it would compete with the load
+    # for the GIL; see nexus.search.vectors.VectorIndex.pause) and then catches up.
+    search = getattr(nexus, "search", None)
+    loading = getattr(search, "bulk_loading", None)
+    with loading() if loading is not None else nullcontext():
+        for kind, items, fn in (("concepts", concepts, state.concept_batch),
+                                ("links", links, state.link_batch)):
+            it = iter(items)
+            done = 0
+            while True:
+                first = list(islice(it, chunk_size))
+                if not first:
+                    break
+                done += state.run(fn, first, it, batch_size, chunk_size)
+                if progress is not None:
+                    progress(kind, done)
     return dict(state.counts)
 
 

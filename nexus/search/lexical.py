@@ -163,10 +163,17 @@ class _Writer:
     each counter) is rewritten once however many documents touch it."""
 
     def __init__(self, txn: Any) -> None:
+        self.txn = txn
         self.lex = txn.aux("lex")
         self.fwd = txn.aux("lexdoc")
         self.ops: dict[bytes, dict[int, Any]] = {}
         self.count = [0, 0]
+        # New name keys and forward entries, written by `flush` in one sorted insert per
+        # table (a bulk load writes one of each per element: a checked Python call each
+        # was the largest single cost of indexing a load). Each id is written at most once
+        # per `write`, after any delete of its keys, so deferring the puts keeps the order.
+        self.name_puts: list[tuple[bytes, bytes]] = []
+        self.doc_puts: list[tuple[bytes, bytes]] = []
 
     def add(self, n: int, kb: bytes, group: int, terms: dict[str, float],
             names: list[str]) -> None:
@@ -178,10 +185,11 @@ class _Writer:
                 per = ops[tb] = {}
             per[n] = (w, group)
         idb = _U64.pack(n)
-        put = self.lex.put
+        append = self.name_puts.append
         for i, nn in enumerate(names):
             if nn:
-                put(b"n" + kb + nn.encode() + b"\x00" + idb, _NAMEV.pack(group, 1 if i else 0))
+                append((b"n" + kb + nn.encode() + b"\x00" + idb,
+                        _NAMEV.pack(group, 1 if i else 0)))
 
     def remove(self, n: int, entry: Entry) -> None:
         kb = KIND_BYTES[entry.kind]
@@ -200,6 +208,12 @@ class _Writer:
 
     def flush(self) -> None:
         lex = self.lex
+        if self.name_puts:
+            self.txn.aux_put_many("lex", self.name_puts)
+            self.name_puts = []
+        if self.doc_puts:
+            self.txn.aux_put_many("lexdoc", self.doc_puts)
+            self.doc_puts = []
         for tb, ops in self.ops.items():
             key = b"d" + tb
             raw = lex.get(key)
@@ -269,7 +283,7 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
             vec_changed = True
         w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
         w.count[doc.kind] += 1
-        fwd.put(key, new)
+        w.doc_puts.append((key, new))
         if vec_changed:
             changed.append(n)
     w.flush()

@@ -24,6 +24,7 @@ lexical index and the vectors indexed so far. `drain()` waits for the indexer; `
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import Any, Callable
@@ -154,6 +155,16 @@ class SearchService:
         queued = self._queued.pop(id(ctx), None)
         if queued is not None:
             self.vectors.committed(queued)
+
+    @contextlib.contextmanager
+    def bulk_loading(self):
+        """`with search.bulk_loading(): ...` around a bulk load: the vector indexer waits
+        until it ends (see `VectorIndex.pause`); the lexical index is written as usual."""
+        self.vectors.pause()
+        try:
+            yield
+        finally:
+            self.vectors.resume()
 
     @kip_only
     def drain(self, timeout: float | None = None) -> bool:

@@ -12,8 +12,12 @@ in-process writer lock.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import logging
 import os
 import sys
+import threading
 
 import lmdb
 
@@ -27,6 +31,22 @@ from nexus.store.protocol import AUX_TABLES
 # 1 TiB of address space on 64-bit hosts: the file only grows as data is written.
 DEFAULT_MAP_SIZE = (1 << 40) if sys.maxsize > 2**32 else (1 << 30)
 AUX_PREFIX = "aux."
+log = logging.getLogger("nexus.store")
+# When the data file has grown by this many pages (64 MiB) since the last release, the next
+# commit releases LMDB's page buffers.
+RELEASE_PAGES = 16384
+
+
+def _malloc_trim():
+    """glibc's malloc_trim (returns freed heap memory to the system), or None elsewhere."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
 
 
 def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
@@ -57,11 +77,24 @@ class LmdbGraphStore(StoreBase):
                  head_cache_mb: float | None = None) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
+        self._options = dict(subdir=True, map_size=map_size,
+                             max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
+                             max_readers=max_readers, sync=durable, metasync=durable,
+                             create=True, lock=True)
+        env, tables = self._open_env()
+        self._env = env
+        # Open read transactions of this process, and the lock under which reads begin and
+        # end and the environment is swapped (see the module doc, "Memory").
+        self._rlock = threading.Lock()
+        self._reading = 0
+        self._data_file = os.path.join(self._path, "data.mdb")
+        self._size_seen = self._data_size()     # file size when last released (or opened)
+        self._release_due = False   # a big commit found readers open: release later
+        super().__init__(tables, head_cache_size, head_cache_mb)
+
+    def _open_env(self):
         try:
-            env = lmdb.open(self._path, subdir=True, map_size=map_size,
-                            max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
-                            max_readers=max_readers, sync=durable, metasync=durable,
-                            create=True, lock=True)
+            env = lmdb.open(self._path, **self._options)
         except lmdb.Error as exc:
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}") from None
@@ -70,9 +103,8 @@ class LmdbGraphStore(StoreBase):
         except BaseException:
             env.close()
             raise
-        self._env = env
         aux = {name: handles.pop(AUX_PREFIX + name) for name in AUX_TABLES}
-        super().__init__(Tables(handles, aux), head_cache_size, head_cache_mb)
+        return env, Tables(handles, aux)
 
     @property
     def path(self) -> str:
@@ -80,14 +112,78 @@ class LmdbGraphStore(StoreBase):
 
     # --- backend hooks -------------------------------------------------------------------
     def _begin_read(self):
-        txn = self._env.begin(write=False)
-        return LmdbKv(txn), txn.abort
+        with self._rlock:
+            txn = self._env.begin(write=False)
+            self._reading += 1
+        done = False
+
+        def end() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            try:
+                txn.abort()
+            finally:
+                with self._rlock:
+                    self._reading -= 1
+                if self._release_due and not self._reading:
+                    self._release_later()
+        return LmdbKv(txn), end
 
     def _begin_write(self):
+        if self._release_due:           # we hold the writer lock: no write is open
+            self._release()
         return LmdbKv(self._env.begin(write=True))
+
+    def _data_size(self) -> int:
+        # One stat: LMDB (without MDB_WRITEMAP) grows the file as it writes new pages, so
+        # its size tracks the pages written. (env.info() was measured at ~1 ms a call
+        # with another thread running Python: it releases the GIL.)
+        try:
+            return os.stat(self._data_file).st_size
+        except OSError:
+            return 0
 
     def _commit(self, kv: LmdbKv) -> None:
         kv.txn.commit()
+        size = self._data_size()
+        if size - self._size_seen >= RELEASE_PAGES * 4096:
+            self._size_seen = size
+            self._release_due = True
+            try:
+                self._release()
+            except Exception:  # noqa: BLE001 - the commit stands; the store reports closed
+                log.warning("could not reopen the store at %s after a large commit",
+                            self._path, exc_info=True)
+
+    # --- giving LMDB's page buffers back (module doc, "Memory") ---------------------------
+    def _release(self) -> bool:
+        """Reopen the environment if no read transaction is open (the caller holds the
+        writer lock, or knows no write is open). Returns whether it did."""
+        with self._rlock:
+            if self._reading or self._closed:
+                return False
+            self._env.close()
+            try:
+                env, tables = self._open_env()
+            except BaseException:
+                self._closed = True     # the old environment is gone: refuse further use
+                raise
+            self._env, self._d = env, tables
+            self._release_due = False
+        if _TRIM is not None:
+            _TRIM(0)
+        return True
+
+    def _release_later(self) -> None:
+        """From a reader's end: release when no write is open either."""
+        if self._wlock.acquire(blocking=False):
+            try:
+                if self._release_due and not self._closed:
+                    self._release()
+            finally:
+                self._wlock.release()
 
     def _abort(self, kv: LmdbKv) -> None:
         try:
@@ -99,7 +195,8 @@ class LmdbGraphStore(StoreBase):
         return _lmdb_error(exc, self._path) or super()._translate(exc)
 
     def _close(self) -> None:
-        self._env.close()
+        with self._rlock:
+            self._env.close()
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every table's (key, value) pairs in key order (for tests and debugging)."""

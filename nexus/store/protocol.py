@@ -213,6 +213,11 @@ class WriteTxn(ReadTxn, Protocol):
         """Remove one element and its index entries (no cascade: the caller cascades).
         Returns False, changing nothing, when `n` does not exist."""
         ...
+    def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """`aux(table).put(key, value)` for every pair, in one call (sorted and inserted by
+        the store; when a key repeats, its last value wins) — for index builders that
+        write many entries at once."""
+        ...
 
     # --- bulk path (loading): same effects as the single calls, without per-item cost ----
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,

@@ -96,3 +96,36 @@ def test_postings_append_fast_path_is_byte_identical():
         want = postings.encode(np.asarray(ids, dtype=np.uint64),
                                np.asarray(w, dtype=np.float32), np.asarray(g, dtype=np.uint32))
         assert postings._spliced(raw, c, ids[c:], ops) == want
+
+
+def test_the_indexer_waits_while_a_bulk_load_runs_and_catches_up_after(nexus, kip):
+    kip(nexus, SCHEMA)
+    vectors = nexus.search.vectors
+    applied = []
+
+    def concepts():
+        for i in range(1200):
+            if i == 1000:           # two batches committed by now: nothing applied yet
+                applied.append(vectors.applied_seq)
+            yield {"type": "Drug", "name": f"Oxaprozinol {i}"}
+    before = vectors.applied_seq
+    bulk_import(nexus, concepts(), batch_size=400, chunk_size=200)
+    assert applied == [before]
+    # During the load SEARCH did not wait for vectors; once it ends the indexer catches up.
+    assert nexus.search.drain(timeout=120)
+    assert names(kip(nexus, 'SEARCH CONCEPT "oxaprozinl 1100" LIMIT 1')) == \
+        ["Oxaprozinol 1100"]
+    report = nexus.search.check()
+    assert report["ok"] and report["vector_lag"] == 0, report
+    assert vectors.paused == 0
+
+
+def test_a_failing_bulk_load_does_not_leave_the_indexer_paused(nexus, kip):
+    kip(nexus, SCHEMA)
+    try:
+        bulk_import(nexus, [{"type": "Drug", "name": "fine"}, {"type": "Nope", "name": "x"}])
+    except Exception:  # noqa: BLE001 - KIP_2001: the type is not defined
+        pass
+    assert nexus.search.vectors.paused == 0
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Sumatriptanol"} } }')
+    assert names(kip(nexus, 'SEARCH CONCEPT "sumatriptnol" LIMIT 1')) == ["Sumatriptanol"]

@@ -137,3 +137,30 @@ def test_largest_key_and_large_value(store):
         w.aux("engine").put(key, value)
     with store.read() as r:
         assert r.aux("engine").get(key) == value
+
+
+def test_put_many_is_the_same_as_one_put_per_pair(filled):
+    # Pairs before, between and after the existing keys, unsorted, one repeated (last wins),
+    # one overwriting an existing key.
+    pairs = [(b"zz", b"1"), (b"0", b"2"), (b"ab", b"new"), (b"aa", b"3"), (b"zz", b"4")]
+    with filled.write() as w:
+        w.aux_put_many("lex", pairs)
+        lex = w.aux("lex")
+        assert lex.get(b"zz") == b"4" and lex.get(b"ab") == b"new"   # seen in the txn
+    with filled.read() as r:
+        got = dict(r.aux("lex").scan())
+    expected = {k: k.upper() + b"!" for k in KEYS}
+    expected.update(dict(pairs))
+    assert got == expected
+
+
+def test_put_many_refuses_keys_an_aux_table_cannot_hold(store):
+    with store.write() as w:
+        w.aux("lex").put(b"keep", b"1")
+    for bad in ([(b"", b"x")], [(b"k", b"x"), (b"x" * 600, b"y")]):
+        with pytest.raises(KipError) as e:
+            with store.write() as w:
+                w.aux_put_many("lex", bad)
+        assert e.value.code is ErrorCode.KIP_4003
+    with store.read() as r:
+        assert dict(r.aux("lex").scan()) == {b"keep": b"1"}
