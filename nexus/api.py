@@ -199,7 +199,8 @@ class Nexus:
         try:
             limits = self.config.limits
             parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
-                                  max_nesting=limits.max_nesting)
+                                  max_nesting=limits.max_nesting,
+                                  timeout=limits.query_timeout)
             kind = parsed.kind
             if kind == "KML" and readonly:
                 raise KipError(ErrorCode.KIP_1001,
@@ -236,11 +237,11 @@ class Nexus:
 
     def _run_read(self, command: A.Command, parameters: Mapping[str, Any], text: str,
                   dry_run: bool) -> tuple[Any, str | None]:
-        from .exec import kql
+        kql = _KQL or _load_kql()       # not a per-call import: this is a point lookup's path
         with self.store.read() as txn:
             ctx = ExecContext.start(txn, self.config.limits, engine=self, text=text,
                                     dry_run=dry_run)
-            if isinstance(command, A.Find):
+            if type(command) is A.Find:
                 return kql.run_find(ctx, command, parameters)
             if isinstance(command, A.Explain):
                 return kql.run_explain(ctx, command, parameters), None
@@ -271,6 +272,17 @@ class Nexus:
         self.primer_cache = None
         if self.search is not None:
             self.search.after_commit(ctx)
+
+
+_KQL = None
+
+
+def _load_kql() -> Any:
+    """nexus.exec.kql, imported on first use (it pulls in the executors and numpy)."""
+    global _KQL
+    from .exec import kql
+    _KQL = kql
+    return kql
 
 
 def _columnar_default() -> str:

@@ -61,6 +61,10 @@ UNREPAIRABLE = (
 POSTING_CATEGORIES = ("postings_missing", "postings_orphans", "postings_wrong",
                       "postings_malformed", "doc_freq_drift", "doc_count_drift",
                       "names_missing", "names_orphans")
+# ... and the vectors' content (deep): each element's vectors are those of its current text.
+VECTOR_CATEGORIES = ("vector_slots_wrong", "vector_stale")
+VECTOR_MIN_COSINE = 0.98    # the index stores i8-quantised vectors: equal ones score > 0.999
+VECTOR_CHUNK = 2048         # elements compared per hold of the vector lock
 
 EXAMPLES = 5       # examples kept per category
 
@@ -128,9 +132,15 @@ def _search_report(nexus: Any, deep: bool, examples: int) -> dict[str, Any]:
     report.pop("ok", None)
     if deep:
         with nexus.store.read() as txn:
-            report.update(PostingCheck(txn, examples).run())
+            posting = PostingCheck(txn, examples).run()
+        vector = VectorCheck(service.vectors, nexus.store, examples).run()
+        examples_found = {**posting.pop("examples", {}), **vector.pop("examples", {})}
+        report.update(posting)
+        report.update(vector)
+        if examples_found:
+            report["examples"] = examples_found
     report["ok"] = not any(v for k, v in report.items()
-                           if k != "elements" and type(v) is int)
+                           if k not in ("elements", "vectors_compared") and type(v) is int)
     return report
 
 
@@ -530,14 +540,101 @@ class PostingCheck(_Findings):
                              f"expected {want}")
 
 
+# --- the vectors ----------------------------------------------------------------------------------
+
+class VectorCheck(_Findings):
+    """The vector index's content against the data (deep only): for every element, the
+    slots it has in its kind's usearch index are exactly those of its current vector texts
+    (name and aliases, `nexus.search.vectors.doc_texts`; `vector_slots_wrong` otherwise),
+    and each slot holds the embedding of that text (`vector_stale` otherwise) — so a vector
+    left behind by a lost or replayed change is found, not only a missing one.
+
+    Compares a snapshot with the index only while the index covers exactly that snapshot
+    (its applied change sequence equals the snapshot's), holding the vector lock per chunk
+    so the indexer cannot move in between; a chunk that finds the index behind or ahead
+    waits for the indexer and retries. Elements whose vectors are missing altogether are
+    `nexus.search.check`'s `vector_missing`, and not counted again here."""
+
+    def __init__(self, vectors: Any, store: Any, examples: int = EXAMPLES) -> None:
+        super().__init__(examples)
+        self.vectors = vectors
+        self.store = store
+        self.compared = 0
+
+    def run(self) -> dict[str, Any]:
+        with self.store.read() as txn:
+            ids = list(txn.elements())
+        for i in range(0, len(ids), VECTOR_CHUNK):
+            self._chunk(ids[i:i + VECTOR_CHUNK])
+        report: dict[str, Any] = {c: self.counts[c] for c in VECTOR_CATEGORIES}
+        report["vectors_compared"] = self.compared
+        if self.examples:
+            report["examples"] = self.examples
+        return report
+
+    def _chunk(self, ids: list[int], attempts: int = 3) -> None:
+        import numpy as np
+
+        from .search.text import element_doc
+        from .search.vectors import SLOTS, doc_texts, read_seq
+        v = self.vectors
+        for attempt in range(attempts):
+            with v.lock, self.store.read() as txn:
+                if read_seq(txn) != v.applied_seq or v.needs_rebuild:
+                    in_step = False
+                else:
+                    in_step = True
+                    wanted = []            # (kind, id, texts)
+                    for n in ids:
+                        doc = element_doc(txn, n)
+                        if doc is not None:
+                            wanted.append((doc.kind, n, doc_texts(doc, v.embedder)))
+                    stored = []
+                    for kind, n, texts in wanted:
+                        ix = v.indexes[kind]
+                        keys = np.arange(SLOTS, dtype=np.uint64) + np.uint64(n * SLOTS)
+                        present = keys[np.asarray(ix.contains(keys), dtype=bool)] \
+                            if len(ix) else keys[:0]
+                        vecs = np.asarray(ix.get(present), dtype=np.float32).reshape(
+                            len(present), -1) if len(present) else None
+                        stored.append(((present - np.uint64(n * SLOTS)).tolist(), vecs))
+            if in_step:
+                break
+            v.drain(timeout=30)
+        else:
+            self.problem("vector_stale", f"the vector index did not settle on a snapshot "
+                         f"for {len(ids)} elements", len(ids))
+            return
+        texts = [t for _, _, ts in wanted for t in ts]
+        fresh = v.embedder.embed(texts) if texts else None
+        at = 0
+        for (kind, n, ts), (slots, vecs) in zip(wanted, stored):
+            want = fresh[at:at + len(ts)] if ts else None
+            at += len(ts)
+            if not slots:
+                continue                    # no vector at all: vector_missing
+            self.compared += 1
+            if slots != list(range(len(ts))):
+                self.problem("vector_slots_wrong", f"{'C' if kind == 0 else 'P'}:{n} has "
+                             f"vector slots {slots}, its text gives {len(ts)}")
+                continue
+            norms = np.linalg.norm(vecs, axis=1) * np.linalg.norm(want, axis=1)
+            cosine = (vecs * want).sum(axis=1) / np.where(norms > 0, norms, 1.0)
+            if (cosine < VECTOR_MIN_COSINE).any():
+                self.problem("vector_stale", f"{'C' if kind == 0 else 'P'}:{n}: a vector is "
+                             f"not its text's (cosine {float(cosine.min()):.3f}): "
+                             f"{[t[:60] for t in ts]}")
+
+
 def format_problems(report: dict[str, Any]) -> Iterator[str]:
     """One line per drift category with a nonzero count (for humans)."""
     for part in ("store", "search"):
         for key, value in report.get(part, {}).items():
             if isinstance(value, int) and not isinstance(value, bool) and value and \
-                    key not in ("elements", "concepts", "links", "symbols", "seq"):
+                    key not in ("elements", "concepts", "links", "symbols", "seq",
+                                "vectors_compared"):
                 yield f"{part}.{key}: {value}"
 
 
-__all__ = ["verify", "repair_store", "StoreCheck", "PostingCheck", "format_problems",
-           "REPAIRABLE", "UNREPAIRABLE"]
+__all__ = ["verify", "repair_store", "StoreCheck", "PostingCheck", "VectorCheck",
+           "format_problems", "REPAIRABLE", "UNREPAIRABLE"]

@@ -9,6 +9,7 @@ sends the same command with different parameters parses it once.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -61,10 +62,21 @@ class _TooDeep(Exception):
         self.tok = tok
 
 
+class _TooSlow(Exception):
+    pass
+
+
+# The time budget of a parse (`parse(..., timeout=)`): Lark has no deadline of its own, and a
+# command of a few megabytes takes minutes to parse, so the opener callback below looks at
+# the clock every _CLOCK_EVERY brackets (every block of a command has several).
+_CLOCK_EVERY = 64
+
+
 def _reset_depth(limit: int) -> None:
     _depth.n = 0
     _depth.pending = [0]
     _depth.limit = limit
+    _depth.opened = 0
 
 
 def _open(tok: Token) -> Token:
@@ -72,7 +84,16 @@ def _open(tok: Token) -> Token:
     _depth.n += 1
     if _depth.n > _depth.limit:
         raise _TooDeep(tok)
+    _depth.opened += 1
+    if not _depth.opened % _CLOCK_EVERY:
+        _check_clock()
     return tok
+
+
+def _check_clock() -> None:
+    deadline = getattr(_depth, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise _TooSlow()
 
 
 def _close(tok: Token) -> Token:
@@ -112,14 +133,20 @@ _TRANSFORMER = KipTransformer()
 
 
 def parse(text: str, *, max_bytes: int = MAX_COMMAND_BYTES,
-          max_nesting: int = MAX_NESTING) -> ParsedCommand:
-    """Parse one KIP command (cached by text and limits)."""
+          max_nesting: int = MAX_NESTING, timeout: float | None = None) -> ParsedCommand:
+    """Parse one KIP command (cached by text and limits). `timeout`: seconds a parse that
+    is not cached may take (`KIP_4001` beyond; checked as the text is read, and once more
+    before the tree is transformed); None = no limit."""
     if not isinstance(text, str):
         raise KipError(ErrorCode.KIP_1001, "The command must be a string",
                        "Send the KIP command text as a JSON string.")
-    if len(text) > CACHE_MAX_CHARS:  # big capsules are rarely re-sent; don't pin them
-        return _parse_text(text, max_bytes, max_nesting)
-    return _parse_cached(text, max_bytes, max_nesting)
+    _depth.timeout = timeout
+    try:
+        if len(text) > CACHE_MAX_CHARS:  # big capsules are rarely re-sent; don't pin them
+            return _parse_text(text, max_bytes, max_nesting)
+        return _parse_cached(text, max_bytes, max_nesting)
+    finally:
+        _depth.timeout = _depth.deadline = None
 
 
 # Only commands up to this size are cached: 4096 entries of at most 64 KiB of text (plus AST).
@@ -142,8 +169,18 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
         raise KipError(ErrorCode.KIP_1001, "The command is empty",
                        _START_HINT, line=1, column=1, snippet=snippet(text, 1, 1))
     _reset_depth(max_nesting)
+    timeout = getattr(_depth, "timeout", None)
+    _depth.deadline = None if timeout is None else time.monotonic() + timeout
     try:
-        command = _TRANSFORMER.transform(_lark().parse(text))
+        tree = _lark().parse(text)
+        _check_clock()
+        command = _TRANSFORMER.transform(tree)
+    except _TooSlow:
+        raise KipError(ErrorCode.KIP_4001,
+                       f"Parsing the command took longer than the limit of {timeout:g} s "
+                       f"({len(text)} characters)",
+                       "Split the command: send several smaller UPSERT commands in a "
+                       "`commands` batch, or load large capsules with `kip load`.") from None
     except _TooDeep as exc:
         line, column = exc.tok.line, exc.tok.column
         raise KipError(ErrorCode.KIP_4002,

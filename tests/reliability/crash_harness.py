@@ -9,13 +9,15 @@ After each reopen:
   unacknowledged one is present whole or not at all; engine metadata is on every element;
 * `nexus.check.verify(nexus, deep=True)` reports no drift: the store's type/name, type, name
   and three link indexes, statistics and counters, the lexical postings, and the vector
-  index after its catch-up all agree with the base records.
+  index after its catch-up (one vector set per element, each vector that of the element's
+  current text) all agree with the base records.
 
 The next writer resumes at op `q` (the model state is handed to it in a pickle).
 
     python tests/reliability/crash_harness.py            # short seeded form (as in CI)
     python tests/reliability/crash_harness.py --full     # ≥ 100 kills, 300-block UPSERTs
     python tests/reliability/crash_harness.py --kills 30 --seed 7 --db /tmp/crashdb
+    python tests/reliability/crash_harness.py --no-sync  # the writer with durable=False
 
 Prints one line per kill and a JSON summary; exits 1 on the first violation.
 """
@@ -54,25 +56,36 @@ class Summary:
     seed: int
     kills: int = 0
     early_kills: int = 0            # killed before the writer said "ready" (opening, catch-up)
+    after_ack_kills: int = 0        # killed a random time after the run's first acknowledgement
     acknowledged_ops: int = 0
     inflight_committed: int = 0     # unacknowledged ops found committed (whole) after a kill
     ops_verified: int = 0           # ops in the verified prefix at the end
     op_kinds: dict = field(default_factory=dict)
     max_elements: int = 0
+    vectors_compared: int = 0       # element vector sets compared with their text, all kills
     check_seconds: float = 0.0
     seconds: float = 0.0
 
 
-def _spawn(path: str, model_file: str, seed: int, start: int, big: int) -> subprocess.Popen:
+def _spawn(path: str, model_file: str, seed: int, start: int, big: int, durable: bool
+           ) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, WRITER, path, model_file, str(seed), str(start),
-                             str(big)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             str(big)] + ([] if durable else ["nosync"]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
-def _kill_cycle(child: subprocess.Popen, rng: random.Random, early: bool, window: float
-                ) -> tuple[list[int], bool]:
+def _kill_cycle(child: subprocess.Popen, rng: random.Random, early: bool, after_ack: bool,
+                window: float) -> tuple[list[int], bool]:
     """Let the writer run, SIGKILL it; returns (acknowledged op indices, whether it was
-    killed before "ready")."""
+    killed before "ready").
+
+    The kill comes a random time (up to `window` seconds) after "ready" — or, with
+    `after_ack`, after the first acknowledgement of this run: on a slow or busy machine the
+    first request of a fresh writer (a large UPSERT, say) can take longer than the window,
+    and without that a whole run could kill the same request over and over and verify
+    nothing new."""
+    seen = b""
     try:
         if early:
             time.sleep(rng.uniform(0.0, 1.2))
@@ -82,6 +95,13 @@ def _kill_cycle(child: subprocess.Popen, rng: random.Random, early: bool, window
                 child.kill()
                 raise CrashCheckFailed(f"writer did not start: {line!r} "
                                        f"{child.stderr.read().decode()[-3000:]}")
+            seen = line
+            while after_ack:
+                line = child.stdout.readline()
+                seen += line
+                if not line.startswith(b"ack ") or not line.endswith(b"\n"):
+                    break                   # an error line or EOF: reported below
+                after_ack = False
             time.sleep(rng.uniform(0.005, window))
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate(timeout=60)
@@ -89,7 +109,7 @@ def _kill_cycle(child: subprocess.Popen, rng: random.Random, early: bool, window
         if child.poll() is None:
             child.kill()
             child.wait()
-    lines = out.decode().split("\n")
+    lines = (seen + out).decode().split("\n")
     complete = lines[:-1]            # a line without its newline is not an acknowledgement
     errors = [x for x in complete if x.startswith("error")]
     if errors or child.returncode != -signal.SIGKILL:
@@ -109,8 +129,11 @@ def _diff(state: dict, expected: dict) -> str:
 
 
 def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: float = 1.0,
-                early_share: float = 0.15, log=None) -> Summary:
-    """Run `kills` kill/reopen/verify cycles on a new database at `path` (see module doc)."""
+                early_share: float = 0.15, durable: bool = True, log=None) -> Summary:
+    """Run `kills` kill/reopen/verify cycles on a new database at `path` (see module doc).
+    `durable=False` runs the writer with `Nexus.open(..., durable=False)` (no fsync per
+    commit): a killed *process* must lose nothing either, since its commits are in the
+    operating system's page cache."""
     started = time.monotonic()
     rng = random.Random(seed)
     summary = Summary(seed=seed)
@@ -121,14 +144,21 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
             raise CrashCheckFailed(f"schema: {response}")
     model = Model()
     q = 0                                         # ops applied in the database
+    stalled = False
     model_file = os.path.join(os.path.dirname(os.path.abspath(path)),
                               os.path.basename(path) + ".model.pickle")
     for k in range(kills):
         with open(model_file, "wb") as fh:
             pickle.dump(model, fh)
         early = rng.random() < early_share
-        child = _spawn(path, model_file, seed, q, big)
-        acks, before_ready = _kill_cycle(child, rng, early, window)
+        # Half the kills land anywhere after "ready" (the first request of a run included),
+        # the other half after the first acknowledgement — and always so after a run that
+        # acknowledged nothing, so that the harness makes progress however slow the machine.
+        after_ack = (rng.random() < 0.5 or stalled) and not early
+        child = _spawn(path, model_file, seed, q, big, durable)
+        acks, before_ready = _kill_cycle(child, rng, early, after_ack, window)
+        summary.after_ack_kills += after_ack
+        stalled = not acks
         summary.early_kills += before_ready
         if acks and acks[0] < q:
             raise CrashCheckFailed(f"kill {k}: the writer acknowledged op {acks[0]} < {q}")
@@ -174,6 +204,7 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
                                        f"{list(format_problems(report))} "
                                        f"{json.dumps(report['store'].get('examples'))[:1500]}")
             summary.max_elements = max(summary.max_elements, report["store"]["elements"])
+            summary.vectors_compared += report["search"].get("vectors_compared", 0)
         summary.check_seconds += time.monotonic() - check_started
         summary.kills += 1
         if log:
@@ -191,18 +222,22 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--full", action="store_true", help="120 kills, 300-block UPSERTs")
-    ap.add_argument("--kills", type=int, help="kill/reopen cycles (default 8, --full 120)")
+    ap.add_argument("--kills", type=int, help="kill/reopen cycles (default 4, --full 120)")
     ap.add_argument("--seed", type=int, default=20261122)
     ap.add_argument("--big", type=int, help="blocks of a large UPSERT (default 200, --full 300)")
     ap.add_argument("--window", type=float, help="longest run before a kill, s")
     ap.add_argument("--db", help="database directory (default: a new temporary one)")
+    ap.add_argument("--no-sync", action="store_true",
+                    help="run the writer with durable=False (no fsync per commit)")
     args = ap.parse_args(argv)
-    kills = args.kills or (120 if args.full else 8)
+    kills = args.kills or (120 if args.full else 4)
     big = args.big or (300 if args.full else 200)
     window = args.window or (1.5 if args.full else 1.0)
     base = args.db or os.path.join(tempfile.mkdtemp(prefix="nexus-crash-"), "db")
+    os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
     try:
         summary = run_harness(base, seed=args.seed, kills=kills, big=big, window=window,
+                              durable=not args.no_sync,
                               log=lambda line: print(line, flush=True))
     except CrashCheckFailed as exc:
         print(f"FAILED: {exc}", file=sys.stderr)

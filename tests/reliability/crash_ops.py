@@ -16,6 +16,8 @@ give the same state):
 * `del_props` — DELETE PROPOSITIONS of one link (cascades to the links about it);
 * `del_attrs` / `del_meta` — DELETE ATTRIBUTES / METADATA of keys that are present.
 
+Attributes include `aliases` (vector texts), so ops change vectors as well as postings.
+
 Requests group consecutive ops: most are single commands, some are `commands` batches of
 2..MAX_BATCH ops (each element its own transaction, acknowledged together).
 
@@ -164,10 +166,19 @@ def rand_value(rng: random.Random, depth: int = 0) -> Any:
 
 
 def rand_map(rng: random.Random, keys: tuple[str, ...], n: int) -> dict:
-    return {k: rand_value(rng) for k in rng.sample(keys, min(n, len(keys)))}
+    return {k: rand_aliases(rng) if k == "aliases" else rand_value(rng)
+            for k in rng.sample(keys, min(n, len(keys)))}
 
 
-ATTR_KEYS = ("color", "size", "weight", "label", "tags", "shape", "notes", "score")
+def rand_aliases(rng: random.Random) -> Any:
+    """Aliases are vector texts (`nexus.search.text`): changing them changes the element's
+    vectors, which the deep check compares after every kill."""
+    if rng.random() < 0.2:
+        return rand_value(rng)
+    return [rng.choice(_TEXT) + " " + str(rng.randrange(1000)) for _ in range(rng.randint(0, 3))]
+
+
+ATTR_KEYS = ("color", "size", "weight", "label", "tags", "shape", "notes", "score", "aliases")
 META_KEYS = ("source", "confidence", "tag", "author", "status")
 
 

@@ -1,10 +1,11 @@
 """The process the crash harness kills: runs the ops of `crash_ops` against an LMDB nexus and
 acknowledges each request once `execute_kip` has returned it successfully.
 
-Usage: python crash_writer.py DB_DIR MODEL_PICKLE SEED START BIG
+Usage: python crash_writer.py DB_DIR MODEL_PICKLE SEED START BIG [nosync]
 
 Loads the model (the state after ops 0 .. START-1, written by the harness), opens the nexus
-with the default options (durable), prints "ready", then sends requests for ops START,
+with the default options (durable; `nosync`: `durable=False`), prints "ready", then sends
+requests for ops START,
 START+1, ... for ever: a single command, or a `commands` batch of consecutive ops
 (`crash_ops.batch_size`), printing "ack <last op index>" after each. Any KIP error is printed
 as "error ..." and ends the process with status 3 (the model said the op was valid).
@@ -28,7 +29,7 @@ def main() -> None:
     seed, i, big = int(seed), int(start), int(big)
     with open(model_file, "rb") as fh:
         model = pickle.load(fh)
-    nx = Nexus.open(path)
+    nx = Nexus.open(path, durable=sys.argv[6:7] != ["nosync"])
     out = sys.stdout
     out.write("ready\n")
     out.flush()

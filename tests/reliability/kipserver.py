@@ -95,14 +95,21 @@ class KipServer:
     def kip(self, params: dict, method: str = "execute_kip", **kw: Any) -> tuple[int, Any]:
         return self.post({"method": method, "params": params}, **kw)
 
-    def raw(self, data: bytes, timeout: float = 30.0) -> tuple[int, Any]:
+    def raw(self, data: bytes, timeout: float = 30.0, half_close: bool = True
+            ) -> tuple[int, Any]:
         """Send raw bytes on a new socket (whatever they are: a request whose body the
         server will refuse before reading it, or no HTTP at all) and return the status and
-        body of the answer. ConnectionResetError when the server answers nothing."""
+        body of the answer. ConnectionResetError when the server answers nothing.
+
+        `half_close` shuts the socket's sending side once the bytes are out, so a server
+        waiting for more of a broken request sees the end of it. A complete request must
+        not do that: an HTTP server may (uvicorn does) take the client's EOF for an abort
+        and drop the answer of a request that is still running."""
         with socket.create_connection((self.host, self.port), timeout=timeout) as sock:
             try:
                 sock.sendall(data)
-                sock.shutdown(socket.SHUT_WR)
+                if half_close:
+                    sock.shutdown(socket.SHUT_WR)
             except OSError:         # the server answered and closed before reading it all
                 pass
             chunks = []
@@ -124,7 +131,8 @@ class KipServer:
         """POST /kip with `body` over a raw socket (see `raw`)."""
         head = "".join(f"{k}: {v}\r\n" for k, v in self.headers(key).items())
         return self.raw(f"POST /kip HTTP/1.1\r\nHost: {self.host}\r\n{head}Content-Length: "
-                        f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+                        f"{len(body)}\r\nConnection: close\r\n\r\n".encode() + body,
+                        half_close=False)
 
     # --- process -----------------------------------------------------------------------------
     def rss(self) -> dict[str, int]:

@@ -428,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seconds = args.seconds or (60.0 if args.full else 10.0)
     db = args.db or os.path.join(tempfile.mkdtemp(prefix="nexus-soak-"), "db")
+    os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
     summary = run_soak(db, seconds=seconds, clients=args.clients, seed=args.seed,
                        log=lambda line: print(line, flush=True))
     print(json.dumps(asdict(summary), indent=2))

@@ -125,6 +125,31 @@ def test_dry_run_through_execute_kip_writes_nothing(shared_nx, text):
     assert dump(shared_nx) == before
 
 
+def test_readonly_over_http_changes_nothing(keyed):
+    """The same refusals through `kip serve`: plain and JSON-RPC framing, single commands,
+    batches, dry runs; the database (but for the audit log of the requests) is unchanged."""
+    before = _db_dump(keyed)
+    find = 'FIND(?d) WHERE { ?d {type: "Drug"} }'
+    for text in WRITES:
+        for params in ({"command": text}, {"command": text, "dry_run": True},
+                       {"commands": [find, text, {"command": text, "parameters": {}}]},
+                       {"commands": [text], "dry_run": True}):
+            for framed in (False, True):
+                body = {"method": "execute_kip_readonly", "params": params}
+                if framed:
+                    body.update(jsonrpc="2.0", id=7)
+                status, data = keyed.post(body)
+                answer = data["result"] if framed else data
+                if "command" in params:
+                    assert status == 400 and answer["error"]["code"] == "KIP_1001", answer
+                else:
+                    assert status == 200, answer
+                    refused = answer["result"][1:] if len(answer["result"]) == 3 \
+                        else answer["result"]
+                    assert all(r["error"]["code"] == "KIP_1001" for r in refused), answer
+    assert _db_dump(keyed) == before
+
+
 def test_kip_exec_readonly(tmp_path):
     from nexus.cli import main
     db = tmp_path / "db"
@@ -261,7 +286,7 @@ TEMPLATES = [
 ]
 
 
-@access_settings(200, 3000)
+@access_settings(100, 3000)
 @given(template=st.sampled_from(TEMPLATES), value=json_values)
 def test_binding_a_value_equals_writing_it_as_a_literal(template, value):
     parsed = parse(template)

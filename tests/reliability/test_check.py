@@ -148,30 +148,33 @@ CASES = {
 def test_drift_is_found_named_and_repaired(any_nx, case):
     nx = any_nx
     corrupt, expected = CASES[case]
+    # Store drift: the search indexes' deep comparison (test_search_drift_... below) adds
+    # nothing here but time, so these checks are shallow.
     before = answers(nx)
     base = {t: dump(nx)[t] for t in BASE_TABLES}
-    clean = verify(nx)
+    clean = verify(nx, deep=False)
     assert clean["ok"], list(format_problems(clean))
 
     corrupt(nx)
-    found = verify(nx)
+    tables = dump(nx)
+    found = verify(nx, deep=False)
     assert not found["ok"]
     drift = {k: v for k, v in found["store"].items() if k in REPAIRABLE + UNREPAIRABLE and v}
     assert drift == expected, (drift, found["store"]["examples"])
     assert all(found["store"]["examples"][k] for k in expected)
-    assert dump(nx) == dump(nx)                     # (the check itself wrote nothing)
+    assert dump(nx) == tables                       # the check itself wrote nothing
 
-    fixed = verify(nx, repair=True)
+    fixed = verify(nx, deep=False, repair=True)
     assert fixed["repaired"]["ok"], fixed["repaired"]
     assert fixed["repaired"]["store_fixes"] >= sum(expected.values())
-    assert verify(nx)["ok"]
+    assert verify(nx, deep=False)["ok"]
     assert {t: dump(nx)[t] for t in BASE_TABLES} == base      # base records untouched
     assert answers(nx) == before
     # the engine keeps working on the repaired store (ids keep growing past every element)
     r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?x { {type: "Drug", name: "Naproxen"} '
                         'SET PROPOSITIONS { ("treats", {type: "Symptom", name: "Fever"}) } } }'})
     assert "result" in r, r
-    assert verify(nx)["ok"]
+    assert verify(nx, deep=False)["ok"]
 
 
 def test_a_check_writes_nothing(any_nx):
@@ -309,6 +312,50 @@ def test_vector_index_drift_is_found_and_reindexed(any_nx):
     report = verify(nx, deep=False)
     assert report["search"]["vector_missing"] == 1
     assert verify(nx, repair=True)["repaired"]["ok"]
+
+
+def _replace_vectors(nx, query: str, texts: list[str]) -> int:
+    """Give the element `query` finds the vectors of `texts` instead of its own (as a lost
+    or misapplied change would), once the indexer has caught up."""
+    from nexus.search.text import KIND_CONCEPT
+    n = ids(nx, query)[0]
+    vectors = nx.search.vectors
+    assert vectors.drain(timeout=30)
+    vectors._drop([n])
+    vectors._add([(KIND_CONCEPT, n, texts)])
+    return n
+
+
+@pytest.mark.parametrize("texts, category", [
+    (["Paracetamol"], "vector_stale"),                   # the vector of another text
+    (["Aspirin", "ASA", "acetylsalicylic acid"], "vector_slots_wrong"),   # aliases it lacks
+])
+def test_stale_vectors_are_found_by_a_deep_check_and_reindexed(any_nx, texts, category):
+    nx = any_nx
+    before = answers(nx)
+    n = _replace_vectors(nx, ASPIRIN, texts)
+    shallow = verify(nx, deep=False)
+    assert shallow["ok"], list(format_problems(shallow))     # present: only deep compares
+    report = verify(nx, deep=True)
+    assert not report["ok"] and report["store"]["ok"]
+    assert report["search"][category] == 1, report["search"]
+    assert f"C:{n}" in report["search"]["examples"][category][0]
+    assert report["search"]["vectors_compared"] == report["store"]["elements"]
+    fixed = verify(nx, deep=True, repair=True)
+    assert fixed["repaired"]["search_reindexed"] and fixed["repaired"]["ok"], fixed["repaired"]
+    assert answers(nx) == before
+
+
+def test_a_deep_check_compares_every_vector(any_nx):
+    """An alias written by KML reaches the vectors: the deep check agrees after the indexer
+    ran, and sees every element's vectors."""
+    nx = any_nx
+    r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} '
+                        'SET ATTRIBUTES { aliases: ["ASA", "acetylsalicylic acid"] } } }'})
+    assert "result" in r, r
+    report = verify(nx, deep=True)
+    assert report["ok"], list(format_problems(report))
+    assert report["search"]["vectors_compared"] == report["store"]["elements"] > 30
 
 
 # --- kip check ---------------------------------------------------------------------------------

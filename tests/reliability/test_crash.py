@@ -39,12 +39,27 @@ def test_the_model_agrees_with_the_engine():
 
 @pytest.mark.slow
 def test_sigkill_at_random_points(tmp_path):
-    kills = full_or(8, 120)
+    kills = full_or(4, 120)
     summary = run_harness(str(tmp_path / "db"), seed=full_or(20261122, 7), kills=kills,
                           big=full_or(200, 300), window=full_or(1.0, 1.5))
     print(summary)
     assert summary.kills == kills
-    assert summary.acknowledged_ops >= full_or(20, 1000)
+    # every run killed after its first acknowledgement verified at least one op (how many
+    # more depends on the machine's speed)
+    assert summary.after_ack_kills >= 1
+    assert summary.acknowledged_ops >= summary.after_ack_kills
     assert summary.op_kinds.get("large", 0) >= 1
+    assert summary.vectors_compared >= summary.max_elements      # vector content checked
     if FULL:
         assert summary.inflight_committed >= 1 and summary.early_kills >= 1
+
+
+@pytest.mark.slow
+def test_sigkill_without_fsync_loses_nothing_acknowledged(tmp_path):
+    """`durable=False` skips the fsync of each commit: an operating-system crash may lose
+    the latest commits, but a killed process may not — its commits are in the page cache."""
+    kills = full_or(2, 20)
+    summary = run_harness(str(tmp_path / "db"), seed=full_or(31, 32), kills=kills, big=100,
+                          window=0.6, early_share=0.0, durable=False)
+    print(summary)
+    assert summary.kills == kills and summary.acknowledged_ops >= 1

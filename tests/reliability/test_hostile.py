@@ -10,7 +10,7 @@ configured deadline; and a command that is refused (or read-only, or a dry run) 
 store byte for byte as it was. The parser's own fuzzing is tests/syntax/test_parser_fuzz.py;
 its mutated spec examples are reused here, executed instead of only parsed.
 
-CI runs a few hundred derandomized examples per property; `NEXUS_FULL=1` runs thousands.
+CI runs 40–150 derandomized examples per property; `NEXUS_FULL=1` runs thousands.
 """
 from __future__ import annotations
 
@@ -98,21 +98,26 @@ TEMPLATES = [
 
 
 @st.composite
-def hostile_text(draw) -> str:
+def hostile_case(draw) -> tuple[str, set[str] | None]:
+    """(command text, the error codes a correct engine may answer it with) — None for the
+    mutated spec examples, which may be wrong in any way (but never `KIP_4003`). A
+    read-only call may also refuse KML with `KIP_1001` (see `codes_for`)."""
     kind = draw(st.integers(0, 5))
-    if kind == 0:
-        template, _ = TEMPLATES[0]
+    if kind == 0:                               # REGEX: bad, huge or catastrophic patterns
+        template, codes = TEMPLATES[0]
         pattern = draw(st.one_of(st.sampled_from(CATASTROPHIC), st.text(max_size=30),
                                  st.just("a" * 1001)))
-        return template.format(json.dumps(pattern))
-    if kind == 1:
+        return template.format(json.dumps(pattern)), codes
+    if kind == 1:                               # path ranges up to {0,10^40}
         big = st.one_of(st.integers(0, 25), st.sampled_from([10**6, 10**12, 2**63, 10**40]))
-        return TEMPLATES[2][0].format(draw(big), draw(big))
-    if kind == 2:
+        template, codes = TEMPLATES[2]
+        return template.format(draw(big), draw(big)), codes
+    if kind == 2:                               # LIMIT 0, -1, 10^12, 2^63, "1", null ...
         n = draw(st.sampled_from([0, -1, 1, 10**12, 2**63, 10**30, "1.5", "1e3", '"1"',
                                   "9" * 500, "null"]))
-        return draw(st.sampled_from(TEMPLATES[4:7]))[0].format(n)
-    if kind == 3:
+        template, codes = draw(st.sampled_from(TEMPLATES[4:7]))
+        return template.format(n), codes
+    if kind == 3:                               # nesting past max_nesting (64)
         depth = draw(st.integers(1, 300))
         return draw(st.sampled_from([
             "FIND(?d) WHERE { ?d {type: \"Drug\"} " + "NOT { " * depth + "?d {name: \"x\"}"
@@ -122,14 +127,23 @@ def hostile_text(draw) -> str:
             'UPSERT { CONCEPT ?x { {type: "Drug", name: "deep"} SET ATTRIBUTES { a: '
             + "[" * depth + "]" * depth + " } } }",
             "FIND(?d) WHERE { ?d {type: \"Drug\"} " + "OPTIONAL { " * depth + "?d {name: \"x\"}"
-            + " }" * depth + " }"]))
-    if kind == 4:
+            + " }" * depth + " }"])), {"KIP_4002"}
+    if kind == 4:                               # huge strings, past max_command_bytes too
         size = draw(st.sampled_from([10_000, 1_000_000, 9_000_000]))
-        return draw(st.sampled_from([
-            'FIND(?d) WHERE {{ ?d {{type: "Drug", name: "{}"}} }}',
-            'UPSERT {{ CONCEPT ?x {{ {{type: "Drug", name: "big"}} SET ATTRIBUTES {{ s: "{}" }} }} }}',
-            'SEARCH CONCEPT "{}"'])).format("s" * size)
-    return draw(parser_fuzz.mutated_seed())
+        template, codes = draw(st.sampled_from([
+            ('FIND(?d) WHERE {{ ?d {{type: "Drug", name: "{}"}} }}', {"KIP_3002", "KIP_4002"}),
+            ('UPSERT {{ CONCEPT ?x {{ {{type: "Drug", name: "big"}} SET ATTRIBUTES '
+             '{{ s: "{}" }} }} }}', {"KIP_4002"}),
+            ('SEARCH CONCEPT "{}"', {"KIP_4002"})]))
+        return template.format("s" * size), codes
+    return draw(parser_fuzz.mutated_seed()), None
+
+
+hostile_text = hostile_case().map(lambda case: case[0])
+
+
+def codes_for(codes: set[str] | None, readonly: bool) -> set[str] | None:
+    return None if codes is None else codes | {"KIP_1001"} if readonly else codes
 
 
 @st.composite
@@ -144,14 +158,14 @@ def envelopes(draw) -> Any:
                              max_size=4, unique=True)):
         request[key] = draw(json_values)
     if shape == 2:
-        request["command"] = draw(hostile_text())
+        request["command"] = draw(hostile_text)
         request["parameters"] = draw(st.dictionaries(
             st.one_of(st.text(max_size=5), st.just("\ud800")), json_values, max_size=3))
     if shape == 3:
         request.pop("command", None)
         request["commands"] = draw(st.lists(st.one_of(
-            hostile_text(), json_values,
-            st.fixed_dictionaries({"command": hostile_text()},
+            hostile_text, json_values,
+            st.fixed_dictionaries({"command": hostile_text},
                                   optional={"parameters": json_values, "x": json_values})),
             max_size=4))
     return request
@@ -238,13 +252,15 @@ def run_api(nx: Nexus, baseline: Baseline, request: Any, readonly: bool,
     return response
 
 
-@hostile_settings(300, 5000)
-@given(text=hostile_text(), readonly=st.booleans(), dry_run=st.booleans())
-def test_hostile_text_through_the_api(fuzz_nx, baseline, text, readonly, dry_run):
-    run_api(fuzz_nx, baseline, {"command": text, "dry_run": dry_run}, readonly)
+@hostile_settings(150, 5000)
+@given(case=hostile_case(), readonly=st.booleans(), dry_run=st.booleans())
+def test_hostile_text_through_the_api(fuzz_nx, baseline, case, readonly, dry_run):
+    text, codes = case
+    run_api(fuzz_nx, baseline, {"command": text, "dry_run": dry_run}, readonly,
+            codes_for(codes, readonly))
 
 
-@hostile_settings(300, 5000)
+@hostile_settings(150, 5000)
 @given(request=envelopes(), readonly=st.booleans())
 def test_hostile_envelopes_through_the_api(fuzz_nx, baseline, request, readonly):
     run_api(fuzz_nx, baseline, request, readonly)
@@ -345,6 +361,31 @@ def test_non_json_parameter_values(fuzz_nx, baseline, command):
             assert "error" in response, value
 
 
+def _many_blocks(n: int) -> str:
+    return "UPSERT { " + " ".join(f'CONCEPT ?c{i} {{ {{type: "Drug", name: "many {i}"}} }}'
+                                  for i in range(n)) + " }"
+
+
+def test_a_huge_command_is_cut_at_the_deadline(fuzz_nx, baseline):
+    """1 MB of UPSERT blocks (well under the 8 MiB command limit) takes about a minute to
+    parse on this machine: the parse itself must stop at the deadline (it once ran on for
+    30x the deadline), and nothing is written."""
+    started = time.monotonic()
+    response = run_api(fuzz_nx, baseline, {"command": _many_blocks(20_000)}, False,
+                       {"KIP_4001"}, seconds=1.5 * QUERY_TIMEOUT + SLACK)
+    assert "Parsing" in response["error"]["message"], response
+    assert time.monotonic() - started < 1.5 * QUERY_TIMEOUT + SLACK
+
+
+def test_a_thousand_sibling_filters_answer_within_the_deadline(fuzz_nx, baseline):
+    text = 'FIND(?d.name) WHERE { ?d {type: "Drug"} ' + " ".join(
+        f'FILTER(?d.name != "x{i}")' for i in range(1000)) + " }"
+    # Sibling FILTERs are a conjunction: nothing here excludes the two drugs.
+    response = run_api(fuzz_nx, baseline, {"command": text}, True, set())
+    assert {row[0] if isinstance(row, list) else row for row in response["result"]} \
+        >= {"Aspirin", "Ibuprofen"}, response
+
+
 def test_over_the_command_size_limit(fuzz_nx, baseline):
     text = 'FIND(?d) WHERE { ?d {type: "Drug", name: "' + "n" * 9_000_000 + '"} }'
     response = run_api(fuzz_nx, baseline, {"command": text}, True, {"KIP_4002"})
@@ -374,7 +415,8 @@ def server(tmp_path_factory):
 
 
 def check_http(server: KipServer, body: bytes, readonly: bool = False,
-               dry_run: bool = False, key: Any = True) -> tuple[int, Any]:
+               dry_run: bool = False, key: Any = True,
+               allowed: set[str] | None = None) -> tuple[int, Any]:
     started = time.monotonic()
     status, data = server.raw_post(body, key) if len(body) > 1 << 20 else \
         server.post(body, key=key)
@@ -391,7 +433,9 @@ def check_http(server: KipServer, body: bytes, readonly: bool = False,
     if isinstance(data, list):                  # a JSON-RPC batch
         server.baseline.before = server.baseline.dump()
         return status, data
-    assert_kip_response(data)
+    assert_kip_response(data, allowed if status != 413 else None)
+    if status == 413:                           # refused before it was read: over the body
+        assert data["error"]["code"] == "KIP_4002", data
     if "error" in data and status not in (401, 413):
         assert status == http_status(data), (status, data)
     elif status == 200:
@@ -431,19 +475,20 @@ def http_bodies(draw) -> tuple[bytes, bool, bool]:
     return body, readonly, dry_run
 
 
-@hostile_settings(100, 2000)
+@hostile_settings(60, 2000)
 @given(case=http_bodies())
 def test_hostile_bodies_over_http(server, case):
     body, readonly, dry_run = case
     check_http(server, body, readonly, dry_run)
 
 
-@hostile_settings(60, 1000)
-@given(text=hostile_text(), readonly=st.booleans())
-def test_hostile_text_over_http(server, text, readonly):
+@hostile_settings(40, 1000)
+@given(case=hostile_case(), readonly=st.booleans())
+def test_hostile_text_over_http(server, case, readonly):
+    text, codes = case
     body = json.dumps({"method": "execute_kip_readonly" if readonly else "execute_kip",
                        "params": {"command": text}}).encode()
-    check_http(server, body, readonly)
+    check_http(server, body, readonly, allowed=codes_for(codes, readonly))
 
 
 def test_http_specifics(server):
@@ -481,4 +526,43 @@ def test_http_specifics(server):
     status, data = check_http(server, json.dumps({"method": "execute_kip", "params": {
         "command": TEMPLATES[4][0].format(10**12)}}).encode(), readonly=True)
     assert status == 200 and {"Aspirin", "Ibuprofen"} <= {d["name"] for d in data["result"]}
+    for m, n in ((0, 1000000), (0, 10**30)):
+        status, data = check_http(server, json.dumps({"method": "execute_kip", "params": {
+            "command": TEMPLATES[2][0].format(m, n)}}).encode(), readonly=True)
+        assert status == 400 and data["error"]["code"] == "KIP_4002", data
+    status, data = check_http(server, json.dumps({"method": "execute_kip", "params": {
+        "command": 'FIND(?d.name) WHERE { ?d {type: "Drug"} FILTER(REGEX(?d.name, :p)) }',
+        "parameters": {"p": "a" * 1001}}}).encode(), readonly=True)
+    assert status == 400 and data["error"]["code"] == "KIP_1001", data
+    status, data = check_http(server, json.dumps({"method": "execute_kip", "params": {
+        "command": _many_blocks(20_000)}}).encode())         # cut at the deadline: 408
+    assert status == 408 and data["error"]["code"] == "KIP_4001", data
+    deep_upsert = ('UPSERT { CONCEPT ?x { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES '
+                   '{ a: ' + "[" * 100 + "]" * 100 + ' } } }')
+    status, data = check_http(server, json.dumps({"method": "execute_kip", "params": {
+        "command": deep_upsert}}).encode(), readonly=True)     # refused: nothing written
+    assert status == 400 and data["error"]["code"] == "KIP_4002", data
 
+
+def test_fixed_bounds_over_http(server):
+    """The fixed bounds of docs/limits.md that only HTTP can reach (the others:
+    tests/reliability/test_limits.py::test_fixed_bounds_through_the_api)."""
+    find = 'FIND(?d.name) WHERE { ?d {type: "Drug", name: "Aspirin"} }'
+    for limit in (0, 1001, "5", True):
+        status, data = check_http(server, json.dumps({"method": "list_logs", "params": {
+            "limit": limit}}).encode(), readonly=True)
+        assert status == 400 and data["error"]["code"] == "KIP_1001", (limit, data)
+    for limit in (1, 1000):
+        assert server.post({"method": "list_logs", "params": {"limit": limit}})[0] == 200
+    find_in = 'FIND(?d.name) WHERE { ?d {type: "Drug"} FILTER(IN(?d.name, :x)) }'
+    deep_json = (b'{"method": "execute_kip", "params": {"command": "'
+                 + find_in.replace('"', '\\"').encode() + b'", "parameters": {"x": '
+                 + b"[" * 1000 + b"1" + b"]" * 1000 + b"}}}")   # JSON within 1,024 levels ...
+    status, data = check_http(server, deep_json, readonly=True)
+    assert status == 400 and data["error"]["code"] == "KIP_2003", data   # (> 64 levels)
+    status, data = check_http(server, b"[" * 1025 + b"]" * 1025, readonly=True)  # ... beyond
+    assert status == 400 and "nested too deeply" in data["error"]["message"], data
+    status, data = check_http(server, b'{"method": "execute_kip", "params": {"command": "'
+                              + find.replace('"', '\\"').encode() + b'", '
+                              b'"parameters": {"x": Infinity}}}', readonly=True)
+    assert status == 400 and data["error"]["code"] == "KIP_1001", data

@@ -149,3 +149,60 @@ def test_docs_list_every_limit():
         assert f"`{flag} " in text and f"`KIP_{field.upper()}`" in text, field
     for code in ("KIP_4001", "KIP_4002", "KIP_1001", "KIP_2003", "413", "408"):
         assert code in text
+
+
+# --- the fixed bounds of docs/limits.md ---------------------------------------------------------
+
+def _deep(depth: int):
+    value = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _code(response: dict) -> str | None:
+    return response.get("error", {}).get("code")
+
+
+WRITE_A = 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Bounds"} SET ATTRIBUTES { a: :v } } }'
+
+
+def test_fixed_bounds_through_the_api():
+    with Nexus.open(None) as nx:
+        seeded(nx)
+
+        def run(command, **parameters):
+            request = {"command": command}
+            if parameters:
+                request["parameters"] = parameters
+            return nx.execute_kip(request)
+        find_in = 'FIND(?d.name) WHERE { ?d {type: "Drug"} FILTER(IN(?d.name, :v)) }'
+        # parameter values: 64 levels of nesting, not 65
+        assert "result" in run(find_in, v=_deep(64))
+        response = run(find_in, v=_deep(65))
+        assert _code(response) == "KIP_2003" and ":v" in response["error"]["message"]
+        # stored integers: -2^63 .. 2^64-1, as parameters and as literals
+        for value in (2**64 - 1, -(2**63)):
+            assert "result" in run(WRITE_A, v=value)
+            assert run('FIND(?d.attributes.a) WHERE { ?d {type: "Drug", name: "Bounds"} }'
+                       )["result"] == [value]
+            assert "result" in run(WRITE_A.replace(":v", str(value)))
+        for value in (2**64, -(2**63) - 1):
+            assert _code(run(WRITE_A, v=value)) == "KIP_2003"
+            assert _code(run(WRITE_A.replace(":v", str(value)))) == "KIP_2003"
+        assert "result" in run('FIND(?d) WHERE { ?d {type: "Drug"} '
+                               f'FILTER(?d.attributes.dose_mg < {10**300}) }}')
+        assert _code(run(WRITE_A.replace(":v", "9" * 4301))) == "KIP_1001"
+        # an open path range is refused only when its lower bound passes max_hops
+        assert "result" in run('FIND(?a, ?b) WHERE { (?a, "belongs_to_domain"{1,}, ?b) }')
+        assert _code(run('FIND(?a, ?b) WHERE { (?a, "belongs_to_domain"{21,}, ?b) }')) \
+            == "KIP_4002"
+        # LIMIT: any integer >= 1
+        find = 'FIND(?d.name) WHERE { ?d {type: "Drug"} } LIMIT '
+        assert len(run(find + str(10**12))["result"]) == 3          # all the drugs
+        for bad in ("0", "-1", "1.5"):
+            assert _code(run(find + bad)) == "KIP_1001", bad
+        # lone surrogates: fine to look for, refused when they would be written
+        assert _code(run('FIND(?d) WHERE { ?d {type: "Drug", name: :v} }', v="\ud800")) \
+            == "KIP_3002"
+        assert _code(run(WRITE_A, v="x\udfffy")) == "KIP_2003"
