@@ -27,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PEER_MODULES = {"kuzu": "kuzu", "ladybug": "ladybug", "oxigraph": "pyoxigraph"}
 KNOWN = tuple(PEER_MODULES)
+DEFAULT_DIR_TEXT = "../shared/peers"
 DURABLE = {"kuzu": True, "ladybug": True, "oxigraph": False, "networkx": False}
 
 
@@ -51,7 +52,10 @@ def select(spec: str, peers_dir: str | None) -> tuple[list[str], list[str]]:
     script = harness_script(peers_dir)
     if spec == "auto":
         if script is None:
-            return [], [f"peers: skipped, no harness at {peers_dir or '(no --peers-dir)'}"]
+            return [], [f"peers: skipped — no peer harness (bench_peers.py) at "
+                        f"{peers_dir or DEFAULT_DIR_TEXT}; nexus's answers were checked "
+                        "against bench.reference only, and there are no peer figures (give "
+                        "--peers-dir DIR to run Kùzu, Ladybug and Oxigraph beside it)"]
         if importlib.util.find_spec("networkx") is None or importlib.util.find_spec("numpy") is None:
             return [], ["peers: skipped, the harness needs networkx and numpy"]
         chosen = [p for p in KNOWN if installed(p)]
@@ -71,15 +75,17 @@ def select(spec: str, peers_dir: str | None) -> tuple[list[str], list[str]]:
     return wanted, []
 
 
-def plan(peers: list[str]) -> list[dict]:
-    """The invocations: [{"tag", "peers": [...], "nexus": bool}]."""
+def plan(peers: list[str], nexus: bool = True) -> list[dict]:
+    """The invocations: [{"tag", "peers": [...], "nexus": bool}]. `nexus`: plug nexus into
+    one of them (its answers are checked against every peer either way, through
+    bench.reference, whose digests are compared with each run's reference)."""
     runs = []
     other = [p for p in peers if p != "ladybug"]
     if other:
         runs.append({"tag": "", "peers": ["networkx"] + other, "nexus": False})
     if "ladybug" in peers:
-        runs.append({"tag": "-ladybug", "peers": ["networkx", "ladybug"], "nexus": True})
-    if runs and not any(r["nexus"] for r in runs):
+        runs.append({"tag": "-ladybug", "peers": ["networkx", "ladybug"], "nexus": nexus})
+    if nexus and runs and not any(r["nexus"] for r in runs):
         runs[0]["nexus"] = True
     return runs
 

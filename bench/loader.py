@@ -21,6 +21,10 @@ over the load, i.e. the process without the benchmark's parsed dataset. `--answe
 returns the digests of Q1–Q6 on the loaded database; `--reference` the digests of the
 reference evaluator (`bench.reference`) over the same data, before and after W2.
 
+`close_s` is how long closing took: with SEARCH attached, the wait for the background
+vector indexer to catch up with the load (SEARCH answers from the lexical index and the
+vectors indexed so far meanwhile; not part of W1, reported beside it).
+
 probe — RSS of a fresh process serving the loaded database: open it, run every query
 parameter once and a few SEARCHes, report the resident size.
 """
@@ -135,7 +139,9 @@ def load(args) -> dict:
            "rss_engine_mb": round(rss_base + rss1 - rss0, 1)}
     if args.answers:
         out["answers"] = R.answer_digests(query_runner(NP.NexusQueries(nx)), meta["params"])
-    nx.close()
+    t3 = time.perf_counter()
+    nx.close()                # waits for the background vector indexer to catch up
+    out["close_s"] = round(time.perf_counter() - t3, 3)
     out["disk_mb"] = round(disk_mb(args.db), 1)
     out["peak_rss_mb"] = round(peak_rss_mb(), 1)
     if args.reference:

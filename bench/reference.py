@@ -48,6 +48,18 @@ def digest(obj) -> str:
                           ).hexdigest()[:16]
 
 
+def describe_diff(got, want, limit: int = 3) -> str:
+    """What differs between two canonical answers (`bench_peers.describe_diff`'s form)."""
+    if isinstance(got, list) and isinstance(want, list):
+        cg = Counter(json.dumps(x, sort_keys=True, ensure_ascii=False) for x in got)
+        cw = Counter(json.dumps(x, sort_keys=True, ensure_ascii=False) for x in want)
+        extra, missing = list((cg - cw).elements()), list((cw - cg).elements())
+        return (f"{len(got)} rows, expected {len(want)}; unexpected {len(extra)}: "
+                f"{extra[:limit]}; missing {len(missing)}: {missing[:limit]}")
+    return (f"got {json.dumps(got, sort_keys=True, ensure_ascii=False)[:300]}, expected "
+            f"{json.dumps(want, sort_keys=True, ensure_ascii=False)[:300]}")
+
+
 def answer_digests(run, params: dict, queries=QUERIES) -> dict[str, list[str]]:
     """{query: [digest per parameter set]} of `run(query, **params)`."""
     return {q: [digest(canon(q, run(q, **p))) for p in params[q]] for q in queries}

@@ -11,10 +11,13 @@ Per N (default 10,000 and 100,000):
      are checked, then timed rounds until --budget), W2 (200 durable upserts; then with
      SEARCH detached), SEARCH, the mixed agent loop;
   4. when the peer harness and packages are there: the harness for Kùzu, Oxigraph and
-     (in its own process) Ladybug, with nexus plugged into it, on the same dataset.
-Answers are checked against `bench.reference` (and, with the harness, against every peer);
-any mismatch is printed loudly and makes the exit status 1.
-Writes a JSON file with everything and the `## Summary` of bench/RESULTS.md.
+     (in its own process) Ladybug on the same dataset, with nexus plugged into it too up
+     to N=20k (`--harness-nexus`; at 100k that would repeat the indexed bulk load).
+Answers are checked against `bench.reference` (and, with the harness, `bench.reference`
+against every peer, so nexus against every peer); any mismatch is printed loudly with the
+query, the parameters and the differing rows, and makes the exit status 1.
+Writes the full result (bench/results/full/, git-ignored), a compact JSON for tracking
+(bench/results/<date>.json) and the `## Summary` of bench/RESULTS.md (only that section).
 """
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DEFAULT_PEERS_DIR = os.path.normpath(os.path.join(ROOT, "..", "shared", "peers"))
 QUERIES = R.QUERIES
+DEFAULT_SIZES = [10_000, 100_000]
+HARNESS_NEXUS_MAX_N = 20_000      # --harness-nexus auto: plug nexus into the harness up to this N
 PACKAGES = ("nexus-kip", "lmdb", "usearch", "orjson", "msgpack", "lark", "numpy", "networkx",
             "kuzu", "ladybug", "pyoxigraph")
 
@@ -133,20 +138,25 @@ def read_names(d: str) -> list[tuple[str, str]]:
 
 
 # --- the in-process measurements ---------------------------------------------------------------
-def measure_queries(h: "NP.NexusQueries", meta: dict, args, check: dict) -> dict:
+def measure_queries(h: "NP.NexusQueries", meta: dict, args, check: dict,
+                    answers: dict | None = None) -> dict:
+    """Q1–Q6: the warm-up round's answer digests go into `check` (and the canonical answers
+    into `answers`, to explain a mismatch), then the timed rounds."""
     fns = {"Q1": h.q1, "Q2": h.q2, "Q3": h.q3, "Q4": h.q4, "Q5": h.q5, "Q6": h.q6}
     out = {}
     for q in QUERIES:
         params = meta["params"][q]
         fn = fns[q]
-        digests, rows = [], []
+        canon, rows = [], []
         t0 = time.perf_counter_ns()
         for p in params:                              # warm-up round; its answers are checked
             res = fn(**p)
-            digests.append(R.digest(R.canon(q, res)))
+            canon.append(R.canon(q, res))
             rows.append(0 if res is None else 1 if q == "Q1" else len(res))
         first_round_ms = (time.perf_counter_ns() - t0) / 1e6
-        check[q] = digests
+        check[q] = [R.digest(c) for c in canon]
+        if answers is not None:             # as text: nothing for the cyclic GC to scan
+            answers[q] = [json.dumps(c, ensure_ascii=False) for c in canon]
         gc.collect()
         times, per = time_rounds(fn, params, args.budget, args.min_reps, args.max_reps,
                                  args.hard_cap)
@@ -187,6 +197,23 @@ def renamed(items: list, suffix: str) -> list:
     """The same upserts on other drugs (so that a second W2 run creates, then updates)."""
     return [{**it, "concept": {**it["concept"], "name": it["concept"]["name"] + suffix}}
             for it in items]
+
+
+def explain(n: int, data: str, meta: dict, answers: dict, keys: list[str],
+            problems: list) -> None:
+    """For each mismatching query, the first parameter set whose answer differs from the
+    reference evaluator's: what to put in an engine bug report."""
+    concepts, props, _meta, _ = W.read(data)
+    ref = R.Reference(concepts, props)
+    for q in keys:
+        for p, text in zip(meta["params"].get(q, ()), answers.get(q, ())):
+            got = json.loads(text)
+            want = json.loads(json.dumps(R.canon(q, ref.run(q, **p)), ensure_ascii=False))
+            if got != want:
+                problems.append(f"N={n} nexus {q} with {json.dumps(p, ensure_ascii=False)}: "
+                                f"{R.describe_diff(got, want)}")
+                log(f"  !!! {problems[-1]}")
+                break
 
 
 def compare(label: str, got: dict, want: dict, problems: list) -> list[str]:
@@ -238,7 +265,8 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
     reference = w1.pop("reference")
     rec["w1_bulk"] = w1
     log(f"    {w1['load_s']:.2f} s, {w1['items_per_s']:,} items/s; RSS {w1['rss_engine_mb']:.0f}"
-        f" MB (Δ {w1['rss_delta_mb']:.0f}); disk {w1['disk_mb']:.0f} MB")
+        f" MB (Δ {w1['rss_delta_mb']:.0f}); disk {w1['disk_mb']:.0f} MB; vector index caught "
+        f"up {w1.get('close_s', 0):.1f} s later")
     if not args.skip_store_only:
         log("  W1 bulk_import (SEARCH detached) ...")
         db2 = os.path.join(wd, "nexus-store")
@@ -266,10 +294,11 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
     gc.collect()
     gc.freeze()
     direct: dict = {}
+    answers: dict = {}
     try:
         h = NP.NexusQueries(nx)
         log("  Q1–Q6 ...")
-        rec["queries"] = measure_queries(h, meta, args, direct)
+        rec["queries"] = measure_queries(h, meta, args, direct, answers)
         items = W.make_upserts([{"type": t, "name": nm} for t, nm in names], meta, args.upserts)
         log(f"  W2 ({len(items)} durable upserts) ...")
         rec["w2"] = measure_w2(h, items)
@@ -307,12 +336,17 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
     # --- answers -----------------------------------------------------------------------------
     bad_direct = compare(f"N={n} nexus", direct, reference, problems)
     bad_upsert = compare(f"N={n} nexus loaded by UPSERT", upsert_answers, reference, problems)
+    if bad_direct:
+        explain(n, data, meta, answers, [k for k in bad_direct if k in answers], problems)
+    answers.clear()
     checked = [k for k in reference if k in direct]
 
     # --- the peers ---------------------------------------------------------------------------
     rec["harness_runs"] = []
     if peers:
-        for spec in H.plan(peers):
+        plug = args.harness_nexus == "yes" or (args.harness_nexus == "auto"
+                                                and n <= HARNESS_NEXUS_MAX_N)
+        for spec in H.plan(peers, nexus=plug):
             log(f"  peer harness: {', '.join(spec['peers'])}"
                 f"{' + nexus plug-in' if spec['nexus'] else ''}")
             rec["harness_runs"].append(H.run(
@@ -336,6 +370,7 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
                     "(every parameter)" if ok else
                     "**MISMATCH** — see Problems below")}
     rec["seconds"] = round(time.perf_counter() - t_n, 1)
+    log(f"  N = {n:,} done in {rec['seconds'] / 60:.1f} min")
     return rec
 
 
@@ -365,6 +400,11 @@ def parse_args(argv):
                     help="SEARCH index during the W1 UPSERT load (default detached: attached "
                          "adds the same indexing cost as the bulk row shows, and is slow)")
     ap.add_argument("--upsert-batch", type=int, default=500, help="blocks per UPSERT command")
+    ap.add_argument("--harness-nexus", choices=("auto", "yes", "no"), default="auto",
+                    help="also plug nexus into the peer harness (its own timing loop, beside "
+                         f"Ladybug); auto: only for N ≤ {HARNESS_NEXUS_MAX_N:,} (at 100k it "
+                         "repeats the minutes-long indexed bulk load; the answers are "
+                         "cross-checked without it)")
     ap.add_argument("--skip-store-only", action="store_true",
                     help="skip the W1 bulk load with SEARCH detached")
     ap.add_argument("--data", default=os.path.join(HERE, "data"),
@@ -388,17 +428,38 @@ def parse_args(argv):
         if getattr(args, key) is None:
             setattr(args, key, short if quick else full)
     if args.n is None:
-        args.n = "2000" if quick else "10000,100000"
+        args.n = "2000" if quick else ",".join(map(str, DEFAULT_SIZES))
     args.sizes = sorted({int(x.replace("_", "")) for x in args.n.split(",") if x.strip()})
     if args.peers_dir is None and os.path.isdir(DEFAULT_PEERS_DIR):
         args.peers_dir = DEFAULT_PEERS_DIR
     return args
 
 
+def shown(path: str) -> str:
+    path = os.path.abspath(path)
+    return os.path.relpath(path, ROOT) if path.startswith(ROOT + os.sep) else path
+
+
 def default_out(args) -> str:
-    day = dt.date.today().isoformat()
-    suffix = "" if args.sizes == [10_000, 100_000] else "-n" + "-".join(map(str, args.sizes))
+    """bench/results/<date>.json for the default sizes (the compact JSON that is committed
+    for tracking), <date>-n<N>….json for other sizes (git-ignored)."""
+    day = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    suffix = "" if args.sizes == DEFAULT_SIZES else "-n" + "-".join(map(str, args.sizes))
     return os.path.join(HERE, "results", f"{day}{suffix}.json")
+
+
+def full_out(out: str) -> str:
+    """Where the full result (every call's and parameter's figures, answer digests, the
+    harness's own JSON) goes: `full/` beside the compact file (git-ignored)."""
+    return os.path.join(os.path.dirname(os.path.abspath(out)), "full", os.path.basename(out))
+
+
+def write_json(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, ensure_ascii=False, default=str)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -425,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     if peers:
         log(f"peers: {', '.join(peers)} (harness {args.peers_dir})")
     out = args.out or default_out(args)
+    full = full_out(out)
     work = args.workdir or tempfile.mkdtemp(prefix="nexus-bench-")
     os.makedirs(work, exist_ok=True)
     problems: list[str] = []
@@ -435,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
                        "peers": peers, "peers_dir": args.peers_dir,
                        "options": {k: v for k, v in vars(args).items()
                                    if k not in ("results_md",)},
-                       "out": os.path.relpath(out, ROOT) if out.startswith(ROOT) else out},
+                       "out": shown(out), "full_out": shown(full)},
               "runs": {}, "notes": list(notes), "problems": problems}
     status = 0
     try:
@@ -461,11 +523,9 @@ def main(argv: list[str] | None = None) -> int:
     for run in result["runs"].values():
         peer_versions.update(H.versions(run.get("harness_runs") or []))
     result["meta"]["harness_versions"] = peer_versions
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1, ensure_ascii=False, default=str)
-    os.replace(out + ".tmp", out)
-    log(f"\nwrote {out}")
+    write_json(full, result)
+    write_json(out, report.compact(result))
+    log(f"\nwrote {out} (compact) and {full} (full)")
     if result["runs"]:
         text = report.section(result)
         log("\n" + text)

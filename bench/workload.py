@@ -346,7 +346,9 @@ def ensure(n: int, out: str, seed: int = DEFAULT_SEED) -> str:
     try:
         with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
+        known = KNOWN_SHA256.get((n, seed))
         if (meta.get("n"), meta.get("seed"), meta.get("generator")) == (n, seed, GENERATOR) \
+                and (known is None or meta["sha256"] == known) \
                 and all(_sha256(os.path.join(d, k)) == v for k, v in meta["sha256"].items()):
             return d
     except (OSError, ValueError, KeyError):
