@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from nexus.api import Nexus  # noqa: E402
-from reliability_support import FULL, dump, full_or, seeded  # noqa: E402,F401
+from reliability_support import seeded  # noqa: E402
 
 
 @pytest.fixture(params=["memory", "lmdb"])

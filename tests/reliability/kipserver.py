@@ -10,7 +10,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-_LISTENING = re.compile(rb"serving .* on http://([^/]+)/kip")
+# tests/serving.py starts the process (shared with tests/server and tests/shell).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving import launch  # noqa: E402
 
 
 class KipServer:
@@ -32,32 +33,11 @@ class KipServer:
               env: dict | None = None, wait: float = 60.0) -> "KipServer":
         db = Path(db)
         log = db.parent / f"{db.name}-serve-{time.monotonic_ns()}.log"
-        cmd = [sys.executable, "-m", "nexus.cli", "serve", "--db", str(db), "--port", "0",
-               "--access-log", "off", *flags]
-        if key:
-            cmd += ["--api-key", key]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("KIP_")}
         full_env.update(env or {})
-        with open(log, "wb") as fh:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, env=full_env)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            m = _LISTENING.search(log.read_bytes())
-            if m:
-                host, _, port = m.group(1).decode().rpartition(":")
-                server = cls(proc, host.strip("[]"), int(port), key, log)
-                while time.monotonic() < deadline:
-                    try:
-                        if server.request("GET", "/healthz", timeout=5)[0] == 200:
-                            return server
-                    except OSError:
-                        pass
-                    time.sleep(0.05)
-            if proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        proc.kill()
-        raise RuntimeError(f"kip serve did not start: {log.read_text(errors='replace')}")
+        proc, host, port = launch(db, ["--access-log", "off", *flags], log=log, env=full_env,
+                                  key=key, wait=wait)
+        return cls(proc, host, port, key, log)
 
     # --- HTTP --------------------------------------------------------------------------------
     def connect(self, timeout: float = 60.0) -> http.client.HTTPConnection:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,10 +15,11 @@ from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving import launch  # noqa: E402
+
 KEY = "s3cret-test-key"
 SLOW_ITEMS = 450      # Item concepts in the `slow` database: a self-join takes ~1 s
-
-_LISTENING = re.compile(rb"serving .* on http://([^/]+)/kip")
 
 
 class Server:
@@ -95,31 +95,10 @@ class Server:
 def start_server(db: Path, *args: str, key: str | None = KEY, env: dict | None = None,
                  wait: float = 60) -> Server:
     log = db.parent / f"{db.name}-server-{time.monotonic_ns()}.log"
-    cmd = [sys.executable, "-m", "nexus.cli", "serve", "--db", str(db), "--port", "0", *args]
-    if key:
-        cmd += ["--api-key", key]
     full_env = {k: v for k, v in os.environ.items() if k != "KIP_API_KEY"}
     full_env.update(env or {})
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, env=full_env)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        m = _LISTENING.search(log.read_bytes())
-        if m:
-            host, _, port = m.group(1).decode().rpartition(":")
-            server = Server(proc, host.strip("[]"), int(port), key, log, db)
-            while time.monotonic() < deadline:     # listening once /healthz answers
-                try:
-                    if server.request("GET", "/healthz", timeout=5)[0] == 200:
-                        return server
-                except OSError:
-                    pass
-                time.sleep(0.05)
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"kip serve did not start: {log.read_text(errors='replace')}")
+    proc, host, port = launch(db, list(args), log=log, env=full_env, key=key, wait=wait)
+    return Server(proc, host, port, key, log, db)
 
 
 @pytest.fixture(scope="session")

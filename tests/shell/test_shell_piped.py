@@ -11,9 +11,12 @@ import os
 import re
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving import launch  # noqa: E402
 
 KEY = "shell-test-key"
 
@@ -153,29 +156,14 @@ def test_cannot_open_exits_2(tmp_path):
 
 # --- against a running `kip serve` --------------------------------------------------------
 
-_LISTENING = re.compile(rb"serving .* on http://([^/]+)/kip")
-
-
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory):
     """`kip serve` on a free loopback port, with an API key."""
     db = tmp_path_factory.mktemp("srv") / "db"
-    log = db.parent / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "KIP_API_KEY"}
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "nexus.cli", "serve", "--db", str(db),
-                                 "--port", "0", "--api-key", KEY],
-                                stdout=subprocess.DEVNULL, stderr=fh, env=env)
+    proc, host, port = launch(db, [], log=db.parent / "server.log", env=env, key=KEY)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            m = _LISTENING.search(log.read_bytes())
-            if m:
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"kip serve did not start: {log.read_text()}")
-            time.sleep(0.05)
-        yield f"http://{m.group(1).decode()}"
+        yield f"http://{host}:{port}"
     finally:
         proc.terminate()
         proc.wait(30)
