@@ -38,13 +38,13 @@ durable commits slower afterwards (measured: W2 median 4.2 ms after a load in ba
 """
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from itertools import islice
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorCode, KipError
+from ..store.bulk import gc_paused
 from . import protect, writes
 from .context import ExecContext
 from .schema import Schema
@@ -128,19 +128,6 @@ def _check_map(value: Any, where: str) -> dict:
     return value
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    # A batch allocates hundreds of thousands of dicts and tuples, none in a cycle; letting
-    # the collector run meanwhile only rescans them (and the caller's data) again and again.
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 class _Ids(dict):
     """type name -> {name: id} of the concepts the import created or met; a type never
     seen reads as an empty map (never stored: use setdefault to add)."""
@@ -182,7 +169,9 @@ class _Import:
                 search = nexus.search
                 stage = getattr(search, "stage", None) if search is not None else None
                 chunk = first
-                with _gc_paused():
+                # A batch allocates hundreds of thousands of dicts and tuples, none in a
+                # cycle: letting the collector run meanwhile only rescans them again and again.
+                with gc_paused():
                     while chunk:
                         fn(ctx, chunk, done)
                         done += len(chunk)

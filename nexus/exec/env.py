@@ -25,6 +25,15 @@ _MEMO_LIMIT = 200_000
 _CHECK_EVERY = 2048          # work units between deadline checks (a unit is ~0.1–2 µs)
 
 
+def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
+    """KIP_4002 for a path range `{lo,hi}` (`hi` None: open) over the hop cap (CONTRACT §6)."""
+    if (hi if hi is not None else lo) > cap:
+        raise KipError(
+            ErrorCode.KIP_4002,
+            f"The path range {{{lo},{'' if hi is None else hi}}} exceeds the hop limit of {cap}",
+            f"Bound the range to at most {cap} hops, e.g. {{1,{min(cap, 5)}}}.")
+
+
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
                  "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes")
@@ -207,13 +216,7 @@ class Env:
 
     # --- paths ----------------------------------------------------------------------------
     def path_pid(self, v: A.Value, lo: int, hi: int | None) -> int | None:
-        cap = self.ctx.limits.max_hops
-        if (hi if hi is not None else lo) > cap:
-            raise KipError(
-                ErrorCode.KIP_4002,
-                f"The path range {{{lo},{hi if hi is not None else ''}}} exceeds the hop "
-                f"limit of {cap}",
-                f"Bound the range to at most {cap} hops, e.g. {{1,{min(cap, 5)}}}.")
+        check_hop_range(lo, hi, self.ctx.limits.max_hops)
         return self.sid(v)
 
     def walk(self, start: int, pid: int | None, lo: int, hi: int | None,

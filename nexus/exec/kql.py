@@ -35,7 +35,7 @@ from ..plan.physical import ConstConcept, Estimator, GroupPlan, may_repeat, plan
 from ..syntax import ast as A
 from ..syntax import to_text
 from . import columnar
-from .env import Env
+from .env import Env, check_hop_range
 from .filters import kind as value_kind
 from .operators import compile_group
 from .results import Aggregator, _DistinctIds, counted, order_rows
@@ -137,14 +137,8 @@ def _path_ranges(group: Any) -> Iterator[tuple[int, int | None]]:
 def check_hops(ctx: Any, prep: Prepared) -> None:
     """KIP_4002 for a path range over the hop cap (CONTRACT §6) — checked before anything
     runs, so that a path in a block that is never reached is refused all the same."""
-    cap = ctx.limits.max_hops
     for lo, hi in prep.paths:
-        if (hi if hi is not None else lo) > cap:
-            raise KipError(
-                ErrorCode.KIP_4002,
-                f"The path range {{{lo},{'' if hi is None else hi}}} exceeds the hop limit "
-                f"of {cap}",
-                f"Bound the range to at most {cap} hops, e.g. {{1,{min(cap, 5)}}}.")
+        check_hop_range(lo, hi, ctx.limits.max_hops)
 
 
 def _mandatory_atoms(logical: LogicalQuery) -> list:

@@ -248,26 +248,25 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
     fwd = w.fwd
     changed: list[int] = []
     gone: list[int] = []
-    for n in removed:
-        key = _U64.pack(n)
-        raw = fwd.get(key)
+
+    def forget(n: int, key: bytes, raw: bytes | None) -> None:
+        """Drop an element that is no longer there (or no longer a document)."""
         if raw is not None:
             entry = Entry(raw)
             w.remove(n, entry)
             w.count[entry.kind] -= 1
             fwd.delete(key)
             gone.append(n)
+
+    for n in removed:
+        key = _U64.pack(n)
+        forget(n, key, fwd.get(key))
     for n in sorted(touched):
         key = _U64.pack(n)
         raw = fwd.get(key)
         doc = element_doc(txn, n)
         if doc is None:
-            if raw is not None:
-                entry = Entry(raw)
-                w.remove(n, entry)
-                w.count[entry.kind] -= 1
-                fwd.delete(key)
-                gone.append(n)
+            forget(n, key, raw)
             continue
         terms = doc_terms(doc)
         names = doc_names(doc)

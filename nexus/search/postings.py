@@ -125,19 +125,29 @@ def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int 
         if len(ids) <= BLOCK:
             aux.put(prefix + _U64.pack(ids[0]), _spliced(b"\0\0\0\0", 0, ids, ops))
             return len(ids)
-    vals = [ops[n] for n in ids]
-    new_ids = np.asarray(ids, dtype=np.uint64)
-    new_w = np.fromiter((v[0] for v in vals), dtype=np.float32, count=len(vals))
-    new_g = np.fromiter((v[1] for v in vals), dtype=np.uint32, count=len(vals))
+    new_ids, new_w, new_g = _arrays(ids, ops)
     if last is not None and len(b_ids) < BLOCK:
         new_ids = np.concatenate([b_ids.astype(np.uint64), new_ids])
         new_w = np.concatenate([b_w.astype(np.float32), new_w])
         new_g = np.concatenate([b_g.astype(np.uint32), new_g])
-    put = aux.put
-    for i in range(0, len(new_ids), BLOCK):     # the first key may be `last`: overwritten
-        put(prefix + _U64.pack(int(new_ids[i])),
-            encode(new_ids[i:i + BLOCK], new_w[i:i + BLOCK], new_g[i:i + BLOCK]))
+    _put_blocks(aux, prefix, new_ids, new_w, new_g)   # the first key may be `last`: overwritten
     return len(ids)
+
+
+def _arrays(ids: list[int], ops: dict[int, Op]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The postings `ids` (sorted, all set by `ops`) as id, weight and group columns."""
+    vals = [ops[n] for n in ids]
+    return (np.asarray(ids, dtype=np.uint64),
+            np.fromiter((v[0] for v in vals), dtype=np.float32, count=len(vals)),
+            np.fromiter((v[1] for v in vals), dtype=np.uint32, count=len(vals)))
+
+
+def _put_blocks(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
+                groups: np.ndarray) -> None:
+    """Write sorted postings as blocks of BLOCK, each keyed by its first id."""
+    for i in range(0, len(ids), BLOCK):
+        aux.put(prefix + _U64.pack(int(ids[i])),
+                encode(ids[i:i + BLOCK], weights[i:i + BLOCK], groups[i:i + BLOCK]))
 
 
 _LE64 = struct.Struct("<Q")
@@ -163,11 +173,5 @@ def create(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
     if len(ids) <= BLOCK:
         aux.put(prefix + _U64.pack(ids[0]), _spliced(b"\0\0\0\0", 0, ids, ops))
         return len(ids)
-    vals = [ops[n] for n in ids]
-    a_ids = np.asarray(ids, dtype=np.uint64)
-    a_w = np.fromiter((v[0] for v in vals), dtype=np.float32, count=len(vals))
-    a_g = np.fromiter((v[1] for v in vals), dtype=np.uint32, count=len(vals))
-    for i in range(0, len(ids), BLOCK):
-        aux.put(prefix + _U64.pack(ids[i]),
-                encode(a_ids[i:i + BLOCK], a_w[i:i + BLOCK], a_g[i:i + BLOCK]))
+    _put_blocks(aux, prefix, *_arrays(ids, ops))
     return len(ids)
