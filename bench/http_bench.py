@@ -25,6 +25,7 @@ import sys
 # library's `http` package (urllib and http.client import it): drop the folder first.
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))     # the repository, for bench.results_md
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -38,6 +39,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from datetime import datetime, timezone  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from bench.results_md import replace_section  # noqa: E402
 
 KEY = "bench-key"
 QUERY = 'FIND(?p.name, ?p.attributes.age) WHERE { ?p {type: "Person", name: :name} }'
@@ -243,14 +246,7 @@ def record(path: Path, rows: list[dict], tool: str, args: argparse.Namespace,
               "server freezes its start-up heap out of the cyclic GC (`gc.freeze()`), which "
               "took p99 at 16 clients from ~25–40 ms down to ~10 ms here."]
     section = "\n".join(lines) + "\n"
-    text = path.read_text() if path.exists() else "# nexus benchmark results\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("\n" + text[nxt + 1:] if nxt != -1 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+    replace_section(path, SECTION, section)
 
 
 if __name__ == "__main__":

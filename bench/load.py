@@ -20,7 +20,8 @@ dataset (`../shared/peers`), database size on disk and RSS.
   apart — `--with-search N` loads size N with the index attached too (slow), and
   W2 is always also timed with the index attached.
 
-The dataset is generated with `gen.py` into `--data` when missing. As in the peers harness,
+The dataset is generated into `--data` when missing (`bench.workload`, gen.py's output byte
+for byte, so `../shared` is not needed). As in the peers harness,
 the parsed dataset is `gc.freeze()`d so that collections do not rescan it. `--write` replaces
 the `## Storage and KML` section of bench/RESULTS.md.
 """
@@ -32,7 +33,6 @@ import gc
 import json
 import os
 import platform
-import random
 import shutil
 import statistics
 import subprocess
@@ -51,7 +51,11 @@ from nexus.api import Nexus  # noqa: E402
 from nexus.capsules import bulk_import  # noqa: E402
 from nexus.exec.bulk import DEFAULT_BATCH  # noqa: E402
 
-PEERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "peers")
+from bench import workload  # noqa: E402
+from bench.results_md import replace_section  # noqa: E402
+from bench.nexus_peer import W2, w2_params  # noqa: E402  (the peers README's W2 command)
+from bench.timing import disk_mb, rss_mb  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md")
 SECTION = "## Storage and KML"
 
@@ -72,93 +76,17 @@ UPSERT {
 WITH METADATA { source: "bench" }
 """
 
-# The peers README's W2 command.
-W2 = """
-UPSERT {
-  CONCEPT ?d {
-    {type: "Drug", name: :name}
-    SET ATTRIBUTES { risk_level: :risk_level, molecular_formula: :molecular_formula,
-                     approved: :approved, description: :description }
-    SET PROPOSITIONS {
-      ("treats", {type: "Symptom", name: :symptom})
-        WITH METADATA { source: :l0_source, confidence: :l0_confidence, created_at: :l0_created_at }
-      ("is_class_of", {type: "DrugClass", name: :drug_class})
-        WITH METADATA { source: :l1_source, confidence: :l1_confidence, created_at: :l1_created_at }
-    }
-  }
-  WITH METADATA { source: :source, confidence: :confidence, created_at: :created_at }
-}
-"""
 
 
 def load_dataset(n: int, data: str) -> tuple[list, list, dict, float]:
-    d = os.path.join(data, f"n{n}")
-    if not os.path.exists(os.path.join(d, "meta.json")):
-        subprocess.run([sys.executable, os.path.join(PEERS, "gen.py"), "--n", str(n),
-                        "--out", data], check=True, stdout=subprocess.DEVNULL)
-    try:
-        import orjson
-        loads = orjson.loads
-    except ImportError:
-        loads = json.loads
-    t0 = time.perf_counter()
-    with open(os.path.join(d, "concepts.jsonl"), "rb") as f:
-        concepts = [loads(line) for line in f]
-    with open(os.path.join(d, "propositions.jsonl"), "rb") as f:
-        links = [loads(line) for line in f]
-    parse_s = time.perf_counter() - t0
-    with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    return concepts, links, meta, parse_s
+    """The peers workload of size n (generated into `data` when missing): concepts,
+    propositions, meta and the JSONL parse seconds."""
+    return workload.read(workload.ensure(n, data))
 
 
-def make_upserts(concepts: list, meta: dict, k: int, seed: int = 42) -> list[dict]:
-    """The peers harness's W2 items (bench_peers.make_upserts), as KIP parameters."""
-    rng = random.Random(seed + 7)
-    qsym = {p["symptom"] for p in meta["params"]["Q2"]}
-    symptoms = [c["name"] for c in concepts if c["type"] == "Symptom" and c["name"] not in qsym]
-    classes = [c["name"] for c in concepts if c["type"] == "DrugClass" and c["name"] != "NSAID"]
-
-    def m():
-        return {"source": "w2_upsert", "confidence": round(0.5 + rng.random() * 0.5, 3),
-                "created_at": f"2026-01-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:00:00Z"}
-
-    out, news = [], []
-    for i in range(k):
-        if i % 4 == 3 and news:
-            base = news[rng.randrange(len(news))]
-            name, targets = base["name"], [base["symptom"], base["drug_class"]]
-        else:
-            name, targets = f"W2 drug {i:05d}", [symptoms[rng.randrange(len(symptoms))],
-                                                  classes[rng.randrange(len(classes))]]
-        p = {"name": name, "risk_level": rng.randint(1, 5), "molecular_formula": f"C{i}H{k}",
-             "approved": rng.random() < 0.5, "description": f"upserted drug {i}"}
-        cm, l0, l1 = m(), m(), m()
-        p.update({"source": cm["source"], "confidence": cm["confidence"],
-                  "created_at": cm["created_at"], "symptom": targets[0],
-                  "drug_class": targets[1]})
-        for prefix, lm in (("l0", l0), ("l1", l1)):
-            p.update({f"{prefix}_{k2}": v for k2, v in lm.items()})
-        out.append(p)
-        if not (i % 4 == 3 and news):
-            news.append(p)
-    return out
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def disk_mb(path: str) -> float:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            total += os.stat(os.path.join(root, name)).st_blocks * 512
-    return total / 2**20
+def make_upserts(concepts: list, meta: dict, k: int) -> list[dict]:
+    """The peers harness's W2 items (bench_peers.make_upserts, same seed), as KIP parameters."""
+    return [w2_params(item) for item in workload.make_upserts(concepts, meta, k)]
 
 
 def w2(nx: Nexus, upserts: list[dict], suffix: str = "") -> tuple[float, float]:
@@ -412,22 +340,6 @@ NOTES = [
 ]
 
 
-def write_section(text: str) -> None:
-    try:
-        with open(RESULTS, encoding="utf-8") as f:
-            current = f.read()
-    except FileNotFoundError:
-        current = "# nexus benchmark results\n"
-    start = current.find(SECTION)
-    if start < 0:
-        new = current.rstrip("\n") + "\n\n" + text
-    else:
-        end = current.find("\n## ", start + len(SECTION))
-        new = current[:start] + text + (current[end + 1:] if end >= 0 else "")
-    with open(RESULTS, "w", encoding="utf-8") as f:
-        f.write(new.rstrip("\n") + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, action="append", help="dataset sizes (default 100000)")
@@ -460,7 +372,7 @@ def main() -> None:
     text = markdown(results, command.strip(), rss)
     print(text)
     if args.write:
-        write_section(text)
+        replace_section(RESULTS, SECTION, text)
 
 
 if __name__ == "__main__":

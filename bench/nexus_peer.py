@@ -98,6 +98,23 @@ def find_bulk_import():
     return None
 
 
+def w2_params(item: dict) -> dict:
+    """The parameters of the W2 command for one harness upsert item (`make_upserts`)."""
+    c, (l0, l1) = item["concept"], item["links"]
+    a, m = c["attributes"], c["metadata"]
+    return {
+        "name": c["name"], "risk_level": a["risk_level"],
+        "molecular_formula": a["molecular_formula"], "approved": a["approved"],
+        "description": a["description"],
+        "symptom": l0["object"]["name"], "l0_source": l0["metadata"]["source"],
+        "l0_confidence": l0["metadata"]["confidence"],
+        "l0_created_at": l0["metadata"]["created_at"],
+        "drug_class": l1["object"]["name"], "l1_source": l1["metadata"]["source"],
+        "l1_confidence": l1["metadata"]["confidence"],
+        "l1_created_at": l1["metadata"]["created_at"],
+        "source": m["source"], "confidence": m["confidence"], "created_at": m["created_at"]}
+
+
 def kip(nx: Nexus, command: str, **params: Any) -> Any:
     response = nx.execute_kip({"command": command, "parameters": params})
     if "error" in response:
@@ -197,19 +214,7 @@ class NexusQueries:
         return list(zip(names, effects))
 
     def upsert(self, item: dict) -> None:
-        c, (l0, l1) = item["concept"], item["links"]
-        a, m = c["attributes"], c["metadata"]
-        self._run(W2, {
-            "name": c["name"], "risk_level": a["risk_level"],
-            "molecular_formula": a["molecular_formula"], "approved": a["approved"],
-            "description": a["description"],
-            "symptom": l0["object"]["name"], "l0_source": l0["metadata"]["source"],
-            "l0_confidence": l0["metadata"]["confidence"],
-            "l0_created_at": l0["metadata"]["created_at"],
-            "drug_class": l1["object"]["name"], "l1_source": l1["metadata"]["source"],
-            "l1_confidence": l1["metadata"]["confidence"],
-            "l1_created_at": l1["metadata"]["created_at"],
-            "source": m["source"], "confidence": m["confidence"], "created_at": m["created_at"]})
+        self._run(W2, w2_params(item))
 
 
 class NexusPeer(Peer):

@@ -19,7 +19,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.results_md import replace_section  # noqa: E402
 from nexus.syntax import bind, parse  # noqa: E402
 from nexus.syntax.parser import _parse_cached  # noqa: E402
 
@@ -160,19 +160,8 @@ def main() -> None:
     ])
     print(section)
     if not args.no_write:
-        write_section(ROOT / "bench" / "RESULTS.md", section)
+        replace_section(ROOT / "bench" / "RESULTS.md", "## Parsing", section)
         print(f"written to {ROOT / 'bench' / 'RESULTS.md'}")
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the `## Parsing` section of RESULTS.md, keeping the others."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# nexus benchmark results\n"
-    pattern = re.compile(r"^## Parsing\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, PEERS)
 
 import nexus_peer as NP  # noqa: E402
+from results_md import replace_section  # noqa: E402
 
 QUERIES = ("Q1", "Q2", "Q3", "Q4", "Q5", "Q6")
 HUBS = ("Headache", "Fever")
@@ -293,16 +294,7 @@ def write_results(direct: list[dict], harness: dict, args) -> None:
     lines += NOTES
     section = "\n".join(lines).rstrip() + "\n"
     path = os.path.join(HERE, "RESULTS.md")
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else \
-        "# nexus benchmark results\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        nxt = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("" if nxt < 0 else text[nxt + 1:])
-    else:
-        text = text.rstrip() + "\n\n" + section
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    replace_section(path, SECTION, section)
     with open(os.path.join(args.results, "kql-direct.json"), "w") as f:
         json.dump(direct, f, indent=1, default=str)
     print(f"wrote {path}")

@@ -7,9 +7,10 @@ from the compact JSON that `python -m bench` commits (`compact`): both give the 
 """
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import dataclass
+
+from .results_md import replace_section
 
 SECTION = "## Summary"
 TARGET_N = 100_000
@@ -353,26 +354,7 @@ def section(result: dict) -> str:
 
 def write(path: str, text: str) -> None:
     """Replace `## Summary` (or put it right after the title), keep every other section."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            current = f.read()
-    except FileNotFoundError:
-        current = "# nexus benchmark results\n"
-    start = current.find("\n" + SECTION + "\n")
-    if start >= 0:
-        start += 1
-        end = current.find("\n## ", start + len(SECTION))
-        new = current[:start] + text + ("\n" + current[end + 1:] if end >= 0 else "")
-    else:
-        first = current.find("\n## ")
-        if first < 0:
-            new = current.rstrip("\n") + "\n\n" + text
-        else:
-            new = current[:first + 1] + text + "\n" + current[first + 1:]
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(new.rstrip("\n") + "\n")
-    os.replace(tmp, path)
+    replace_section(path, SECTION, text, first=True)
 
 
 # --- the compact JSON (committed for tracking) ---------------------------------------------

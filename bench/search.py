@@ -25,7 +25,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import shutil
 import sys
 import tempfile
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "search"))
 
 import search_corpus  # noqa: E402
+from bench.results_md import replace_section  # noqa: E402
 from nexus.api import Nexus  # noqa: E402
 from nexus.exec.bulk import bulk_import  # noqa: E402
 
@@ -218,7 +218,7 @@ def main() -> None:
     ])
     print(section)
     if not args.no_write:
-        write_section(ROOT / "bench" / "RESULTS.md", section)
+        replace_section(ROOT / "bench" / "RESULTS.md", SECTION, section)
         print(f"written to {ROOT / 'bench' / 'RESULTS.md'}")
 
 
@@ -231,17 +231,6 @@ def _cpu() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) this benchmark's section of RESULTS.md, keeping the others."""
-    text = path.read_text(encoding="utf-8") if path.exists() else "# nexus benchmark results\n"
-    pattern = re.compile(r"^" + re.escape(SECTION) + r"\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
