@@ -51,7 +51,7 @@ SECTION = "## HTTP server"
 
 def make_db(path: Path, concepts: int) -> None:
     from nexus.api import Nexus
-    from nexus.capsules import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     with Nexus.open(str(path)) as nx:
         bulk_import(nx, [{"type": "Person", "name": f"person-{i}",
                           "attributes": {"person_class": "Human", "age": 20 + i % 60}}

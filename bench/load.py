@@ -7,7 +7,7 @@ dataset (`../shared/peers`), database size on disk and RSS.
 
 * W1 — from the parsed JSONL (parse time reported apart, as the peers harness does) to a
   queryable, committed, durable nexus: the five types and six predicates are defined by one
-  UPSERT, then `nexus.capsules.bulk_import` loads the concepts and links (one transaction per
+  UPSERT, then `nexus.ops.capsules.bulk_import` loads the concepts and links (one transaction per
   batch). items/s = (concepts + links) / seconds.
 * W2 — the peers README's upsert (one Drug with all attributes and metadata, `treats` and
   `is_class_of` links with metadata), 200 in a row through `execute_kip`, each its own
@@ -15,7 +15,7 @@ dataset (`../shared/peers`), database size on disk and RSS.
   peers harness's `make_upserts`, same seed). Median and p95 latency.
 * Disk = allocated size of the LMDB directory; RSS = resident set after the load (and its
   growth over the load).
-* Storage and KML are measured with the SEARCH index detached (`nexus.search = None` on this
+* Storage and KML are measured with the SEARCH index detached (`nexus.detach_search()` on this
   throwaway database): indexing every element for SEARCH is the search layer's cost, reported
   apart — `--with-search N` loads size N with the index attached too (slow), and
   W2 is always also timed with the index attached.
@@ -48,8 +48,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.join(_HERE, ".."))
 
 from nexus.api import Nexus  # noqa: E402
-from nexus.capsules import bulk_import  # noqa: E402
-from nexus.exec.bulk import DEFAULT_BATCH  # noqa: E402
+from nexus.ops.bulk_import import bulk_import  # noqa: E402
+from nexus.ops.bulk_import import DEFAULT_BATCH  # noqa: E402
 
 from bench import workload  # noqa: E402
 from bench.results_md import replace_section  # noqa: E402
@@ -113,7 +113,7 @@ def run(n: int, args, with_search: bool = False) -> dict:
         nx = Nexus.open(path)
         search = nx.search
         if not with_search:
-            nx.search = None
+            nx.detach_search()
         rss0 = rss_mb()
         t0, c0 = time.perf_counter(), time.process_time()
         response = nx.execute_kip({"command": SCHEMA})
@@ -136,7 +136,7 @@ def run(n: int, args, with_search: bool = False) -> dict:
         assert counts["concepts_created"] == len(concepts), counts
         assert counts["propositions_created"] == len(links), counts
         upserts = make_upserts(concepts, meta, args.upserts)
-        nx.search = None
+        nx.detach_search()
         w2_median, w2_p95 = w2(nx, upserts)
         nx.search = search
         w2s_median, w2s_p95 = w2(nx, upserts, " (s)") if search is not None else (None, None)
@@ -145,7 +145,7 @@ def run(n: int, args, with_search: bool = False) -> dict:
         # The same upserts without fsync: what the engine costs apart from the disk flush.
         nx = Nexus.open(path, durable=False)
         search = nx.search
-        nx.search = None
+        nx.detach_search()
         w2_nosync, _ = w2(nx, upserts, " (n)")
         nx.search = search
         w2s_nosync, _ = w2(nx, upserts, " (ns)") if search is not None else (None, None)
@@ -183,7 +183,7 @@ def rss_child(n: int, data: str, with_search: bool) -> dict:
     try:
         nx = Nexus.open(path)
         if not with_search:
-            nx.search = None
+            nx.detach_search()
         rss0 = rss_mb()
         t0 = time.perf_counter()
         assert "error" not in nx.execute_kip({"command": SCHEMA})
@@ -308,7 +308,7 @@ def markdown(results: list[dict], command: str, rss: list[dict] | None = None) -
 NOTES = [
     "Reading the figures:",
     "",
-    "* W1 is `nexus.capsules.bulk_import` (UPSERT semantics, no KIP parse per item) plus the "
+    "* W1 is `nexus.ops.capsules.bulk_import` (UPSERT semantics, no KIP parse per item) plus the "
     "schema UPSERT; one transaction per batch of 1M items, consumed 50k items at a time. "
     "W1 s is wall time, W1 CPU s the process's CPU time: on this shared 2-core VM the gap "
     "between them is time the process waited for a CPU (see the load average), not I/O (the "

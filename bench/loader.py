@@ -11,9 +11,9 @@ the parent holds (earlier datasets, other databases, the GC's view of them):
 load — W1 as the peers harness defines it: from the parsed JSONL (parse timed apart) to a
 committed, durable, queryable nexus. Timed: `Nexus.open` (fresh directory, bootstrap
 capsules), the definition of the five types and six predicates (one UPSERT, as KIP is
-define-before-use), then either the engine's bulk path (`nexus.capsules.bulk_import`) or
+define-before-use), then either the engine's bulk path (`nexus.ops.capsules.bulk_import`) or
 KIP UPSERT batches through `execute_kip` (`--batch` concepts, then propositions, per
-command). `--search detached` sets `nexus.search = None` first: the store and executor
+command). `--search detached` sets `nexus.detach_search()` first: the store and executor
 alone, without SEARCH's lexical and vector indexing. RSS: the process's resident size
 right after start-up (`rss_base_mb`), before the timed load with the dataset parsed and
 frozen (`rss_before_mb`) and after it (`rss_after_mb`); `rss_engine_mb` = base + growth
@@ -96,7 +96,7 @@ def query_runner(h: "NP.NexusQueries"):
 
 def load(args) -> dict:
     from nexus.api import Nexus
-    from nexus.capsules import bulk_import
+    from nexus.ops.bulk_import import bulk_import
 
     rss_base = rss_mb()
     concepts, props, meta, parse_s = W.read(args.data)
@@ -107,7 +107,7 @@ def load(args) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     nx = Nexus.open(args.db)
     if args.search == "detached":
-        nx.search = None
+        nx.detach_search()
     kip(nx, NP.SCHEMA)
     t1 = time.perf_counter()
     marks: dict = {}

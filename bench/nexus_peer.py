@@ -4,7 +4,7 @@
         --peer-module bench/nexus_peer.py
 
 Everything goes through the public API: the load through the engine's bulk importer
-(`nexus.capsules.bulk_import` when it exists, else `nexus.exec.bulk.bulk_import`, else KIP
+(`nexus.ops.capsules.bulk_import` when it exists, else `nexus.ops.bulk_import.bulk_import`, else KIP
 UPSERT batches), every query through `execute_kip` with the KQL of the peers README (parse
 and plan caches warm after the harness's warm-up round), every W2 upsert through
 `execute_kip` with the README's UPSERT. The store is LMDB on disk, durable (an fsync per
@@ -87,7 +87,7 @@ W2 = '''UPSERT {
 
 def find_bulk_import():
     """The engine's bulk importer, wherever this checkout has it (None: none)."""
-    for module in ("nexus.capsules", "nexus.exec.bulk"):
+    for module in ("nexus.ops.capsules", "nexus.ops.bulk_import"):
         try:
             mod = __import__(module, fromlist=["bulk_import"])
         except ImportError:

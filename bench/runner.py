@@ -306,7 +306,7 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
         direct.update(R.post_w2_checks(run, items))
         log(f"    median {rec['w2']['median_ms']:.3f} ms  p95 {rec['w2']['p95_ms']:.3f} ms")
         search = nx.search
-        nx.search = None
+        nx.detach_search()
         try:
             rec["w2_store"] = measure_w2(h, renamed(items, " (store only)"))
         finally:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "tests" / "search"))
 import search_corpus  # noqa: E402
 from bench.results_md import replace_section  # noqa: E402
 from nexus.api import Nexus  # noqa: E402
-from nexus.exec.bulk import bulk_import  # noqa: E402
+from nexus.ops.bulk_import import bulk_import  # noqa: E402
 
 SECTION = "## META and SEARCH"
 PASSES = 3

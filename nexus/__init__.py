@@ -3,10 +3,26 @@
     from nexus import Nexus
     with Nexus.open("./nexus-data") as nx:
         nx.execute_kip({"command": "DESCRIBE PRIMER"})
+
+The public names are `Nexus` (nexus.api), `KipError` and `ErrorCode` (nexus.errors).
+`Nexus` is imported on first use, so `import nexus` stays cheap for tools that only need
+the error types or the versions.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from .errors import ErrorCode, KipError
+from .version import KIP_VERSION, __version__
 
-__version__ = "0.1.0"
-KIP_VERSION = "1.0-RC6"
+if TYPE_CHECKING:
+    from .api import Nexus
 
-__all__ = ["ErrorCode", "KipError", "__version__", "KIP_VERSION"]
+__all__ = ["Nexus", "ErrorCode", "KipError", "__version__", "KIP_VERSION"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Nexus":
+        from .api import Nexus
+        return Nexus
+    raise AttributeError(f"module 'nexus' has no attribute {name!r}")

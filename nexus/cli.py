@@ -22,10 +22,9 @@ import os
 import sys
 from typing import Any, Sequence
 
-from . import KIP_VERSION, __version__
+from .config import DEFAULT_DB
 from .errors import KipError
-
-DEFAULT_DB = "./nexus-data"   # documented default of `kip serve`, `kip shell`, `kip exec`
+from .version import KIP_VERSION, __version__
 
 
 class CliError(Exception):
@@ -253,11 +252,6 @@ class _Progress:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    try:
-        from .capsules import load_capsules
-    except ImportError:
-        raise CliError("capsule loading (nexus.capsules.load_capsules) is not available in "
-                       "this build") from None
     for path in args.paths:
         if not os.path.exists(path):
             raise CliError(f"no such file or directory: {path}")
@@ -265,7 +259,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         progress = _Progress("loading")
         options = {"privileged": True} if args.privileged else {}
         try:
-            report = load_capsules(nexus, list(args.paths), progress, **options)
+            report = nexus.load_capsules(list(args.paths), progress, **options)
         except KipError as err:
             report = {"error": err.to_dict()}
         finally:
@@ -306,10 +300,9 @@ def _report_failed(report: Any) -> bool:
 # --- export -------------------------------------------------------------------------------
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_text
     with _open(args, create=False, bootstrap=False) as nexus:
         try:
-            text = export_text(nexus, domain=args.domain)
+            text = nexus.export_text(domain=args.domain)
         except LookupError as exc:
             raise CliError(str(exc.args[0] if exc.args else exc)) from None
     if args.output and args.output != "-":
@@ -326,14 +319,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     import platform
     path = args.db or _default_db()
     with _open(args, create=False, bootstrap=False) as nexus:
-        with nexus.store.read() as txn:
-            def of_type(name: str) -> int:
-                sid = txn.symbol_id(name)
-                return txn.count_type(sid) if sid is not None else 0
-            counts = {"concepts": txn.count_concepts(), "propositions": txn.count_links(),
-                      "concept_types": of_type("$ConceptType"),
-                      "proposition_types": of_type("$PropositionType"),
-                      "domains": of_type("Domain")}
+        info = nexus.info()
+    counts = {k: info[k] for k in ("concepts", "propositions", "concept_types",
+                                   "proposition_types", "domains")}
     size = sum(os.path.getsize(os.path.join(root, f))
                for root, _, files in os.walk(path) for f in files)
     try:
@@ -349,19 +337,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # --- reindex / check (the logic is other components'; this is wiring) ----------------------
 
-def _search_service(nexus: Any, what: str) -> Any:
-    fn = getattr(getattr(nexus, "search", None), what, None)
-    if fn is None:
-        raise CliError(f"search {what} (nexus.search) is not available in this build")
-    return fn
-
-
 def cmd_reindex(args: argparse.Namespace) -> int:
     with _open(args, create=False, bootstrap=False) as nexus:
-        reindex = _search_service(nexus, "reindex")
         progress = _Progress("reindexing")
         try:
-            report = reindex(progress)
+            report = nexus.reindex(progress)
         finally:
             progress.done()
     _emit(_plain(report))
@@ -369,10 +349,10 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .check import format_problems, verify
+    from .api import format_problems
     with _open(args, create=False, bootstrap=False) as nexus:
         try:
-            report = verify(nexus, deep=args.deep, repair=args.repair)
+            report = nexus.check(deep=args.deep, repair=args.repair)
         except KipError as err:
             raise CliError(f"check failed: {err.message}") from None
     _emit(report)

@@ -12,6 +12,8 @@ from typing import Any
 
 from .errors import ErrorCode, KipError
 
+DEFAULT_DB = "./nexus-data"   # the documented default database of `kip serve`, `shell`, `exec`
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -6,7 +6,7 @@ checked before any body byte is read, the body size limit (413), JSON decoding (
 and the JSON-RPC 2.0 framings, HTTP status by error class, the per-request timeout (408 +
 `KIP_4001`), 503 while shutting down, the access log and the audit records.
 Owns no engine logic: request validation, batches, the read-only rule and dry runs are
-`Nexus`'s (`nexus.api`); the audit log is `nexus.audit`'s.
+`Nexus`'s (`nexus.api`); the audit log is `nexus.ops.audit`'s.
 
 Framing (decided, see docs/server.md): a body with a `"jsonrpc"` key is JSON-RPC 2.0 and is
 answered `{"jsonrpc": "2.0", "id": ..., "result": <KIP response>}` whenever the method ran —
@@ -29,7 +29,6 @@ import hmac
 import ipaddress
 import json
 import os
-import re
 import socket
 import sys
 import time
@@ -38,10 +37,10 @@ from typing import Any, BinaryIO, Callable
 
 import orjson
 
-from . import KIP_VERSION, __version__
-from .audit import AuditLog, entry as audit_entry, iso_time
-from .cli import DEFAULT_DB          # ./nexus-data, the one documented default
+from .api import KIP_VERSION, AuditLog, Nexus, __version__, audit_entry, iso_time
+from .config import DEFAULT_DB       # ./nexus-data, the one documented default
 from .errors import ErrorCode, KipError
+from .language import command_label
 
 METHODS = ("execute_kip", "execute_kip_readonly", "list_logs")
 _ENVELOPE = frozenset(("method", "params"))
@@ -50,17 +49,10 @@ _RPC_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
 # JSON-RPC 2.0 error codes
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32700, -32600, -32601
 
-_KIND_OF = {"FIND": "KQL", "EXPLAIN": "KQL", "UPSERT": "KML", "DELETE": "KML",
-            "DESCRIBE": "META", "SEARCH": "META"}
-_FIRST_WORD = re.compile(r"(?:\s+|//[^\n]*)*([A-Za-z]+)")
-
 
 def command_kind(text: Any) -> str:
-    """KQL / KML / META from a command's first keyword (for logs only; `?` if unknown)."""
-    if not isinstance(text, str):
-        return "?"
-    m = _FIRST_WORD.match(text)
-    return _KIND_OF.get(m.group(1).upper(), "?") if m else "?"
+    """KQL / KML / META of a command from its first keyword (for logs only; `?` if unknown)."""
+    return command_label(text)
 
 
 def commands_of(params: Any) -> tuple[list[str], bool]:
@@ -165,7 +157,7 @@ class KipApp:
                                 else max(60.0, 2 * limits.query_timeout))
         self.access_log = access_log
         if audit is True:
-            audit = AuditLog.for_nexus(nexus)
+            audit = nexus.audit_log()
         self.audit: AuditLog | None = audit or None
         self.audit_chars = nexus.config.audit_command_chars
         self.pool = ThreadPoolExecutor(max_workers=threads or min(32, (os.cpu_count() or 1) + 4),
@@ -549,7 +541,6 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     if max_body is not None:
         options["max_body_bytes"] = max_body
     sock = _bind(host, port)
-    from .api import Nexus
     os.makedirs(db, exist_ok=True)
     nexus = Nexus.open(db, **options)
     log_stream: BinaryIO | None = None

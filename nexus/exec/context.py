@@ -1,18 +1,32 @@
 """The execution context: everything one command runs with, passed explicitly.
 
 A command executes inside exactly one store transaction (`txn`), under the budgets of the
-engine's `Limits` (deadline, row and hop caps), with a fixed timestamp (`now`) so that every
-element it touches gets the same `_updated_at`. `privileged` is set only by the capsule
-loader (it may write protected definitions); `dry_run` makes KML validate and then abort.
+engine's `Limits` (deadline, row and hop caps), with a fixed timestamp (`now`, from the
+context's clock) so that every element it touches gets the same `_updated_at`. The engine's
+services a command may need travel with it as typed fields — the search service (SEARCH,
+the PRIMER's search modes), the PRIMER cache, the FIND executor choice — so no executor
+reaches back into the engine.
+
+`ExecContext` is a read command's context; `WriteContext` (the engine's write session makes
+it) adds the write transaction and what the command changed. `privileged` is set only for the
+bundled capsules and trusted operator loads (they may write protected definitions);
+`dry_run` makes a write validate and then roll back.
 """
 from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Callable
 
 from ..config import Limits
 from ..errors import ErrorCode, KipError
+from ..store.protocol import ReadTxn, WriteTxn
+
+if TYPE_CHECKING:
+    from ..search import SearchService
+    from .primer import PrimerCache
+
+Clock = Callable[[], str]
 
 
 def now_iso() -> str:
@@ -22,36 +36,35 @@ def now_iso() -> str:
 
 
 class ExecContext:
-    """One command's context (see module doc). `now` is computed on first use: reads never
-    need it, and formatting a timestamp is a measurable part of a point lookup."""
+    """One command's context (see module doc). `now` is read from the clock on first use:
+    reads never need it, and formatting a timestamp is a measurable part of a point lookup."""
 
-    __slots__ = ("txn", "limits", "deadline", "_now", "privileged", "dry_run", "engine",
-                 "text", "touched", "removed")
+    __slots__ = ("txn", "limits", "deadline", "_now", "clock", "privileged", "dry_run",
+                 "text", "search", "primer", "columnar")
 
-    def __init__(self, txn: Any, limits: Limits, deadline: float, now: str | None = None,
-                 privileged: bool = False, dry_run: bool = False, engine: Any = None,
-                 text: str | None = None, touched: set | None = None,
-                 removed: set | None = None) -> None:
-        self.txn = txn                    # ReadTxn, or WriteTxn for KML
+    def __init__(self, txn: ReadTxn, limits: Limits, deadline: float, *,
+                 now: str | None = None, clock: Clock = now_iso, privileged: bool = False,
+                 dry_run: bool = False, text: str | None = None,
+                 search: "SearchService | None" = None, primer: "PrimerCache | None" = None,
+                 columnar: str | None = None) -> None:
+        self.txn = txn
         self.limits = limits
         self.deadline = deadline          # time.monotonic() value
         self._now = now
+        self.clock = clock
         self.privileged = privileged
         self.dry_run = dry_run
-        self.engine = engine              # the Nexus (for search indexes, caches)
         self.text = text                  # the command text, for error snippets
-        # What a write changed, for indexes kept beside the store (search) — KML records
-        # every element it creates or modifies in `touched` and every element it deletes
-        # in `removed`.
-        self.touched = set() if touched is None else touched
-        self.removed = set() if removed is None else removed
+        self.search = search              # the search service, when attached
+        self.primer = primer              # the PRIMER ranking cache, when kept
+        self.columnar = columnar          # FIND executor: "auto" | "always" | "never"
 
     @property
     def now(self) -> str:
         """The command's fixed timestamp (every element it touches gets the same)."""
         now = self._now
         if now is None:
-            now = self._now = now_iso()
+            now = self._now = self.clock()
         return now
 
     @now.setter
@@ -59,8 +72,9 @@ class ExecContext:
         self._now = value
 
     @classmethod
-    def start(cls, txn: Any, limits: Limits, **kw: Any) -> "ExecContext":
-        return cls(txn, limits, time.monotonic() + limits.query_timeout, **kw)
+    def start(cls, txn: ReadTxn, limits: Limits, **kw: object) -> "ExecContext":
+        """A context whose deadline is `limits.query_timeout` from now."""
+        return cls(txn, limits, time.monotonic() + limits.query_timeout, **kw)  # type: ignore[arg-type]
 
     def check_deadline(self) -> None:
         if time.monotonic() > self.deadline:
@@ -75,3 +89,20 @@ class ExecContext:
             ErrorCode.KIP_4002,
             f"The query produced more than {self.limits.max_rows} {what}",
             "Narrow the WHERE patterns, or use LIMIT and CURSOR to page through results.")
+
+
+class WriteContext(ExecContext):
+    """A write command's context: the write transaction, and what the command changed.
+
+    Every element write records the ids it creates or modifies in `touched` and the ids it
+    deletes in `removed` (`nexus.exec.writes`); the engine's commit hooks (search indexing,
+    the PRIMER cache) consume them.
+    """
+
+    __slots__ = ("touched", "removed")
+    txn: WriteTxn                         # narrowed: a write context holds the write txn
+
+    def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, **kw: object) -> None:
+        super().__init__(txn, limits, deadline, **kw)  # type: ignore[arg-type]
+        self.touched: set[int] = set()
+        self.removed: set[int] = set()

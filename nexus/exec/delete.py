@@ -24,12 +24,13 @@ from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from . import protect, writes
-from .context import ExecContext
+from .context import WriteContext
+from .registry import executes
 from .upsert import literal
 from .writes import pos_kw
 
 
-def targets(ctx: ExecContext, command: Any) -> list[int]:
+def targets(ctx: WriteContext, command: Any) -> list[int]:
     """Distinct ids bound to the command's target variable, in first-found order."""
     from .kql import solutions  # the KQL engine's WHERE matcher (imported late: no cycle)
     seen = dict.fromkeys(row[0] for row in solutions(ctx, command.where, (command.target,)))
@@ -37,7 +38,18 @@ def targets(ctx: ExecContext, command: Any) -> list[int]:
     return list(seen)
 
 
-def run_delete_keys(ctx: ExecContext, command: A.DeleteAttributes | A.DeleteMetadata
+@executes(A.DeleteAttributes, A.DeleteMetadata, A.DeletePropositions, A.DeleteConcept)
+def execute_delete(ctx: WriteContext, command: Any, params: Any = None
+                   ) -> tuple[dict[str, int], None]:
+    kind = type(command)
+    if kind is A.DeletePropositions:
+        return run_delete_propositions(ctx, command), None
+    if kind is A.DeleteConcept:
+        return run_delete_concept(ctx, command), None
+    return run_delete_keys(ctx, command), None
+
+
+def run_delete_keys(ctx: WriteContext, command: A.DeleteAttributes | A.DeleteMetadata
                     ) -> dict[str, int]:
     field = "attributes" if type(command) is A.DeleteAttributes else "metadata"
     what = "DELETE ATTRIBUTES" if field == "attributes" else "DELETE METADATA"
@@ -68,7 +80,7 @@ def run_delete_keys(ctx: ExecContext, command: A.DeleteAttributes | A.DeleteMeta
     return {"updated_concepts": concepts, "updated_propositions": links}
 
 
-def run_delete_propositions(ctx: ExecContext, command: A.DeletePropositions
+def run_delete_propositions(ctx: WriteContext, command: A.DeletePropositions
                             ) -> dict[str, int]:
     txn = ctx.txn
     found = targets(ctx, command)
@@ -85,7 +97,7 @@ def run_delete_propositions(ctx: ExecContext, command: A.DeletePropositions
     return {"deleted_propositions": 0 if ctx.dry_run else len(doomed)}
 
 
-def run_delete_concept(ctx: ExecContext, command: A.DeleteConcept) -> dict[str, int]:
+def run_delete_concept(ctx: WriteContext, command: A.DeleteConcept) -> dict[str, int]:
     txn = ctx.txn
     found = targets(ctx, command)
     direct: list[int] = []
@@ -124,7 +136,7 @@ def cascade(txn: Any, links: Iterable[int]) -> list[int]:
     return list(doomed)
 
 
-def _delete_all(ctx: ExecContext, links: list[int]) -> None:
+def _delete_all(ctx: WriteContext, links: list[int]) -> None:
     txn = ctx.txn
     for n in links:
         protect.check_delete(ctx, txn.head(n))

@@ -36,6 +36,7 @@ from ..syntax import ast as A
 from ..syntax import to_text
 from . import columnar
 from .env import Env, check_hop_range
+from .registry import executes
 from .filters import kind as value_kind
 from .operators import compile_group
 from .results import Aggregator, _DistinctIds, counted, order_rows
@@ -157,6 +158,7 @@ def _param_names(node: Any) -> set[str]:
 
 # --- FIND --------------------------------------------------------------------------------
 
+@executes(A.Find)
 def run_find(ctx: Any, find: A.Find, params: Mapping[str, Any] | None = None
              ) -> tuple[Any, str | None]:
     params = params or {}
@@ -328,7 +330,7 @@ def _aggregate_result(env: Env, prep: Prepared, agg: Aggregator, limit: int | No
 def _columns(env: Env, prep: Prepared) -> Any:
     """The snapshot's column view when this execution should run columnar, else None."""
     ctx = env.ctx
-    mode = getattr(ctx.engine, "columnar", None) or columnar.default_mode()
+    mode = ctx.columnar or columnar.default_mode()
     if mode == "never" or (mode == "auto" and prep.anchored):
         return None
     columns = getattr(env.txn, "columns", None)
@@ -534,6 +536,12 @@ def run_explain(ctx: Any, explain: A.Explain, params: Mapping[str, Any] | None =
     params = params or {}
     prep = prepare(ctx, explain.query, params, cache=False)
     return explain_plan(prep.plan, explain.query)
+
+
+@executes(A.Explain)
+def _execute_explain(ctx: Any, explain: A.Explain, params: Mapping[str, Any]
+                     ) -> tuple[Any, str | None]:
+    return run_explain(ctx, explain, params), None
 
 
 # --- the matcher for DELETE … WHERE ------------------------------------------------------

@@ -2,7 +2,7 @@
 
 `run_meta(ctx, command) -> (result, next_cursor)` runs in the read transaction the API
 opened. This module owns the result shapes, the paging of the DESCRIBE lists and the
-`usage` statistics of one type or predicate; ranking for PRIMER is `nexus.primer`'s and
+`usage` statistics of one type or predicate; ranking for PRIMER is `nexus.exec.primer`'s and
 retrieval for SEARCH is `nexus.search`'s.
 
 Decisions where the spec is silent:
@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead
 from ..syntax import ast as A
+from .registry import executes
 from .values import definition_json, element_json
 
 CONCEPT_TYPE, PROPOSITION_TYPE, DOMAIN = "$ConceptType", "$PropositionType", "Domain"
@@ -37,14 +38,16 @@ USAGE_LINKS = 50
 PREDICATE_SAMPLE = 2000
 
 
-def run_meta(ctx: Any, command: A.Command) -> tuple[Any, str | None]:
+@executes(A.Search, A.DescribePrimer, A.DescribeDomains, A.DescribeConceptTypes,
+          A.DescribePropositionTypes, A.DescribeConceptType, A.DescribePropositionType)
+def run_meta(ctx: Any, command: A.Command, params: Any = None) -> tuple[Any, str | None]:
     txn = ctx.txn
     kind = type(command)
     if kind is A.Search:
         return _search(ctx, command), None
     if kind is A.DescribePrimer:
-        from ..primer import describe_primer
-        return describe_primer(txn, ctx.engine), None
+        from .primer import describe_primer
+        return describe_primer(ctx), None
     if kind is A.DescribeDomains:
         return _page(txn, "domains", DOMAIN, command, objects=True)
     if kind is A.DescribeConceptTypes:
@@ -233,7 +236,7 @@ def _search(ctx: Any, command: A.Search) -> list[dict]:
     type_name = _string(command.type, "type") if command.type is not None else None
     limit = _positive(command.limit) or limits.default_search_limit
     limit = min(limit, limits.max_search_limit)
-    service = getattr(ctx.engine, "search", None)
+    service = ctx.search
     if service is None:
         raise KipError(ErrorCode.KIP_4003, "SEARCH is not available: no search index",
                        "Open the nexus through Nexus.open(), which attaches the index.")

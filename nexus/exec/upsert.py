@@ -29,7 +29,8 @@ from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from . import protect, writes
-from .context import ExecContext
+from .context import WriteContext
+from .registry import executes
 from .schema import CONCEPT_TYPE, Schema, check_definition_name
 from .values import parse_id
 from .writes import pos_kw
@@ -39,7 +40,13 @@ _NOT_FOUND_HINT = ("Target may have been deleted or never created. UPSERT links 
                    "statement) and link to it by handle, or check it with SEARCH / FIND.")
 
 
-def run_upsert(ctx: ExecContext, command: A.Upsert) -> dict[str, Any]:
+@executes(A.Upsert)
+def execute_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None
+                   ) -> tuple[dict[str, Any], None]:
+    return run_upsert(ctx, command), None
+
+
+def run_upsert(ctx: WriteContext, command: A.Upsert) -> dict[str, Any]:
     schema = Schema(ctx.txn)
     concepts: list[str] = []
     links: list[str] = []
@@ -87,7 +94,7 @@ class _Statement:
 
     __slots__ = ("ctx", "txn", "schema", "statement", "outer", "handles")
 
-    def __init__(self, ctx: ExecContext, schema: Schema, statement: A.UpsertStatement):
+    def __init__(self, ctx: WriteContext, schema: Schema, statement: A.UpsertStatement):
         self.ctx = ctx
         self.txn = ctx.txn
         self.schema = schema

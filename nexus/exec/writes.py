@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from ..errors import ErrorCode, KipError
-from .context import ExecContext
+from .context import WriteContext
 
 ENGINE_KEYS = ("_version", "_created_at", "_updated_at")
 
@@ -47,7 +47,7 @@ def new_metadata(meta: dict | None, now: str) -> dict:
     return out
 
 
-def create_concept(ctx: ExecContext, type_id: int, name: str, attributes: dict | None,
+def create_concept(ctx: WriteContext, type_id: int, name: str, attributes: dict | None,
                    metadata: dict | None) -> int:
     txn = ctx.txn
     n = txn.new_id()
@@ -57,7 +57,7 @@ def create_concept(ctx: ExecContext, type_id: int, name: str, attributes: dict |
     return n
 
 
-def create_link(ctx: ExecContext, subject: int, predicate_id: int, obj: int,
+def create_link(ctx: WriteContext, subject: int, predicate_id: int, obj: int,
                 attributes: dict | None, metadata: dict | None) -> int:
     txn = ctx.txn
     n = txn.new_id()
@@ -76,7 +76,7 @@ def bump(meta: dict, now: str) -> dict:
     return meta
 
 
-def update(ctx: ExecContext, n: int, attributes: dict | None, metadata: dict | None) -> None:
+def update(ctx: WriteContext, n: int, attributes: dict | None, metadata: dict | None) -> None:
     """Write an existing element: shallow-merge `attributes` (if given) and `metadata` onto
     what is stored, bump `_version` / `_updated_at`. A `None` value is stored as null."""
     txn = ctx.txn
@@ -91,7 +91,7 @@ def update(ctx: ExecContext, n: int, attributes: dict | None, metadata: dict | N
     ctx.touched.add(n)
 
 
-def remove_keys(ctx: ExecContext, n: int, keys: Iterable[str], field: str,
+def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
                 check: Callable[[list[str]], None] | None = None) -> bool:
     """Delete `keys` from an element's `field` ("attributes" or "metadata"). Writes (and
     bumps `_version`) only when one of them was present; `check(present)` runs first and
@@ -115,7 +115,7 @@ def remove_keys(ctx: ExecContext, n: int, keys: Iterable[str], field: str,
     return True
 
 
-def delete(ctx: ExecContext, n: int) -> bool:
+def delete(ctx: WriteContext, n: int) -> bool:
     if ctx.txn.delete(n):
         ctx.removed.add(n)
         ctx.touched.discard(n)

@@ -1,10 +1,12 @@
 """The search service: the indexes kept beside the store, and their lifecycle.
 
-Owns the hooks the engine calls around every write (`before_commit` inside the write
-transaction, `after_commit` after it), opening/closing the indexes, `search`, `reindex`
-and `check`. It composes `lexical` (postings in the data's transaction), `vectors` (usearch,
-caught up from a queue) and the PRIMER cache (`nexus.primer`), which is invalidated from the
-same hooks because it is derived from the same writes.
+Owns the commit hooks the engine's write session calls around every write (`stage` part way
+through a big one, `before_commit` inside the write transaction, `after_commit` after it),
+opening/closing the indexes, `search`, `reindex` and `check`. It composes `lexical`
+(postings in the data's transaction) and `vectors` (usearch, caught up from a queue).
+
+The service is below the engine: it is given its `Host` (the engine, seen through a small
+protocol) and writes only through the host's write session, like everything else.
 
 Everything public raises only `KipError`. For the CLI: `reindex(progress)` calls
 `progress(phase, done, total)` with phases "clear", "lexical", "vectors"; `check(deep)`
@@ -27,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from ..errors import KipError, internal_error
 from . import lexical, query
@@ -44,6 +46,16 @@ CHECK_DRAIN_SECONDS = 60.0  # `check` waits at most this long for the vector ind
 CLOSE_DRAIN_SECONDS = 300.0  # ... and `close` (a bulk load's backlog can take minutes)
 MODES_BASE = ["exact_name", "name_prefix", "alias", "keyword_bm25",
               "fuzzy_typo_tolerant_vector"]
+
+
+class Host(Protocol):
+    """What the search service needs of the engine that owns it."""
+
+    @property
+    def store(self) -> Any: ...
+    @property
+    def config(self) -> Any: ...
+    def write_session(self, *, privileged: bool = False) -> ContextManager[Any]: ...
 
 
 def kip_only(fn):
@@ -63,17 +75,14 @@ def kip_only(fn):
 class SearchService:
     """`nexus.search`: hybrid lexical + vector search over one store."""
 
-    def __init__(self, nexus: Any) -> None:
-        from ..primer import PrimerCache
-        self.nexus = nexus
-        self.store = nexus.store
-        self.embedder = make_embedder(getattr(nexus.config, "embedder", None))
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.store = host.store
+        self.embedder = make_embedder(getattr(host.config, "embedder", None))
         self.vectors = VectorIndex(self.embedder, self.store.path)
-        self.primer = PrimerCache()
         self.opened = "empty"
         self.wait_seconds = WAIT_SECONDS
         self.wait_backlog = WAIT_BACKLOG
-        self.primer_limit = 2000        # touched ids traced for the PRIMER invalidation
         # Per write transaction (keyed by its context; writes are serialised): what `stage`
         # indexed so far, and how many ids a committed write queued for the indexer.
         self._stages: dict[int, _Stage] = {}
@@ -88,13 +97,19 @@ class SearchService:
         if unindexed:
             # A store written before search existed (or loaded without the hooks).
             log.info("search: indexing an existing store")
-            self.vectors.ensure_epoch(self.store)
+            self.vectors.ensure_epoch(self.store, self._write_txn)
             self.vectors.store = self.store
             self.reindex(progress)
             self.opened = "rebuilt"
         else:
-            self.opened = self.vectors.open(self.store, progress)
+            self.opened = self.vectors.open(self.store, self._write_txn, progress)
         self.vectors.start(self.store)
+
+    @contextlib.contextmanager
+    def _write_txn(self) -> Iterator[Any]:
+        """A write transaction of the host's write session (the one write path)."""
+        with self.host.write_session(privileged=True) as session:
+            yield session.txn
 
     @property
     def search_modes(self) -> list[str]:
@@ -106,55 +121,50 @@ class SearchService:
     # --- write hooks ---------------------------------------------------------------------
     @kip_only
     def stage(self, ctx: Any) -> None:
-        """Inside the write txn, part way: index what `ctx` touched and removed so far and
-        forget it (a bulk load calls this after each chunk, so that a big transaction never
-        holds all its ids and documents at once). `before_commit` finishes the job."""
+        """Inside the write txn, part way: index what `ctx` touched and removed so far (a
+        bulk load stages after each chunk, and the write session then forgets those ids, so
+        that a big transaction never holds all its ids and documents at once).
+        `before_commit` finishes the job."""
         st = self._stages.get(id(ctx))
         if st is None or st.txn is not ctx.txn:     # (a stale one: its txn was aborted)
             st = self._stages[id(ctx)] = _Stage(ctx.txn)
         if not ctx.touched and not ctx.removed:
             return
         changed, gone = lexical.write(ctx.txn, ctx.touched, ctx.removed)
-        st.count += len(ctx.touched) + len(ctx.removed)
-        st.removed |= bool(ctx.removed)
-        if len(st.touched) <= self.primer_limit:
-            st.touched.update(ctx.touched)
         st.changed.extend(changed)
         st.gone.extend(gone)
-        ctx.touched = set()
-        ctx.removed = set()
 
     @kip_only
     def before_commit(self, ctx: Any) -> None:
-        """Inside the write txn: postings, the vector queue and the PRIMER invalidation."""
+        """Inside the write txn: the postings and the vector queue."""
         st = self._stages.pop(id(ctx), None)
         if st is not None and st.txn is not ctx.txn:
             st = None
         if st is None and not ctx.touched and not ctx.removed:
             return
         if st is None:          # one KML command: no copies of its (small) sets
-            touched, removed = ctx.touched, ctx.removed
-            changed, gone = lexical.write(ctx.txn, touched, removed)
+            changed, gone = lexical.write(ctx.txn, ctx.touched, ctx.removed)
         else:
             self._stages[id(ctx)] = st
             self.stage(ctx)
             del self._stages[id(ctx)]
-            touched, removed = st.touched, {0} if st.removed else set()
-            if st.count > len(touched):     # too many to trace: every domain is dirty
-                removed = {0}
             changed, gone = st.changed, st.gone
-        if not changed and not gone and not touched and not removed:
+        if not changed and not gone:
             return
-        seq = self.vectors.record(ctx.txn, changed, gone)
+        self.vectors.record(ctx.txn, changed, gone)
         if len(self._queued) > 64:      # left by aborted transactions: forget them
             self._queued.clear()
         self._queued[id(ctx)] = len(changed) + len(gone)
-        self.primer.invalidate(ctx.txn, touched, removed, seq)
 
     def after_commit(self, ctx: Any) -> None:
         queued = self._queued.pop(id(ctx), None)
         if queued is not None:
             self.vectors.committed(queued)
+
+    def rolled_back(self, ctx: Any) -> None:
+        """The write was rolled back: forget what it staged and queued."""
+        self._stages.pop(id(ctx), None)
+        self._queued.pop(id(ctx), None)
 
     @contextlib.contextmanager
     def bulk_loading(self):
@@ -192,34 +202,28 @@ class SearchService:
     @kip_only
     def reindex(self, progress: Progress | None = None, chunk: int = 5000) -> dict:
         """Rebuild the lexical and vector indexes from the data (`kip reindex`)."""
-        lock = getattr(self.nexus, "_write_lock", None)
-        if lock is not None:
-            lock.acquire()
-        try:
+        with self.host.write_session(privileged=True) as session:
+            # Drained under the session's write lock: no write queues a change meanwhile.
             self.vectors.drain()
-            with self.store.write() as txn:
+            txn = session.txn
+            if progress:
+                progress("clear", 0, 1)
+            lexical.clear(txn)
+            ids = list(txn.elements())
+            total = len(ids)
+            for i in range(0, total, chunk):
+                lexical.write(txn, ids[i:i + chunk], ())
                 if progress:
-                    progress("clear", 0, 1)
-                lexical.clear(txn)
-                ids = list(txn.elements())
-                total = len(ids)
-                for i in range(0, total, chunk):
-                    lexical.write(txn, ids[i:i + chunk], ())
-                    if progress:
-                        progress("lexical", min(total, i + chunk), total)
-                if progress and not total:
-                    progress("lexical", 0, 0)
-                self.vectors.rebuild(txn, progress)
-                seq = self.vectors.record(txn, [], [])
-            with self.vectors.progress:
-                self.vectors.applied_seq = max(self.vectors.applied_seq, seq)
-                self.vectors.needs_rebuild = False
-                self.vectors.progress.notify_all()
-            self.primer.clear()
-            self.vectors.save()
-        finally:
-            if lock is not None:
-                lock.release()
+                    progress("lexical", min(total, i + chunk), total)
+            if progress and not total:
+                progress("lexical", 0, 0)
+            self.vectors.rebuild(txn, progress)
+            seq = self.vectors.record(txn, [], [])
+        with self.vectors.progress:
+            self.vectors.applied_seq = max(self.vectors.applied_seq, seq)
+            self.vectors.needs_rebuild = False
+            self.vectors.progress.notify_all()
+        self.vectors.save()
         return {"elements": total, "seq": seq}
 
     @kip_only
@@ -271,20 +275,17 @@ class SearchService:
 
 class _Stage:
     """What the `stage` calls of one write transaction indexed so far."""
-    __slots__ = ("txn", "touched", "removed", "count", "changed", "gone")
+    __slots__ = ("txn", "changed", "gone")
 
     def __init__(self, txn: Any) -> None:
         self.txn = txn
-        self.touched: set[int] = set()     # for the PRIMER invalidation, while small
-        self.removed = False
-        self.count = 0
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
 
 
-def attach_search(nexus: Any) -> SearchService:
-    """Create the search service of `nexus`, open its indexes and start the indexer."""
-    service = SearchService(nexus)
+def attach_search(host: Host) -> SearchService:
+    """Create the search service of `host` (the engine), open its indexes and start the
+    indexer; the engine then registers it as a commit hook."""
+    service = SearchService(host)
     service.open()
-    nexus.search = service
     return service

@@ -42,7 +42,7 @@ import secrets
 import struct
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, ContextManager, Iterable
 
 import msgpack
 import numpy as np
@@ -355,11 +355,12 @@ class VectorIndex:
             self.saved_seq = self.applied_seq
             self.unsaved = 0
 
-    def open(self, store: Any, progress: Callable | None = None) -> str:
+    def open(self, store: Any, write: Callable[[], ContextManager[Any]],
+             progress: Callable | None = None) -> str:
         """Load the saved files, leaving the changes queued after them (or a rebuild) to the
         indexer. Returns what it found: "empty", "loaded", "caught-up" (changes to replay)
         or "rebuilt" (to rebuild)."""
-        self.ensure_epoch(store)
+        self.ensure_epoch(store, write)
         self.store = store
         with store.read() as txn:
             seq = read_seq(txn)
@@ -382,13 +383,13 @@ class VectorIndex:
             self.backlog = top
         return "rebuilt"
 
-    def ensure_epoch(self, store: Any) -> None:
+    def ensure_epoch(self, store: Any, write: Callable[[], ContextManager[Any]]) -> None:
         """Read (or create) the random id of this database that saved files must carry, so
         that files beside a replaced or restored database are never taken for its own."""
         with store.read() as txn:
             raw = txn.aux("vecq").get(KEY_EPOCH)
         if raw is None:
-            with store.write() as w:
+            with write() as w:        # the engine's write session (one write path)
                 raw = w.aux("vecq").get(KEY_EPOCH)
                 if raw is None:
                     raw = secrets.token_bytes(16)

@@ -5,7 +5,7 @@ Both backends answer KIP responses exactly as the wire contract shapes them (CON
 failure of the transport itself (connection refused, a body that is not JSON) is reported in
 the same error shape with the code `SHELL`, so the shell renders every failure one way.
 
-`load(path, progress)` applies a capsule file: locally through `nexus.capsules.load_capsules`
+`load(path, progress)` applies a capsule file: locally through `Nexus.load_capsules`
 (the whole file in one transaction), over HTTP by sending the file's commands one by one with
 `execute_kip` (each its own transaction; the first error stops the load). `progress(done,
 total, unit)` is called as it goes.
@@ -117,19 +117,15 @@ class LocalBackend:
         return self.nexus.execute_kip(request)
 
     def load(self, path: str, progress: Progress) -> LoadReport:
-        try:
-            from ..capsules import load_capsules
-        except ImportError:
-            return _load_by_commands(self, path, progress)
-        return _load_with_engine(load_capsules, self.nexus, path, progress)
+        return _load_with_engine(self.nexus.load_capsules, path, progress)
 
     def close(self) -> None:
         self.nexus.close()
 
 
-def _load_with_engine(load_capsules: Callable[..., Any], nexus: Any, path: str,
+def _load_with_engine(load_capsules: Callable[..., Any], path: str,
                       progress: Progress) -> LoadReport:
-    """Adapt `nexus.capsules.load_capsules(nexus, paths, progress)`: the file is applied in
+    """Adapt `Nexus.load_capsules(paths, progress)`: the file is applied in
     one transaction; progress comes as (path, done_bytes, total_bytes); the result is one
     dict of counts per file, or `{"path", "error": <KIP error object>}`."""
     def on_progress(*args: Any) -> None:
@@ -139,7 +135,7 @@ def _load_with_engine(load_capsules: Callable[..., Any], nexus: Any, path: str,
 
     report = LoadReport()
     try:
-        outcome = load_capsules(nexus, [path], on_progress)
+        outcome = load_capsules([path], on_progress)
     except Exception as exc:  # noqa: BLE001 - a KipError or an OS error from the loader
         to_dict = getattr(exc, "to_dict", None)
         report.error = {"error": to_dict()} if callable(to_dict) else shell_error(

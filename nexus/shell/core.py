@@ -11,6 +11,7 @@ import json
 import time
 from typing import Any
 
+from ..language import kind_of_text
 from . import lexer, render
 from .backend import Backend
 from .terminal import PlainUI
@@ -157,8 +158,10 @@ class Shell:
 
 
 def _is_write(command: str) -> bool:
-    first = next(iter(lexer.significant(lexer.tokenize(command))), None)
-    return first is not None and first.text in ("UPSERT", "DELETE")
+    """Whether the command may write (the statement registry's kind of its first word; an
+    unknown word counts as a write, as for the engine's read-only method)."""
+    kind = kind_of_text(command)
+    return kind is None or kind.writes
 
 
 def duration_text(seconds: float) -> str:

@@ -23,7 +23,7 @@ from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.lexers import Lexer
 from prompt_toolkit.styles import Style
 
-from .. import syntax
+from .. import language as syntax
 from . import lexer
 
 if TYPE_CHECKING:

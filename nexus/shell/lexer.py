@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from .. import syntax
+from .. import language as syntax
 from ..errors import KipError
 
 # Words that start a KIP command when they stand at bracket depth 0.

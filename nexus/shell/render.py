@@ -18,9 +18,9 @@ from typing import Any
 
 from prompt_toolkit.utils import get_cwidth
 
-from .. import syntax
+from .. import language as syntax
 from ..errors import KipError
-from ..syntax import ast as A
+from ..language import ast as A
 
 _ANSI = {
     "header": "1", "dim": "2", "null": "2", "error": "1;31", "caret": "1;31",

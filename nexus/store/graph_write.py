@@ -114,6 +114,10 @@ class GraphWriteTxn(GraphReadTxn):
     def max_id(self) -> int:
         return self._max_id
 
+    def commit_id(self) -> int:
+        """The snapshot id readers will see once this transaction commits."""
+        return self._kv.commit_id()
+
     # The ops and pso entries of bulk-created links are inserted just before commit; a read
     # of those indexes (or a delete, which removes their entries) inserts them first.
     def in_links(self, object: int, predicate_id: int | None = None):

@@ -88,6 +88,10 @@ class LmdbKv:
         """LMDB's transaction id: for a read transaction, the id of the commit it sees."""
         return self.txn.id()
 
+    def commit_id(self):
+        """For a write transaction, its own id: what readers see once it commits."""
+        return self.txn.id()
+
     def last_key(self, db):
         cur = self.txn.cursor(db)
         return cur.key() if cur.last() else None
@@ -159,6 +163,11 @@ class MemWriteKv(MemReadKv):
     def __init__(self, version: MemVersion) -> None:
         super().__init__(version)
         self.overlay: dict[str, SortedDict] = {}
+
+    def commit_id(self):
+        """The serial readers will see once this write commits (the memory store's commit
+        gives every commit the next serial)."""
+        return self._serial + 1
 
     def get(self, key, default=None, db=None):
         o = self.overlay.get(db)

@@ -257,6 +257,10 @@ class WriteTxn(ReadTxn, Protocol):
         and may go on). The in_links / links_of_predicate entries of bulk-created links may
         be inserted only at commit (or at the transaction's next read of those indexes)."""
         ...
+    def commit_id(self) -> int:
+        """The `snapshot_id()` that read transactions will see once this one commits (a
+        write that aborts leaves its id to the next write)."""
+        ...
     def abort(self) -> None:
         """Discard everything; the `with` block will then exit without committing."""
         ...

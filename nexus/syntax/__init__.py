@@ -8,6 +8,9 @@ from . import ast
 from .bind import bind
 from .parser import KEYWORDS, MAX_COMMAND_BYTES, MAX_NESTING, ParsedCommand, parse
 from .printer import to_text, value_text
+from .statements import (StatementInfo, StatementKind, kind_of, kind_of_text, registered,
+                         statement, statement_keywords)
 
 __all__ = ["ast", "bind", "parse", "ParsedCommand", "to_text", "value_text", "KEYWORDS",
-           "MAX_COMMAND_BYTES", "MAX_NESTING"]
+           "MAX_COMMAND_BYTES", "MAX_NESTING", "StatementInfo", "StatementKind", "kind_of",
+           "kind_of_text", "registered", "statement", "statement_keywords"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from .statements import StatementKind, kind_of, statement
+
 
 @dataclass(frozen=True, slots=True)
 class Pos:
@@ -224,6 +226,7 @@ class OrderKey:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.QUERY, "FIND", late_binding=True)
 @dataclass(frozen=True, slots=True)
 class Find:
     items: tuple[FindItem, ...]
@@ -234,6 +237,7 @@ class Find:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.QUERY, "EXPLAIN", late_binding=True)
 @dataclass(frozen=True, slots=True)
 class Explain:
     """`EXPLAIN FIND ...` — an extension: show the plan without running it."""
@@ -281,6 +285,7 @@ class UpsertStatement:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.WRITE, "UPSERT")
 @dataclass(frozen=True, slots=True)
 class Upsert:
     """One or more `UPSERT {...}` statements (capsules chain several)."""
@@ -288,6 +293,7 @@ class Upsert:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.WRITE, "DELETE")
 @dataclass(frozen=True, slots=True)
 class DeleteAttributes:
     keys: tuple[Value, ...]
@@ -296,6 +302,7 @@ class DeleteAttributes:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.WRITE, "DELETE")
 @dataclass(frozen=True, slots=True)
 class DeleteMetadata:
     keys: tuple[Value, ...]
@@ -304,6 +311,7 @@ class DeleteMetadata:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.WRITE, "DELETE")
 @dataclass(frozen=True, slots=True)
 class DeletePropositions:
     target: str
@@ -311,6 +319,7 @@ class DeletePropositions:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.WRITE, "DELETE")
 @dataclass(frozen=True, slots=True)
 class DeleteConcept:
     target: str
@@ -320,11 +329,13 @@ class DeleteConcept:
 
 # --- META commands -----------------------------------------------------------------------
 
+@statement(StatementKind.META, "DESCRIBE")
 @dataclass(frozen=True, slots=True)
 class DescribePrimer:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.META, "DESCRIBE")
 @dataclass(frozen=True, slots=True)
 class DescribeDomains:
     limit: Value | None = None
@@ -332,6 +343,7 @@ class DescribeDomains:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.META, "DESCRIBE")
 @dataclass(frozen=True, slots=True)
 class DescribeConceptTypes:
     limit: Value | None = None
@@ -339,12 +351,14 @@ class DescribeConceptTypes:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.META, "DESCRIBE")
 @dataclass(frozen=True, slots=True)
 class DescribeConceptType:
     name: Value
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.META, "DESCRIBE")
 @dataclass(frozen=True, slots=True)
 class DescribePropositionTypes:
     limit: Value | None = None
@@ -352,12 +366,14 @@ class DescribePropositionTypes:
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.META, "DESCRIBE")
 @dataclass(frozen=True, slots=True)
 class DescribePropositionType:
     name: Value
     pos: Pos | None = _pos()
 
 
+@statement(StatementKind.META, "SEARCH")
 @dataclass(frozen=True, slots=True)
 class Search:
     target: str                  # CONCEPT | PROPOSITION
@@ -371,15 +387,9 @@ Command = Union[Find, Explain, Upsert, DeleteAttributes, DeleteMetadata, DeleteP
                 DeleteConcept, DescribePrimer, DescribeDomains, DescribeConceptTypes,
                 DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search]
 
-KML_COMMANDS = (Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions, DeleteConcept)
-META_COMMANDS = (DescribePrimer, DescribeDomains, DescribeConceptTypes, DescribeConceptType,
-                 DescribePropositionTypes, DescribePropositionType, Search)
 
 
 def command_kind(command: Command) -> str:
-    """'KML' for writes, 'META' for DESCRIBE/SEARCH, 'KQL' for FIND/EXPLAIN."""
-    if isinstance(command, KML_COMMANDS):
-        return "KML"
-    if isinstance(command, META_COMMANDS):
-        return "META"
-    return "KQL"
+    """'KML' for writes, 'META' for DESCRIBE/SEARCH, 'KQL' for FIND/EXPLAIN (the statement
+    registry's label; an unregistered class counts as a write)."""
+    return kind_of(command).label

@@ -8,6 +8,7 @@ sends the same command with different parameters parses it once.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -20,25 +21,28 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF,
 
 from ..errors import ErrorCode, KipError, caret_snippet
 from . import ast as A
+from .statements import StatementKind, kind_of
 from .transformer import KipTransformer, PositionedError, safe_text
 
 # Limits on what the parser accepts; the engine's configuration may lower them.
 MAX_COMMAND_BYTES = 8 * 1024 * 1024
 MAX_NESTING = 64
 
-KEYWORDS = frozenset("""
-FIND WHERE ORDER BY ASC DESC LIMIT CURSOR FILTER NOT OPTIONAL UNION EXPLAIN
-UPSERT CONCEPT PROPOSITION SET ATTRIBUTES PROPOSITIONS WITH METADATA
-DELETE FROM DETACH DESCRIBE PRIMER DOMAINS TYPES TYPE SEARCH
-COUNT DISTINCT SUM AVG MIN MAX IN IS_NULL IS_NOT_NULL CONTAINS STARTS_WITH ENDS_WITH REGEX
-""".split())
+def grammar_text() -> str:
+    """The KIP grammar (nexus/grammar/kip.lark), the source of truth of the language."""
+    return resources.files("nexus.grammar").joinpath("kip.lark").read_text("utf-8")
+
+
+# Every uppercase word the grammar quotes: the language's keywords, read from the grammar so
+# that a new statement's words need no second list (completion, highlighting, diagnostics).
+KEYWORDS = frozenset(re.findall(r'"([A-Z][A-Z_]+)"', grammar_text()))
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedCommand:
     """A parsed command and what later stages want to know without walking it again."""
     command: A.Command
-    kind: str                     # KQL | KML | META
+    kind: StatementKind           # from the statement registry (nexus.syntax.statements)
     parameters: frozenset[str]    # placeholder names used anywhere in the command
 
 
@@ -118,7 +122,7 @@ def _separator(tok: Token) -> Token:
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    grammar = resources.files("nexus.grammar").joinpath("kip.lark").read_text("utf-8")
+    grammar = grammar_text()
     callbacks = {name: _open for name in _OPENERS}
     callbacks.update({name: _close for name in _CLOSERS})
     callbacks.update({name: _separator for name in _SEPARATORS})
@@ -205,7 +209,7 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
         raise KipError(ErrorCode.KIP_1001, f"Invalid KIP command: {exc}") from None
     finally:
         _reset_depth(max_nesting)
-    return ParsedCommand(command, A.command_kind(command), frozenset(_params(command)))
+    return ParsedCommand(command, kind_of(command), frozenset(_params(command)))
 
 
 _parse_cached = lru_cache(maxsize=4096)(_parse_text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nexus.capsules import bulk_import
+from nexus.ops.bulk_import import bulk_import
 from nexus.errors import KipError
 
 SCHEMA = """

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from nexus.api import Nexus
-from nexus.capsules import BUNDLED, bootstrap, bundled_text, write_batch
+from nexus.ops.capsules import BUNDLED, bootstrap, bundled_text
 from nexus.store.protocol import ConceptHead
 
 CONCEPTS = {
@@ -121,7 +121,7 @@ def test_reopen_keeps_data_and_never_resets_self(open_nexus, store_kind):
     nx.execute_kip({"command": 'UPSERT { CONCEPT ?s { {type: "Person", name: "$self"} '
                                'SET ATTRIBUTES { persona: "grown up", capabilities: ["kip"] } } }'})
     # Even if the stored hash of the actor capsule were lost or different, $self stays.
-    with write_batch(nx, privileged=True) as b:
+    with nx.write_session(privileged=True) as b:
         b.txn.aux("engine").delete(b"capsule:persons/self.kip")
     nx = open_nexus(reopen=True)
     with nx.store.read() as t:
@@ -133,7 +133,7 @@ def test_reopen_keeps_data_and_never_resets_self(open_nexus, store_kind):
 
 def test_changed_capsule_is_reapplied(open_nexus, store_kind):
     nx = open_nexus()
-    with write_batch(nx, privileged=True) as b:      # as if event.kip had changed since
+    with nx.write_session(privileged=True) as b:      # as if event.kip had changed since
         b.txn.aux("engine").put(b"capsule:event.kip", b"0" * 64)
     if store_kind == "lmdb":
         nx = open_nexus(reopen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import nexus.capsules as capsules
-from nexus.capsules import load_capsules, split_statements, write_batch
+import nexus.ops.capsules as capsules
+from nexus.ops.capsules import load_capsules, split_statements
 
 SCHEMA = """
 // the medical schema
@@ -119,7 +119,7 @@ def test_write_batch_is_all_or_nothing(nx):
     nx.execute_kip({"command": SCHEMA})
     before = dump(nx)
     with pytest.raises(RuntimeError):
-        with write_batch(nx) as batch:
+        with nx.write_session() as batch:
             batch.run('UPSERT { CONCEPT ?h { {type: "Symptom", name: "Headache"} } }')
             raise RuntimeError("boom")
     assert dump(nx) == before

@@ -126,7 +126,7 @@ def _value(rng: random.Random, depth: int = 0) -> Any:
 def build_graph(path: str | os.PathLike, concepts: int = 10_000, seed: int = 7) -> dict:
     """A bootstrapped database with `concepts` Drug/Symptom/Person concepts, about two
     links per concept, varied attribute and metadata values, and higher-order links."""
-    from nexus.capsules import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     rng = random.Random(seed)
     with Nexus.open(str(path)) as nx:
         r = nx.execute_kip({"command": SCHEMA})

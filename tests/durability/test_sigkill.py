@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from nexus.capsules import BUNDLED
+from nexus.ops.capsules import BUNDLED
 from nexus.store import open_store
 from nexus.store.protocol import ConceptHead
 

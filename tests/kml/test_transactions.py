@@ -111,8 +111,13 @@ def test_engine_metadata(nx):
 def test_touched_and_removed_are_reported(nx, monkeypatch):
     ok(nx, MEDICAL_SCHEMA)
     seen = []
-    monkeypatch.setattr(nx, "_before_commit", lambda ctx: seen.append(
-        (set(ctx.touched), set(ctx.removed))))
+
+    class Recorder:     # a commit hook: sees what each write touched and removed
+        def stage(self, ctx): pass
+        def before_commit(self, ctx): seen.append((set(ctx.touched), set(ctx.removed)))
+        def after_commit(self, ctx): pass
+        def rolled_back(self, ctx): pass
+    nx.add_commit_hook(Recorder())
     result = ok(nx, CAPSULE)
     ids = {int(i.split(":")[1]) for i in
            result["upsert_concept_nodes"] + result["upsert_proposition_links"]}

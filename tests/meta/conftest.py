@@ -21,7 +21,7 @@ def boot():
 @pytest.fixture
 def medical(boot):
     """The bootstrap database plus `medical.kip` (a Medical domain, Drug/Symptom, treats)."""
-    from nexus.capsules import load_capsules
+    from nexus.ops.capsules import load_capsules
     [report] = load_capsules(boot, [MEDICAL])
     assert "error" not in report, report
     return boot

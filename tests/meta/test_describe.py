@@ -144,7 +144,7 @@ def test_a_predicate_is_not_a_concept_type(boot, kip):
 
 
 def test_usage_is_sampled_on_big_types(boot, ok):
-    from nexus.exec.bulk import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     from nexus.exec.meta import USAGE_SAMPLE
     boot.execute_kip({"command": 'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Item"} '
                                  'SET ATTRIBUTES {description: "x"} } }'})

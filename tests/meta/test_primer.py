@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import nexus.primer as primer
+import nexus.exec.primer as primer
 from nexus.api import Nexus
 
 ENTRY_KEYS = {"name", "description", "key_concept_types", "key_proposition_types",
@@ -120,7 +120,7 @@ def test_a_delete_invalidates_everything(medical, ok, counted):
 
 
 def test_ranking_work_is_bounded(boot, ok, monkeypatch):
-    from nexus.exec.bulk import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     monkeypatch.setattr(primer, "MAX_MEMBERS", 50)
     boot.execute_kip({"command": """
         UPSERT { CONCEPT ?b { {type: "Domain", name: "Big"} SET ATTRIBUTES {description: "b"} }

@@ -7,7 +7,7 @@ After each reopen:
   `acknowledged ≤ q ≤ acknowledged + the ops of the request in flight` — so every
   acknowledged command is present whole (exact attributes, user metadata, links), and an
   unacknowledged one is present whole or not at all; engine metadata is on every element;
-* `nexus.check.verify(nexus, deep=True)` reports no drift: the store's type/name, type, name
+* `nexus.ops.check.verify(nexus, deep=True)` reports no drift: the store's type/name, type, name
   and three link indexes, statistics and counters, the lexical postings, and the vector
   index after its catch-up (one vector set per element, each vector that of the element's
   current text) all agree with the base records.
@@ -42,7 +42,7 @@ sys.path.insert(0, HERE)
 from crash_ops import SCHEMA, Model, batch_size, make_op, read_state  # noqa: E402
 
 from nexus.api import Nexus  # noqa: E402
-from nexus.check import format_problems, verify  # noqa: E402
+from nexus.ops.check import format_problems, verify  # noqa: E402
 
 WRITER = os.path.join(HERE, "crash_writer.py")
 

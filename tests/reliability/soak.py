@@ -12,7 +12,7 @@ bodies, 10k-element batches, hostile KIP, bad or missing credentials and raw non
 Checked: no 5xx answer at all, every regular request answered 200 without error, every
 acknowledged write present with its exact attributes in a final read (lost writes = 0), no
 dry-run write present, the server's anonymous RSS bounded after warm-up, a clean SIGTERM
-shutdown, and `nexus.check.verify` clean on the database afterwards.
+shutdown, and `nexus.ops.check.verify` clean on the database afterwards.
 
     python tests/reliability/soak.py                # ~10 s (as in CI)
     python tests/reliability/soak.py --full         # 60 s
@@ -394,7 +394,7 @@ def run_soak(db: str, *, seconds: float, clients: int = 16, seed: int = 20261122
              log: Callable[[str], None] | None = None) -> Summary:
     """Serve a new database at `db` and soak it (see the module doc)."""
     from nexus.api import Nexus
-    from nexus.check import verify
+    from nexus.ops.check import verify
     with Nexus.open(db) as nx:
         response = nx.execute_kip({"command": SCHEMA})
         assert "result" in response, response
@@ -413,7 +413,7 @@ def run_soak(db: str, *, seconds: float, clients: int = 16, seed: int = 20261122
         report = verify(nx, deep=True)
     summary.check_ok = report["ok"]
     if not report["ok"]:
-        from nexus.check import format_problems
+        from nexus.ops.check import format_problems
         summary.failures.append(f"check: {list(format_problems(report))}")
     return summary
 

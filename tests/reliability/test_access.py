@@ -10,7 +10,7 @@
   value as a literal gives, and values full of KIP syntax find, write and delete exactly
   what a literal would.
 * `core_directives` and the protected definitions cannot be changed by any path:
-  `execute_kip` (single, batch, dry run, by id, by parameter, by a broad WHERE), `write_batch`,
+  `execute_kip` (single, batch, dry run, by id, by parameter, by a broad WHERE), `write_session`,
   `load_capsules` / `kip load` without `--privileged`, `bulk_import`, and an export → load
   round trip (also of a tampered export).
 * An export never carries secrets. Decided (docs/guarantees.md): secrets are everything that
@@ -426,12 +426,13 @@ def test_ordinary_attributes_of_self_still_evolve(nx):
     assert protected_state(nx) == before
 
 
-def test_no_attack_through_write_batch_bulk_import_or_capsules(nx, tmp_path):
-    from nexus.capsules import bulk_import, load_capsules, write_batch
+def test_no_attack_through_write_session_bulk_import_or_capsules(nx, tmp_path):
+    from nexus.ops.bulk_import import bulk_import
+    from nexus.ops.capsules import load_capsules
     before, base = protected_state(nx), dump(nx)
     for text in ATTACKS:
         with pytest.raises(KipError) as info:
-            with write_batch(nx) as batch:
+            with nx.write_session() as batch:
                 batch.run(WRITES[0])
                 batch.run(text)
         assert info.value.code.value == "KIP_3004"
@@ -464,8 +465,8 @@ def test_kip_load_needs_privilege(tmp_path):
 
 
 def test_export_load_round_trip_keeps_the_protected_core(tmp_path):
-    from nexus.capsules import load_capsules
-    from nexus.export import export_text
+    from nexus.ops.capsules import load_capsules
+    from nexus.ops.export import export_text
     with Nexus.open(str(tmp_path / "a")) as a:
         seeded(a)
         r = a.execute_kip({"command": 'UPSERT { CONCEPT ?s { {type: "Person", name: "$self"} '
@@ -519,13 +520,13 @@ def test_an_export_carries_no_secret(tmp_path):
     for secret in (KEY, canary, str(db), str(tmp_path), principal):
         assert secret not in text, secret                       # ... and no secret
     with Nexus.open(str(db), self_id=principal) as nx:
-        from nexus.export import export_text
+        from nexus.ops.export import export_text
         assert principal not in export_text(nx)
 
 
 def test_loading_an_export_keeps_the_target_identity(tmp_path):
-    from nexus.capsules import load_capsules
-    from nexus.export import export_text
+    from nexus.ops.capsules import load_capsules
+    from nexus.ops.export import export_text
     with Nexus.open(str(tmp_path / "a"), self_id="principal-A") as a:
         text = export_text(a)
     capsule = tmp_path / "a.kip"

@@ -1,4 +1,4 @@
-"""`nexus.check.verify` and `kip check [--repair]`: every kind of drift between the base
+"""`nexus.ops.check.verify` and `kip check [--repair]`: every kind of drift between the base
 records and the indexes is found, named and — where it is derived data — repaired, on both
 stores; a check never writes; a repair never changes a base record."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 from reliability_support import dump
 
-from nexus import check
-from nexus.check import REPAIRABLE, UNREPAIRABLE, format_problems, verify
+from nexus.ops import check
+from nexus.ops.check import REPAIRABLE, UNREPAIRABLE, format_problems, verify
 from nexus.store import codec
 from nexus.store.codec import OPS, PSO, SPO, pack_n, pack_sid
 
@@ -47,7 +47,8 @@ def ids(nx, command: str) -> list[int]:
 
 def raw_write(nx, fn) -> None:
     """Write below the engine (as a bug or a damaged disk would): fn(kv, tables)."""
-    with nx._write_lock, nx.store.write() as txn:
+    with nx.write_session() as _session:
+        txn = _session.txn
         fn(txn._kv, txn._d)
 
 
@@ -253,7 +254,8 @@ def test_duplicate_identity_and_undecodable_values(any_nx):
 
 def _lex_delete(prefix: bytes, table: str = "lex"):
     def corrupt(nx):
-        with nx._write_lock, nx.store.write() as txn:
+        with nx.write_session() as _session:
+            txn = _session.txn
             aux = txn.aux(table)
             key = next(k for k, _ in aux.scan(prefix))
             aux.delete(key)
@@ -262,7 +264,8 @@ def _lex_delete(prefix: bytes, table: str = "lex"):
 
 def _aspirin_lexdoc(nx):
     n = ids(nx, ASPIRIN)[0]
-    with nx._write_lock, nx.store.write() as txn:
+    with nx.write_session() as _session:
+        txn = _session.txn
         txn.aux("lexdoc").delete(pack_n(n))
 
 
@@ -292,7 +295,8 @@ def test_search_drift_is_found_and_reindexed(any_nx, case):
 def test_posting_check_sees_a_wrong_weight(any_nx):
     from nexus.search import postings
     nx = any_nx
-    with nx._write_lock, nx.store.write() as txn:
+    with nx.write_session() as _session:
+        txn = _session.txn
         aux = txn.aux("lex")
         key, raw = next(iter(aux.scan(b"tc")))
         ids_, weights, groups = postings.decode(raw)

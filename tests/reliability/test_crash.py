@@ -10,7 +10,7 @@ from crash_harness import run_harness
 from crash_ops import SCHEMA, Model, make_op, read_state
 
 from nexus.api import Nexus
-from nexus.check import verify
+from nexus.ops.check import verify
 
 
 def test_the_model_agrees_with_the_engine():

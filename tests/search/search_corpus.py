@@ -290,7 +290,7 @@ def define_schema(nexus, types=None) -> None:
 
 def load_corpus(nexus, n: int = 6000, seed: int = 7, batch_size: int = 100_000):
     """Define the schema and bulk-load the corpus; returns the concept dicts."""
-    from nexus.exec.bulk import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     types, concepts, links = make_corpus(n, seed)
     define_schema(nexus, types)
     bulk_import(nexus, [{k: v for k, v in c.items() if k != "_words"} for c in concepts],

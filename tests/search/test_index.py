@@ -189,7 +189,7 @@ def test_higher_order_links_are_indexed(graph, kip):
 
 
 def test_bulk_write_of_many_ids_in_one_transaction(nexus, kip):
-    from nexus.exec.bulk import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     kip(nexus, SCHEMA)
     concepts = [{"type": "Drug", "name": f"Compound {i}", "attributes": {
         "description": f"batch compound number {i}"}} for i in range(12_000)]
@@ -200,7 +200,8 @@ def test_bulk_write_of_many_ids_in_one_transaction(nexus, kip):
 
 
 def test_reindex_repairs_drift_and_reports_progress(graph):
-    with graph._write_lock, graph.store.write() as txn:       # corrupt: drop one entry
+    with graph.write_session() as _session:
+        txn = _session.txn       # corrupt: drop one entry
         key, _ = next(iter(txn.aux("lexdoc").scan()))
         txn.aux("lexdoc").delete(key)
     report = graph.search.check()
@@ -291,7 +292,7 @@ def test_store_written_without_hooks_is_indexed_on_open(disk_nexus, kip):
 
 
 def test_with_type_on_a_small_type_beside_a_big_one(nexus, kip):
-    from nexus.exec.bulk import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     kip(nexus, SCHEMA)
     bulk_import(nexus, [{"type": "Drug", "name": f"Metrazolam {i}"} for i in range(3000)]
                 + [{"type": "Unit", "name": n} for n in ("Metre", "Millimetre", "Kilogram")])
@@ -304,7 +305,7 @@ def test_with_type_on_a_small_type_beside_a_big_one(nexus, kip):
 
 def test_searches_run_while_a_writer_loads(nexus, kip):
     import threading
-    from nexus.exec.bulk import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     kip(nexus, SCHEMA)
     errors, done = [], threading.Event()
 

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from nexus.exec.bulk import bulk_import
+from nexus.ops.bulk_import import bulk_import
 from nexus.search import postings
 from nexus.search.vectors import read_seq
 

@@ -114,7 +114,7 @@ def server(tmp_path_factory):
 def make_slow_db(db: Path, items: int = SLOW_ITEMS) -> None:
     """A database with `items` concepts of type Item (for slow self-join queries)."""
     from nexus.api import Nexus
-    from nexus.capsules import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     with Nexus.open(str(db)) as nx:
         r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?t { {type: "$ConceptType", '
                             'name: "Item"} SET ATTRIBUTES {description: "test item"} } }'})

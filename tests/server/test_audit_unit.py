@@ -9,7 +9,7 @@ import time
 import pytest
 
 from nexus.api import Nexus
-from nexus.audit import AuditLog, entry, summarize
+from nexus.ops.audit import AuditLog, entry, summarize
 from nexus.server import KipApp, command_kind
 
 
@@ -24,7 +24,7 @@ def _entry(i: int) -> dict:
 
 
 def test_retention_by_count(nexus):
-    log = AuditLog(nexus.store, max_entries=5, max_age_days=30)
+    log = AuditLog(nexus, max_entries=5, max_age_days=30)
     for i in range(12):
         log.record(_entry(i))
     log.flush()
@@ -32,7 +32,7 @@ def test_retention_by_count(nexus):
 
 
 def test_retention_by_age(nexus):
-    log = AuditLog(nexus.store, max_entries=100, max_age_days=1)
+    log = AuditLog(nexus, max_entries=100, max_age_days=1)
     now = time.time()
     log.record(_entry(0), ts=now - 3 * 86400)
     log.record(_entry(1), ts=now - 2 * 86400)
@@ -42,7 +42,7 @@ def test_retention_by_age(nexus):
 
 
 def test_paging_is_stable_while_new_entries_arrive(nexus):
-    log = AuditLog(nexus.store)
+    log = AuditLog(nexus)
     for i in range(7):
         log.record(_entry(i))
     page = log.list_logs({"limit": 3})
@@ -55,7 +55,7 @@ def test_paging_is_stable_while_new_entries_arrive(nexus):
 
 
 def test_background_flush_and_close(nexus):
-    log = AuditLog(nexus.store, flush_interval=0.05).start()
+    log = AuditLog(nexus, flush_interval=0.05).start()
     log.record(_entry(1))
     time.sleep(0.3)
     with nexus.store.read() as txn:

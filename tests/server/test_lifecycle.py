@@ -8,7 +8,7 @@ import threading
 import time
 
 from nexus.api import Nexus
-from nexus.audit import AuditLog
+from nexus.ops.audit import AuditLog
 
 from .conftest import SLOW_ITEMS, SLOW_QUERY, SLOW_RESULT, start_server
 
@@ -93,7 +93,7 @@ def test_sigterm_finishes_in_flight_requests_and_flushes_the_audit(slow_db):
     assert code == 0
     assert box.get("value") == (200, {"result": SLOW_RESULT}), box
     with Nexus.open(str(slow_db.path), bootstrap=False) as nx:
-        entries = AuditLog(nx.store).entries()
+        entries = AuditLog(nx).entries()
     assert entries[0]["command"] == SLOW_QUERY and entries[0]["status"] == 200
 
 

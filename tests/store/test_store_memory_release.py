@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from nexus.check import verify
+from nexus.ops.check import verify
 from nexus.store import LmdbGraphStore, lmdb_store
 
 
@@ -95,7 +95,7 @@ def test_concurrent_readers_see_whole_commits_while_the_store_releases(tmp_path,
 def test_indexes_agree_with_the_data_after_a_bulk_import_that_released(tmp_path,
                                                                         release_always):
     from nexus.api import Nexus
-    from nexus.capsules import bulk_import
+    from nexus.ops.bulk_import import bulk_import
     nx = Nexus.open(str(tmp_path / "nx"))
     try:
         assert "error" not in nx.execute_kip({"command": """

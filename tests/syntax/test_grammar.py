@@ -128,7 +128,7 @@ def test_solution_modifiers():
 
 def test_explain_is_kql():
     parsed = parse("EXPLAIN FIND(?x) WHERE { ?x {type: \"T\"} }")
-    assert isinstance(parsed.command, A.Explain) and parsed.kind == "KQL"
+    assert isinstance(parsed.command, A.Explain) and parsed.kind.label == "KQL"
 
 
 # --- KML -----------------------------------------------------------------------------------
@@ -167,7 +167,7 @@ def test_upsert_structure():
     assert isinstance(b.propositions[3].target, A.PropositionMatch)
     assert p.handle == "p" and p.metadata == lit({"c": 1}) and p.attributes == lit({"w": 1})
     assert anon_p.match == A.PropositionIdMatch(lit("P:3:rel"))
-    assert parse("UPSERT { }").kind == "KML"
+    assert parse("UPSERT { }").kind.label == "KML"
 
 
 def test_empty_set_clauses():
@@ -194,7 +194,7 @@ def test_delete_propositions_and_concept():
     assert isinstance(c, A.DeletePropositions) and c.target == "link" and len(c.where) == 2
     c = cmd('DELETE CONCEPT ?drug DETACH WHERE { ?drug {type: "Drug", name: "OutdatedDrug"} }')
     assert isinstance(c, A.DeleteConcept) and c.target == "drug"
-    assert parse('DELETE CONCEPT ?d DETACH WHERE { }').kind == "KML"
+    assert parse('DELETE CONCEPT ?d DETACH WHERE { }').kind.label == "KML"
 
 
 # --- META ----------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ def test_delete_propositions_and_concept():
 ])
 def test_meta_commands(text, expected):
     parsed = parse(text)
-    assert parsed.command == expected and parsed.kind == "META"
+    assert parsed.command == expected and parsed.kind.label == "META"
 
 
 # --- lexical rules -------------------------------------------------------------------------

@@ -41,9 +41,9 @@ import struct
 from collections import Counter
 from typing import Any, Iterator
 
-from .errors import KipError, internal_error
-from .store import codec
-from .store.codec import OPS, PSO, SPO, pack_n, pack_sid
+from ..errors import KipError, internal_error
+from ..store import codec
+from ..store.codec import OPS, PSO, SPO, pack_n, pack_sid
 
 # Drift categories that a rebuild of the derived indexes repairs ...
 REPAIRABLE = (
@@ -113,10 +113,9 @@ def repair_store(nexus: Any, examples: int = EXAMPLES) -> tuple[dict[str, Any], 
     """Check the store's derived tables and rewrite what drifted, in one write transaction
     (under the engine's write lock, so no command interleaves). Returns (the report of what
     was found, the number of keys written or deleted)."""
-    with nexus._write_lock:
-        with nexus.store.write() as txn:
-            check = StoreCheck(txn, examples, fix=True)
-            report = check.run()
+    with nexus.write_session(privileged=True) as session:
+        check = StoreCheck(session.txn, examples, fix=True)
+        report = check.run()
     return report, check.fixes
 
 
@@ -457,7 +456,7 @@ class PostingCheck(_Findings):
     def run(self) -> dict[str, Any]:
         import numpy as np
 
-        from .search import lexical, postings
+        from ..search import lexical, postings
         lex = self.txn.aux("lex")
         expected: dict[bytes, dict[int, tuple[float, int]]] = {}   # kind+term → postings
         names: dict[bytes, bytes] = {}
@@ -575,8 +574,8 @@ class VectorCheck(_Findings):
     def _chunk(self, ids: list[int], attempts: int = 3) -> None:
         import numpy as np
 
-        from .search.text import element_doc
-        from .search.vectors import SLOTS, doc_texts, read_seq
+        from ..search.text import element_doc
+        from ..search.vectors import SLOTS, doc_texts, read_seq
         v = self.vectors
         for attempt in range(attempts):
             with v.lock, self.store.read() as txn:

@@ -28,9 +28,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-from . import KIP_VERSION, __version__
-from .store.protocol import ConceptHead, LinkHead
-from .syntax import value_text
+from ..store.protocol import ConceptHead, LinkHead
+from ..syntax import value_text
+from ..version import KIP_VERSION, __version__
 
 STATEMENT_BLOCKS = 200
 CORE_NODES = frozenset({("$ConceptType", "$ConceptType"), ("$ConceptType", "$PropositionType"),

@@ -18,13 +18,13 @@ keeps it cheap:
   importance), plus log(link count) for predicates defined in the domain.
   key_concepts: the most important instance members as `{type, name}`.
 
-Caching: each domain's ranking is kept with the change sequence (`vecq`, written by every
-write in its own transaction) of the snapshot it was computed from. Writes invalidate only
-the domains they touch — found from the touched ids' `belongs_to_domain` links and their
-types' definitions — inside the write transaction (`invalidate`); deletes and bulk writes
-invalidate everything. A ranking is reused by any reader whose domain was not invalidated
-after the ranking's snapshot, so reads never recompute and a write recomputes only what
-it changed.
+Caching: each domain's ranking is kept with the snapshot id (`ReadTxn.snapshot_id`) it was
+computed from. The cache is one of the engine's commit hooks: a write invalidates only the
+domains it touches — found from the touched ids' `belongs_to_domain` links and their types'
+definitions, inside the write transaction, marked with the id its commit will have
+(`WriteTxn.commit_id`); deletes and bulk writes invalidate everything. A ranking is reused
+by any reader whose domain was not invalidated after the ranking's snapshot, so reads never
+recompute and a write recomputes only what it changed.
 """
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from .exec.values import definition_json
-from .store.protocol import ConceptHead
+from ..store.protocol import ConceptHead, ReadTxn
+from .context import ExecContext, WriteContext
+from .values import definition_json
 
 MAX_MEMBERS = 2000        # members of a domain read for ranking
 MAX_LINKS = 64            # links per member and direction read for ranking
@@ -51,13 +52,17 @@ DOMAIN, BELONGS = "Domain", "belongs_to_domain"
 
 
 class PrimerCache:
-    """Per-domain rankings, valid from the sequence they were computed at."""
+    """Per-domain rankings, valid from the snapshot they were computed at; an engine commit
+    hook (`stage`, `before_commit`, `after_commit`) that invalidates what writes change."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.rankings: dict[int, tuple[int, dict]] = {}
         self.dirty: dict[int, int] = {}
         self.all_dirty = 0
+        # What the current write transaction touched so far (writes are serialized).
+        self._pending: set[int] = set()
+        self._pending_all = False
 
     def clear(self) -> None:
         with self.lock:
@@ -81,9 +86,37 @@ class PrimerCache:
             if old is None or old[0] <= seq:
                 self.rankings[domain] = (seq, ranking)
 
-    def invalidate(self, txn: Any, touched: set, removed: set, seq: int) -> None:
-        """Inside a write txn (sequence `seq`): mark the domains the write may change."""
-        if removed or len(touched) > BULK_INVALIDATE:
+    # --- the commit hook ---------------------------------------------------------------
+    def stage(self, ctx: WriteContext) -> None:
+        """Part way through a big write: remember what it touched (while that stays small)."""
+        if ctx.removed or self._pending_all or \
+                len(self._pending) + len(ctx.touched) > BULK_INVALIDATE:
+            self._pending_all = True
+            self._pending.clear()
+        else:
+            self._pending |= ctx.touched
+
+    def before_commit(self, ctx: WriteContext) -> None:
+        self.stage(ctx)
+        try:
+            if self._pending_all or self._pending:
+                self.invalidate(ctx.txn, self._pending, self._pending_all,
+                                ctx.txn.commit_id())
+        finally:
+            self._pending = set()
+            self._pending_all = False
+
+    def after_commit(self, ctx: WriteContext) -> None:
+        pass
+
+    def rolled_back(self, ctx: WriteContext) -> None:
+        self._pending = set()
+        self._pending_all = False
+
+    def invalidate(self, txn: ReadTxn, touched: set[int], everything: bool, seq: int) -> None:
+        """Inside a write txn whose commit will be snapshot `seq`: mark the domains the
+        write may change (`everything`: all of them)."""
+        if everything or len(touched) > BULK_INVALIDATE:
             with self.lock:
                 self.all_dirty = seq
             return
@@ -137,11 +170,13 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
 
 # --- computing ---------------------------------------------------------------------------
 
-def describe_primer(txn: Any, nexus: Any) -> dict:
-    """The PRIMER object of CONTRACT §8 for `txn`'s snapshot."""
-    service = getattr(nexus, "search", None)
-    cache: PrimerCache | None = getattr(service, "primer", None)
-    seq = _seq(txn)
+def describe_primer(ctx: ExecContext) -> dict:
+    """The PRIMER object of CONTRACT §8 for the context's snapshot."""
+    txn = ctx.txn
+    cache = ctx.primer
+    seq = txn.snapshot_id()
+    if seq is None:             # not a committed snapshot: nothing to share with others
+        cache = None
     domain_t = txn.symbol_id(DOMAIN)
     domains = list(txn.concepts_of_type(domain_t)) if domain_t is not None else []
     entries = []
@@ -149,7 +184,7 @@ def describe_primer(txn: Any, nexus: Any) -> dict:
         ranking = cache.get(d) if cache is not None else None
         if ranking is None:
             ranking = rank_domain(txn, d)
-            if cache is not None:
+            if cache is not None and seq is not None:
                 cache.put(d, seq, ranking)
         entries.append((d, ranking))
     entries.sort(key=lambda e: (-e[1]["size"], txn.known_head(e[0]).name))
@@ -163,14 +198,9 @@ def describe_primer(txn: Any, nexus: Any) -> dict:
             "key_proposition_types": ranking["predicates"],
             "key_concepts": ranking["concepts"],
         })
-    modes = service.search_modes if service is not None else []
+    modes = ctx.search.search_modes if ctx.search is not None else []
     return {"identity": _identity(txn), "domain_map": domain_map,
             "total_domains": len(domains), "search_modes": modes}
-
-
-def _seq(txn: Any) -> int:
-    from .search.vectors import read_seq
-    return read_seq(txn)
 
 
 def _identity(txn: Any) -> dict | None:

@@ -1,7 +1,7 @@
-"""Capsules: the bootstrap of a new database, loading capsule files, and bulk import.
+"""Capsules: the bootstrap of a new database, and loading capsule files.
 
-The bundled `.kip` files live in the repository's `capsules/` folder, which ships as the data
-package `nexus.bundled` (see pyproject); this module applies them and any other capsule.
+The bundled `.kip` files are the package data `nexus.bundled` (the folder nexus/bundled/);
+this module applies them and any other capsule.
 
 Public names:
 
@@ -16,28 +16,23 @@ Public names:
   (searched recursively), each file atomically (one transaction; a failing file leaves
   nothing of itself). Big files are split into their top-level statements so that no single
   parse is huge, but a file is still one transaction. Returns one count dict per file.
-* `write_batch(nexus, privileged=False)` — a context manager running several KML commands
-  in ONE write transaction (what the two above are built on).
-* `bulk_import(...)` — re-exported from `nexus.exec.bulk` (JSONL-shaped data, no parse).
+
+Both run their commands in the engine's write session (`Engine.write_session`), so the
+search indexes and caches see them like any other write.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
-from contextlib import contextmanager
 from importlib import resources
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
-from . import syntax
-from .errors import ErrorCode, KipError
-from .exec.bulk import bulk_import
-from .exec.context import ExecContext
-from .exec.kml import run_kml
-from .store.protocol import ConceptHead
+from ..engine import Engine, WriteSession
+from ..errors import ErrorCode, KipError
+from ..store.protocol import ConceptHead, ReadTxn, WriteTxn
 
-__all__ = ["BUNDLED", "bootstrap", "load_capsules", "write_batch", "split_statements",
-           "bulk_import"]
+__all__ = ["BUNDLED", "bootstrap", "load_capsules", "split_statements", "counts"]
 
 BUNDLED_PACKAGE = "nexus.bundled"
 # Application order: each capsule needs the definitions of the ones before it.
@@ -51,66 +46,16 @@ SPLIT_BYTES = 256 * 1024    # files larger than this are parsed statement by sta
 
 # --- one write transaction, several commands ----------------------------------------------
 
-class Batch:
-    """The commands run so far in one write transaction (see `write_batch`)."""
-
-    def __init__(self, nexus: Any, txn: Any, privileged: bool) -> None:
-        self.nexus = nexus
-        self.txn = txn
-        self.privileged = privileged
-        # One context gathers what all commands touched, for the search index hooks; every
-        # element written by the batch gets the same timestamp.
-        self.ctx = ExecContext.start(txn, nexus.config.limits, engine=nexus,
-                                     privileged=privileged)
-        self.start_max = txn.max_id()
-
-    def run(self, text: str, parameters: dict | None = None) -> dict[str, Any]:
-        """Parse, bind and run one KML command inside the batch's transaction."""
-        limits = self.nexus.config.limits
-        parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
-                              max_nesting=limits.max_nesting)
-        if parsed.kind != "KML":
-            raise KipError(ErrorCode.KIP_1001, "A capsule holds only KML (UPSERT / DELETE) "
-                           "commands", "Run FIND, SEARCH and DESCRIBE through execute_kip.")
-        command = syntax.bind(parsed, parameters or {})
-        ctx = ExecContext.start(self.txn, limits, engine=self.nexus, text=text,
-                                privileged=self.privileged)
-        ctx.now = self.ctx.now
-        try:
-            return run_kml(ctx, command)
-        except KipError as err:
-            if err.line is not None and err.snippet is None:
-                err.with_position(text, err.line, err.column or 1)
-            raise
-        finally:
-            self.ctx.touched |= ctx.touched
-            self.ctx.touched -= ctx.removed
-            self.ctx.removed |= ctx.removed
-
-    def counts(self) -> dict[str, int]:
-        """Elements created / updated / deleted by the batch so far (ids above the counter
-        at the start were created by it)."""
-        out = {"concepts_created": 0, "concepts_updated": 0, "propositions_created": 0,
-               "propositions_updated": 0, "deleted": len(self.ctx.removed)}
-        head = self.txn.head
-        for n in self.ctx.touched:
-            kind = "concepts" if type(head(n)) is ConceptHead else "propositions"
-            out[f"{kind}_{'created' if n > self.start_max else 'updated'}"] += 1
-        return out
-
-
-@contextmanager
-def write_batch(nexus: Any, *, privileged: bool = False) -> Iterator[Batch]:
-    """`with write_batch(nx) as b: b.run(cmd1); b.run(cmd2)` — all or nothing: commits when
-    the block ends normally, aborts on any exception."""
-    # The same lock and hooks as Nexus._run_kml, so that indexes beside the store (search)
-    # and caches (the primer) see the batch like any other KML command.
-    with nexus._write_lock:
-        with nexus.store.write() as txn:
-            batch = Batch(nexus, txn, privileged)
-            yield batch
-            nexus._before_commit(batch.ctx)
-    nexus._after_commit(batch.ctx)
+def counts(session: WriteSession, start_max: int) -> dict[str, int]:
+    """Elements created / updated / deleted by a write session so far (ids above the
+    counter at its start, `start_max`, were created by it)."""
+    out = {"concepts_created": 0, "concepts_updated": 0, "propositions_created": 0,
+           "propositions_updated": 0, "deleted": len(session.ctx.removed)}
+    head = session.txn.head
+    for n in session.ctx.touched:
+        kind = "concepts" if type(head(n)) is ConceptHead else "propositions"
+        out[f"{kind}_{'created' if n > start_max else 'updated'}"] += 1
+    return out
 
 
 # --- bootstrap -----------------------------------------------------------------------------
@@ -123,37 +68,37 @@ def _digest(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).hexdigest().encode()
 
 
-def _actor_exists(txn: Any, name: str) -> bool:
+def _actor_exists(txn: ReadTxn, name: str) -> bool:
     sid = txn.symbol_id("Person")
     return sid is not None and txn.concept_id(sid, name) is not None
 
 
-def _pending(txn: Any, name: str, digest: bytes) -> bool:
+def _pending(txn: ReadTxn, name: str, digest: bytes) -> bool:
     """Whether capsule `name` (with this content hash) still has to be applied."""
     if name in ACTOR_CAPSULES:
         return not _actor_exists(txn, ACTOR_CAPSULES[name])
     return txn.aux("engine").get(HASH_PREFIX + name.encode()) != digest
 
 
-def bootstrap(nexus: Any) -> list[str]:
+def bootstrap(engine: Engine) -> list[str]:
     """Apply the bundled capsules that are missing or changed; returns their names."""
     capsules = [(name, bundled_text(name)) for name in BUNDLED]
-    with nexus.store.read() as txn:         # the common case, a reopen: no write at all
+    with engine.store.read() as txn:        # the common case, a reopen: no write at all
         todo = [(n, t, d) for n, t in capsules if _pending(txn, n, d := _digest(t))]
     applied = []
     for name, text, digest in todo:
-        with write_batch(nexus, privileged=True) as batch:
-            if not _pending(batch.txn, name, digest):   # another process was faster
+        with engine.write_session(privileged=True) as session:
+            if not _pending(session.txn, name, digest):     # another process was faster
                 continue
-            batch.run(text)
-            if name == "persons/self.kip" and nexus.config.self_id is not None:
-                _set_self_id(batch.txn, nexus.config.self_id)
-            batch.txn.aux("engine").put(HASH_PREFIX + name.encode(), digest)
+            session.run(text)
+            if name == "persons/self.kip" and engine.config.self_id is not None:
+                _set_self_id(session.txn, engine.config.self_id)
+            session.txn.aux("engine").put(HASH_PREFIX + name.encode(), digest)
         applied.append(name)
     return applied
 
 
-def _set_self_id(txn: Any, self_id: str) -> None:
+def _set_self_id(txn: WriteTxn, self_id: str) -> None:
     # Part of the creation of $self (not a later write): no `_version` bump.
     n = txn.concept_id(txn.symbol_id("Person"), "$self")
     attributes = txn.attributes(n)
@@ -222,7 +167,7 @@ def capsule_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     return out
 
 
-def load_capsules(nexus: Any, paths: Iterable[str | os.PathLike],
+def load_capsules(engine: Engine, paths: Iterable[str | os.PathLike],
                   progress: Callable[[str, int, int], None] | None = None, *,
                   privileged: bool = False, keep_going: bool = False
                   ) -> list[dict[str, Any]]:
@@ -237,7 +182,7 @@ def load_capsules(nexus: Any, paths: Iterable[str | os.PathLike],
     results = []
     for path in capsule_files(paths):
         try:
-            result = _load_file(nexus, path, progress, privileged)
+            result = _load_file(engine, path, progress, privileged)
         except KipError as err:
             results.append({"path": path, "error": err.to_dict()})
             if not keep_going:
@@ -247,7 +192,7 @@ def load_capsules(nexus: Any, paths: Iterable[str | os.PathLike],
     return results
 
 
-def _load_file(nexus: Any, path: str, progress: Callable | None, privileged: bool
+def _load_file(engine: Engine, path: str, progress: Callable | None, privileged: bool
                ) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8-sig") as f:
@@ -258,11 +203,12 @@ def _load_file(nexus: Any, path: str, progress: Callable | None, privileged: boo
     pieces = split_statements(text) if len(text) > SPLIT_BYTES else [text]
     total = len(text)
     done = 0
-    with write_batch(nexus, privileged=privileged) as batch:
+    with engine.write_session(privileged=privileged) as session:
+        start_max = session.txn.max_id()
         for piece in pieces:
-            batch.run(piece)
+            session.run(piece)
             done += len(piece.lstrip("\n "))
             if progress is not None:
                 progress(path, min(done, total), total)
-        counts = batch.counts()
-    return {"path": path, "statements": len(pieces), **counts}
+        report = counts(session, start_max)
+    return {"path": path, "statements": len(pieces), **report}

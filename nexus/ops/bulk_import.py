@@ -43,17 +43,18 @@ from itertools import islice
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Iterator
 
+from ..engine import Engine
 from ..errors import ErrorCode, KipError
+from ..exec import protect, writes
+from ..exec.context import WriteContext
+from ..exec.schema import Schema
 from ..store.bulk import gc_paused
-from . import protect, writes
-from .context import ExecContext
-from .schema import Schema
 
 DEFAULT_BATCH = 1_000_000      # items per write transaction (see the module doc)
 DEFAULT_CHUNK = 50_000         # items in memory at once
 
 
-def bulk_import(nexus: Any, concepts: Iterable[dict] = (), links: Iterable[dict] = (), *,
+def bulk_import(engine: Engine, concepts: Iterable[dict] = (), links: Iterable[dict] = (), *,
                 batch_size: int = DEFAULT_BATCH, chunk_size: int = DEFAULT_CHUNK,
                 privileged: bool = False,
                 progress: Callable[[str, int], None] | None = None) -> dict[str, int]:
@@ -65,12 +66,11 @@ def bulk_import(nexus: Any, concepts: Iterable[dict] = (), links: Iterable[dict]
     if batch_size < 1 or chunk_size < 1:
         raise KipError(ErrorCode.KIP_1001, "batch_size and chunk_size must be at least 1")
     chunk_size = min(chunk_size, batch_size)
-    state = _Import(nexus, privileged)
+    state = _Import(engine, privileged)
     # The vector indexer waits for the end of the import (it would compete with the load
     # for the GIL; see nexus.search.vectors.VectorIndex.pause) and then catches up.
-    search = getattr(nexus, "search", None)
-    loading = getattr(search, "bulk_loading", None)
-    with loading() if loading is not None else nullcontext():
+    search = engine.search
+    with search.bulk_loading() if search is not None else nullcontext():
         for kind, items, fn in (("concepts", concepts, state.concept_batch),
                                 ("links", links, state.link_batch)):
             it = iter(items)
@@ -142,8 +142,8 @@ _NO_IDS: dict = {}       # shared and never written to
 class _Import:
     """State kept across the batches of one import (what it created, what it may skip)."""
 
-    def __init__(self, nexus: Any, privileged: bool) -> None:
-        self.nexus = nexus
+    def __init__(self, engine: Engine, privileged: bool) -> None:
+        self.engine = engine
         self.privileged = privileged
         self.start_max: int | None = None       # max id before the import's first write
         # type -> name -> id of concepts this import created or found: no probe next time.
@@ -155,35 +155,26 @@ class _Import:
         self.counts = {"concepts_created": 0, "concepts_updated": 0,
                        "propositions_created": 0, "propositions_updated": 0, "batches": 0}
 
-    def run(self, fn: Callable[[ExecContext, list, int], None], first: list,
+    def run(self, fn: Callable[[WriteContext, list, int], None], first: list,
             rest: Iterator, batch_size: int, chunk_size: int) -> int:
         """One batch = one write transaction over `first` and then up to `batch_size` items
         of `rest`, a chunk at a time; returns the number of items consumed."""
-        nexus = self.nexus
         done = 0
-        with nexus._write_lock:
-            with nexus.store.write() as txn:
-                ctx = ExecContext.start(txn, nexus.config.limits, engine=nexus,
-                                        privileged=self.privileged)
-                self._sync(txn)
-                search = nexus.search
-                stage = getattr(search, "stage", None) if search is not None else None
-                chunk = first
-                # A batch allocates hundreds of thousands of dicts and tuples, none in a
-                # cycle: letting the collector run meanwhile only rescans them again and again.
-                with gc_paused():
-                    while chunk:
-                        fn(ctx, chunk, done)
-                        done += len(chunk)
-                        del chunk
-                        if stage is not None:
-                            stage(ctx)          # index this chunk's elements for SEARCH now
-                        if done >= batch_size:
-                            break
-                        chunk = list(islice(rest, min(chunk_size, batch_size - done)))
-                    nexus._before_commit(ctx)
-                self.seen = self._state(txn)
-        nexus._after_commit(ctx)
+        # A batch allocates hundreds of thousands of dicts and tuples, none in a cycle:
+        # letting the collector run meanwhile only rescans them again and again.
+        with gc_paused(), self.engine.write_session(privileged=self.privileged) as session:
+            ctx, txn = session.ctx, session.txn
+            self._sync(txn)
+            chunk = first
+            while chunk:
+                fn(ctx, chunk, done)
+                done += len(chunk)
+                del chunk
+                session.stage()             # index this chunk's elements for SEARCH now
+                if done >= batch_size:
+                    break
+                chunk = list(islice(rest, min(chunk_size, batch_size - done)))
+            self.seen = self._state(txn)
         self.counts["batches"] += 1
         return done
 
@@ -203,7 +194,7 @@ class _Import:
             self.start_max = txn.max_id()
 
     # --- concepts -----------------------------------------------------------------------
-    def concept_batch(self, ctx: ExecContext, chunk: list, base: int = 0) -> None:
+    def concept_batch(self, ctx: WriteContext, chunk: list, base: int = 0) -> None:
         txn, schema, now = ctx.txn, Schema(ctx.txn), ctx.now
         try:
             type_names = set(map(_TYPE, chunk))
@@ -262,7 +253,7 @@ class _Import:
         self.counts["concepts_updated"] += updated
 
     # --- links --------------------------------------------------------------------------
-    def link_batch(self, ctx: ExecContext, chunk: list, base: int = 0) -> None:
+    def link_batch(self, ctx: WriteContext, chunk: list, base: int = 0) -> None:
         txn, schema, now = ctx.txn, Schema(ctx.txn), ctx.now
         try:
             pnames = set(map(_PREDICATE, chunk))
@@ -336,7 +327,7 @@ class _Import:
     # column-wise C-level loops (map/zip over the chunk) instead of one bytecode loop per
     # item. Anything else — a repeat, an existing element, a missing link end, a malformed or
     # reserved map — returns False and the item-by-item path above handles the whole chunk.
-    def _concepts_fast(self, ctx: ExecContext, chunk: list, type_names: set, tids: dict,
+    def _concepts_fast(self, ctx: WriteContext, chunk: list, type_names: set, tids: dict,
                        engine: dict) -> bool:
         try:
             types = list(map(_TYPE, chunk))
@@ -378,7 +369,7 @@ class _Import:
         self.counts["concepts_created"] += len(chunk)
         return True
 
-    def _links_fast(self, ctx: ExecContext, chunk: list, pids: dict, engine: dict) -> bool:
+    def _links_fast(self, ctx: WriteContext, chunk: list, pids: dict, engine: dict) -> bool:
         by_type = self.ids.__getitem__
         get = dict.get
         try:

@@ -14,7 +14,8 @@ Durability: recording is an in-memory append. A background thread flushes the bu
 store write transaction every `flush_interval` seconds (0.5 s), sooner when `flush_size`
 (256) entries are waiting, and on `close()`. So a request never waits for an audit write,
 and a crash can lose the last fraction of a second of audit entries (never graph data).
-The audit write goes straight through `store.write()`: it is bookkeeping, not KML.
+The audit write goes through the engine's write session like every write (it changes no
+element, so the commit hooks have nothing to do).
 
 Keys are 8-byte big-endian microsecond timestamps, unique per store (a clash moves the
 later entry one microsecond on), so a reverse scan is newest-first and the key of the last
@@ -34,7 +35,8 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from .errors import ErrorCode, KipError
+from ..engine import Engine
+from ..errors import ErrorCode, KipError
 
 TABLE = "audit"
 DEFAULT_PAGE = 50
@@ -125,9 +127,11 @@ def entry(*, method: str, kinds: list[str], commands: list[str], duration: float
 class AuditLog:
     """Buffered, persisted audit log over a graph store's `audit` aux table."""
 
-    def __init__(self, store: Any, *, max_entries: int = 10_000, max_age_days: float = 30.0,
-                 flush_interval: float = 0.5, flush_size: int = 256) -> None:
-        self.store = store
+    def __init__(self, engine: Engine, *, max_entries: int = 10_000,
+                 max_age_days: float = 30.0, flush_interval: float = 0.5,
+                 flush_size: int = 256) -> None:
+        self.engine = engine
+        self.store = engine.store
         self.max_entries = max_entries
         self.max_age = max_age_days * 86400.0
         self.flush_interval = flush_interval
@@ -141,9 +145,10 @@ class AuditLog:
         self._last_key = 0
 
     @classmethod
-    def for_nexus(cls, nexus: Any, **kw: Any) -> "AuditLog":
-        cfg = nexus.config
-        return cls(nexus.store, max_entries=cfg.audit_max_entries,
+    def for_engine(cls, engine: Engine, **kw: Any) -> "AuditLog":
+        """An audit log configured from the engine's `Config` (retention)."""
+        cfg = engine.config
+        return cls(engine, max_entries=cfg.audit_max_entries,
                    max_age_days=cfg.audit_max_age_days, **kw)
 
     # --- recording -----------------------------------------------------------------------
@@ -171,7 +176,7 @@ class AuditLog:
                 self.flush()
             except Exception:   # noqa: BLE001 - audit must never take the server down
                 import logging
-                logging.getLogger("nexus.audit").exception("audit flush failed")
+                logging.getLogger("nexus.ops.audit").exception("audit flush failed")
 
     def close(self) -> None:
         """Stop the flusher and write what is buffered."""
@@ -189,8 +194,8 @@ class AuditLog:
                 batch, self._buffer = self._buffer, []
             if not batch:       # an idle server does no durable writes; reads hide
                 return 0        # entries past the age limit until the next flush prunes
-            with self.store.write() as txn:
-                table = txn.aux(TABLE)
+            with self.engine.write_session() as session:
+                table = session.txn.aux(TABLE)
                 if self._last_key == 0:
                     for key, _ in table.scan(reverse=True):
                         self._last_key = _KEY.unpack(key)[0]

@@ -1,0 +1,375 @@
+"""The engine: one store, its commit hooks, and the single way to read or write it.
+
+Owns the path every command takes after parsing — the statement registry decides whether it
+reads a snapshot or writes, the executor registry decides who runs it — and the two sessions
+everything else uses:
+
+* `read_session()` — a read transaction (one consistent snapshot) with its `ExecContext`;
+* `write_session(privileged=False)` — **the one write path**: it holds the engine's write
+  lock, opens the write transaction, lets the caller write (KML commands, bulk import, the
+  capsule bootstrap, `kip check --repair`, the search service, the audit log), runs the
+  commit hooks' `before_commit` inside the transaction, commits — or rolls back on an
+  exception or a dry run — and runs `after_commit`. Nothing else opens a store write.
+
+Commit hooks are objects with `stage(ctx)`, `before_commit(ctx)`, `after_commit(ctx)` and
+`rolled_back(ctx)` (`CommitHook`): the search indexes and the PRIMER cache are hooks, and so
+will be any index kept beside the store.
+
+Requests (`execute_kip`, CONTRACT §1–§2) are validated here too: batches, per-command
+parameters, the read-only rule (every statement kind that writes is refused, and so is any
+statement the registry does not know), dry runs. Nothing but a KIP response leaves
+`execute_kip`: unexpected exceptions become `KIP_4003`.
+
+`nexus.api.Nexus` is this engine plus opening, bootstrap and the operations over a store.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
+
+from . import syntax
+from .config import Config
+from .errors import ErrorCode, KipError, internal_error
+from .exec.context import ExecContext, WriteContext, now_iso
+from .exec.primer import PrimerCache
+from .exec.registry import executor_for
+from .store.protocol import GraphStore, WriteTxn
+from .syntax import StatementKind
+
+if TYPE_CHECKING:
+    from .search import SearchService
+
+log = logging.getLogger("nexus")
+
+_REQUEST_KEYS = frozenset(("command", "commands", "parameters", "dry_run"))
+_ONE_KEYS = frozenset(("command", "parameters", "dry_run"))
+
+Response = dict[str, Any]
+
+
+class CommitHook(Protocol):
+    """Work kept beside the store that follows every write (see the module doc)."""
+
+    def stage(self, ctx: WriteContext) -> None:
+        """Part way through a big write (after each bulk chunk): take what `ctx` touched
+        and removed so far; the session forgets those ids afterwards."""
+    def before_commit(self, ctx: WriteContext) -> None:
+        """Inside the write transaction, just before it commits."""
+    def after_commit(self, ctx: WriteContext) -> None:
+        """After a successful commit."""
+    def rolled_back(self, ctx: WriteContext) -> None:
+        """The transaction was rolled back (an error or a dry run)."""
+
+
+class WriteSession:
+    """One open write transaction of the engine (`Engine.write_session`).
+
+    `txn` is the store's write transaction and `ctx` the context every write of the session
+    shares (one timestamp, one record of what changed). `run(text)` executes a writing KIP
+    command inside the session; `stage()` hands what was written so far to the commit hooks
+    (bulk loads call it after each chunk); `abort()` rolls the whole session back.
+    """
+
+    def __init__(self, engine: "Engine", txn: WriteTxn, ctx: WriteContext) -> None:
+        self.engine = engine
+        self.txn = txn
+        self.ctx = ctx
+        self.aborted = False
+
+    def run(self, text: str, parameters: Mapping[str, Any] | None = None) -> Any:
+        """Parse, bind and execute one writing command (KML) in this session's transaction;
+        its errors carry their position in `text`."""
+        limits = self.engine.config.limits
+        parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
+                              max_nesting=limits.max_nesting)
+        if not parsed.kind.writes:
+            raise KipError(ErrorCode.KIP_1001, "Only writing commands (UPSERT, DELETE, ...) "
+                           "run in a write session",
+                           "Run FIND, SEARCH and DESCRIBE through execute_kip.")
+        command = syntax.bind(parsed, parameters or {})
+        ctx = self.ctx
+        saved = ctx.text
+        ctx.text = text
+        ctx.deadline = time.monotonic() + limits.query_timeout    # each command its own
+        try:
+            result, _ = executor_for(type(command))(ctx, command, parameters or {})
+            return result
+        except KipError as err:
+            if err.line is not None and err.snippet is None:
+                err.with_position(text, err.line, err.column or 1)
+            raise
+        finally:
+            ctx.text = saved
+
+    def stage(self) -> None:
+        """Give the commit hooks what was written so far, then forget those ids."""
+        ctx = self.ctx
+        if ctx.touched or ctx.removed:
+            for hook in self.engine.commit_hooks:
+                hook.stage(ctx)
+            ctx.touched = set()
+            ctx.removed = set()
+
+    def abort(self) -> None:
+        """Roll the session back when it ends (nothing it wrote is kept)."""
+        self.aborted = True
+
+
+class Engine:
+    """A KIP engine over one graph store. Thread-safe: many readers, one writer at a time."""
+
+    def __init__(self, store: GraphStore, config: Config) -> None:
+        self.store = store
+        self.config = config
+        self.search: "SearchService | None" = None     # attached by nexus.api
+        self.primer = PrimerCache()
+        # Which executor FIND uses: "auto" (a cost model per execution), "always" or
+        # "never" the columnar one (nexus.exec.columnar); tests run both ways.
+        self.columnar = _columnar_default()
+        self.commit_hooks: list[CommitHook] = [self.primer]
+        self._write_lock = threading.RLock()
+        self._writer: int | None = None
+        self._closed = False
+
+    def add_commit_hook(self, hook: CommitHook) -> None:
+        """Run `hook` around every write from now on."""
+        self.commit_hooks.append(hook)
+
+    @property
+    def path(self) -> str | None:
+        return self.store.path
+
+    # --- sessions -------------------------------------------------------------------------
+    def _context_options(self) -> dict[str, Any]:
+        return {"search": self.search, "primer": self.primer, "columnar": self.columnar}
+
+    @contextmanager
+    def read_session(self, *, text: str | None = None, dry_run: bool = False
+                     ) -> Iterator[ExecContext]:
+        """`with engine.read_session() as ctx:` — a consistent snapshot (`ctx.txn`)."""
+        with self.store.read() as txn:
+            yield ExecContext(txn, self.config.limits,
+                              time.monotonic() + self.config.limits.query_timeout,
+                              text=text, dry_run=dry_run, **self._context_options())
+
+    @contextmanager
+    def write_session(self, *, privileged: bool = False, dry_run: bool = False,
+                      text: str | None = None) -> Iterator[WriteSession]:
+        """`with engine.write_session() as w:` — the one write path (see the module doc).
+
+        Commits when the block ends normally; rolls back when it raises, when `dry_run`, or
+        after `w.abort()`. Re-entering from the thread that holds a session is KIP_4003.
+        """
+        if self._writer == threading.get_ident():
+            raise KipError(ErrorCode.KIP_4003, "a write session is already open in this "
+                           "thread (write sessions do not nest)")
+        committed = False
+        ctx: WriteContext | None = None
+        with self._write_lock:
+            self._writer = threading.get_ident()
+            try:
+                with self.store.write() as txn:
+                    ctx = WriteContext(txn, self.config.limits,
+                                       time.monotonic() + self.config.limits.query_timeout,
+                                       privileged=privileged, dry_run=dry_run, text=text,
+                                       clock=now_iso, **self._context_options())
+                    session = WriteSession(self, txn, ctx)
+                    yield session
+                    if dry_run or session.aborted:
+                        txn.abort()
+                    else:
+                        for hook in self.commit_hooks:
+                            hook.before_commit(ctx)
+                        committed = True
+                if not committed:
+                    self._rolled_back(ctx)
+            except BaseException:
+                self._rolled_back(ctx)      # the body, a hook or the commit itself failed
+                committed = False
+                raise
+            finally:
+                self._writer = None
+        if committed and ctx is not None:
+            for hook in self.commit_hooks:
+                hook.after_commit(ctx)
+
+    def _rolled_back(self, ctx: WriteContext | None) -> None:
+        if ctx is not None:
+            for hook in self.commit_hooks:
+                hook.rolled_back(ctx)
+
+    # --- execute_kip ----------------------------------------------------------------------
+    def execute_kip(self, request: Mapping[str, Any]) -> Response:
+        """Run a request `{command | commands, parameters?, dry_run?}` (CONTRACT §1–§2)."""
+        return self._execute(request, readonly=False)
+
+    def execute_kip_readonly(self, request: Mapping[str, Any]) -> Response:
+        """Like `execute_kip`, but every statement that writes is refused before it runs."""
+        return self._execute(request, readonly=True)
+
+    def _execute(self, request: Any, *, readonly: bool) -> Response:
+        try:
+            commands, dry_run, batch = self._validate(request)
+        except KipError as err:
+            return {"error": err.to_dict()}
+        if not batch:
+            text, params = commands[0]
+            response, _ = self.run_command(text, params, readonly=readonly, dry_run=dry_run)
+            return response
+        results = []
+        for text, params in commands:
+            response, stop = self.run_command(text, params, readonly=readonly,
+                                              dry_run=dry_run)
+            results.append(response)
+            if stop:
+                break
+        return {"result": results}
+
+    def _validate(self, request: Any) -> tuple[list[tuple[Any, dict]], bool, bool]:
+        """(commands with their parameters, dry_run, is a batch) of a request."""
+        if type(request) is dict and "command" in request and request.keys() <= _ONE_KEYS:
+            # The common request (one command, a parameters dict) without the general
+            # checks' allocations; anything unusual takes the general path below.
+            command = request["command"]
+            shared = request.get("parameters")
+            dry_run = request.get("dry_run", False)
+            if type(command) is str and (shared is None or type(shared) is dict) \
+                    and (dry_run is False or dry_run is True):
+                return [(command, {} if shared is None else dict(shared))], dry_run, False
+        if not isinstance(request, Mapping):
+            raise KipError(ErrorCode.KIP_1001, "The request must be a JSON object",
+                           "Send {\"command\": \"...\", \"parameters\": {...}}.")
+        unknown = sorted(set(request) - _REQUEST_KEYS)
+        if unknown:
+            raise KipError(ErrorCode.KIP_1001,
+                           f"Unknown request field(s): {', '.join(map(str, unknown))}",
+                           "A request has `command` or `commands`, and optionally "
+                           "`parameters` and `dry_run`.")
+        has_one, has_many = "command" in request, "commands" in request
+        if has_one == has_many:
+            raise KipError(ErrorCode.KIP_1001,
+                           "The request must have exactly one of `command` and `commands`"
+                           + (" (both were given)" if has_one else " (neither was given)"),
+                           "Send one KIP command as `command` (a string), or a batch as "
+                           "`commands` (an array).")
+        shared = request.get("parameters")
+        if shared is None:
+            shared = {}
+        if not isinstance(shared, Mapping):
+            raise KipError(ErrorCode.KIP_1001, "`parameters` must be an object",
+                           "Send parameters as {\"name\": value, ...}.")
+        dry_run = request.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise KipError(ErrorCode.KIP_1001, "`dry_run` must be true or false")
+        if has_one:
+            command = request["command"]
+            if not isinstance(command, str):
+                raise KipError(ErrorCode.KIP_1001, "`command` must be a string",
+                               "Send the KIP command text as a JSON string.")
+            return [(command, dict(shared))], dry_run, False
+        items = request["commands"]
+        if not isinstance(items, list):
+            raise KipError(ErrorCode.KIP_1001, "`commands` must be an array",
+                           "Send a batch as an array of strings or "
+                           "{\"command\", \"parameters\"} objects.")
+        if not items:
+            raise KipError(ErrorCode.KIP_1001, "`commands` is empty",
+                           "Send at least one command.")
+        limit = self.config.limits.max_batch
+        if len(items) > limit:
+            raise KipError(ErrorCode.KIP_4002,
+                           f"The batch has {len(items)} commands, over the limit of {limit}",
+                           "Split the batch into smaller requests.")
+        commands: list[tuple[Any, dict]] = []
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                commands.append((item, dict(shared)))
+            elif isinstance(item, Mapping):
+                extra = sorted(set(item) - {"command", "parameters"})
+                own = item.get("parameters") or {}
+                if extra or not isinstance(item.get("command"), str) or not isinstance(
+                        own, Mapping):
+                    # Reported in place when this element runs, like a syntax error.
+                    commands.append((_BadItem(i, extra), {}))
+                    continue
+                commands.append((item["command"], {**shared, **own}))
+            else:
+                commands.append((_BadItem(i, []), {}))
+        return commands, dry_run, True
+
+    # --- one command ----------------------------------------------------------------------
+    def run_command(self, text: Any, parameters: Mapping[str, Any], *, readonly: bool = False,
+                    dry_run: bool = False, privileged: bool = False
+                    ) -> tuple[Response, bool]:
+        """Run one command; returns (response, stop_batch): a failing write stops a batch."""
+        if isinstance(text, _BadItem):
+            return {"error": text.error().to_dict()}, False
+        kind: StatementKind | None = None
+        try:
+            limits = self.config.limits
+            parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
+                                  max_nesting=limits.max_nesting,
+                                  timeout=limits.query_timeout)
+            kind = parsed.kind
+            if readonly and kind.writes:
+                raise KipError(ErrorCode.KIP_1001,
+                               "execute_kip_readonly cannot run KML (UPSERT/DELETE): writes "
+                               "need execute_kip",
+                               "Send this command through execute_kip, or use only FIND, "
+                               "SEARCH and DESCRIBE here.")
+            command = parsed.command
+            info = syntax.statements.info(command)
+            if info is not None and info.late_binding:
+                # The executor binds parameters itself (FIND caches its prepared plan per
+                # parsed command and reads parameter values at execution).
+                if not parsed.parameters <= parameters.keys():
+                    syntax.bind(parsed, parameters)     # raises KIP_1001 naming the missing
+            else:
+                command = syntax.bind(parsed, parameters)
+            execute = executor_for(type(command))
+            if kind.writes:
+                with self.write_session(privileged=privileged, dry_run=dry_run,
+                                        text=text) as session:
+                    result, cursor = execute(session.ctx, command, parameters)
+            else:
+                with self.read_session(text=text, dry_run=dry_run) as ctx:
+                    result, cursor = execute(ctx, command, parameters)
+            response: Response = {"result": result}
+            if cursor is not None:
+                response["next_cursor"] = cursor
+            return response, False
+        except KipError as err:
+            if err.line is not None and err.snippet is None and isinstance(text, str):
+                err.with_position(text, err.line, err.column or 1)
+            return {"error": err.to_dict()}, bool(kind is not None and kind.writes
+                                                   and not readonly)
+        except Exception as exc:  # noqa: BLE001 - the API boundary: nothing else escapes
+            log.exception("internal error running a KIP command")
+            return {"error": internal_error(exc).to_dict()}, bool(kind is not None
+                                                                  and kind.writes)
+
+
+def _columnar_default() -> str:
+    from .exec.columnar import default_mode
+    return default_mode()
+
+
+class _BadItem:
+    """A batch element that is neither a string nor a {command, parameters} object."""
+
+    def __init__(self, index: int, extra: list[str]) -> None:
+        self.index = index
+        self.extra = extra
+
+    def error(self) -> KipError:
+        if self.extra:
+            why = f"has unknown field(s) {', '.join(map(str, self.extra))}"
+        else:
+            why = "must be a string or an object with a string `command` and an optional " \
+                  "`parameters` object"
+        return KipError(ErrorCode.KIP_1001, f"commands[{self.index}] {why}",
+                        "Each batch element is \"FIND ...\" or "
+                        "{\"command\": \"...\", \"parameters\": {...}}.")
