@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .config import DEFAULT_DB
 from .errors import KipError
@@ -91,7 +91,8 @@ LIMIT_FLAGS = {   # Limits field → (flag, type, help)
 }
 
 
-def limit_options(args: argparse.Namespace, environ: dict | None = None) -> dict[str, Any]:
+def limit_options(args: argparse.Namespace, environ: Mapping[str, str] | None = None
+                  ) -> dict[str, Any]:
     """The engine limits given as `kip serve` flags or `KIP_*` environment variables."""
     environ = os.environ if environ is None else environ
     options: dict[str, Any] = {}

@@ -156,9 +156,7 @@ class KipApp:
         self.request_timeout = (request_timeout if request_timeout is not None
                                 else max(60.0, 2 * limits.query_timeout))
         self.access_log = access_log
-        if audit is True:
-            audit = nexus.audit_log()
-        self.audit: AuditLog | None = audit or None
+        self.audit: AuditLog | None = nexus.audit_log() if audit is True else (audit or None)
         self.audit_chars = nexus.config.audit_command_chars
         self.pool = ThreadPoolExecutor(max_workers=threads or min(32, (os.cpu_count() or 1) + 4),
                                        thread_name_prefix="nexus-kip")
@@ -396,6 +394,7 @@ class KipApp:
 
     async def _run(self, method: str, params: Any, call: _Call) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
+        response: dict[str, Any]
         if method == "list_logs":
             if self.audit is None:
                 response = {"result": []}
@@ -475,9 +474,12 @@ class KipApp:
         if call.errors:
             line["errors"] = call.errors
         line["duration_ms"] = round(duration * 1000.0, 3)
+        log = self.access_log
+        if log is None:
+            return
         try:
-            self.access_log.write(orjson.dumps(line) + b"\n")
-            self.access_log.flush()
+            log.write(orjson.dumps(line) + b"\n")
+            log.flush()
         except (OSError, ValueError):   # a closed or broken log stream never fails a request
             pass
 
@@ -552,8 +554,8 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
                  access_log=log_stream, threads=threads, audit=audit, owns_nexus=True)
     config = uvicorn.Config(app, lifespan="on", access_log=False, log_level=log_level,
                             http=http, loop=loop,
-                            server_header=False, timeout_graceful_shutdown=max(
-                                30.0, app.request_timeout + 5))
+                            server_header=False, timeout_graceful_shutdown=int(max(
+                                30.0, app.request_timeout + 5)))
     server = _Server(config, app)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -33,7 +33,7 @@ from .writes import pos_kw
 def targets(ctx: WriteContext, command: Any) -> list[int]:
     """Distinct ids bound to the command's target variable, in first-found order."""
     from .kql import solutions  # the KQL engine's WHERE matcher (imported late: no cycle)
-    seen = dict.fromkeys(row[0] for row in solutions(ctx, command.where, (command.target,)))
+    seen = dict.fromkeys(row[0] for row in solutions(ctx, command.where, [command.target]))
     seen.pop(None, None)    # unbound in an OPTIONAL branch: nothing to delete
     return list(seen)
 
@@ -102,8 +102,8 @@ def run_delete_concept(ctx: WriteContext, command: A.DeleteConcept) -> dict[str,
     found = targets(ctx, command)
     direct: list[int] = []
     for n in found:
-        head = txn.head(n)
-        if type(head) is not ConceptHead:
+        head = txn.known_head(n)
+        if not isinstance(head, ConceptHead):
             raise KipError(ErrorCode.KIP_1001,
                            f"DELETE CONCEPT ?{command.target}: ?{command.target} is bound to "
                            f"the proposition P:{n}:{txn.symbol_text(head.predicate_id)}, not "

@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead
 from ..syntax import ast as A
+from .context import ExecContext
 from .registry import executes
 from .values import definition_json, element_json
 
@@ -40,25 +41,26 @@ PREDICATE_SAMPLE = 2000
 
 @executes(A.Search, A.DescribePrimer, A.DescribeDomains, A.DescribeConceptTypes,
           A.DescribePropositionTypes, A.DescribeConceptType, A.DescribePropositionType)
-def run_meta(ctx: Any, command: A.Command, params: Any = None) -> tuple[Any, str | None]:
+def run_meta(ctx: ExecContext, command: A.Command, params: Any = None
+             ) -> tuple[Any, str | None]:
     txn = ctx.txn
-    kind = type(command)
-    if kind is A.Search:
+    if isinstance(command, A.Search):
         return _search(ctx, command), None
-    if kind is A.DescribePrimer:
+    if isinstance(command, A.DescribePrimer):
         from .primer import describe_primer
         return describe_primer(ctx), None
-    if kind is A.DescribeDomains:
+    if isinstance(command, A.DescribeDomains):
         return _page(txn, "domains", DOMAIN, command, objects=True)
-    if kind is A.DescribeConceptTypes:
+    if isinstance(command, A.DescribeConceptTypes):
         return _page(txn, "concept_types", CONCEPT_TYPE, command, objects=False)
-    if kind is A.DescribePropositionTypes:
+    if isinstance(command, A.DescribePropositionTypes):
         return _page(txn, "proposition_types", PROPOSITION_TYPE, command, objects=False)
-    if kind is A.DescribeConceptType:
+    if isinstance(command, A.DescribeConceptType):
         return _describe_type(txn, _string(command.name, "type name")), None
-    if kind is A.DescribePropositionType:
+    if isinstance(command, A.DescribePropositionType):
         return _describe_predicate(txn, _string(command.name, "predicate")), None
-    raise KipError(ErrorCode.KIP_4003, f"run_meta got a non-META command: {kind.__name__}")
+    raise KipError(ErrorCode.KIP_4003,
+                   f"run_meta got a non-META command: {type(command).__name__}")
 
 
 # --- values ------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from itertools import islice
 from typing import Any
 
@@ -187,12 +187,12 @@ def describe_primer(ctx: ExecContext) -> dict:
             if cache is not None and seq is not None:
                 cache.put(d, seq, ranking)
         entries.append((d, ranking))
-    entries.sort(key=lambda e: (-e[1]["size"], txn.known_head(e[0]).name))
+    entries.sort(key=lambda e: (-e[1]["size"], _name(txn, e[0])))
     domain_map = []
     for d, ranking in entries[:MAX_DOMAINS]:
         desc = txn.attributes(d).get("description")
         domain_map.append({
-            "name": txn.known_head(d).name,
+            "name": _name(txn, d),
             "description": desc if isinstance(desc, str) else "",
             "key_concept_types": ranking["types"],
             "key_proposition_types": ranking["predicates"],
@@ -201,6 +201,13 @@ def describe_primer(ctx: ExecContext) -> dict:
     modes = ctx.search.search_modes if ctx.search is not None else []
     return {"identity": _identity(txn), "domain_map": domain_map,
             "total_domains": len(domains), "search_modes": modes}
+
+
+def _name(txn: ReadTxn, n: int) -> str:
+    """The name of a concept known to exist (a domain read from an index)."""
+    head = txn.known_head(n)
+    assert isinstance(head, ConceptHead)
+    return head.name
 
 
 def _identity(txn: Any) -> dict | None:
@@ -223,8 +230,8 @@ def rank_domain(txn: Any, domain: int) -> dict:
             members.append(head)
     if not members:
         return empty
-    type_score: Counter = Counter()
-    pred_score: Counter = Counter()
+    type_score: dict[str, float] = defaultdict(float)
+    pred_score: dict[str, float] = defaultdict(float)
     instances = []
     for h in members:
         if h.type_id == ct:
@@ -299,7 +306,7 @@ def _importance(instances: list[ConceptHead], edges: list[tuple[int, int]],
             for i, h in enumerate(instances)}
 
 
-def _top(scores: Counter) -> list[str]:
+def _top(scores: dict[str, float]) -> list[str]:
     return [name for name, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_K]]
 
 

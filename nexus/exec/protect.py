@@ -45,7 +45,7 @@ def _key(txn: Any, head: ConceptHead) -> tuple[str, str]:
 
 
 def label(txn: Any, head: ConceptHead | LinkHead) -> str:
-    if type(head) is ConceptHead:
+    if isinstance(head, ConceptHead):
         t, name = _key(txn, head)
         return f"{{type: {t!r}, name: {name!r}}}"
     return f"the {txn.symbol_text(head.predicate_id)!r} link P:{head.n}"

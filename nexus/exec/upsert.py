@@ -116,7 +116,7 @@ class _Statement:
                 defined.add(block.handle)
         for block in self.statement.blocks:
             self.ctx.check_deadline()
-            if type(block) is A.ConceptBlock:
+            if isinstance(block, A.ConceptBlock):
                 n = self.concept_block(block)
                 concepts.append(f"C:{n}")
             else:
@@ -139,11 +139,12 @@ class _Statement:
             type_name, name = literal(match.type), literal(match.name)
             type_id = self.schema.concept_type(
                 type_name, match.pos, defining=name if type_name == CONCEPT_TYPE else None)
-            n = txn.concept_id(type_id, name)
-            if n is None:
+            found = txn.concept_id(type_id, name)
+            if found is None:
                 check_definition_name(type_name, name, match.pos)
                 n = writes.create_concept(ctx, type_id, name, attributes, effective)
             else:
+                n = found
                 self.write_existing(n, attributes, effective, block.pos, bare)
         if block.propositions:
             for entry in block.propositions:
@@ -180,18 +181,21 @@ class _Statement:
         own_meta = user_map(block.metadata, "WITH METADATA")
         effective = merge(self.outer, own_meta)
         bare = attributes is None and own_meta is None
-        if type(match) is A.PropositionIdMatch:
+        if isinstance(match, A.PropositionIdMatch):
             n = self.link_by_id(match.id, match.pos)
             self.write_existing(n, attributes, effective, block.pos, bare)
-            return n, self.txn.symbol_text(self.txn.head(n).predicate_id)
+            head = self.txn.known_head(n)
+            assert isinstance(head, LinkHead)
+            return n, self.txn.symbol_text(head.predicate_id)
         subject = self.resolve(match.subject)
         predicate = literal(match.predicate.names[0])
         pid = self.schema.predicate(predicate, match.predicate.pos or match.pos)
         obj = self.resolve(match.object)
-        n = self.txn.link_id(subject, pid, obj)
-        if n is None:
+        found = self.txn.link_id(subject, pid, obj)
+        if found is None:
             n = writes.create_link(self.ctx, subject, pid, obj, attributes, effective)
         else:
+            n = found
             self.write_existing(n, attributes, effective, block.pos, bare)
         return n, predicate
 

@@ -19,7 +19,7 @@ from .context import WriteContext
 ENGINE_KEYS = ("_version", "_created_at", "_updated_at")
 
 
-def pos_kw(pos: Any) -> dict[str, int]:
+def pos_kw(pos: Any) -> dict[str, Any]:
     """KipError keyword arguments pointing at an AST position (none when unknown)."""
     if pos is None:
         return {}

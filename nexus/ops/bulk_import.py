@@ -273,6 +273,7 @@ class _Import:
         if self._links_fast(ctx, chunk, pids, engine):
             return
         ids, start_max, linked, fresh = self.ids, self.start_max, self.linked, self.fresh_pred
+        assert start_max is not None        # set by _sync when the batch began
         pending: dict[tuple[int, int, int], list] = {}   # new (s, p, o) -> [a, m]
         updated = 0
         endpoint, link_id = self._endpoint, txn.link_id
@@ -375,8 +376,11 @@ class _Import:
         try:
             subjects = list(map(_SUBJECT, chunk))
             objects = list(map(_OBJECT, chunk))
-            ss = list(map(get, map(by_type, map(_TYPE, subjects)), map(_NAME, subjects)))
-            os_ = list(map(get, map(by_type, map(_TYPE, objects)), map(_NAME, objects)))
+            # ids, or None for an end this import has not met (checked below)
+            ss: list[Any] = list(map(get, map(by_type, map(_TYPE, subjects)),
+                                     map(_NAME, subjects)))
+            os_: list[Any] = list(map(get, map(by_type, map(_TYPE, objects)),
+                                      map(_NAME, objects)))
             del subjects, objects
             ps = list(map(pids.__getitem__, map(_PREDICATE, chunk)))
             attrs = list(map(_ATTRS, chunk))
@@ -390,6 +394,7 @@ class _Import:
         txn = ctx.txn
         # Which links could exist already (see the item-by-item path): probe only those.
         fresh, start_max = self.fresh_pred, self.start_max
+        assert start_max is not None
         seen = self.linked.intersection(ss)
         if seen or not all(fresh[p] for p in set(ps)):
             link_id = txn.link_id
@@ -398,11 +403,9 @@ class _Import:
                 return False
         start = txn.max_id() + 1
         new = range(start, start + len(chunk))
-        if not any(attrs):
-            attrs = None
         try:
-            txn.create_link_columns(new, ss, ps, os_, attrs, metas, known_new=True,
-                                    extra_metadata=engine)
+            txn.create_link_columns(new, ss, ps, os_, attrs if any(attrs) else None, metas,
+                                    known_new=True, extra_metadata=engine)
         except KipError as err:
             if err.code is ErrorCode.KIP_3003:      # a repeat in the chunk (nothing written)
                 return False

@@ -100,7 +100,11 @@ def bootstrap(engine: Engine) -> list[str]:
 
 def _set_self_id(txn: WriteTxn, self_id: str) -> None:
     # Part of the creation of $self (not a later write): no `_version` bump.
-    n = txn.concept_id(txn.symbol_id("Person"), "$self")
+    person = txn.symbol_id("Person")
+    n = txn.concept_id(person, "$self") if person is not None else None
+    if n is None:           # the capsule just created it; nothing else can be meant
+        raise KipError(ErrorCode.KIP_4003, "the $self capsule did not create {type: "
+                       "\"Person\", name: \"$self\"}")
     attributes = txn.attributes(n)
     attributes["id"] = self_id
     txn.set_attributes(n, attributes)
@@ -154,7 +158,7 @@ def capsule_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     for path in paths:
         path = os.fspath(path)
         if os.path.isdir(path):
-            found = []
+            found: list[str] = []
             for root, dirs, files in os.walk(path):
                 dirs.sort()
                 found.extend(os.path.join(root, f) for f in files if f.endswith(".kip"))

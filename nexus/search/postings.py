@@ -136,7 +136,7 @@ def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int 
 
 def _arrays(ids: list[int], ops: dict[int, Op]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The postings `ids` (sorted, all set by `ops`) as id, weight and group columns."""
-    vals = [ops[n] for n in ids]
+    vals = _set(ids, ops)
     return (np.asarray(ids, dtype=np.uint64),
             np.fromiter((v[0] for v in vals), dtype=np.float32, count=len(vals)),
             np.fromiter((v[1] for v in vals), dtype=np.uint32, count=len(vals)))
@@ -150,6 +150,11 @@ def _put_blocks(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
                 encode(ids[i:i + BLOCK], weights[i:i + BLOCK], groups[i:i + BLOCK]))
 
 
+def _set(ids: list[int], ops: dict[int, Op]) -> list[tuple[float, int]]:
+    """The (weight, group) of postings the caller knows `ops` sets (none is a delete)."""
+    return [ops[n] for n in ids]  # type: ignore[misc]  # the callers' precondition
+
+
 _LE64 = struct.Struct("<Q")
 _F32 = struct.Struct("<f")
 
@@ -159,7 +164,7 @@ def _spliced(raw: bytes, c: int, ids: list[int], ops: dict[int, Op]) -> bytes:
     the concatenated arrays (weights rounded to float32 first, then to float16, as numpy
     does there)."""
     k = len(ids)
-    vals = [ops[n] for n in ids]
+    vals = _set(ids, ops)
     f32 = [_F32.unpack(_F32.pack(v[0]))[0] for v in vals]
     return b"".join((_COUNT.pack(c + k), raw[4:4 + 8 * c], struct.pack(f"<{k}Q", *ids),
                      raw[4 + 8 * c:4 + 10 * c], struct.pack(f"<{k}e", *f32),

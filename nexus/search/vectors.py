@@ -137,7 +137,7 @@ class VectorIndex:
             # Entries up to `upto` are covered by the saved files: drop at most
             # PRUNE_PER_TXN of them (bounded write cost); when none is left, the mark moves
             # to `upto` so that later writes do not look again.
-            doomed = []
+            doomed: list[int] = []
             last = upto
             for key, _ in vq.scan(b"q"):
                 s = _U64.unpack(key[1:])[0]
@@ -411,7 +411,7 @@ class VectorIndex:
             for path in files:
                 ix = self._new()
                 ix.load(path)
-                ix.expansion_search = EXPANSION_SEARCH
+                ix.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # settable in C
                 loaded.append(ix)
         except (OSError, ValueError, RuntimeError) as exc:
             if os.path.exists(meta_path):

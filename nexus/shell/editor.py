@@ -18,8 +18,8 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import StyleAndTextTuples
-from prompt_toolkit.history import FileHistory, InMemoryHistory
-from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.lexers import Lexer
 from prompt_toolkit.styles import Style
 
@@ -216,7 +216,7 @@ def key_bindings() -> KeyBindings:
     kb = KeyBindings()
 
     @kb.add("enter")
-    def _enter(event) -> None:  # type: ignore[no-untyped-def]
+    def _enter(event: KeyPressEvent) -> None:
         buf = event.current_buffer
         if buf.complete_state and buf.complete_state.current_completion is not None:
             buf.complete_state = None       # Enter picks the highlighted completion
@@ -227,14 +227,15 @@ def key_bindings() -> KeyBindings:
             buf.insert_text("\n")
 
     @kb.add("escape", "enter")
-    def _run_now(event) -> None:  # type: ignore[no-untyped-def]
+    def _run_now(event: KeyPressEvent) -> None:
         if event.current_buffer.text.strip():
             event.current_buffer.validate_and_handle()
 
     return kb
 
 
-def make_session(shell: "Shell", *, history: bool = True) -> PromptSession:
+def make_session(shell: "Shell", *, history: bool = True) -> PromptSession[str]:
+    hist: History
     if history:
         path = history_path()
         try:

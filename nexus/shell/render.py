@@ -350,7 +350,9 @@ def render_error(err: Any, p: Painter, width: int = 100) -> list[str]:
         return [p("error", f"error: {err}")]
     code, name = err.get("code", "?"), err.get("name", "")
     out = [f"{p('error', f'{code} {name}'.strip())}: {err.get('message', '')}"]
-    data = err.get("data") if isinstance(err.get("data"), dict) else {}
+    data = err.get("data")
+    if not isinstance(data, dict):
+        data = {}
     if "file_line" in data:
         out.append(p("dim", f"  in the command starting at line {data['file_line']} of the file"))
     if data.get("line") is not None:
