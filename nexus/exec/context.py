@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..config import Limits
 from ..errors import ErrorCode, KipError
@@ -24,9 +24,15 @@ from ..store.protocol import ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
     from ..search import SearchService
-    from .primer import PrimerCache
 
 Clock = Callable[[], str]
+
+
+class RankingCache(Protocol):
+    """What DESCRIBE PRIMER needs of its cache (`nexus.exec.primer.PrimerCache`)."""
+
+    def get(self, domain: int) -> dict[str, Any] | None: ...
+    def put(self, domain: int, seq: int, ranking: dict[str, Any]) -> None: ...
 
 
 def now_iso() -> str:
@@ -45,7 +51,7 @@ class ExecContext:
     def __init__(self, txn: ReadTxn, limits: Limits, deadline: float, *,
                  now: str | None = None, clock: Clock = now_iso, privileged: bool = False,
                  dry_run: bool = False, text: str | None = None,
-                 search: "SearchService | None" = None, primer: "PrimerCache | None" = None,
+                 search: "SearchService | None" = None, primer: RankingCache | None = None,
                  columnar: str | None = None) -> None:
         self.txn = txn
         self.limits = limits

@@ -15,6 +15,7 @@ import sys
 from typing import TextIO
 
 from .backend import Backend, HttpBackend, LocalBackend
+from .commands import run_meta
 from .core import Quit, Shell
 from .terminal import PlainUI, TtyUI
 
@@ -99,7 +100,7 @@ def run_piped(backend: Backend, args: argparse.Namespace, source: TextIO,
               out: TextIO) -> int:
     shell = Shell(backend, PlainUI(out), color=want_color(args.color, False),
                   readonly=args.readonly, json_output=args.json,
-                  timing=_timing(args, False))
+                  timing=_timing(args, False), meta_runner=run_meta)
     try:
         return 0 if shell.run_text(source.read(), stop_on_error=True) else 1
     except Quit:
@@ -110,7 +111,7 @@ def run_interactive(backend: Backend, args: argparse.Namespace) -> int:
     from .editor import make_session   # prompt_toolkit's UI only when a person is there
     ui = TtyUI(sys.stdout)
     shell = Shell(backend, ui, color=want_color(args.color, True), readonly=args.readonly,
-                  json_output=args.json, timing=_timing(args, True))
+                  json_output=args.json, timing=_timing(args, True), meta_runner=run_meta)
     session = make_session(shell, history=not args.no_history)
     shell.info(shell.paint("dim", f"nexus KIP shell on {where_text(backend)}. "
                                   f"Type :help for help, :quit or Ctrl-D to leave."))

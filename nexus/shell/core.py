@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..language import kind_of_text
 from . import lexer, render
@@ -70,11 +70,19 @@ class SchemaCache:
                                                                                 list) else []
 
 
+MetaRunner = Callable[["Shell", str], bool]
+
+
 class Shell:
+    """The session: runs KIP commands through its backend and `:commands` through
+    `meta_runner` (nexus.shell.commands.run_meta, given by the app: the commands module
+    builds on this one, not the other way round)."""
+
     def __init__(self, backend: Backend, ui: PlainUI | None = None, *, color: bool = False,
                  readonly: bool = False, json_output: bool = False,
-                 timing: bool = True) -> None:
+                 timing: bool = True, meta_runner: MetaRunner | None = None) -> None:
         self.backend = backend
+        self.meta_runner = meta_runner
         self.ui = ui or PlainUI()
         self.paint = render.Painter(color)
         self.readonly = readonly
@@ -96,8 +104,9 @@ class Shell:
 
     def run_chunk(self, chunk: lexer.Chunk) -> bool:
         if chunk.kind == "meta":
-            from .commands import run_meta
-            return run_meta(self, chunk.text)
+            if self.meta_runner is None:
+                return self.error(f"Shell commands are not available here: {chunk.text}")
+            return self.meta_runner(self, chunk.text)
         return self.run_kip(chunk.text)
 
     # --- KIP commands ---------------------------------------------------------------------
