@@ -95,7 +95,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
     def _open_env(self) -> tuple[lmdb.Environment, Tables[LmdbTable]]:
         try:
             env = lmdb.open(self._path, **self._options)
-        except lmdb.Error as exc:
+        except (lmdb.Error, OSError) as exc:    # OSError: e.g. the parent directory is missing
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}") from None
         try:
