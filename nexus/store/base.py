@@ -21,7 +21,7 @@ from nexus.errors import KipError
 from nexus.store.columns import StoreColumns
 from nexus.store.graph import GraphReadTxn, internal
 from nexus.store.graph_write import GraphWriteTxn
-from nexus.store.integrity import check_tables
+from nexus.store.integrity import EXAMPLES, check_tables
 from nexus.store.kv import KvRead, KvWrite
 from nexus.store.model import Head
 from nexus.store.protocol import ReadTxn, TableCheck
@@ -132,7 +132,7 @@ class StoreBase(Generic[Db]):
         """The KipError a backend exception means, or None when it is not the backend's."""
         return self._translate(exc)
 
-    def check_tables(self, txn: ReadTxn, *, examples: int = 5,
+    def check_tables(self, txn: ReadTxn, *, examples: int = EXAMPLES,
                      repair: bool = False) -> TableCheck:
         """Verify (and with `repair`, rewrite) the derived tables as `txn` sees them: see
         `GraphStore.check_tables` and `nexus.store.integrity`."""
