@@ -648,9 +648,8 @@ class _CachedProbe:
     """Which arrays the snapshot's cache already holds (without building a view)."""
 
     def __init__(self, txn: Any) -> None:
-        from ..store.columns import store_columns
         self.snap = txn.snapshot_id()
-        self.cache = store_columns(txn._store) if self.snap is not None else None
+        self.cache = txn.column_cache() if self.snap is not None else None
 
     def has(self, key: tuple) -> bool:
         return self.cache is not None and self.cache.cached(self.snap, key)

@@ -342,7 +342,7 @@ def _columns(env: Env, prep: Prepared) -> Any:
         snap = env.txn.snapshot_id()
         if snap is None:
             return None
-        key = _choice_key((id(env.txn._store), snap), prep, env.params)
+        key = _choice_key((env.txn.store_token(), snap), prep, env.params)
         if key is None or prep.chosen != key:
             if not columnar.choose(env, prep.program):
                 return None

@@ -18,15 +18,15 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store.lmdb_store import LmdbGraphStore
 from nexus.store.memory_store import MemoryGraphStore
 from nexus.store.protocol import (AUX_TABLES, AuxTable, ConceptHead, GraphStore, Head,
-                                  LinkHead, ReadTxn, WriteTxn)
+                                  JsonMap, LinkHead, ReadTxn, TableCheck, WriteTxn)
 
 __all__ = ["open_store", "register_backend", "backends", "split_location", "LmdbGraphStore",
            "MemoryGraphStore", "AUX_TABLES", "AuxTable", "ConceptHead", "GraphStore", "Head",
-           "LinkHead", "ReadTxn", "WriteTxn"]
+           "JsonMap", "LinkHead", "ReadTxn", "TableCheck", "WriteTxn"]
 
 # scheme -> opener(rest_of_location, **options) -> store. Openers ignore options they do not
 # know (e.g. `durable` for the memory store).
-Opener = Callable[..., Any]
+Opener = Callable[..., GraphStore]
 _BACKENDS: dict[str, Opener] = {}
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 
@@ -50,7 +50,7 @@ def split_location(location: str | os.PathLike[str]) -> tuple[str, str]:
     return m.group(1).lower(), text[m.end():]
 
 
-def open_store(location: str | os.PathLike[str] | None, **options: Any) -> Any:
+def open_store(location: str | os.PathLike[str] | None, **options: Any) -> GraphStore:
     """The store at `location` (see the module doc); `None` is `memory://`. Options:
     `durable` (LMDB: fsync each commit), and backend-specific ones (`map_size`,
     `head_cache_size`...)."""

@@ -2,19 +2,33 @@
 
 Owns when transactions begin and end: `read()` and `write()`, commit on a normal exit,
 abort (exactly) on an exception or `abort()`, the merge of what a committed write learned
-into the process-wide caches, and the translation of backend exceptions. Backends implement
-`_begin_read() -> (kv, end)`, `_begin_write() -> kv`, `_commit(kv)`, `_abort(kv)`,
-`_translate(exc) -> KipError | None` and `_close()`.
+into the process-wide caches (`GraphWriteTxn.publish`), and the translation of backend
+exceptions. Backends implement `_begin_read() -> (kv, end)`, `_begin_write() -> kv`,
+`_commit(kv)`, `_abort(kv)`, `_translate(exc) -> KipError | None` and `_close()`.
+
+`StoreBase` is the `TxnHost` / `WriteHost` of its transactions (`graph`, `graph_write`):
+the attributes and methods those protocols name are public for this package only.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
+from types import TracebackType
+from typing import Any, Callable, Generic, TypeVar
 
 from nexus.errors import KipError
-from nexus.store.graph import GraphReadTxn, Tables, internal
+from nexus.store.columns import StoreColumns
+from nexus.store.graph import GraphReadTxn, internal
 from nexus.store.graph_write import GraphWriteTxn
-from nexus.store.protocol import ConceptHead, LinkHead
+from nexus.store.integrity import EXAMPLES, check_tables
+from nexus.store.kv import KvRead, KvWrite
+from nexus.store.model import Head
+from nexus.store.protocol import ReadTxn, TableCheck
+from nexus.store.tables import Db, Tables
+
+T = TypeVar("T")
+S = TypeVar("S", bound="StoreBase[Any]")
 
 # The head cache is bounded by memory: a cached head costs about HEAD_BYTES (the frozen
 # dataclass, its ints, a short name and the dict slot; measured with tracemalloc on the
@@ -23,6 +37,10 @@ from nexus.store.protocol import ConceptHead, LinkHead
 HEAD_BYTES = 200
 DEFAULT_HEAD_CACHE_MB = 64
 DEFAULT_HEAD_CACHE = DEFAULT_HEAD_CACHE_MB * 2**20 // HEAD_BYTES
+
+# Store tokens: unlike id(store), never shared by two stores of one process, even when one
+# was closed and freed before the other was opened.
+_TOKENS = itertools.count(1)
 
 
 def head_cache_entries(size: int | None = None, mb: float | None = None) -> int:
@@ -33,21 +51,23 @@ def head_cache_entries(size: int | None = None, mb: float | None = None) -> int:
     return max(1, int((DEFAULT_HEAD_CACHE_MB if mb is None else mb) * 2**20 // HEAD_BYTES))
 
 
-class StoreBase:
+class StoreBase(Generic[Db]):
     """The lifecycle shared by LmdbGraphStore and MemoryGraphStore (see module doc)."""
 
-    def __init__(self, tables: Tables, head_cache_size: int | None = None,
+    def __init__(self, tables: Tables[Db], head_cache_size: int | None = None,
                  head_cache_mb: float | None = None) -> None:
-        self._d = tables
-        self._heads: dict[int, ConceptHead | LinkHead] = {}
-        self._sids: dict[str, int] = {}
-        self._stexts: dict[int, str] = {}
-        self._cache_cap = head_cache_entries(head_cache_size, head_cache_mb)
+        self.tables = tables
+        self.head_cache: dict[int, Head] = {}
+        self.symbol_ids: dict[str, int] = {}
+        self.symbol_texts: dict[int, str] = {}
+        self.cache_cap = head_cache_entries(head_cache_size, head_cache_mb)
+        self.column_cache = StoreColumns()
+        self.token = next(_TOKENS)
         self._wlock = threading.Lock()
         self._writer: int | None = None       # thread ident of the open write txn
         self._closed = False
 
-    def read(self) -> GraphReadTxn:
+    def read(self) -> GraphReadTxn[Db]:
         """A read transaction: `with store.read() as txn: ...`."""
         if self._closed:
             raise internal("the store is closed")
@@ -57,7 +77,7 @@ class StoreBase:
             raise self._translate(exc) or internal(f"cannot begin a read: {exc}") from exc
         return GraphReadTxn(self, kv, end)
 
-    def write(self) -> GraphWriteTxn:
+    def write(self) -> GraphWriteTxn[Db]:
         """The write transaction: `with store.write() as txn: ...` (blocks while another
         thread writes; LMDB's own lock does the same across processes)."""
         if self._writer == threading.get_ident():
@@ -77,46 +97,52 @@ class StoreBase:
         self._writer = threading.get_ident()
         return txn
 
-    def _finish_write(self, txn: GraphWriteTxn, exc: BaseException | None) -> None:
+    def finish_write(self, txn: GraphWriteTxn[Db], exc: BaseException | None) -> None:
+        """End the write transaction `txn` (its `with` block exited, with `exc` if it
+        raised): commit, or abort after an exception or `abort()`; then release the writer
+        lock."""
         try:
-            if exc is not None or txn._aborted:
-                if not txn._aborted:
-                    txn._aborted = True
-                    self._abort(txn._kv)
+            if exc is not None or txn.aborted:
+                txn.abort()                 # (once: a no-op after an explicit abort())
                 if exc is not None and not isinstance(exc, KipError):
                     err = self._translate(exc)
                     if err is not None:
                         raise err from exc
                 return
             try:
-                txn._flush()
-                self._commit(txn._kv)
+                txn.flush()
+                self._commit(txn.kv)
             except BaseException as e:
-                self._abort(txn._kv)
+                self._abort(txn.kv)
                 err = None if isinstance(e, KipError) else self._translate(e)
                 if err is not None:
                     raise err from e
                 raise
-            self._after_commit(txn)
+            txn.publish()
         finally:
-            txn._kill()
+            txn.invalidate()
             self._writer = None
             self._wlock.release()
 
-    def _after_commit(self, txn: GraphWriteTxn) -> None:
-        heads = self._heads
-        for n in txn._deleted:
-            heads.pop(n, None)
-        new = txn._new_heads
-        if new:
-            if len(heads) + len(new) > self._cache_cap:
-                heads.clear()
-            if len(new) <= self._cache_cap:
-                heads.update(new)
-        self._sids.update(txn._new_sids)
-        self._stexts.update(txn._new_stexts)
+    def abort_kv(self, kv: KvWrite[Db]) -> None:
+        """Abort the key-value transaction of the open write (its `abort()`)."""
+        self._abort(kv)
 
-    def _call(self, fn):
+    def translate(self, exc: BaseException) -> KipError | None:
+        """The KipError a backend exception means, or None when it is not the backend's."""
+        return self._translate(exc)
+
+    def check_tables(self, txn: ReadTxn, *, examples: int = EXAMPLES,
+                     repair: bool = False) -> TableCheck:
+        """Verify (and with `repair`, rewrite) the derived tables as `txn` sees them: see
+        `GraphStore.check_tables` and `nexus.store.integrity`."""
+        if not isinstance(txn, GraphReadTxn) or txn.store_token() != self.token:
+            raise internal("check_tables needs a transaction of this store")
+        if repair and not isinstance(txn, GraphWriteTxn):
+            raise internal("a repair needs the store's write transaction")
+        return check_tables(txn, examples, repair)
+
+    def _call(self, fn: Callable[[], T]) -> T:
         try:
             return fn()
         except KipError:
@@ -139,28 +165,29 @@ class StoreBase:
             if not self._closed:
                 self._closed = True
                 self._close()
-        self._heads.clear()
+        self.head_cache.clear()
 
     def _close(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self: S) -> S:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     # Backend hooks ----------------------------------------------------------------------
-    def _begin_read(self):
+    def _begin_read(self) -> tuple[KvRead[Db], Callable[[], None]]:
         raise NotImplementedError
 
-    def _begin_write(self):
+    def _begin_write(self) -> KvWrite[Db]:
         raise NotImplementedError
 
-    def _commit(self, kv) -> None:
+    def _commit(self, kv: KvWrite[Db]) -> None:
         raise NotImplementedError
 
-    def _abort(self, kv) -> None:
+    def _abort(self, kv: KvWrite[Db]) -> None:
         raise NotImplementedError
 
     def _translate(self, exc: BaseException) -> KipError | None:

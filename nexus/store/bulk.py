@@ -18,16 +18,51 @@ import gc
 from contextlib import contextmanager
 from itertools import repeat
 from operator import itemgetter, lt
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, TypeAlias, TypedDict, TypeVar, cast
 
 import numpy as np
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.codec import pack_n, pack_sid
+from nexus.store.model import JsonMap, MapColumn
 
 U64, U32 = ">u8", ">u4"
 HEAD_DTYPE = np.dtype([("tag", "u1"), ("s", U64), ("p", U32), ("o", U64)])
+
+# (keys, values) of one table, sorted by key; values None: all empty (index tables).
+Entries: TypeAlias = tuple[list[bytes], list[bytes] | None]
+T = TypeVar("T")
+
+
+class ConceptEntries(TypedDict):
+    """What `concept_entries` builds: each table's entries and the statistics' deltas."""
+    head: Entries
+    tn: Entries
+    tid: Entries
+    name: Entries
+    attrs: Entries
+    metas: Entries
+    per_type: dict[int, int]        # type id -> concepts created
+    max_id: int
+    count: int
+
+
+class LinkEntries(TypedDict):
+    """What `link_entries` builds: the head, spo and map entries, the raw (s, p, o, n)
+    columns for the other two link indexes, and the statistics' deltas."""
+    head: Entries
+    spo: Entries
+    attrs: Entries
+    metas: Entries
+    s: np.ndarray
+    p: np.ndarray
+    o: np.ndarray
+    n: np.ndarray
+    per_pred: dict[int, int]        # predicate id -> links created
+    max_id: int
+    count: int
+    duplicate: tuple[int, int, int] | None      # an (s, p, o) repeated in the columns
 
 
 def internal(message: str) -> KipError:
@@ -58,8 +93,8 @@ def _check_ids(ns: Sequence[int]) -> None:
         raise internal("bulk create: element ids must be positive integers")
 
 
-def map_entries(keys: list, maps: Sequence | None, what: str, extra: dict | None = None
-                ) -> tuple[list, list]:
+def map_entries(keys: list[bytes], maps: MapColumn | None, what: str,
+                extra: JsonMap | None = None) -> tuple[list[bytes], list[bytes]]:
     """The (keys, values) of a map column, empty maps left out (stored as absent)."""
     if maps is None:
         if not extra:
@@ -69,12 +104,10 @@ def map_entries(keys: list, maps: Sequence | None, what: str, extra: dict | None
     if None in values:
         pairs = [(k, v) for k, v in zip(keys, values) if v is not None]
         return [k for k, _ in pairs], [v for _, v in pairs]
-    return keys, values
+    return keys, cast("list[bytes]", values)        # no None among them (just checked)
 
 
-def _column_list(column, n: int, what: str) -> list:
-    if column is None:
-        return [None] * n
+def _column_list(column: Iterable[T], n: int, what: str) -> list[T]:
     column = column if type(column) is list else list(column)
     if len(column) != n:
         raise internal(f"bulk create: the {what} column has {len(column)} values, not {n}")
@@ -82,8 +115,8 @@ def _column_list(column, n: int, what: str) -> list:
 
 
 def concept_entries(ns: Sequence[int], types: Sequence[int], names: Sequence[str],
-                    attrs: Sequence | None, metas: Sequence | None,
-                    extra: dict | None = None) -> dict | None:
+                    attrs: MapColumn | None, metas: MapColumn | None,
+                    extra: JsonMap | None = None) -> ConceptEntries | None:
     """Columns of new concepts -> {table: (keys, values)} in key order, plus 'per_type'
     {type_id: count}, 'max_id' and 'count'. None when there are no rows."""
     count = len(ns)
@@ -131,7 +164,7 @@ def concept_entries(ns: Sequence[int], types: Sequence[int], names: Sequence[str
             "per_type": per_type, "max_id": ns[-1], "count": count}
 
 
-def _column(values, kind: str, limit: int) -> np.ndarray:
+def _column(values: Sequence[int], kind: str, limit: int) -> np.ndarray:
     if type(values) is range:
         a = np.arange(values.start, values.stop, values.step, dtype=np.uint64)
         if values.start <= 0 or (len(a) and values[-1] >= limit):
@@ -148,7 +181,7 @@ def _column(values, kind: str, limit: int) -> np.ndarray:
     return a.astype(np.uint64)
 
 
-def sorted_keys(columns: list) -> np.ndarray:
+def sorted_keys(columns: list[tuple[np.ndarray, str]]) -> np.ndarray:
     """A structured array of the big-endian columns, rows sorted like their bytes.
 
     When the columns' values fit in 64 bits together, one argsort of the packed integer
@@ -174,12 +207,13 @@ def sorted_keys(columns: list) -> np.ndarray:
 
 
 def as_bytes(structured: np.ndarray) -> list[bytes]:
-    return structured.view(f"V{structured.dtype.itemsize}").tolist()
+    keys: list[bytes] = structured.view(f"V{structured.dtype.itemsize}").tolist()
+    return keys
 
 
 def link_entries(ns: Sequence[int], ss: Sequence[int], ps: Sequence[int],
-                 os_: Sequence[int], attrs: Sequence | None, metas: Sequence | None,
-                 extra: dict | None = None) -> dict | None:
+                 os_: Sequence[int], attrs: MapColumn | None, metas: MapColumn | None,
+                 extra: JsonMap | None = None) -> LinkEntries | None:
     """Columns of new links -> {table: (keys, values)} for head, spo, attrs and metas, the
     raw columns 's', 'p', 'o', 'n' (numpy u64) for the ops and pso indexes, plus
     'per_pred', 'max_id', 'count' and 'duplicate': an (s, p, o) that occurs twice in the

@@ -38,11 +38,12 @@ import struct
 import threading
 from itertools import chain, repeat
 from operator import itemgetter
+from typing import Callable, Literal, Sequence, cast
 
 import msgpack
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store.protocol import ConceptHead, LinkHead
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
 
 MAX_INLINE_TEXT = 400        # longest text kept verbatim inside a key, in UTF-8 bytes
 MAX_KEY = 511                # LMDB's default key-size limit; the memory store enforces it too
@@ -64,7 +65,7 @@ TAIL_PON = struct.Struct(">8xIQQ").unpack    # spo key -> (p, o, n); ops key -> 
 TAIL_SON = struct.Struct(">4xQQQ").unpack    # pso key -> (s, o, n)
 TID_N = struct.Struct(">4xQ").unpack         # tid key -> (n,)
 first = itemgetter(0)
-BIG = repeat("big")                          # for map(int.from_bytes, keys, BIG)
+BIG: repeat[Literal["big"]] = repeat("big")  # for map(int.from_bytes, keys, BIG)
 
 CONCEPT_TAG = 1
 LINK_TAG = 2
@@ -118,7 +119,7 @@ def link_head_value(s: int, p: int, o: int) -> bytes:
     return LINK_HEAD.pack(LINK_TAG, s, p, o)
 
 
-def decode_head(n: int, v: bytes) -> ConceptHead | LinkHead:
+def decode_head(n: int, v: bytes) -> Head:
     if v[0] == CONCEPT_TAG:
         return ConceptHead(n, int.from_bytes(v[1:5], "big"), v[5:].decode())
     _, s, p, o = LINK_HEAD.unpack(v)
@@ -132,31 +133,31 @@ _tls = threading.local()     # one msgpack Packer per thread: a Packer owns a bu
 
 
 def _packer() -> msgpack.Packer:
+    packer: msgpack.Packer
     try:
-        return _tls.packer
+        packer = _tls.packer
     except AttributeError:
-        _tls.packer = msgpack.Packer(use_bin_type=True)
-        return _tls.packer
+        packer = _tls.packer = msgpack.Packer(use_bin_type=True)
+    return packer
 
 
 def _check(value: object, where: str) -> None:
     """Reject what is not JSON (msgpack would accept bytes, int-keyed maps, tuples...)."""
-    t = type(value)
-    if t is dict:
+    if type(value) is dict:
         for k, v in value.items():
             if type(k) is not str:
                 raise bad_value(f"{where}: map key {k!r} is not a string")
             if type(v) not in _SCALARS:
                 _check(v, f"{where}.{k}")
-    elif t is list:
+    elif type(value) is list:
         for i, v in enumerate(value):
             if type(v) not in _SCALARS:
                 _check(v, f"{where}[{i}]")
-    elif t not in _SCALARS:
-        raise bad_value(f"{where}: a {t.__name__} is not a JSON value")
+    elif type(value) not in _SCALARS:
+        raise bad_value(f"{where}: a {type(value).__name__} is not a JSON value")
 
 
-def encode_map(value: dict, what: str = "value") -> bytes | None:
+def encode_map(value: JsonMap, what: str = "value") -> bytes | None:
     """msgpack bytes of a JSON-like map, or None when it is empty (stored as absent).
 
     Ints stay ints and floats stay floats. Anything that is not JSON, or an int outside the
@@ -172,6 +173,7 @@ def encode_map(value: dict, what: str = "value") -> bytes | None:
                 raise bad_value(f"{what}: map key {k!r} is not a string")
             if type(v) not in _SCALARS:
                 _check(v, f"{what}.{k}")
+        pack: Callable[[object], bytes]
         try:
             pack = _tls.packer.pack
         except AttributeError:
@@ -192,8 +194,8 @@ _MAP_OR_NONE = frozenset((dict, type(None)))
 _FIXMAP_HEADERS = [bytes((0x80 | i,)) for i in range(16)]
 
 
-def encode_maps(maps: list, what: str = "value", extra: dict | None = None
-                ) -> list[bytes | None]:
+def encode_maps(maps: Sequence[JsonMap | None], what: str = "value",
+                extra: JsonMap | None = None) -> list[bytes | None]:
     """encode_map for a whole column of maps (None counts as {}), each merged with `extra`
     (`{**m, **extra}`; `extra`'s keys must not occur in the maps) — byte-identical to
     `[encode_map({**(m or {}), **extra}) for m in maps]`, several times faster.
@@ -208,24 +210,26 @@ def encode_maps(maps: list, what: str = "value", extra: dict | None = None
         return []
     if not set(map(type, maps)) <= _MAP_OR_NONE:
         return _maps_slow(maps, what, extra)
-    if None in maps:
-        maps = [m or _EMPTY_MAP for m in maps]
-    keys = set().union(*maps)
+    # Every entry is a map or None (checked above), so without a None all are maps.
+    full = ([m or _EMPTY_MAP for m in maps] if None in maps
+            else cast("Sequence[JsonMap]", maps))
+    keys: set[object] = set().union(*full)
     if (set(map(type, keys)) - {str}
-            or not set(map(type, chain.from_iterable(map(dict.values, maps)))) <= _SCALARS):
-        return _maps_slow(maps, what, extra)
+            or not set(map(type, chain.from_iterable(map(dict.values, full)))) <= _SCALARS):
+        return _maps_slow(full, what, extra)
     k = len(extra) if extra else 0
-    if max(map(len, maps)) + k > 15:                       # not all fixmaps: rare
-        return _maps_slow(maps, what, extra)
+    if max(map(len, full)) + k > 15:                       # not all fixmaps: rare
+        return _maps_slow(full, what, extra)
+    pack: Callable[[object], bytes]
     try:
         pack = _tls.packer.pack
     except AttributeError:
         pack = _packer().pack
     try:
-        packed = list(map(pack, maps))
+        packed = list(map(pack, full))
     except Exception:  # noqa: BLE001 - e.g. an int beyond 64 bits: reported precisely below
         _tls.__dict__.pop("packer", None)
-        return _maps_slow(maps, what, extra)
+        return _maps_slow(full, what, extra)
     if not k:
         return [p if len(p) > 1 else None for p in packed]
     tail = pack(extra)[1:]
@@ -233,7 +237,8 @@ def encode_maps(maps: list, what: str = "value", extra: dict | None = None
     return [headers[p[0] & 15] + p[1:] + tail for p in packed]
 
 
-def _maps_slow(maps: list, what: str, extra: dict | None) -> list[bytes | None]:
+def _maps_slow(maps: Sequence[JsonMap | None], what: str, extra: JsonMap | None
+               ) -> list[bytes | None]:
     out = []
     for m in maps:
         if m is None:
@@ -244,15 +249,23 @@ def _maps_slow(maps: list, what: str, extra: dict | None) -> list[bytes | None]:
     return out
 
 
-_EMPTY_MAP: dict = {}
+_EMPTY_MAP: JsonMap = {}
 
 
-def decode_map(data: bytes) -> dict:
+def decode_map(data: bytes) -> JsonMap:
+    """The map `encode_map` stored (a damaged value may decode to something else, which
+    the integrity check reports)."""
     try:
-        return msgpack.unpackb(data, raw=False)
+        value: JsonMap = msgpack.unpackb(data, raw=False)
+        return value
     except Exception as exc:  # noqa: BLE001 - any decoder failure means a damaged value
         raise KipError(ErrorCode.KIP_4003,
                        f"stored value cannot be decoded ({type(exc).__name__}: {exc})") from None
+
+
+def decode_count(v: bytes | None) -> int:
+    """A counter or statistic value (big-endian); absent is 0."""
+    return 0 if v is None else int.from_bytes(v, "big")
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -24,18 +24,22 @@ commit changes the snapshot id, so nothing stale can be served — a query after
 simply builds the arrays it needs again (that cost is in the planner's choice, see
 `nexus.exec.columnar`). The cache keeps the two newest snapshots and at most
 `budget_bytes` of arrays; what does not fit is built, used and dropped.
+
+A store keeps one `StoreColumns` for its whole life (its `column_cache`); a view reads its
+transaction only through `ColumnSource` (statistics, heads, raw index keys), so this module
+imports neither the transactions nor the protocol.
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from itertools import islice
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Literal, Protocol, TypeVar
 
 import numpy as np
 
 from nexus.store.codec import pack_sid
-from nexus.store.protocol import ConceptHead
+from nexus.store.model import ConceptHead, Head
 
 PSO_DTYPE = np.dtype([("p", ">u4"), ("s", ">u8"), ("o", ">u8"), ("n", ">u8")])
 TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
@@ -45,6 +49,25 @@ TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
 MAX_COLUMN_ID = 1 << 31
 DEFAULT_BUDGET = 512 << 20
 
+CacheKey = tuple[str, int]      # ("L", predicate id) -> LinkColumns; ("T", type id) -> ids
+T = TypeVar("T")
+
+
+class ColumnSource(Protocol):
+    """What a column view reads from its read transaction (`nexus.store.graph`'s
+    transactions are such sources): statistics, heads, and the raw keys of an index."""
+
+    def snapshot_id(self) -> int | None: ...
+    def max_id(self) -> int: ...
+    def count_concepts(self) -> int: ...
+    def count_links(self) -> int: ...
+    def count_type(self, type_id: int) -> int: ...
+    def count_predicate(self, predicate_id: int) -> int: ...
+    def known_head(self, n: int) -> Head: ...
+    def raw_keys(self, table: str, prefix: bytes) -> Iterator[bytes]:
+        """The keys of the core table `table` from `prefix` on, ascending."""
+        ...
+
 
 class LinkColumns:
     """One predicate's links in one snapshot (see module doc). Arrays are read-only."""
@@ -53,10 +76,10 @@ class LinkColumns:
 
     def __init__(self, s: np.ndarray, o: np.ndarray, n: np.ndarray) -> None:
         self.s, self.o, self.n = s, o, n
-        self._by_o: tuple | None = None
+        self._by_o: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._so: np.ndarray | None = None
         self._lock = threading.Lock()
-        self._offsets: dict = {}
+        self._offsets: dict[int, tuple[int, np.ndarray] | Literal[False]] = {}
 
     def ranges(self, keys: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(start, count) of each id's run in `keys` (self.s, or the by-object o): direct
@@ -102,7 +125,7 @@ class LinkColumns:
         return 3 * 8 * len(self.s)
 
 
-def _offsets(keys: np.ndarray) -> tuple[int, np.ndarray] | bool:
+def _offsets(keys: np.ndarray) -> tuple[int, np.ndarray] | Literal[False]:
     """CSR offsets over the keys' id range [min, max] (plus a final empty run), or False
     when that range is much larger than the keys (binary search is then cheaper in memory)."""
     if not len(keys):
@@ -146,7 +169,7 @@ class ElementInfo:
             self.name_of = names        # names first: a filled tid implies a filled name
             self.tid_of = tid
 
-    def fill(self, ids: np.ndarray, known_head: Callable[[int], Any]) -> None:
+    def fill(self, ids: np.ndarray, known_head: Callable[[int], Head]) -> None:
         """Fill the entries of `ids` (ids of the calling snapshot) not known yet."""
         tid_of = self.tid_of
         missing = ids[tid_of[ids] == 0]
@@ -154,8 +177,8 @@ class ElementInfo:
         if not len(missing):
             return
         missing = np.unique(missing)
-        tids = []
-        names = []
+        tids: list[int] = []
+        names: list[str | None] = []
         for n in missing.tolist():
             h = known_head(n)
             if type(h) is ConceptHead:
@@ -168,28 +191,31 @@ class ElementInfo:
         name_of[missing] = names
         tid_of[missing] = tids
 
-    def names(self, ids: np.ndarray, known_head: Callable[[int], Any]) -> np.ndarray:
+    def names(self, ids: np.ndarray, known_head: Callable[[int], Head]) -> np.ndarray:
         """name_of[ids] (None for links and for 0), filling what is missing."""
         self.fill(ids, known_head)
-        return self.name_of[ids]
+        names: np.ndarray = self.name_of[ids]
+        return names
 
 
 class StoreColumns:
-    """The per-store column caches: snapshot-keyed arrays and the element info."""
+    """The per-store column caches: snapshot-keyed arrays and the element info. A store
+    keeps one for its whole life (`GraphStore` backends of this package: `column_cache`)."""
 
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET) -> None:
         self.budget = budget_bytes
         self.info = ElementInfo()
-        self._snaps: OrderedDict[int, dict] = OrderedDict()
+        # snapshot id -> key -> (value, nbytes); the values are LinkColumns or id arrays
+        self._snaps: OrderedDict[int, dict[CacheKey, tuple[Any, int]]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def lookup(self, snap: int, key: tuple) -> Any:
+    def lookup(self, snap: int, key: CacheKey) -> tuple[Any, int] | None:
         with self._lock:
             entries = self._snaps.get(snap)
             return None if entries is None else entries.get(key)
 
-    def store(self, snap: int, key: tuple, value: Any, nbytes: int) -> None:
+    def store(self, snap: int, key: CacheKey, value: Any, nbytes: int) -> None:
         with self._lock:
             entries = self._snaps.get(snap)
             if entries is None:
@@ -210,7 +236,7 @@ class StoreColumns:
         _, entries = self._snaps.popitem(last=False)
         self._bytes -= sum(nb for _, nb in entries.values())
 
-    def cached(self, snap: int, key: tuple) -> bool:
+    def cached(self, snap: int, key: CacheKey) -> bool:
         return self.lookup(snap, key) is not None
 
     def clear(self) -> None:
@@ -219,46 +245,42 @@ class StoreColumns:
             self._bytes = 0
 
 
-_STORES: dict[int, tuple[Any, StoreColumns]] = {}
-_STORES_LOCK = threading.Lock()
+class ColumnOwner(Protocol):
+    """A store that keeps column caches (the stores of this package do)."""
+
+    column_cache: StoreColumns
 
 
-def store_columns(store: Any) -> StoreColumns:
-    """The column caches of `store` (created on first use, kept as an attribute)."""
-    cols = getattr(store, "_nexus_columns", None)
-    if cols is None:
-        with _STORES_LOCK:
-            cols = getattr(store, "_nexus_columns", None)
-            if cols is None:
-                cols = StoreColumns()
-                store._nexus_columns = cols
-    return cols
+def store_columns(store: ColumnOwner) -> StoreColumns:
+    """The column caches of `store` (it keeps them for its whole life)."""
+    return store.column_cache
 
 
 class TxnColumns:
     """The column view of one read transaction (its snapshot's arrays)."""
 
-    __slots__ = ("txn", "snap", "cache", "info", "max_id", "_keys", "_d", "_local")
+    __slots__ = ("txn", "snap", "cache", "info", "max_id", "_local")
 
-    def __init__(self, txn: Any, snap: int, cache: StoreColumns, max_id: int) -> None:
+    def __init__(self, txn: ColumnSource, snap: int, cache: StoreColumns, max_id: int) -> None:
         self.txn = txn
         self.snap = snap
         self.cache = cache
         self.info = cache.info
         self.max_id = max_id
-        self._keys = txn._keys
-        self._d = txn._d
-        self._local: dict = {}        # what did not fit in the cache, for this transaction
+        # what did not fit in the cache, for this transaction
+        self._local: dict[CacheKey, Any] = {}
         cache.info.ensure(max_id)
 
     # --- cached arrays -------------------------------------------------------------------
-    def _get(self, key: tuple, build: Callable[[], tuple[Any, int]]) -> Any:
-        hit = self._local.get(key)
+    def _get(self, key: CacheKey, build: Callable[[], tuple[T, int]]) -> T:
+        # The cache holds both kinds of arrays; the key's tag says which this is.
+        hit: T | None = self._local.get(key)
         if hit is not None:
             return hit
         entry = self.cache.lookup(self.snap, key)
         if entry is not None:
-            return entry[0]
+            cached: T = entry[0]
+            return cached
         value, nbytes = build()
         self.cache.store(self.snap, key, value, nbytes)
         self._local[key] = value
@@ -274,34 +296,34 @@ class TxnColumns:
         return self._get(("L", pid), lambda: self._build_links(pid))
 
     def type_ids(self, tid: int) -> np.ndarray:
-        def build():
+        def build() -> tuple[np.ndarray, int]:
             ids = self._build_type(tid)
             return ids, ids.nbytes
         return self._get(("T", tid), build)
 
     # --- builders ------------------------------------------------------------------------
-    def _scan(self, db: Any, prefix: bytes, width: int, count: int) -> bytes:
+    def _scan(self, table: str, prefix: bytes, width: int, count: int) -> bytes:
         """The keys of `prefix`'s range joined: `count` (the exact statistic) keys, checked
         against the key after them; a mismatch falls back to a prefix-bounded walk."""
-        keys = list(islice(self._keys(db, prefix), count + 1))
-        if len(keys) > count and keys[count].startswith(prefix):
-            keys = None                                 # the statistic was short
-        elif len(keys) > count:
+        keys = list(islice(self.txn.raw_keys(table, prefix), count + 1))
+        # more keys in the range than the statistic says: it was short
+        short = len(keys) > count and keys[count].startswith(prefix)
+        if len(keys) > count:
             keys.pop()
-        if keys is not None and (not keys or (keys[0].startswith(prefix)
-                                              and keys[-1].startswith(prefix))):
+        if not short and (not keys or (keys[0].startswith(prefix)
+                                       and keys[-1].startswith(prefix))):
             data = b"".join(keys)
             if len(data) == width * len(keys):
                 return data
         out = []
-        for k in self._keys(db, prefix):
+        for k in self.txn.raw_keys(table, prefix):
             if not k.startswith(prefix):
                 break
             out.append(k)
         return b"".join(out)
 
     def _build_links(self, pid: int) -> tuple[LinkColumns, int]:
-        data = self._scan(self._d.pso, pack_sid(pid), PSO_DTYPE.itemsize,
+        data = self._scan("pso", pack_sid(pid), PSO_DTYPE.itemsize,
                           self.txn.count_predicate(pid))
         raw = np.frombuffer(data, dtype=PSO_DTYPE)
         cols = LinkColumns(_ro(raw["s"].astype(np.int64)), _ro(raw["o"].astype(np.int64)),
@@ -310,7 +332,7 @@ class TxnColumns:
         return cols, 15 * 8 * len(cols) + 65536
 
     def _build_type(self, tid: int) -> np.ndarray:
-        data = self._scan(self._d.tid, pack_sid(tid), TID_DTYPE.itemsize,
+        data = self._scan("tid", pack_sid(tid), TID_DTYPE.itemsize,
                           self.txn.count_type(tid))
         return _ro(np.frombuffer(data, dtype=TID_DTYPE)["n"].astype(np.int64))
 
@@ -318,7 +340,7 @@ class TxnColumns:
     def type_of(self, ids: np.ndarray) -> np.ndarray:
         """tid_of[ids]: > 0 the concept's type id, -1 a link, 0 for the null id 0."""
         info = self.info
-        out = info.tid_of[ids]
+        out: np.ndarray = info.tid_of[ids]
         if (out == 0).any():
             info.fill(ids, self.txn.known_head)
             out = info.tid_of[ids]
@@ -328,9 +350,10 @@ class TxnColumns:
         return self.info.names(ids, self.txn.known_head)
 
 
-def columns_for(txn: Any) -> TxnColumns | None:
-    """The column view of a read transaction, or None when columns cannot serve it (a
-    write transaction, ids too large or too sparse for arrays indexed by id)."""
+def columns_for(txn: ColumnSource, cache: StoreColumns) -> TxnColumns | None:
+    """The column view of a read transaction over its store's caches, or None when columns
+    cannot serve it (a write transaction, ids too large or too sparse for arrays indexed by
+    id)."""
     snap = txn.snapshot_id()
     if snap is None:
         return None
@@ -338,4 +361,4 @@ def columns_for(txn: Any) -> TxnColumns | None:
     if max_id >= MAX_COLUMN_ID or max_id > 8 * (txn.count_concepts() + txn.count_links()) \
             + (1 << 20):
         return None
-    return TxnColumns(txn, snap, store_columns(txn._store), max_id)
+    return TxnColumns(txn, snap, cache, max_id)

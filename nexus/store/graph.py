@@ -18,69 +18,84 @@ from __future__ import annotations
 import struct
 from itertools import takewhile
 from operator import methodcaller
-from typing import TYPE_CHECKING, Iterator
+from types import TracebackType
+from typing import Callable, Generic, Iterator, Literal, NoReturn, Protocol, cast
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
-from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, first, pack_n,
-                               pack_sid)
-from nexus.store.protocol import AUX_TABLES, ConceptHead, LinkHead
-
-if TYPE_CHECKING:
-    from nexus.store.base import StoreBase
-
-CORE_TABLES = ("meta", "stats", "sym", "symx", "head", "attrs", "metas", "tn", "tid", "name",
-               "spo", "ops", "pso")
+from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, decode_count, first,
+                               pack_n, pack_sid)
+from nexus.store.columns import StoreColumns, TxnColumns, columns_for
+from nexus.store.kv import GetFn, KeysFn, KvRead
+from nexus.store.model import ConceptHead, Head, JsonMap
+from nexus.store.protocol import AUX_TABLES
+from nexus.store.tables import Db, Tables
 
 
 def internal(message: str) -> KipError:
     return KipError(ErrorCode.KIP_4003, message)
 
 
-class Tables:
-    """Backend table handles by role (attributes named as in CORE_TABLES) plus `aux`."""
+class TxnHost(Protocol[Db]):
+    """What a transaction needs from its store (`nexus.store.base.StoreBase` provides it;
+    package-internal): the table handles, the process-wide caches every transaction of
+    the store shares (module doc), the column caches, the store's token, and the
+    translation of backend exceptions."""
 
-    __slots__ = CORE_TABLES + ("aux",)
+    tables: Tables[Db]
+    head_cache: dict[int, Head]
+    symbol_ids: dict[str, int]
+    symbol_texts: dict[int, str]
+    cache_cap: int                  # the head cache is emptied when it reaches this size
+    column_cache: StoreColumns
+    token: int
 
-    def __init__(self, handles: dict, aux: dict) -> None:
-        for name in CORE_TABLES:
-            setattr(self, name, handles[name])
-        self.aux = aux
+    def translate(self, exc: BaseException) -> KipError | None:
+        """The KipError for a backend exception, or None when it is not the backend's."""
+        ...
 
 
-def _count(v: bytes | None) -> int:
-    return 0 if v is None else int.from_bytes(v, "big")
+class GraphReadTxn(Generic[Db]):
+    """ReadTxn over one backend snapshot; also its own context manager.
 
+    `kv` and `tables` (the key-value transaction and the table handles) are public for
+    this package only: the integrity check reads the raw tables through them."""
 
-class GraphReadTxn:
-    """ReadTxn over one backend snapshot; also its own context manager."""
+    __slots__ = ("_host", "kv", "_get", "_keys", "tables", "_heads", "_sids", "_stexts",
+                 "_end")
 
-    __slots__ = ("_store", "_kv", "_get", "_keys", "_d", "_heads", "_sids", "_stexts", "_end")
+    kv: KvRead[Db]
+    # The kv's point lookup and scan, bound once per transaction: the hottest calls.
+    _get: GetFn[Db]
+    _keys: KeysFn[Db]
 
-    def __init__(self, store: StoreBase, kv, end=None) -> None:
-        self._store = store
-        self._kv = kv
+    def __init__(self, store: TxnHost[Db], kv: KvRead[Db],
+                 end: Callable[[], None] | None = None) -> None:
+        self._host = store
+        self.kv = kv
         self._get = kv.get
         self._keys = kv.keys_from
-        self._d = store._d
-        self._heads = store._heads
-        self._sids = store._sids
-        self._stexts = store._stexts
+        self.tables = store.tables
+        self._heads = store.head_cache
+        self._sids = store.symbol_ids
+        self._stexts = store.symbol_texts
         self._end = end
 
-    def __enter__(self):
+    def __enter__(self) -> GraphReadTxn[Db]:
         return self
 
-    def __exit__(self, et, exc, tb) -> bool:
-        self._kv = _DEAD                        # any later use is a KipError (see _kill)
-        self._get = self._keys = _dead
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        self.kv = _ENDED                        # any later use is a KipError (see invalidate)
+        self._get = self._keys = used_after_end
         try:
-            self._end()
+            if self._end is not None:           # (always set: a write txn has its own exit)
+                self._end()
         except Exception as end_exc:  # noqa: BLE001 - e.g. the environment was closed
             if exc is None:
-                raise self._store._translate(end_exc) or internal(str(end_exc)) from end_exc
+                raise self._host.translate(end_exc) or internal(str(end_exc)) from end_exc
         if exc is not None and not isinstance(exc, KipError):
-            err = self._store._translate(exc)
+            err = self._host.translate(exc)
             if err is not None:
                 raise err from exc
         return False
@@ -90,17 +105,28 @@ class GraphReadTxn:
         data); None in a write transaction, whose data is not a committed snapshot."""
         if self._end is None:
             return None
-        return self._kv.snapshot_id()
+        return self.kv.snapshot_id()
 
-    def columns(self):
+    def store_token(self) -> int:
+        return self._host.token
+
+    def columns(self) -> TxnColumns | None:
         """The column view of this snapshot (`nexus.store.columns`), or None."""
-        from nexus.store.columns import columns_for
-        return columns_for(self)
+        return columns_for(self, self._host.column_cache)
 
-    def _kill(self) -> None:
-        """Make any further use of this transaction a KipError (on both backends alike)."""
-        self._kv = _DEAD
-        self._get = self._keys = _dead
+    def column_cache(self) -> StoreColumns:
+        return self._host.column_cache
+
+    def raw_keys(self, table: str, prefix: bytes) -> Iterator[bytes]:
+        """The keys of the core table `table` from `prefix` on, ascending (package-internal:
+        the column views read index keys directly)."""
+        return self._keys(self.tables.named(table), prefix)
+
+    def invalidate(self) -> None:
+        """Make any further use of this transaction a KipError (on both backends alike;
+        package-internal: the lifecycle ends write transactions with it)."""
+        self.kv = _ENDED
+        self._get = self._keys = used_after_end
 
     # --- symbols -------------------------------------------------------------------------
     def symbol_id(self, text: str) -> int | None:
@@ -116,11 +142,11 @@ class GraphReadTxn:
             key = codec.text_key(codec.encode_text(text))
         except KipError:
             return None
-        v = self._get(key, None, self._d.symx)
+        v = self._get(key, None, self.tables.symx)
         if v is None:
             return None
-        sid = codec.unpack_sid(v)[0]
-        if codec.is_hashed(key) and self._get(v, None, self._d.sym) != text.encode():
+        sid: int = codec.unpack_sid(v)[0]
+        if codec.is_hashed(key) and self._get(v, None, self.tables.sym) != text.encode():
             return None
         return sid
 
@@ -133,7 +159,7 @@ class GraphReadTxn:
 
     def _load_symbol_text(self, sid: int) -> str:
         try:
-            v = self._get(pack_sid(sid), None, self._d.sym)
+            v = self._get(pack_sid(sid), None, self.tables.sym)
         except struct.error:
             v = None
         if v is None:
@@ -141,9 +167,9 @@ class GraphReadTxn:
         return v.decode()
 
     # --- elements ------------------------------------------------------------------------
-    def head(self, n: int) -> ConceptHead | LinkHead | None:
+    def head(self, n: int) -> Head | None:
         try:
-            v = self._get(pack_n(n), None, self._d.head)
+            v = self._get(pack_n(n), None, self.tables.head)
         except struct.error:        # not an id at all (negative, too big, not an int)
             return None
         if v is None:
@@ -152,42 +178,43 @@ class GraphReadTxn:
         if h is None:
             h = codec.decode_head(n, v)
             heads = self._heads
-            if len(heads) >= self._store._cache_cap:
+            if len(heads) >= self._host.cache_cap:
                 heads.clear()
             heads[n] = h
         return h
 
-    def known_head(self, n: int) -> ConceptHead | LinkHead:
+    def known_head(self, n: int) -> Head:
         """head() for an id known to exist in this snapshot (one just read from this
         transaction's indexes): served from the cache without touching the store."""
         h = self._heads.get(n)
-        return h if h is not None else self.head(n)
+        # (the caller's promise that n exists makes head() answer a head)
+        return h if h is not None else cast(Head, self.head(n))
 
-    def attributes(self, n: int) -> dict:
+    def attributes(self, n: int) -> JsonMap:
         try:
-            v = self._get(pack_n(n), None, self._d.attrs)
+            v = self._get(pack_n(n), None, self.tables.attrs)
         except struct.error:
             return {}
         return {} if v is None else codec.decode_map(v)
 
-    def metadata(self, n: int) -> dict:
+    def metadata(self, n: int) -> JsonMap:
         try:
-            v = self._get(pack_n(n), None, self._d.metas)
+            v = self._get(pack_n(n), None, self.tables.metas)
         except struct.error:
             return {}
         return {} if v is None else codec.decode_map(v)
 
     def max_id(self) -> int:
-        return _count(self._get(codec.META_MAX_ID, None, self._d.meta))
+        return decode_count(self._get(codec.META_MAX_ID, None, self.tables.meta))
 
     def elements(self) -> Iterator[int]:
-        return map(int.from_bytes, self._keys(self._d.head, b""), BIG)
+        return map(int.from_bytes, self._keys(self.tables.head, b""), BIG)
 
     # --- concept indexes -----------------------------------------------------------------
     def concept_id(self, type_id: int, name: str) -> int | None:
         try:
             tkey = codec.text_key(codec.encode_text(name))
-            v = self._get(pack_sid(type_id) + tkey, None, self._d.tn)
+            v = self._get(pack_sid(type_id) + tkey, None, self.tables.tn)
         except (KipError, struct.error):
             return None
         if v is None:
@@ -195,7 +222,7 @@ class GraphReadTxn:
         n = int.from_bytes(v, "big")
         if codec.is_hashed(tkey):
             h = self.head(n)
-            if h is None or h.name != name:
+            if not isinstance(h, ConceptHead) or h.name != name:
                 return None
         return n
 
@@ -204,7 +231,7 @@ class GraphReadTxn:
             prefix = pack_sid(type_id)
         except struct.error:
             return iter(())
-        keys = self._keys(self._d.tid, prefix)
+        keys = self._keys(self.tables.tid, prefix)
         return map(first, map(TID_N, takewhile(methodcaller("startswith", prefix), keys)))
 
     def concepts_named(self, name: str) -> Iterator[int]:
@@ -216,10 +243,14 @@ class GraphReadTxn:
 
     def _named(self, prefix: bytes, hashed: bool, name: str) -> Iterator[int]:
         size = len(prefix) + 8      # longer keys belong to names that contain a NUL here
-        for k in takewhile(methodcaller("startswith", prefix), self._keys(self._d.name, prefix)):
+        for k in takewhile(methodcaller("startswith", prefix), self._keys(self.tables.name, prefix)):
             if len(k) == size:
                 n = int.from_bytes(k[-8:], "big")
-                if not hashed or self.head(n).name == name:
+                if not hashed:
+                    yield n
+                    continue
+                h = self.head(n)
+                if isinstance(h, ConceptHead) and h.name == name:
                     yield n
 
     # --- link indexes --------------------------------------------------------------------
@@ -228,20 +259,20 @@ class GraphReadTxn:
             prefix = SPO3.pack(subject, predicate_id, object)
         except struct.error:
             return None
-        k = next(self._keys(self._d.spo, prefix), None)
+        k = next(self._keys(self.tables.spo, prefix), None)
         if k is None or not k.startswith(prefix):
             return None
         return int.from_bytes(k[20:], "big")
 
     def out_links(self, subject: int, predicate_id: int | None = None
                   ) -> Iterator[tuple[int, int, int]]:
-        return self._scan(self._d.spo, subject, predicate_id)
+        return self._scan(self.tables.spo, subject, predicate_id)
 
     def in_links(self, object: int, predicate_id: int | None = None
                  ) -> Iterator[tuple[int, int, int]]:
-        return self._scan(self._d.ops, object, predicate_id)
+        return self._scan(self.tables.ops, object, predicate_id)
 
-    def _scan(self, db, n: int, p: int | None) -> Iterator[tuple[int, int, int]]:
+    def _scan(self, db: Db, n: int, p: int | None) -> Iterator[tuple[int, int, int]]:
         try:
             prefix = pack_n(n) if p is None else SP.pack(n, p)
         except struct.error:
@@ -253,12 +284,12 @@ class GraphReadTxn:
             prefix = pack_sid(predicate_id)
         except struct.error:
             return iter(())
-        keys = self._keys(self._d.pso, prefix)
+        keys = self._keys(self.tables.pso, prefix)
         return map(TAIL_SON, takewhile(methodcaller("startswith", prefix), keys))
 
     # --- statistics ----------------------------------------------------------------------
     def _stat(self, key: bytes) -> int:
-        return _count(self._get(key, None, self._d.stats))
+        return decode_count(self._get(key, None, self.tables.stats))
 
     def count_type(self, type_id: int) -> int:
         try:
@@ -279,31 +310,34 @@ class GraphReadTxn:
         return self._stat(codec.ST_LINKS)
 
     # --- aux -----------------------------------------------------------------------------
-    def aux(self, table: str) -> "Aux":
-        db = self._d.aux.get(table)
+    def aux(self, table: str) -> Aux[Db]:
+        return Aux(self, self._aux_table(table))
+
+    def _aux_table(self, table: str) -> Db:
+        db = self.tables.aux.get(table)
         if db is None:
             raise internal(f"unknown aux table {table!r}; declared tables: {AUX_TABLES}")
-        return Aux(self, db, False)
+        return db
 
 
-class Aux:
-    """AuxTable: a sorted bytes -> bytes map living in the transaction of its txn."""
+class Aux(Generic[Db]):
+    """AuxTable: a sorted bytes -> bytes map living in the transaction of its txn
+    (read-only: `graph_write.WriteAux` is the writable one)."""
 
-    __slots__ = ("_txn", "_db", "_writable")
+    __slots__ = ("_txn", "_db")
 
-    def __init__(self, txn: GraphReadTxn, db, writable: bool) -> None:
+    def __init__(self, txn: GraphReadTxn[Db], db: Db) -> None:
         self._txn = txn
         self._db = db
-        self._writable = writable
 
     def get(self, key: bytes) -> bytes | None:
         if not key or len(key) > codec.MAX_KEY:     # cannot be stored, so is absent
             return None
-        return self._txn._kv.get(key, None, self._db)
+        return self._txn.kv.get(key, None, self._db)
 
     def scan(self, prefix: bytes = b"", *, reverse: bool = False,
              start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        kv = self._txn._kv
+        kv = self._txn.kv
         if len(prefix) > codec.MAX_KEY or (start is not None and len(start) > codec.MAX_KEY):
             raise internal(f"aux scan prefix/start longer than {codec.MAX_KEY} bytes")
         if not reverse:
@@ -316,35 +350,28 @@ class Aux:
         return takewhile(lambda kv_: kv_[0].startswith(prefix), it) if prefix else it
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._check_write(key)
-        self._txn._kv.put(key, value, db=self._db)
+        raise internal("aux tables are read-only in a read transaction")
 
     def delete(self, key: bytes) -> bool:
-        self._check_write(key)
-        return self._txn._kv.delete(key, db=self._db)
+        raise internal("aux tables are read-only in a read transaction")
 
     def count(self, prefix: bytes = b"") -> int:
         if not prefix:
-            return self._txn._kv.count(self._db)
+            return self._txn.kv.count(self._db)
         return sum(1 for _ in self.scan(prefix))
 
-    def _check_write(self, key: bytes) -> None:
-        if not self._writable:
-            raise internal("aux tables are read-only in a read transaction")
-        if not key or len(key) > codec.MAX_KEY:
-            raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes, got {len(key)}")
 
-
-def _dead(*args, **kwargs):
+def used_after_end(*args: object, **kwargs: object) -> NoReturn:
+    """What every operation of an ended transaction is replaced by (package-internal)."""
     raise internal("the transaction has ended (committed or aborted); it cannot be used "
                    "any more")
 
 
-class _Dead:
+class _EndedKv:
     """Stands in for the key-value txn once the transaction ended: any use is an error."""
 
-    def __getattr__(self, name):
-        return _dead
+    get = put = delete = keys_from = items_from = items_before = putmulti = last_key = \
+        count = snapshot_id = commit_id = staticmethod(used_after_end)
 
 
-_DEAD = _Dead()
+_ENDED = _EndedKv()

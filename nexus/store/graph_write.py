@@ -11,18 +11,31 @@ from __future__ import annotations
 import struct
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Iterable
+from types import TracebackType
+from typing import Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import bulk, codec
-from nexus.store.codec import OPS, PSO, SPO, SPO3, pack_n, pack_sid
-from nexus.store.graph import Aux, GraphReadTxn, _count, _dead, internal
-from nexus.store.protocol import AUX_TABLES, ConceptHead, LinkHead
+from nexus.store.codec import OPS, PSO, SPO, SPO3, decode_count, pack_n, pack_sid
+from nexus.store.graph import Aux, GraphReadTxn, TxnHost, internal, used_after_end
+from nexus.store.kv import DeleteFn, KvWrite, PutFn
+from nexus.store.model import ConceptHead, Head, JsonMap, MapColumn
+from nexus.store.tables import Db
 
-if TYPE_CHECKING:
-    from nexus.store.base import StoreBase
+
+class WriteHost(TxnHost[Db], Protocol[Db]):
+    """What a write transaction needs from its store besides `TxnHost` (`StoreBase`
+    provides it; package-internal): ending the transaction, and aborting its key-value
+    transaction at once when `abort()` is called."""
+
+    def finish_write(self, txn: GraphWriteTxn[Db], exc: BaseException | None) -> None:
+        """Commit `txn` (or abort it: after an exception or `abort()`) and release the
+        writer."""
+        ...
+
+    def abort_kv(self, kv: KvWrite[Db]) -> None: ...
 
 
 # Heads a write transaction decodes are kept for it (and merged into the store's cache at
@@ -31,65 +44,107 @@ if TYPE_CHECKING:
 NEW_HEADS_CAP = 50_000
 
 
-class GraphWriteTxn(GraphReadTxn):
+class GraphWriteTxn(GraphReadTxn[Db]):
     """WriteTxn: the single writer. Counters and statistics are accumulated in Python and
-    written once, just before commit (`_flush`)."""
+    written once, just before commit (`flush`).
+
+    `aborted`, `flush`, `publish`, `invalidate` and `raise_counters` are public for this
+    package only: the lifecycle (`base`) and the integrity check use them."""
 
     __slots__ = ("_put", "_del", "_max_id", "_max_id0", "_max_sym", "_max_sym0", "_dstats",
                  "_new_heads", "_new_sids", "_new_stexts", "_deleted", "_aborted", "_links_todo")
 
-    def __init__(self, store: StoreBase, kv) -> None:
+    kv: KvWrite[Db]
+    _host: WriteHost[Db]
+    _put: PutFn[Db]
+    _del: DeleteFn[Db]
+
+    def __init__(self, store: WriteHost[Db], kv: KvWrite[Db]) -> None:
         super().__init__(store, kv)
         self._put = kv.put
         self._del = kv.delete
-        meta = self._d.meta
-        self._max_id = self._max_id0 = _count(kv.get(codec.META_MAX_ID, None, meta))
-        self._max_sym = self._max_sym0 = _count(kv.get(codec.META_MAX_SYM, None, meta))
+        meta = self.tables.meta
+        self._max_id = self._max_id0 = decode_count(kv.get(codec.META_MAX_ID, None, meta))
+        self._max_sym = self._max_sym0 = decode_count(kv.get(codec.META_MAX_SYM, None, meta))
         self._dstats: dict[bytes, int] = {}
-        self._new_heads: dict[int, ConceptHead | LinkHead] = {}
+        self._new_heads: dict[int, Head] = {}
         self._new_sids: dict[str, int] = {}
         self._new_stexts: dict[int, str] = {}
         self._deleted: list[int] = []
         self._aborted = False
-        self._links_todo: list[tuple] = []     # bulk-created links whose ops/pso entries wait
+        # bulk-created links whose ops/pso entries wait: (s, p, o, n) column arrays
+        self._links_todo: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def __exit__(self, et, exc, tb) -> bool:
-        self._store._finish_write(self, exc)
+    def __enter__(self) -> GraphWriteTxn[Db]:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        self._host.finish_write(self, exc)
         return False
 
     def abort(self) -> None:
         if not self._aborted:
             self._aborted = True
-            kv = self._kv
-            self._kill()
-            self._store._abort(kv)
+            kv = self.kv
+            self.invalidate()
+            self._host.abort_kv(kv)
 
-    def _kill(self) -> None:
-        super()._kill()
-        self._put = self._del = _dead
+    @property
+    def aborted(self) -> bool:
+        """Whether `abort()` was called (the lifecycle then aborts instead of committing)."""
+        return self._aborted
 
-    def _flush(self) -> None:
+    def invalidate(self) -> None:
+        """Make any further use of this transaction a KipError (on both backends alike)."""
+        super().invalidate()
+        self._put = self._del = used_after_end
+
+    def flush(self) -> None:
         """Write the pending bulk index entries, the counters and statistic deltas into the
-        transaction."""
+        transaction (the lifecycle calls it just before commit)."""
         self._flush_links()
-        put, meta = self._put, self._d.meta
+        put, meta = self._put, self.tables.meta
         if self._max_id != self._max_id0:
             put(codec.META_MAX_ID, pack_n(self._max_id), db=meta)
         if self._max_sym != self._max_sym0:
             put(codec.META_MAX_SYM, pack_sid(self._max_sym), db=meta)
-        stats = self._d.stats
+        stats = self.tables.stats
         for key, delta in self._dstats.items():
             if delta:
-                total = _count(self._get(key, None, stats)) + delta
+                total = decode_count(self._get(key, None, stats)) + delta
                 if total:
                     put(key, pack_n(total), db=stats)
                 else:
                     self._del(key, db=stats)
 
+    def publish(self) -> None:
+        """Merge what this transaction learned into the store's shared caches (the
+        lifecycle calls it once the commit succeeded; an aborted write leaves no trace)."""
+        heads = self._heads
+        for n in self._deleted:
+            heads.pop(n, None)
+        new = self._new_heads
+        if new:
+            cap = self._host.cache_cap
+            if len(heads) + len(new) > cap:
+                heads.clear()
+            if len(new) <= cap:
+                heads.update(new)
+        self._sids.update(self._new_sids)
+        self._stexts.update(self._new_stexts)
+
+    def raise_counters(self, max_id: int, max_sym: int) -> None:
+        """The id and symbol counters were written directly (by a repair) as at least these:
+        keep this transaction's copies level, so that `flush` neither lowers nor rewrites
+        them (counters only ever move up)."""
+        self._max_id = self._max_id0 = max(self._max_id, max_id)
+        self._max_sym = self._max_sym0 = max(self._max_sym, max_sym)
+
     # --- reads that must see this transaction's pending state ----------------------------
-    def head(self, n: int) -> ConceptHead | LinkHead | None:
+    def head(self, n: int) -> Head | None:
         try:
-            v = self._get(pack_n(n), None, self._d.head)
+            v = self._get(pack_n(n), None, self.tables.head)
         except struct.error:
             return None
         if v is None:
@@ -116,41 +171,37 @@ class GraphWriteTxn(GraphReadTxn):
 
     def commit_id(self) -> int:
         """The snapshot id readers will see once this transaction commits."""
-        return self._kv.commit_id()
+        return self.kv.commit_id()
 
     # The ops and pso entries of bulk-created links are inserted just before commit; a read
     # of those indexes (or a delete, which removes their entries) inserts them first.
-    def in_links(self, object: int, predicate_id: int | None = None):
+    def in_links(self, object: int, predicate_id: int | None = None
+                 ) -> Iterator[tuple[int, int, int]]:
         self._flush_links()
         return super().in_links(object, predicate_id)
 
-    def links_of_predicate(self, predicate_id: int):
+    def links_of_predicate(self, predicate_id: int) -> Iterator[tuple[int, int, int]]:
         self._flush_links()
         return super().links_of_predicate(predicate_id)
 
     def _stat(self, key: bytes) -> int:
         return super()._stat(key) + self._dstats.get(key, 0)
 
-    def aux(self, table: str) -> Aux:
-        db = self._d.aux.get(table)
-        if db is None:
-            raise internal(f"unknown aux table {table!r}; declared tables: {AUX_TABLES}")
-        return Aux(self, db, True)
+    def aux(self, table: str) -> WriteAux[Db]:
+        return WriteAux(self, self._aux_table(table))
 
-    def aux_put_many(self, table: str, pairs) -> None:
+    def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
         """Aux puts of many pairs in one sorted insert (see the protocol): one C call
         instead of a checked Python call per pair, appending when every key follows the
         table's last one."""
-        db = self._d.aux.get(table)
-        if db is None:
-            raise internal(f"unknown aux table {table!r}; declared tables: {AUX_TABLES}")
+        db = self._aux_table(table)
         items = sorted(dict(pairs).items())
         if not items:
             return
         if not items[0][0] or max(map(len, map(itemgetter(0), items))) > codec.MAX_KEY:
             raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
-        last = self._kv.last_key(db)
-        self._kv.putmulti(db, items, last is None or items[0][0] > last, True)
+        last = self.kv.last_key(db)
+        self.kv.putmulti(db, items, last is None or items[0][0] > last, True)
 
     # --- symbols and ids -----------------------------------------------------------------
     def intern(self, text: str) -> int:
@@ -159,9 +210,9 @@ class GraphWriteTxn(GraphReadTxn):
             utf8 = codec.encode_text(text)
             sid = self._max_sym + 1
             if not self._put(codec.text_key(utf8), pack_sid(sid), overwrite=False,
-                             db=self._d.symx):
+                             db=self.tables.symx):
                 raise internal(f"symbol key collision for {text[:80]!r}")
-            self._put(pack_sid(sid), utf8, db=self._d.sym)
+            self._put(pack_sid(sid), utf8, db=self.tables.sym)
             self._max_sym = sid
             self._new_sids[text] = sid
             self._new_stexts[sid] = text
@@ -189,14 +240,14 @@ class GraphWriteTxn(GraphReadTxn):
 
     # --- single-element writes -----------------------------------------------------------
     def create_concept(self, n: int, type_id: int, name: str,
-                       attributes: dict, metadata: dict) -> None:
+                       attributes: JsonMap, metadata: JsonMap) -> None:
         a = codec.encode_map(attributes, "attributes")
         m = codec.encode_map(metadata, "metadata")
         utf8 = codec.encode_text(name)
         tkey = codec.text_key(utf8)
         tb = pack_sid(type_id)
         nk = self._check_id(n)
-        put, d = self._put, self._d
+        put, d = self._put, self.tables
         if not put(tb + tkey, nk, overwrite=False, db=d.tn):
             raise KipError(ErrorCode.KIP_3003,
                            f"a concept {{type: {self.symbol_text(type_id)!r}, "
@@ -214,7 +265,7 @@ class GraphWriteTxn(GraphReadTxn):
         self._bump(codec.ST_CONCEPTS, 1)
 
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
-                    attributes: dict, metadata: dict) -> None:
+                    attributes: JsonMap, metadata: JsonMap) -> None:
         a = codec.encode_map(attributes, "attributes")
         m = codec.encode_map(metadata, "metadata")
         nk = self._check_id(n)
@@ -222,7 +273,7 @@ class GraphWriteTxn(GraphReadTxn):
             raise KipError(ErrorCode.KIP_3003,
                            f"a proposition ({subject}, {self.symbol_text(predicate_id)!r}, "
                            f"{object}) already exists")
-        put, d = self._put, self._d
+        put, d = self._put, self.tables
         if not put(nk, codec.link_head_value(subject, predicate_id, object),
                    overwrite=False, db=d.head):
             raise internal(f"element id {n} is already in use")
@@ -236,18 +287,18 @@ class GraphWriteTxn(GraphReadTxn):
         self._bump(codec.ST_PRED + pack_sid(predicate_id), 1)
         self._bump(codec.ST_LINKS, 1)
 
-    def set_attributes(self, n: int, attributes: dict) -> None:
-        self._set_map(n, codec.encode_map(attributes, "attributes"), self._d.attrs)
+    def set_attributes(self, n: int, attributes: JsonMap) -> None:
+        self._set_map(n, codec.encode_map(attributes, "attributes"), self.tables.attrs)
 
-    def set_metadata(self, n: int, metadata: dict) -> None:
-        self._set_map(n, codec.encode_map(metadata, "metadata"), self._d.metas)
+    def set_metadata(self, n: int, metadata: JsonMap) -> None:
+        self._set_map(n, codec.encode_map(metadata, "metadata"), self.tables.metas)
 
-    def _set_map(self, n: int, value: bytes | None, db) -> None:
+    def _set_map(self, n: int, value: bytes | None, db: Db) -> None:
         try:
             nk = pack_n(n)
         except struct.error:
             nk = None
-        if nk is None or self._get(nk, None, self._d.head) is None:
+        if nk is None or self._get(nk, None, self.tables.head) is None:
             raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
         if value is None:
             self._del(nk, db=db)
@@ -261,12 +312,12 @@ class GraphWriteTxn(GraphReadTxn):
             nk = pack_n(n)
         except struct.error:
             return False
-        d, dele = self._d, self._del
+        d, dele = self.tables, self._del
         v = self._get(nk, None, d.head)
         if v is None:
             return False
         h = codec.decode_head(n, v)
-        if type(h) is ConceptHead:
+        if isinstance(h, ConceptHead):
             tb = pack_sid(h.type_id)
             tkey = codec.text_key(v[5:])
             dele(tb + tkey, db=d.tn)
@@ -289,28 +340,32 @@ class GraphWriteTxn(GraphReadTxn):
         return True
 
     # --- bulk writes (entries built by nexus.store.bulk) -----------------------------------
-    def create_concepts(self, rows: Iterable[tuple]) -> int:
+    def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
+                                                   JsonMap | None]]) -> int:
         """Bulk create_concept over rows `(n, type_id, name, attributes, metadata)` (the maps
         may be None); see the protocol. Returns the number created."""
-        rows = list(rows)
-        if not rows:
+        row_list = list(rows)
+        if not row_list:
             return 0
         try:
-            ns, types, names, attrs, metas = map(list, zip(*rows))
+            ns, types, names, attrs, metas = map(list, zip(*row_list))
         except ValueError:
             raise internal("bulk create_concepts: rows must be (n, type_id, name, attributes, "
                            "metadata)") from None
         return self.create_concept_columns(ns, types, names, attrs, metas)
 
-    def create_concept_columns(self, ids, type_ids, names, attributes=None, metadata=None, *,
-                               extra_metadata: dict | None = None) -> int:
+    def create_concept_columns(self, ids: Sequence[int], type_ids: Sequence[int],
+                               names: Sequence[str],
+                               attributes: MapColumn | None = None,
+                               metadata: MapColumn | None = None, *,
+                               extra_metadata: JsonMap | None = None) -> int:
         """create_concepts over columns (see the protocol)."""
         with bulk.gc_paused():
             e = bulk.concept_entries(ids, type_ids, names, attributes, metadata,
                                      extra_metadata)
             if e is None:
                 return 0
-            d = self._d
+            d = self.tables
             self._load(d.head, e["head"], internal("bulk create: an element id is in use"))
             self._load(d.tn, e["tn"], KipError(
                 ErrorCode.KIP_3003, "bulk create: a concept (type, name) is repeated in the "
@@ -325,22 +380,26 @@ class GraphWriteTxn(GraphReadTxn):
         self._bump(codec.ST_CONCEPTS, e["count"])
         return e["count"]
 
-    def create_links(self, rows: Iterable[tuple], known_new: bool = False) -> int:
+    def create_links(self, rows: Iterable[tuple[int, int, int, int, JsonMap | None,
+                                                JsonMap | None]],
+                     known_new: bool = False) -> int:
         """Bulk create_link over rows `(n, subject, predicate_id, object, attributes,
         metadata)`; see the protocol. Returns the number created."""
-        rows = list(rows)
-        if not rows:
+        row_list = list(rows)
+        if not row_list:
             return 0
         try:
-            ns, ss, ps, os_, attrs, metas = map(list, zip(*rows))
+            ns, ss, ps, os_, attrs, metas = map(list, zip(*row_list))
         except ValueError:
             raise internal("bulk create_links: rows must be (n, subject, predicate_id, object, "
                            "attributes, metadata)") from None
         return self.create_link_columns(ns, ss, ps, os_, attrs, metas, known_new=known_new)
 
-    def create_link_columns(self, ids, subjects, predicate_ids, objects, attributes=None,
-                            metadata=None, *, known_new: bool = False,
-                            extra_metadata: dict | None = None) -> int:
+    def create_link_columns(self, ids: Sequence[int], subjects: Sequence[int],
+                            predicate_ids: Sequence[int], objects: Sequence[int],
+                            attributes: MapColumn | None = None,
+                            metadata: MapColumn | None = None, *, known_new: bool = False,
+                            extra_metadata: JsonMap | None = None) -> int:
         """create_links over columns (see the protocol). The ops and pso entries are kept
         in memory and inserted, sorted, once for the whole transaction (`_flush_links`)."""
         with bulk.gc_paused():
@@ -348,19 +407,19 @@ class GraphWriteTxn(GraphReadTxn):
                                   extra_metadata)
             if e is None:
                 return 0
-            d = self._d
+            d = self.tables
             taken = e["duplicate"]
-            if taken is None and not known_new and self._kv.last_key(d.spo) is not None:
-                taken = next((SPO3.unpack(k[:20]) for k in e["spo"][0]
-                              if self._spo_taken(k[:20])), None)
+            if taken is None and not known_new and self.kv.last_key(d.spo) is not None:
+                taken = next((_spo3(k) for k in e["spo"][0] if self._spo_taken(k[:20])), None)
             if taken is not None:
                 s, p, o = taken
                 raise KipError(ErrorCode.KIP_3003,
                                f"a proposition ({s}, {self.symbol_text(p)!r}, {o}) is repeated "
                                f"in the batch or already exists")
             self._load(d.head, e["head"], internal("bulk create: an element id is in use"))
-            for table in ("spo", "attrs", "metas"):
-                self._load(getattr(d, table), e[table], None)
+            self._load(d.spo, e["spo"], None)
+            self._load(d.attrs, e["attrs"], None)
+            self._load(d.metas, e["metas"], None)
             self._links_todo.append((e["s"], e["p"], e["o"], e["n"]))
         self._max_id = max(self._max_id, e["max_id"])
         for p, k in e["per_pred"].items():
@@ -380,27 +439,54 @@ class GraphWriteTxn(GraphReadTxn):
             cols = [np.concatenate(c) if len(c) > 1 else c[0] for c in zip(*todo)]
             del todo
             for table, keys in bulk.other_link_indexes(*cols).items():
-                self._load_sorted(getattr(self._d, table), keys)
+                self._load_sorted(self.tables.named(table), keys)
 
-    def _load_sorted(self, db, keys, chunk: int = 1 << 16) -> None:
+    def _load_sorted(self, db: Db, keys: np.ndarray, chunk: int = 1 << 16) -> None:
         """Insert a sorted structured key array (bare keys) a slice at a time, so that the
         Python bytes objects of only one slice exist at once."""
         for i in range(0, len(keys), chunk):
             self._load(db, (bulk.as_bytes(keys[i:i + chunk]), None), None)
 
     def _spo_taken(self, spo3: bytes) -> bool:
-        k = next(self._keys(self._d.spo, spo3), None)
+        k = next(self._keys(self.tables.spo, spo3), None)
         return k is not None and k.startswith(spo3)
 
-    def _load(self, db, entries: tuple[list, list | None], duplicate: KipError | None) -> None:
+    def _load(self, db: Db, entries: bulk.Entries, duplicate: KipError | None) -> None:
         """Insert sorted entries (keys and their values, or bare keys with empty values),
         appending when they all follow the table's last key. A key already present or
         repeated raises `duplicate` (an internal error when None)."""
         keys, values = entries
         if not keys:
             return
-        last = self._kv.last_key(db)
+        last = self.kv.last_key(db)
         append = last is None or keys[0] > last
         items = zip(keys, repeat(b"") if values is None else values)
-        if self._kv.putmulti(db, items, append, False) != len(keys):
+        if self.kv.putmulti(db, items, append, False) != len(keys):
             raise duplicate or internal("bulk create: duplicate index keys")
+
+
+class WriteAux(Aux[Db]):
+    """AuxTable of the write transaction: the read-only one plus put and delete."""
+
+    __slots__ = ()
+
+    _txn: GraphWriteTxn[Db]
+
+    def put(self, key: bytes, value: bytes) -> None:
+        _check_aux_key(key)
+        self._txn.kv.put(key, value, db=self._db)
+
+    def delete(self, key: bytes) -> bool:
+        _check_aux_key(key)
+        return self._txn.kv.delete(key, db=self._db)
+
+
+def _spo3(key: bytes) -> tuple[int, int, int]:
+    """The (s, p, o) of an spo key."""
+    s, p, o = SPO3.unpack(key[:20])
+    return s, p, o
+
+
+def _check_aux_key(key: bytes) -> None:
+    if not key or len(key) > codec.MAX_KEY:
+        raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes, got {len(key)}")

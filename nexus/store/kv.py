@@ -1,14 +1,14 @@
 """The sorted key-value layer under the graph store, with its LMDB and in-memory backends.
 
-`nexus.store.graph` writes the graph logic once against `KvTxn`; this module provides it
-over an `lmdb.Transaction` (`LmdbKv`) and over sorted in-memory tables (`MemReadKv`,
-`MemWriteKv`). It owns no key layout and no graph semantics.
+`nexus.store.graph` writes the graph logic once against `KvRead` / `KvWrite`; this module
+provides them over an `lmdb.Transaction` (`LmdbKv`) and over sorted in-memory tables
+(`MemReadKv`, `MemWriteKv`). It owns no key layout and no graph semantics.
 
 The point-access methods are deliberately py-lmdb's own signatures
 (`get(key, default, db)`, `put(key, value, ..., overwrite=, db=)`, `delete(key, db=)`),
 so `LmdbKv` hands out the C methods of the LMDB transaction itself and the hottest paths
 pay no Python indirection. `db` is an opaque table handle (an LMDB `_Database` or, in
-memory, the table name).
+memory, the table name): the protocols take its type as their parameter.
 
 Memory snapshots: committed state is a `MemVersion` (table name -> SortedDict). Readers
 pin the version they began on; a writer never touches a version directly but collects its
@@ -19,61 +19,115 @@ never block the writer, and an aborted write leaves the tables exactly as they w
 """
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol
+from enum import Enum
+from typing import (TYPE_CHECKING, Final, Iterable, Iterator, Mapping, Protocol, Sequence,
+                    TypeAlias, TypeVar, cast, overload)
 
 from sortedcontainers import SortedDict
 
+if TYPE_CHECKING:
+    import lmdb
 
-class KvTxn(Protocol):
-    def get(self, key: bytes, default=None, db=None) -> bytes | None: ...
-    def put(self, key: bytes, value: bytes, dupdata=True, overwrite=True, append=False,
-            db=None) -> bool:
+# py-lmdb's table handle (its stubs name the class with an underscore): the one mention of
+# that name in this package.
+LmdbTable: TypeAlias = "lmdb._Database"
+
+Db_contra = TypeVar("Db_contra", contravariant=True)
+V = TypeVar("V")
+T = TypeVar("T")
+
+
+# The point-access methods as callables: `LmdbKv` hands out the LMDB transaction's own
+# methods, and transactions bind them once (see the module doc).
+class GetFn(Protocol[Db_contra]):
+    def __call__(self, key: bytes, default: None, db: Db_contra, /) -> bytes | None: ...
+
+
+class PutFn(Protocol[Db_contra]):
+    def __call__(self, key: bytes, value: bytes, *, overwrite: bool = True,
+                 db: Db_contra) -> bool:
         """False (and nothing written) when overwrite=False and the key exists."""
         ...
-    def delete(self, key: bytes, value=b"", db=None) -> bool: ...
-    def keys_from(self, db, lo: bytes) -> Iterator[bytes]:
+
+
+class DeleteFn(Protocol[Db_contra]):
+    def __call__(self, key: bytes, *, db: Db_contra) -> bool: ...
+
+
+class KeysFn(Protocol[Db_contra]):
+    def __call__(self, db: Db_contra, lo: bytes, /) -> Iterator[bytes]: ...
+
+
+class KvRead(Protocol[Db_contra]):
+    """A snapshot of sorted tables; `Db_contra` is the backend's table handle type."""
+
+    def get(self, key: bytes, default: None, db: Db_contra, /) -> bytes | None: ...
+    def keys_from(self, db: Db_contra, lo: bytes, /) -> Iterator[bytes]:
         """Keys >= lo ascending, to the end of the table (callers cut with takewhile)."""
         ...
-    def items_from(self, db, lo: bytes) -> Iterator[tuple[bytes, bytes]]: ...
-    def items_before(self, db, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+    def items_from(self, db: Db_contra, lo: bytes, /) -> Iterator[tuple[bytes, bytes]]: ...
+    def items_before(self, db: Db_contra, hi: bytes | None, /
+                     ) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with key < hi (all when None), descending."""
         ...
-    def putmulti(self, db, items: Iterable[tuple[bytes, bytes]], append: bool,
-                 overwrite: bool) -> int:
+    def last_key(self, db: Db_contra, /) -> bytes | None: ...
+    def count(self, db: Db_contra, /) -> int: ...
+    def snapshot_id(self) -> int:
+        """The id of the committed state a read sees (see `ReadTxn.snapshot_id`)."""
+        ...
+
+
+class KvWrite(KvRead[Db_contra], Protocol[Db_contra]):
+    """The single writer's view: reads see its own writes."""
+
+    def put(self, key: bytes, value: bytes, *, overwrite: bool = True,
+            db: Db_contra) -> bool:
+        """False (and nothing written) when overwrite=False and the key exists."""
+        ...
+    def delete(self, key: bytes, *, db: Db_contra) -> bool: ...
+    def putmulti(self, db: Db_contra, items: Iterable[tuple[bytes, bytes]], append: bool,
+                 overwrite: bool, /) -> int:
         """Insert sorted pairs; returns how many were added. `append` promises every key is
         greater than the table's last key (LMDB then skips the tree search)."""
         ...
-    def last_key(self, db) -> bytes | None: ...
-    def count(self, db) -> int: ...
-
-
-_EMPTY: Iterator = iter(())
+    def commit_id(self) -> int:
+        """The snapshot id readers will see once this write commits."""
+        ...
 
 
 class LmdbKv:
-    """KvTxn over an lmdb.Transaction; get/put/delete are the transaction's own methods."""
+    """KvWrite over an lmdb.Transaction; get/put/delete are the transaction's own methods."""
 
     __slots__ = ("txn",)
 
-    def __init__(self, txn) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes]) -> None:
         self.txn = txn
 
     # Properties, not attributes set in __init__: binding three C methods per transaction
     # would cost more than beginning the LMDB transaction itself.
-    get = property(lambda self: self.txn.get)
-    put = property(lambda self: self.txn.put)
-    delete = property(lambda self: self.txn.delete)
+    @property
+    def get(self) -> GetFn[LmdbTable]:
+        return self.txn.get
 
-    def keys_from(self, db, lo):
+    @property
+    def put(self) -> PutFn[LmdbTable]:
+        return self.txn.put
+
+    @property
+    def delete(self) -> DeleteFn[LmdbTable]:
+        return self.txn.delete
+
+    def keys_from(self, db: LmdbTable, lo: bytes, /) -> Iterator[bytes]:
         cur = self.txn.cursor(db)
         # An unpositioned cursor would iterate from the FIRST key, hence the check.
         return cur.iternext(values=False) if cur.set_range(lo) else iter(())
 
-    def items_from(self, db, lo):
+    def items_from(self, db: LmdbTable, lo: bytes, /) -> Iterator[tuple[bytes, bytes]]:
         cur = self.txn.cursor(db)
         return cur.iternext() if cur.set_range(lo) else iter(())
 
-    def items_before(self, db, hi):
+    def items_before(self, db: LmdbTable, hi: bytes | None, /
+                     ) -> Iterator[tuple[bytes, bytes]]:
         cur = self.txn.cursor(db)
         if hi is None or not cur.set_range(hi):
             ok = cur.last()
@@ -81,29 +135,71 @@ class LmdbKv:
             ok = cur.prev()
         return cur.iterprev() if ok else iter(())
 
-    def putmulti(self, db, items, append, overwrite):
+    def putmulti(self, db: LmdbTable, items: Iterable[tuple[bytes, bytes]],
+                 append: bool, overwrite: bool, /) -> int:
         return self.txn.cursor(db).putmulti(items, overwrite=overwrite, append=append)[1]
 
-    def snapshot_id(self):
+    def snapshot_id(self) -> int:
         """LMDB's transaction id: for a read transaction, the id of the commit it sees."""
         return self.txn.id()
 
-    def commit_id(self):
+    def commit_id(self) -> int:
         """For a write transaction, its own id: what readers see once it commits."""
         return self.txn.id()
 
-    def last_key(self, db):
+    def last_key(self, db: LmdbTable, /) -> bytes | None:
         cur = self.txn.cursor(db)
         return cur.key() if cur.last() else None
 
-    def count(self, db):
+    def count(self, db: LmdbTable, /) -> int:
         return self.txn.stat(db)["entries"]
 
 
 # --- memory ---------------------------------------------------------------------------------
 
-DELETED = object()      # overlay mark: the key is removed in this write
-_MISSING = object()
+class SortedMap(Protocol[V]):
+    """The part of `sortedcontainers.SortedDict` (bytes keys) the memory backend uses."""
+
+    @overload
+    def get(self, key: bytes, default: None = None, /) -> V | None: ...
+    @overload
+    def get(self, key: bytes, default: T, /) -> V | T: ...
+    def __getitem__(self, key: bytes, /) -> V: ...
+    def __setitem__(self, key: bytes, value: V, /) -> None: ...
+    def __delitem__(self, key: bytes, /) -> None: ...
+    def __contains__(self, key: object, /) -> bool: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[bytes]: ...
+    def __reversed__(self) -> Iterator[bytes]: ...
+    def irange(self, minimum: bytes | None = None, maximum: bytes | None = None,
+               inclusive: tuple[bool, bool] = (True, True), reverse: bool = False
+               ) -> Iterator[bytes]: ...
+    def keys(self) -> Sequence[bytes]: ...
+    def items(self) -> Iterable[tuple[bytes, V]]: ...
+    def bisect_left(self, key: bytes, /) -> int: ...
+    def bisect_right(self, key: bytes, /) -> int: ...
+    def copy(self) -> SortedMap[V]: ...
+    def update(self, other: Mapping[bytes, V] | SortedMap[V], /) -> None: ...
+
+
+def sorted_map() -> SortedMap[V]:
+    """A new empty SortedDict, typed."""
+    table: SortedMap[V] = SortedDict()
+    return table
+
+
+class _Deleted(Enum):
+    DELETED = 0
+
+
+class _Missing(Enum):
+    MISSING = 0
+
+
+DELETED: Final = _Deleted.DELETED     # overlay mark: the key is removed in this write
+_MISSING: Final = _Missing.MISSING
+Table: TypeAlias = SortedMap[bytes]                   # a committed table
+Overlay: TypeAlias = SortedMap[bytes | _Deleted]      # a writer's changes to one table
 
 
 class MemVersion:
@@ -112,7 +208,7 @@ class MemVersion:
 
     __slots__ = ("tables", "readers", "owned", "serial")
 
-    def __init__(self, tables: dict[str, SortedDict], owned: set[str] | None = None) -> None:
+    def __init__(self, tables: dict[str, Table], owned: set[str] | None = None) -> None:
         self.tables = tables
         self.readers = 0
         self.owned = set(tables) if owned is None else owned
@@ -120,7 +216,7 @@ class MemVersion:
 
 
 class MemReadKv:
-    """KvTxn over one committed version (read only)."""
+    """KvRead over one committed version (read only); table handles are table names."""
 
     __slots__ = ("_t", "_serial")
 
@@ -128,48 +224,48 @@ class MemReadKv:
         self._t = version.tables
         self._serial = version.serial
 
-    def snapshot_id(self):
+    def snapshot_id(self) -> int:
         """The commit serial of the version this reader pinned."""
         return self._serial
 
-    def get(self, key, default=None, db=None):
+    def get(self, key: bytes, default: None, db: str, /) -> bytes | None:
         return self._t[db].get(key, default)
 
-    def keys_from(self, db, lo):
+    def keys_from(self, db: str, lo: bytes, /) -> Iterator[bytes]:
         return self._t[db].irange(lo)
 
-    def items_from(self, db, lo):
+    def items_from(self, db: str, lo: bytes, /) -> Iterator[tuple[bytes, bytes]]:
         t = self._t[db]
         return ((k, t[k]) for k in t.irange(lo))
 
-    def items_before(self, db, hi):
+    def items_before(self, db: str, hi: bytes | None, /) -> Iterator[tuple[bytes, bytes]]:
         t = self._t[db]
         keys = reversed(t) if hi is None else t.irange(None, hi, (True, False), True)
         return ((k, t[k]) for k in keys)
 
-    def last_key(self, db):
+    def last_key(self, db: str, /) -> bytes | None:
         t = self._t[db]
         return t.keys()[-1] if t else None
 
-    def count(self, db):
+    def count(self, db: str, /) -> int:
         return len(self._t[db])
 
 
 class MemWriteKv(MemReadKv):
-    """KvTxn of the single writer: changes go to an overlay over the base version."""
+    """KvWrite of the single writer: changes go to an overlay over the base version."""
 
     __slots__ = ("overlay",)
 
     def __init__(self, version: MemVersion) -> None:
         super().__init__(version)
-        self.overlay: dict[str, SortedDict] = {}
+        self.overlay: dict[str, Overlay] = {}
 
-    def commit_id(self):
+    def commit_id(self) -> int:
         """The serial readers will see once this write commits (the memory store's commit
         gives every commit the next serial)."""
         return self._serial + 1
 
-    def get(self, key, default=None, db=None):
+    def get(self, key: bytes, default: None, db: str, /) -> bytes | None:
         o = self.overlay.get(db)
         if o is not None:
             v = o.get(key, _MISSING)
@@ -177,21 +273,21 @@ class MemWriteKv(MemReadKv):
                 return default if v is DELETED else v
         return self._t[db].get(key, default)
 
-    def put(self, key, value, dupdata=True, overwrite=True, append=False, db=None):
+    def put(self, key: bytes, value: bytes, *, overwrite: bool = True, db: str) -> bool:
         if not overwrite and self.get(key, None, db) is not None:
             return False
         o = self.overlay.get(db)
         if o is None:
-            o = self.overlay[db] = SortedDict()
+            o = self.overlay[db] = sorted_map()
         o[key] = bytes(value)
         return True
 
-    def delete(self, key, value=b"", db=None):
+    def delete(self, key: bytes, *, db: str) -> bool:
         if self.get(key, None, db) is None:
             return False
         o = self.overlay.get(db)
         if o is None:
-            o = self.overlay[db] = SortedDict()
+            o = self.overlay[db] = sorted_map()
         if key in self._t[db]:
             o[key] = DELETED
         else:
@@ -201,27 +297,28 @@ class MemWriteKv(MemReadKv):
     # Write-side scans are lazy merges of the (immutable) base and the overlay. The caller
     # may write while it iterates, so the overlay is walked by re-bisecting after each key
     # rather than with an iterator that a SortedDict insert would invalidate.
-    def keys_from(self, db, lo):
+    def keys_from(self, db: str, lo: bytes, /) -> Iterator[bytes]:
         return map(_first, self.items_from(db, lo))
 
-    def items_from(self, db, lo):
+    def items_from(self, db: str, lo: bytes, /) -> Iterator[tuple[bytes, bytes]]:
         base = super().items_from(db, lo)
         return _merge(base, _walk(self.overlay, db, lo, None, False), False)
 
-    def items_before(self, db, hi):
+    def items_before(self, db: str, hi: bytes | None, /) -> Iterator[tuple[bytes, bytes]]:
         base = super().items_before(db, hi)
-        return _merge(base, _walk(self.overlay, db, None, hi, True), True)
+        return _merge(base, _walk(self.overlay, db, b"", hi, True), True)
 
-    def putmulti(self, db, items, append, overwrite):
+    def putmulti(self, db: str, items: Iterable[tuple[bytes, bytes]], append: bool,
+                 overwrite: bool, /) -> int:
         put = self.put
         return sum(put(k, v, overwrite=overwrite, db=db) for k, v in items)
 
-    def last_key(self, db):
+    def last_key(self, db: str, /) -> bytes | None:
         for k, _ in self.items_before(db, None):
             return k
         return None
 
-    def count(self, db):
+    def count(self, db: str, /) -> int:
         n = len(self._t[db])
         o = self.overlay.get(db)
         if o:
@@ -231,15 +328,16 @@ class MemWriteKv(MemReadKv):
         return n
 
 
-def _first(pair):
+def _first(pair: tuple[bytes, bytes]) -> bytes:
     return pair[0]
 
 
-def _walk(overlay: dict, db, lo, hi, desc: bool) -> Iterator[tuple[bytes, object]]:
+def _walk(overlay: dict[str, Overlay], db: str, lo: bytes, hi: bytes | None, desc: bool
+          ) -> Iterator[tuple[bytes, bytes | _Deleted]]:
     """Overlay pairs with key >= lo ascending, or key < hi descending; robust to writes."""
     o = overlay.get(db)
     if o is None:
-        o = overlay[db] = SortedDict()    # so that writes made while iterating are seen
+        o = overlay[db] = sorted_map()    # so that writes made while iterating are seen
     keys = o.keys()
     if not desc:
         i = o.bisect_left(lo)
@@ -255,23 +353,28 @@ def _walk(overlay: dict, db, lo, hi, desc: bool) -> Iterator[tuple[bytes, object
             i = o.bisect_left(k) - 1
 
 
-def _merge(base: Iterator, over: Iterator, desc: bool) -> Iterator[tuple[bytes, bytes]]:
+def _merge(base: Iterator[tuple[bytes, bytes]], over: Iterator[tuple[bytes, bytes | _Deleted]],
+           desc: bool) -> Iterator[tuple[bytes, bytes]]:
     """Merge two sorted (key, value) streams; the overlay wins ties and DELETED drops a key."""
     x = next(base, None)
     y = next(over, None)
-    while x is not None or y is not None:
-        if y is not None and (x is None or y[0] == x[0] or (y[0] > x[0]) == desc):
-            if x is not None and x[0] == y[0]:
-                x = next(base, None)
-            if y[1] is not DELETED:
-                yield y
-            y = next(over, None)
-        else:
-            yield x
+    while y is not None:
+        if x is not None and y[0] != x[0] and (y[0] > x[0]) != desc:
+            yield x                         # the base key comes first
             x = next(base, None)
+            continue
+        if x is not None and x[0] == y[0]:
+            x = next(base, None)
+        k, v = y
+        if v is not DELETED:
+            yield k, v
+        y = next(over, None)
+    while x is not None:
+        yield x
+        x = next(base, None)
 
 
-def apply_overlay(version: MemVersion, overlay: dict[str, SortedDict]) -> MemVersion:
+def apply_overlay(version: MemVersion, overlay: dict[str, Overlay]) -> MemVersion:
     """The committed version after `overlay`: in place when no reader pins `version`,
     else a new version sharing the untouched tables. A shared table is copied before its
     first change (an older version's readers may still be scanning it)."""
@@ -288,5 +391,8 @@ def apply_overlay(version: MemVersion, overlay: dict[str, SortedDict]) -> MemVer
         for k in removed:
             del t[k]
         # One bulk update: SortedDict re-sorts once instead of inserting key by key.
-        t.update({k: v for k, v in o.items() if v is not DELETED} if removed else o)
+        if removed:
+            t.update({k: v for k, v in o.items() if v is not DELETED})
+        else:
+            t.update(cast(Table, o))    # no DELETED marks: the overlay is plain values
     return version

@@ -18,30 +18,31 @@ import logging
 import os
 import sys
 import threading
+from typing import Any, Callable
 
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.base import StoreBase
-from nexus.store.graph import CORE_TABLES, Tables
-from nexus.store.kv import LmdbKv
+from nexus.store.kv import KvRead, KvWrite, LmdbKv, LmdbTable
 from nexus.store.protocol import AUX_TABLES
+from nexus.store.tables import AUX_PREFIX, CORE_TABLES, Tables
 
 # 1 TiB of address space on 64-bit hosts: the file only grows as data is written.
 DEFAULT_MAP_SIZE = (1 << 40) if sys.maxsize > 2**32 else (1 << 30)
-AUX_PREFIX = "aux."
 log = logging.getLogger("nexus.store")
 # When the data file has grown by this many pages (64 MiB) since the last release, the next
 # commit releases LMDB's page buffers.
 RELEASE_PAGES = 16384
 
 
-def _malloc_trim():
+def _malloc_trim() -> Callable[[int], Any] | None:
     """glibc's malloc_trim (returns freed heap memory to the system), or None elsewhere."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
+        trim: Callable[[int], Any] = libc.malloc_trim
+        return trim
     except (OSError, AttributeError):
         return None
 
@@ -64,7 +65,7 @@ def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
     return None
 
 
-class LmdbGraphStore(StoreBase):
+class LmdbGraphStore(StoreBase[LmdbTable]):
     """GraphStore on an LMDB environment directory (created if missing).
 
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
@@ -77,10 +78,9 @@ class LmdbGraphStore(StoreBase):
                  head_cache_mb: float | None = None) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
-        self._options = dict(subdir=True, map_size=map_size,
-                             max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
-                             max_readers=max_readers, sync=durable, metasync=durable,
-                             create=True, lock=True)
+        self._options: dict[str, Any] = dict(
+            subdir=True, map_size=map_size, max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
+            max_readers=max_readers, sync=durable, metasync=durable, create=True, lock=True)
         env, tables = self._open_env()
         self._env = env
         # Open read transactions of this process, and the lock under which reads begin and
@@ -92,10 +92,10 @@ class LmdbGraphStore(StoreBase):
         self._release_due = False   # a big commit found readers open: release later
         super().__init__(tables, head_cache_size, head_cache_mb)
 
-    def _open_env(self):
+    def _open_env(self) -> tuple[lmdb.Environment, Tables[LmdbTable]]:
         try:
             env = lmdb.open(self._path, **self._options)
-        except lmdb.Error as exc:
+        except (lmdb.Error, OSError) as exc:    # OSError: e.g. the parent directory is missing
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}") from None
         try:
@@ -111,7 +111,7 @@ class LmdbGraphStore(StoreBase):
         return self._path
 
     # --- backend hooks -------------------------------------------------------------------
-    def _begin_read(self):
+    def _begin_read(self) -> tuple[KvRead[LmdbTable], Callable[[], None]]:
         with self._rlock:
             txn = self._env.begin(write=False)
             self._reading += 1
@@ -131,7 +131,7 @@ class LmdbGraphStore(StoreBase):
                     self._release_later()
         return LmdbKv(txn), end
 
-    def _begin_write(self):
+    def _begin_write(self) -> KvWrite[LmdbTable]:
         if self._release_due:           # we hold the writer lock: no write is open
             self._release()
         return LmdbKv(self._env.begin(write=True))
@@ -145,7 +145,8 @@ class LmdbGraphStore(StoreBase):
         except OSError:
             return 0
 
-    def _commit(self, kv: LmdbKv) -> None:
+    def _commit(self, kv: KvWrite[LmdbTable]) -> None:
+        assert isinstance(kv, LmdbKv)       # the kv of _begin_write
         kv.txn.commit()
         size = self._data_size()
         if size - self._size_seen >= RELEASE_PAGES * 4096:
@@ -170,7 +171,7 @@ class LmdbGraphStore(StoreBase):
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
                 raise
-            self._env, self._d = env, tables
+            self._env, self.tables = env, tables
             self._release_due = False
         if _TRIM is not None:
             _TRIM(0)
@@ -185,7 +186,8 @@ class LmdbGraphStore(StoreBase):
             finally:
                 self._wlock.release()
 
-    def _abort(self, kv: LmdbKv) -> None:
+    def _abort(self, kv: KvWrite[LmdbTable]) -> None:
+        assert isinstance(kv, LmdbKv)       # the kv of _begin_write
         try:
             kv.txn.abort()
         except lmdb.Error:          # already finished (e.g. a failed commit freed it)
@@ -200,8 +202,8 @@ class LmdbGraphStore(StoreBase):
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every table's (key, value) pairs in key order (for tests and debugging)."""
-        d = self._d
-        tables = {name: getattr(d, name) for name in CORE_TABLES}
+        d = self.tables
+        tables = {name: d.named(name) for name in CORE_TABLES}
         tables.update({AUX_PREFIX + name: db for name, db in d.aux.items()})
         with self._env.begin() as txn:
             return {name: list(txn.cursor(db).iternext()) for name, db in tables.items()}
@@ -220,7 +222,7 @@ def _check_directory(path: str) -> None:
                            f"holds no LMDB environment (data.mdb)")
 
 
-def _open_tables(env: lmdb.Environment, path: str) -> dict:
+def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
     """Open (creating on first use) every named database, refusing foreign environments."""
     with env.begin() as txn:
         names = set(txn.cursor().iternext(values=False))

@@ -9,25 +9,23 @@ restores exactly. Nothing is persisted; `path` is None.
 from __future__ import annotations
 
 import threading
-
-from sortedcontainers import SortedDict
+from typing import Callable
 
 from nexus.store import codec
 from nexus.store.base import StoreBase
-from nexus.store.graph import CORE_TABLES, Tables
-from nexus.store.kv import MemReadKv, MemVersion, MemWriteKv, apply_overlay
+from nexus.store.kv import (KvRead, KvWrite, MemReadKv, MemVersion, MemWriteKv, Table,
+                            apply_overlay, sorted_map)
 from nexus.store.protocol import AUX_TABLES
+from nexus.store.tables import AUX_PREFIX, CORE_TABLES, Tables
 
-AUX_PREFIX = "aux."
 
-
-class MemoryGraphStore(StoreBase):
+class MemoryGraphStore(StoreBase[str]):
     """GraphStore held in memory (tests, scratch graphs)."""
 
     def __init__(self, *, head_cache_size: int | None = None,
                  head_cache_mb: float | None = None) -> None:
         names = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
-        tables = {name: SortedDict() for name in names}
+        tables: dict[str, Table] = {name: sorted_map() for name in names}
         tables["meta"][codec.META_FORMAT] = codec.FORMAT_TAG
         self._version = MemVersion(tables)
         self._state = threading.Lock()      # guards _version and reader counts
@@ -40,11 +38,11 @@ class MemoryGraphStore(StoreBase):
         return None
 
     # --- backend hooks -------------------------------------------------------------------
-    def _begin_read(self):
+    def _begin_read(self) -> tuple[KvRead[str], Callable[[], None]]:
         with self._state:
             version = self._version
             version.readers += 1
-        ended = []
+        ended: list[bool] = []
 
         def end() -> None:
             if not ended:               # idempotent: a txn is ended once
@@ -53,10 +51,11 @@ class MemoryGraphStore(StoreBase):
                     version.readers -= 1
         return MemReadKv(version), end
 
-    def _begin_write(self):
+    def _begin_write(self) -> KvWrite[str]:
         return MemWriteKv(self._version)
 
-    def _commit(self, kv: MemWriteKv) -> None:
+    def _commit(self, kv: KvWrite[str]) -> None:
+        assert isinstance(kv, MemWriteKv)   # the kv of _begin_write
         with self._state:
             serial = self._version.serial + 1
             self._version = apply_overlay(self._version, kv.overlay)
@@ -64,7 +63,8 @@ class MemoryGraphStore(StoreBase):
             # the overlay was applied in place (no reader pinned the version).
             self._version.serial = serial
 
-    def _abort(self, kv: MemWriteKv) -> None:
+    def _abort(self, kv: KvWrite[str]) -> None:
+        assert isinstance(kv, MemWriteKv)   # the kv of _begin_write
         kv.overlay.clear()
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:

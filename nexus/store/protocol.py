@@ -49,13 +49,29 @@ Components that keep their own indexes inside the same transaction as the data (
 search postings, capsule hashes, the audit log) use `txn.aux(table)`: a sorted bytes→bytes
 map with get/put/delete/prefix scan. Table names are declared up front in
 `AUX_TABLES` so that LMDB can open them.
+
+Caches and integrity
+--------------------
+What is derived from a snapshot (the columnar executor's arrays, its planning choices) is
+keyed by `(txn.store_token(), txn.snapshot_id())`. `store.check_tables(txn, ...)` verifies
+(and repairs, in the caller's write transaction) the backend's own tables: each backend
+knows its layout (LMDB and memory: `nexus.store.integrity`).
+
+The heads and the JSON map type live in `nexus.store.model` and are re-exported here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from contextlib import AbstractContextManager
+from typing import (TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple, Protocol, Sequence,
+                    runtime_checkable)
 
-JsonMap = dict  # dict[str, JSON value]
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
+
+if TYPE_CHECKING:
+    from nexus.store.columns import StoreColumns, TxnColumns
+
+__all__ = ["AUX_TABLES", "AuxTable", "ConceptHead", "GraphStore", "Head", "JsonMap",
+           "LinkHead", "ReadTxn", "TableCheck", "WriteTxn"]
 
 # Named sub-tables available through ReadTxn.aux()/WriteTxn.aux().
 AUX_TABLES: tuple[str, ...] = (
@@ -65,24 +81,6 @@ AUX_TABLES: tuple[str, ...] = (
     "vecq",       # vector-index change queue / watermark (nexus.search)
     "audit",      # request audit log (server list_logs)
 )
-
-
-@dataclass(frozen=True, slots=True)
-class ConceptHead:
-    n: int
-    type_id: int
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class LinkHead:
-    n: int
-    subject: int
-    predicate_id: int
-    object: int
-
-
-Head = ConceptHead | LinkHead
 
 
 @runtime_checkable
@@ -175,10 +173,20 @@ class ReadTxn(Protocol):
         with equal ids see identical data, and every commit changes it (LMDB's transaction
         id; the memory store's commit serial). None in a write transaction."""
         ...
-    def columns(self):
+    def store_token(self) -> int:
+        """An id of the store this transaction belongs to: equal for every transaction of
+        one open store, different between stores open in one process. With
+        `snapshot_id()` it keys caches of what was derived from a snapshot."""
+        ...
+    def columns(self) -> TxnColumns | None:
         """`nexus.store.columns.TxnColumns` for this snapshot (numpy arrays of a predicate's
         links, of a type's ids; snapshot-keyed caches), or None when the transaction cannot
         be served by columns (a write transaction; ids too large for arrays)."""
+        ...
+    def column_cache(self) -> StoreColumns | None:
+        """The store's snapshot-keyed column caches, to ask which arrays are cached
+        without building a view (`cached(snapshot_id, key)`); None for a backend without
+        column views."""
         ...
 
 
@@ -236,21 +244,20 @@ class WriteTxn(ReadTxn, Protocol):
         `known_new=True` says the caller already knows none is taken (e.g. it probed with
         link_id, or an end is new) and skips it — a wrong promise corrupts the index."""
         ...
-    def create_concept_columns(self, ids: "Sequence[int]", type_ids: "Sequence[int]",
-                               names: "Sequence[str]",
-                               attributes: "Sequence[JsonMap | None] | None" = None,
-                               metadata: "Sequence[JsonMap | None] | None" = None, *,
+    def create_concept_columns(self, ids: Sequence[int], type_ids: Sequence[int],
+                               names: Sequence[str],
+                               attributes: MapColumn | None = None,
+                               metadata: MapColumn | None = None, *,
                                extra_metadata: JsonMap | None = None) -> int:
         """create_concepts over columns (equal lengths; `ids` may be a `range`; a None map
         column means all empty) — no row tuples to build. `extra_metadata` is merged into
         every element's metadata (`{**metadata, **extra}`; its keys must not occur in the
         column's maps): how a loader adds the engine keys without a dict per element."""
         ...
-    def create_link_columns(self, ids: "Sequence[int]", subjects: "Sequence[int]",
-                            predicate_ids: "Sequence[int]", objects: "Sequence[int]",
-                            attributes: "Sequence[JsonMap | None] | None" = None,
-                            metadata: "Sequence[JsonMap | None] | None" = None, *,
-                            known_new: bool = False,
+    def create_link_columns(self, ids: Sequence[int], subjects: Sequence[int],
+                            predicate_ids: Sequence[int], objects: Sequence[int],
+                            attributes: MapColumn | None = None,
+                            metadata: MapColumn | None = None, *, known_new: bool = False,
                             extra_metadata: JsonMap | None = None) -> int:
         """create_links over columns, as create_concept_columns. A repeated or taken
         (s, p, o) raises KIP_3003 before anything is written (the transaction is unchanged
@@ -266,12 +273,32 @@ class WriteTxn(ReadTxn, Protocol):
         ...
 
 
+class TableCheck(NamedTuple):
+    """What `GraphStore.check_tables` found: `report` holds a count per drift category
+    (0 when in step), `"ok"`, the element, concept, link and symbol counts, and
+    `"examples"` (category -> a few descriptions); `fixes` is how many keys a repair wrote
+    or deleted (0 without repair)."""
+    report: dict[str, Any]
+    fixes: int
+
+
 class GraphStore(Protocol):
-    def read(self): ...    # -> ContextManager[ReadTxn]
-    def write(self):       # -> ContextManager[WriteTxn]
+    def read(self) -> AbstractContextManager[ReadTxn]:
+        """A read transaction on the latest committed snapshot."""
+        ...
+    def write(self) -> AbstractContextManager[WriteTxn]:
         """Blocks while another thread writes; opening a second write transaction in the
         thread that holds one is KIP_4003 (it would deadlock)."""
         ...
     def close(self) -> None: ...
     @property
     def path(self) -> str | None: ...
+    def check_tables(self, txn: ReadTxn, *, examples: int = 5,
+                     repair: bool = False) -> TableCheck:
+        """Verify the backend's own tables in `txn` (one of this store's transactions):
+        every index and statistic against the base records (see
+        `nexus.store.integrity` for the LMDB/memory layout and its drift categories).
+        With `repair`, `txn` must be this store's write transaction: what is derived from
+        the base records and drifted is rewritten in it (committed with it); base records
+        are never changed. The report is the same with or without repair."""
+        ...

@@ -49,7 +49,7 @@ def raw_write(nx, fn) -> None:
     """Write below the engine (as a bug or a damaged disk would): fn(kv, tables)."""
     with nx.write_session() as _session:
         txn = _session.txn
-        fn(txn._kv, txn._d)
+        fn(txn.kv, txn.tables)
 
 
 def _concept_keys(nx, n: int) -> tuple[bytes, bytes, bytes]:
@@ -236,7 +236,7 @@ def test_duplicate_identity_and_undecodable_values(any_nx):
     nx = any_nx
     n = ids(nx, ASPIRIN)[0]
     with nx.store.read() as txn:
-        head_value = txn._kv.get(pack_n(n), None, txn._d.head)
+        head_value = txn.kv.get(pack_n(n), None, txn.tables.head)
 
     def fn(kv, d):
         kv.put(pack_n(10**5), head_value, db=d.head)          # a second Aspirin

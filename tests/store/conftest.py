@@ -1,16 +1,30 @@
-"""Fixtures for the storage tests: every test runs against both stores.
+"""Fixtures for the storage tests: every test runs against every registered backend.
 
-`store` is a fresh store; `make_store()` builds one and, for LMDB, can reopen the same
-directory (`make_store(reopen=True)`), which is how persistence is tested.
+`kind` is a backend's scheme (`nexus.store.backends()`: a backend registered later is tested
+without touching this file, provided it can live in a fresh local directory — else add its
+test location to `location`). `store` is a fresh store; `make_store()` builds one and, for a
+persistent backend, can reopen the same location (`make_store(reopen=True)`), which is how
+persistence is tested.
 """
 from __future__ import annotations
 
 import pytest
 
-from nexus.store import AUX_TABLES, LmdbGraphStore, MemoryGraphStore
+from nexus.store import AUX_TABLES, backends, open_store
+
+# Backends whose every open is a fresh, empty store (nothing to reopen).
+TRANSIENT = {"memory"}
 
 
-@pytest.fixture(params=["lmdb", "memory"])
+def location(kind: str, tmp_path) -> str:
+    """The location of a test store of backend `kind`: memory:// takes no path; the others
+    get a directory in the test's temporary directory (an absolute path: `lmdb:///tmp/...`)."""
+    if kind in TRANSIENT:
+        return f"{kind}://"
+    return f"{kind}://{tmp_path / 'db'}"
+
+
+@pytest.fixture(params=backends())
 def kind(request) -> str:
     return request.param
 
@@ -20,14 +34,11 @@ def make_store(kind, tmp_path):
     opened = []
 
     def make(reopen: bool = False, **options):
-        if kind == "memory":
-            assert not reopen, "a memory store cannot be reopened"
-            s = MemoryGraphStore(**options)
-        else:
-            if reopen:
-                for s in opened:
-                    s.close()
-            s = LmdbGraphStore(str(tmp_path / "db"), **options)
+        if reopen:
+            assert kind not in TRANSIENT, f"a {kind}:// store cannot be reopened"
+            for s in opened:
+                s.close()
+        s = open_store(location(kind, tmp_path), **options)
         opened.append(s)
         return s
 
