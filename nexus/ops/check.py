@@ -274,7 +274,7 @@ class VectorCheck(Findings):
         fresh = v.embedder.embed(texts) if texts else None
         at = 0
         for (kind, n, ts), (slots, vecs) in zip(wanted, stored):
-            want = fresh[at:at + len(ts)] if ts else None
+            want = fresh[at:at + len(ts)] if ts and fresh is not None else None
             at += len(ts)
             if not slots:
                 continue                    # no vector at all: vector_missing
@@ -283,6 +283,8 @@ class VectorCheck(Findings):
                 self.problem("vector_slots_wrong", f"{'C' if kind == 0 else 'P'}:{n} has "
                              f"vector slots {slots}, its text gives {len(ts)}")
                 continue
+            # slots == range(len(ts)) and slots non-empty: both sides have vectors
+            assert vecs is not None and want is not None
             norms = np.linalg.norm(vecs, axis=1) * np.linalg.norm(want, axis=1)
             cosine = (vecs * want).sum(axis=1) / np.where(norms > 0, norms, 1.0)
             if (cosine < VECTOR_MIN_COSINE).any():
