@@ -1,6 +1,8 @@
 """Helpers for the KML tests: run commands, read the store directly, compare dumps."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from nexus.api import Nexus
 from nexus.store.protocol import ConceptHead
 
@@ -85,27 +87,6 @@ def concept(nx: Nexus, type_: str, name: str) -> dict | None:
     return element(nx, {"type": type_, "name": name})
 
 
-def counts(nx: Nexus) -> tuple[int, int]:
-    with nx.store.read() as t:
-        return t.count_concepts(), t.count_links()
-
-
-MEDICAL_SCHEMA = """
-UPSERT {
-  CONCEPT ?drug { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES { description: "A drug" } }
-  CONCEPT ?symptom { {type: "$ConceptType", name: "Symptom"} SET ATTRIBUTES { description: "A symptom" } }
-  CONCEPT ?cls { {type: "$ConceptType", name: "DrugClass"} SET ATTRIBUTES { description: "A class" } }
-  CONCEPT ?source { {type: "$ConceptType", name: "Source"} SET ATTRIBUTES { description: "A source" } }
-  CONCEPT ?treats { {type: "$PropositionType", name: "treats"}
-    SET ATTRIBUTES { description: "treats", subject_types: ["Drug"], object_types: ["Symptom"] } }
-  CONCEPT ?ise { {type: "$PropositionType", name: "is_class_of"}
-    SET ATTRIBUTES { description: "class", subject_types: ["Drug"], object_types: ["DrugClass"] } }
-  CONCEPT ?hse { {type: "$PropositionType", name: "has_side_effect"}
-    SET ATTRIBUTES { description: "side effect", subject_types: ["Drug"], object_types: ["Symptom"] } }
-  CONCEPT ?sup { {type: "$PropositionType", name: "supported_by"}
-    SET ATTRIBUTES { description: "evidence", subject_types: ["*"], object_types: ["*"] } }
-  CONCEPT ?rev { {type: "$PropositionType", name: "reviewed_by"}
-    SET ATTRIBUTES { description: "review", subject_types: ["*"], object_types: ["*"] } }
-}
-WITH METADATA { source: "test-schema" }
-"""
+# The schema the KML tests start from, shared with the `.kiptest` cases (`@graph medical_schema`).
+MEDICAL_SCHEMA = (Path(__file__).parents[1] / "cases" / "graphs" / "medical_schema.kip").read_text(
+    encoding="utf-8")

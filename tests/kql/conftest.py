@@ -1,7 +1,7 @@
 """Fixtures for the KQL tests: databases holding the test graphs, on both stores.
 
 `kql_db(store, graph, **options)` returns an open `Nexus` (bootstrap off) holding the named
-graph from `tests/kql/graphs/<graph>.kip` (or a generated graph, `GENERATED`), built once per
+graph from `tests/cases/graphs/<graph>.kip` (or a generated graph, `GENERATED`), built once per
 test session and per (store, graph, options): KQL never writes, so cases share databases.
 `store` is "lmdb" (a directory under pytest's tmp dir, durable=False) or "memory".
 `columnar` ("never" | "always" | None → the default) selects the FIND executor for the
@@ -17,11 +17,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import kqlharness as H  # noqa: E402
 from kqlsupport import GENERATED, MODES, STORES, open_db  # noqa: E402,F401
 
 from nexus.api import Nexus  # noqa: E402
 from nexus.exec.columnar import default_mode  # noqa: E402
+
+# The test graphs, shared with the `.kiptest` cases.
+GRAPHS = Path(__file__).parents[1] / "cases" / "graphs"
 
 @pytest.fixture(scope="session")
 def kql_db(tmp_path_factory):
@@ -36,7 +38,8 @@ def kql_db(tmp_path_factory):
             if graph in GENERATED:
                 GENERATED[graph](nx)
             elif graph:
-                H.load_graph(nx, graph)
+                response = nx.execute_kip({"command": (GRAPHS / f"{graph}.kip").read_text()})
+                assert "error" not in response, response
             opened[key] = nx
         nx.columnar = columnar or default_mode()
         return nx

@@ -1,6 +1,6 @@
 """The columnar FIND executor (nexus.exec.columnar) and its store side (nexus.store.columns).
 
-Every language test already runs under both executors (test_cases, test_budgets, and the
+Every language test already runs under both executors (the .kiptest cases, test_budgets, and the
 differential test, which also requires identical responses). These tests cover what those
 cannot see: snapshot ids and their caches never serving stale arrays after a write; the
 column arrays being exactly the indexes in index order; the streaming fallback at every

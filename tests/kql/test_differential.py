@@ -36,13 +36,18 @@ import json
 import os
 import random
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kqlsupport import MODES, open_db
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "cases"))
+from kiprun import canon  # noqa: E402  (typed JSON: 1, 1.0 and true stay apart)
 
 PAIRS = int(os.environ.get("KQL_DIFF_PAIRS",
                            "3000" if os.environ.get("NEXUS_FULL", "") not in ("", "0") else "300"))
@@ -949,22 +954,6 @@ def row_cmp(a: list, b: list, order: list) -> int:
         less = kx < ky
         return (1 if less else -1) if desc else (-1 if less else 1)
     return 0
-
-
-def canon(v) -> str:
-    def typed(x):
-        if isinstance(x, bool) or x is None:
-            return x
-        if isinstance(x, int):
-            return {"#i": x}
-        if isinstance(x, float):
-            return {"#f": x}
-        if isinstance(x, list):
-            return [typed(y) for y in x]
-        if isinstance(x, dict):
-            return {k: typed(y) for k, y in x.items()}
-        return x
-    return json.dumps(typed(v), sort_keys=True)
 
 
 def group_key(v):
