@@ -23,10 +23,12 @@ from .ops.check import format_problems
 from .store import open_store
 from .version import KIP_VERSION, __version__
 
-__all__ = ["Nexus", "AuditLog", "CommitHook", "WriteSession", "audit_entry", "iso_time",
-           "format_problems", "KIP_VERSION", "__version__"]
+__all__ = ["Nexus", "AuditLog", "CommitHook", "WriteSession", "Progress", "audit_entry",
+           "iso_time", "format_problems", "KIP_VERSION", "__version__"]
 
 audit_entry = _audit.entry
+# A progress callback: (label, done, total) — a file, phase or capsule, and two counts.
+Progress = Callable[[str, int, int], None]
 
 
 class Nexus(Engine):
@@ -35,14 +37,17 @@ class Nexus(Engine):
 
     # --- lifecycle ------------------------------------------------------------------------
     @classmethod
-    def open(cls, location: str | os.PathLike[str] | None = None, **options: Any) -> "Nexus":
+    def open(cls, location: str | os.PathLike[str] | None = None, *,
+             progress: Progress | None = None, **options: Any) -> "Nexus":
         """Open (creating if needed) the nexus at `location`; `None` → a fresh in-memory one.
 
         `location` is a directory (an LMDB store), or a URL whose scheme names a registered
         storage backend (`lmdb:///abs/path`, `memory://`). Options: any field of
         `nexus.config.Config` or `Limits` (e.g. `query_timeout=5`, `durable=False`,
         `bootstrap=False`), and `columnar="auto"|"always"|"never"` (the FIND executor;
-        default `auto`, or the environment's `NEXUS_COLUMNAR`).
+        default `auto`, or the environment's `NEXUS_COLUMNAR`). `progress(capsule, done,
+        total)` is called as the bootstrap applies bundled capsules (to a new database, or
+        changed ones to an old database); not at all when there is nothing to apply.
         """
         mode = options.pop("columnar", None)
         if mode is not None and mode not in ("auto", "always", "never"):
@@ -58,7 +63,7 @@ class Nexus(Engine):
             nexus._attach_search()
             if config.bootstrap:
                 from .ops.capsules import bootstrap
-                bootstrap(nexus)
+                bootstrap(nexus, progress)
         except BaseException:
             nexus.close()
             raise
@@ -96,7 +101,7 @@ class Nexus(Engine):
 
     # --- operations over the store (nexus.ops) --------------------------------------------
     def load_capsules(self, paths: Iterable[str | os.PathLike[str]],
-                      progress: Callable[[str, int, int], None] | None = None, *,
+                      progress: Progress | None = None, *,
                       privileged: bool = False, keep_going: bool = False
                       ) -> list[dict[str, Any]]:
         """Apply `.kip` capsule files or folders, each file in one transaction; one report
@@ -112,22 +117,25 @@ class Nexus(Engine):
         from .ops.bulk_import import bulk_import
         return bulk_import(self, concepts, links, **options)
 
-    def export_text(self, domain: str | None = None) -> str:
-        """The graph (or one domain) as a capsule that `load_capsules` re-imports."""
+    def export_text(self, domain: str | None = None,
+                    progress: Progress | None = None) -> str:
+        """The graph (or one domain) as a capsule that `load_capsules` re-imports;
+        `progress("elements", done, total)` as elements are written."""
         from .ops.export import export_text
-        return export_text(self, domain)
+        return export_text(self, domain, progress)
 
-    def export_lines(self, domain: str | None = None) -> Iterator[str]:
+    def export_lines(self, domain: str | None = None,
+                     progress: Progress | None = None) -> Iterator[str]:
+        """`export_text` as an iterator of text pieces (to stream into a file)."""
         from .ops.export import export_lines
-        return export_lines(self, domain)
+        return export_lines(self, domain, progress)
 
     def check(self, *, deep: bool = True, repair: bool = False) -> dict[str, Any]:
         """Verify every index against the data; `repair` rebuilds what drifted."""
         from .ops.check import verify
         return verify(self, deep=deep, repair=repair)
 
-    def reindex(self, progress: Callable[[str, int, int], None] | None = None
-                ) -> dict[str, Any]:
+    def reindex(self, progress: Progress | None = None) -> dict[str, Any]:
         """Rebuild the search indexes from the data."""
         if self.search is None:
             raise KipError(ErrorCode.KIP_4003, "this nexus has no search index to rebuild")

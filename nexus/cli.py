@@ -13,6 +13,10 @@
 `--db` defaults to `./nexus-data` (or `$KIP_DB`). Exit status: 0 success, 1 a KIP error
 (`exec`, `load`), 2 a usage or environment error (bad arguments, unreachable server, a
 feature not in this build).
+
+Long work reports progress on stderr (`nexus.shell.progress`: a bar at a terminal, a line of
+counts every few seconds otherwise): `load`, `reindex`, `export`, `check`, and the bootstrap
+or upgrade of a database when `exec` or `load` opens it.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TextIO
 
 from .config import DEFAULT_DB
 from .errors import KipError
@@ -44,6 +48,12 @@ def _add_db(p: argparse.ArgumentParser, creates: bool = False) -> None:
                        "$self, $system) when opening the database")
 
 
+def _progress(what: str, **options: Any) -> Any:
+    """A progress reporter on stderr (`nexus.shell.progress.Progress`)."""
+    from .shell.progress import Progress
+    return Progress(f"kip {what}", **options)
+
+
 def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
     from .api import Nexus
     if getattr(args, "no_bootstrap", False):
@@ -51,12 +61,20 @@ def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
     path = args.db or _default_db()
     if not create and not os.path.isdir(path):
         raise CliError(f"no database at {path}")
+    # Bundled capsules applied to a new database, or changed ones to an old one: a bar that
+    # goes away when done at a terminal, a line only when it takes a while otherwise.
+    progress = _progress("bootstrap", unit="capsules", per_label=False, leave=False,
+                         delay=0.5)
+    if not progress.tty:
+        progress.delay = 2.0
     try:
         if create:
             os.makedirs(path, exist_ok=True)
-        return Nexus.open(path, **options)
+        return Nexus.open(path, progress=progress, **options)
     except Exception as exc:  # noqa: BLE001 - the CLI reports, it does not trace back
         raise CliError(f"cannot open {args.db or _default_db()}: {exc}") from exc
+    finally:
+        progress.close()
 
 
 def _emit(data: Any, stream: Any = None) -> None:
@@ -219,52 +237,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 # --- load ---------------------------------------------------------------------------------
 
-class _Progress:
-    """A one-line progress bar on stderr, fed `(label, done, total)` or `(done, total)`;
-    silent when stderr is not a terminal."""
-
-    def __init__(self, label: str, stream: Any = None) -> None:
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.shown = False
-
-    def __call__(self, *args: Any) -> None:
-        if not self.tty:
-            return
-        label = self.label
-        if args and isinstance(args[0], (str, os.PathLike)):
-            label = f"{self.label} {os.path.basename(os.fspath(args[0]))}"
-            args = args[1:]
-        done, total = (list(args) + [None, None])[:2]
-        if isinstance(done, (int, float)) and isinstance(total, (int, float)) and total:
-            frac = min(1.0, done / total)
-            text = f"\r{label} [{'#' * int(frac * 30):<30}] {frac * 100:5.1f}%"
-        else:
-            text = f"\r{label} {done if done is not None else ''}"
-        self.stream.write(text[:200])
-        self.stream.flush()
-        self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
 def cmd_load(args: argparse.Namespace) -> int:
     for path in args.paths:
         if not os.path.exists(path):
             raise CliError(f"no such file or directory: {path}")
-    with _open(args) as nexus:
-        progress = _Progress("loading")
+    with _open(args) as nexus, _progress("load", unit="bytes") as progress:
         options = {"privileged": True} if args.privileged else {}
         try:
             report = nexus.load_capsules(list(args.paths), progress, **options)
         except KipError as err:
             report = {"error": err.to_dict()}
-        finally:
-            progress.done()
     report = _plain(report)
     _emit(report)
     return 1 if _report_failed(report) else 0
@@ -301,16 +283,29 @@ def _report_failed(report: Any) -> bool:
 # --- export -------------------------------------------------------------------------------
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with _open(args, create=False, bootstrap=False) as nexus:
+    to_file = bool(args.output and args.output != "-")
+    with _open(args, create=False, bootstrap=False) as nexus, \
+            _progress("export", unit="elements") as progress:
+        pieces = nexus.export_lines(domain=args.domain, progress=progress)
         try:
-            text = nexus.export_text(domain=args.domain)
+            first = next(pieces, "")            # selects the elements: may not find the domain
         except LookupError as exc:
             raise CliError(str(exc.args[0] if exc.args else exc)) from None
-    if args.output and args.output != "-":
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
+        out: TextIO
+        if to_file:
+            try:
+                out = open(args.output, "w", encoding="utf-8")
+            except OSError as exc:
+                raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+        else:
+            out = sys.stdout
+        try:
+            out.write(first)
+            for piece in pieces:
+                out.write(piece)
+        finally:
+            if to_file:
+                out.close()
     return 0
 
 
@@ -339,21 +334,32 @@ def cmd_info(args: argparse.Namespace) -> int:
 # --- reindex / check (the logic is other components'; this is wiring) ----------------------
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    with _open(args, create=False, bootstrap=False) as nexus:
-        progress = _Progress("reindexing")
-        try:
-            report = nexus.reindex(progress)
-        finally:
-            progress.done()
+    with _open(args, create=False, bootstrap=False) as nexus, \
+            _progress("reindex", unit="elements") as progress:
+        report = nexus.reindex(progress)
     _emit(_plain(report))
     return 0
+
+
+def _check(nexus: Any, deep: bool, repair: bool) -> dict[str, Any]:
+    """`Nexus.check` with progress on stderr: its own callback when it takes one, else a
+    phase reported around the call."""
+    import inspect
+    with _progress("check") as progress:
+        if "progress" in inspect.signature(nexus.check).parameters:
+            return dict(nexus.check(deep=deep, repair=repair, progress=progress))
+        phase = "verifying" + (" deeply" if deep else "") + (" and repairing" if repair else "")
+        progress(phase, 0, 1)
+        report = nexus.check(deep=deep, repair=repair)
+        progress(phase, 1, 1)
+        return dict(report)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .api import format_problems
     with _open(args, create=False, bootstrap=False) as nexus:
         try:
-            report = nexus.check(deep=args.deep, repair=args.repair)
+            report = _check(nexus, args.deep, args.repair)
         except KipError as err:
             raise CliError(f"check failed: {err.message}") from None
     _emit(report)

@@ -5,13 +5,15 @@ this module applies them and any other capsule.
 
 Public names:
 
-* `bootstrap(nexus)` — called by `Nexus.open`: applies `genesis.kip`, `person.kip`,
+* `bootstrap(nexus, progress=None)` — called by `Nexus.open`: applies `genesis.kip`, `person.kip`,
   `event.kip`, `sleep_task.kip`, `persons/system.kip`, `persons/self.kip`, in that order,
   each in one privileged write transaction together with its sha256 (aux table `engine`,
   key `capsule:<name>`). A capsule whose stored hash matches is skipped, so reopening a
   database changes nothing; a changed capsule is re-applied. The actor capsules are
   applied only when their actor is absent: `$self` and `$system` are never reset.
   `Config.self_id`, when set, becomes `$self.attributes.id` at creation.
+  `progress(name, done, total)` is called before each capsule is applied and once at the
+  end (done and total count the capsules to apply; never called when none is).
 * `load_capsules(nexus, paths, progress=None, privileged=False)` — `.kip` files or folders
   (searched recursively), each file atomically (one transaction; a failing file leaves
   nothing of itself). Big files are split into their top-level statements so that no single
@@ -80,13 +82,16 @@ def _pending(txn: ReadTxn, name: str, digest: bytes) -> bool:
     return txn.aux("engine").get(HASH_PREFIX + name.encode()) != digest
 
 
-def bootstrap(engine: Engine) -> list[str]:
+def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None = None
+              ) -> list[str]:
     """Apply the bundled capsules that are missing or changed; returns their names."""
     capsules = [(name, bundled_text(name)) for name in BUNDLED]
     with engine.store.read() as txn:        # the common case, a reopen: no write at all
         todo = [(n, t, d) for n, t in capsules if _pending(txn, n, d := _digest(t))]
     applied = []
-    for name, text, digest in todo:
+    for done, (name, text, digest) in enumerate(todo):
+        if progress is not None:
+            progress(name, done, len(todo))
         with engine.write_session(privileged=True) as session:
             if not _pending(session.txn, name, digest):     # another process was faster
                 continue
@@ -95,6 +100,8 @@ def bootstrap(engine: Engine) -> list[str]:
                 _set_self_id(session.txn, engine.config.self_id)
             session.txn.aux("engine").put(HASH_PREFIX + name.encode(), digest)
         applied.append(name)
+    if progress is not None and todo:
+        progress(todo[-1][0], len(todo), len(todo))
     return applied
 
 

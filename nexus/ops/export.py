@@ -22,11 +22,12 @@ What the capsule holds:
   Nothing outside the graph is read: no configuration, no audit log, no secrets.
 
 Statements hold at most `STATEMENT_BLOCKS` blocks so that a loader may run them one by one.
+`progress("elements", done, total)`, when given, is called after each statement.
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import value_text
@@ -41,12 +42,17 @@ ACTOR_PROTECTED = "core_directives"
 SELF_ID = "id"          # set from configuration at creation: identity, not memory
 
 
-def export_text(nexus: Any, domain: str | None = None) -> str:
+Progress = Callable[[str, int, int], None]
+
+
+def export_text(nexus: Any, domain: str | None = None, progress: Progress | None = None
+                ) -> str:
     """The capsule text; `domain` limits it to that domain (LookupError if unknown)."""
-    return "".join(export_lines(nexus, domain))
+    return "".join(export_lines(nexus, domain, progress))
 
 
-def export_lines(nexus: Any, domain: str | None = None) -> Iterator[str]:
+def export_lines(nexus: Any, domain: str | None = None, progress: Progress | None = None
+                 ) -> Iterator[str]:
     with nexus.store.read() as txn:
         snap = _Snapshot(txn)
         if domain is None:
@@ -58,16 +64,25 @@ def export_lines(nexus: Any, domain: str | None = None) -> Iterator[str]:
         yield (f"// nexus {__version__} export of {scope} (KIP {KIP_VERSION}), {stamp}\n"
                f"// {len(concepts)} concepts, {len(links)} propositions. Load into a nexus "
                f"database (which has the Genesis capsule) with: kip load FILE\n")
+        total, done = len(concepts) + len(links), 0
+        if progress is not None:
+            progress("elements", 0, total)
         for chunk in _chunks(concepts):
             yield "\nUPSERT {\n"
             for n in chunk:
                 yield snap.concept_block(n)
             yield "}\n"
+            done += len(chunk)
+            if progress is not None:
+                progress("elements", done, total)
         for chunk in _chunks(links):
             yield "\nUPSERT {\n"
             for n in chunk:
                 yield snap.link_block(n)
             yield "}\n"
+            done += len(chunk)
+            if progress is not None:
+                progress("elements", done, total)
 
 
 def _chunks(items: list[int]) -> Iterator[list[int]]:

@@ -1,9 +1,9 @@
 """The shell's side of the terminal: printing, paging, yes/no questions, progress bars.
 
 Two implementations of one small interface: `TtyUI` for a person at a terminal (a
-"--more--" pager, single-key answers, a progress bar redrawn in place) and `PlainUI` for
-scripts and pipes (everything printed straight through; questions answer "no"; progress is
-not drawn). The shell core only ever talks to this interface.
+"--more--" pager, single-key answers, a progress bar — `nexus.shell.progress`, tqdm) and
+`PlainUI` for scripts and pipes (everything printed straight through; questions answer "no";
+progress is not drawn). The shell core only ever talks to this interface.
 """
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import os
 import select
 import shutil
 import sys
-import time
 from typing import TextIO
+
+from .progress import Progress
 
 
 class PlainUI:
@@ -54,8 +55,7 @@ class TtyUI(PlainUI):
     def __init__(self, out: TextIO | None = None, pager: bool = True) -> None:
         super().__init__(out)
         self.pager = pager
-        self._progress_drawn = False
-        self._progress_at = 0.0
+        self._progress: Progress | None = None
 
     @property
     def size(self) -> os.terminal_size:
@@ -99,33 +99,14 @@ class TtyUI(PlainUI):
         return key
 
     def progress(self, done: int, total: int, unit: str = "") -> None:
-        now = time.monotonic()
-        if done < total and now - self._progress_at < 0.1:
-            return                      # redraw at most ten times a second
-        self._progress_at = now
-        bar_width = max(10, min(40, self.width - 40))
-        filled = bar_width * done // total if total else bar_width
-        pct = 100 * done // total if total else 100
-        amount = (f"{human_bytes(done)} of {human_bytes(total)}" if unit == "bytes"
-                  else f"{done}/{total} {unit}".rstrip())
-        self.out.write(f"\r[{'#' * filled}{'.' * (bar_width - filled)}] {pct:3d}% "
-                       f"{amount}\x1b[K")
-        self.out.flush()
-        self._progress_drawn = True
+        if self._progress is None:
+            self._progress = Progress("loading", self.out, unit=unit)
+        self._progress(done, total)
 
     def end_progress(self) -> None:
-        if self._progress_drawn:
-            self.out.write("\n")
-            self.out.flush()
-            self._progress_drawn = False
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
 
 
 def read_key() -> str:
