@@ -1,8 +1,9 @@
 """`kip shell`: argument parsing, choosing the backend, and the two ways of running.
 
 Interactive (stdin is a terminal): a prompt_toolkit REPL with history, highlighting and
-completion (`nexus.shell.editor`). Piped (`kip shell --db DIR < script.kip`): the whole input
-is split into commands (`nexus.shell.lexer.split_commands`) and run in order; the first error
+completion (`nexus.shell.editor`); each entry runs as the person typed it, a capsule of
+several UPSERTs as one command. Piped (`kip shell --db DIR < script.kip`): the whole input
+is split into commands (`nexus.shell.entry.split_commands`) and run in order; the first error
 stops the run with exit status 1. Exit status 2: bad arguments, or the database or server
 could not be opened.
 """
@@ -17,6 +18,7 @@ from typing import TextIO
 from .backend import Backend, HttpBackend, LocalBackend
 from .commands import run_meta
 from .core import Quit, Shell
+from .progress import Progress
 from .terminal import PlainUI, TtyUI
 
 DEFAULT_DB = "./nexus-data"
@@ -45,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--timing", choices=("on", "off"), default=None,
                     help="show the time each command took (default: on interactively, "
                          "off when piped)")
+    ap.add_argument("--ids", action="store_true",
+                    help="show element ids beside names (also :ids on at the prompt)")
     ap.add_argument("--no-history", action="store_true",
                     help="do not read or write the history file")
     ap.add_argument("--no-bootstrap", action="store_true",
@@ -56,7 +60,13 @@ def open_backend(args: argparse.Namespace) -> Backend:
     if args.url:
         key = args.api_key or os.environ.get("KIP_API_KEY") or None
         return HttpBackend(args.url, key)
-    return LocalBackend(args.db or DEFAULT_DB, bootstrap=not args.no_bootstrap)
+    # The bootstrap of a new database, or the upgrade of an old one: a passing bar.
+    with Progress("opening", sys.stderr, per_label=False, leave=False, delay=0.5,
+                  tty=sys.stderr.isatty() and sys.stdin.isatty()) as progress:
+        if not progress.tty:
+            progress.delay = 2.0
+        return LocalBackend(args.db or DEFAULT_DB, bootstrap=not args.no_bootstrap,
+                            progress=progress)
 
 
 def want_color(choice: str, tty: bool) -> bool:
@@ -100,7 +110,7 @@ def run_piped(backend: Backend, args: argparse.Namespace, source: TextIO,
               out: TextIO) -> int:
     shell = Shell(backend, PlainUI(out), color=want_color(args.color, False),
                   readonly=args.readonly, json_output=args.json,
-                  timing=_timing(args, False), meta_runner=run_meta)
+                  timing=_timing(args, False), meta_runner=run_meta, ids=args.ids)
     try:
         return 0 if shell.run_text(source.read(), stop_on_error=True) else 1
     except Quit:
@@ -111,10 +121,11 @@ def run_interactive(backend: Backend, args: argparse.Namespace) -> int:
     from .editor import make_session   # prompt_toolkit's UI only when a person is there
     ui = TtyUI(sys.stdout)
     shell = Shell(backend, ui, color=want_color(args.color, True), readonly=args.readonly,
-                  json_output=args.json, timing=_timing(args, True), meta_runner=run_meta)
+                  json_output=args.json, timing=_timing(args, True), meta_runner=run_meta,
+                  ids=args.ids)
     session = make_session(shell, history=not args.no_history)
     shell.info(shell.paint("dim", f"nexus KIP shell on {where_text(backend)}. "
-                                  f"Type :help for help, :quit or Ctrl-D to leave."))
+                                  f"Type help for help, quit or Ctrl-D to leave."))
     while True:
         try:
             text = session.prompt()
@@ -123,7 +134,7 @@ def run_interactive(backend: Backend, args: argparse.Namespace) -> int:
         except EOFError:
             break
         try:
-            shell.run_text(text)
+            shell.run_text(text, join=True)
         except Quit:
             break
         except KeyboardInterrupt:

@@ -5,7 +5,9 @@ Both backends answer KIP responses exactly as the wire contract shapes them (CON
 failure of the transport itself (connection refused, a body that is not JSON) is reported in
 the same error shape with the code `SHELL`, so the shell renders every failure one way.
 
-`load(path, progress)` applies a capsule file: locally through `Nexus.load_capsules`
+`execute_batch(commands)` sends several commands in one request (`commands`; the shell looks
+up the names of link ends this way) and returns one response per command, or None when the
+batch as a whole failed. `load(path, progress)` applies a capsule file: locally through `Nexus.load_capsules`
 (the whole file in one transaction), over HTTP by sending the file's commands one by one with
 `execute_kip` (each its own transaction; the first error stops the load). `progress(done,
 total, unit)` is called as it goes.
@@ -19,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from . import lexer
+from . import entry
 
 Response = dict[str, Any]
 Progress = Callable[[int, int, str], None]     # (done, total, unit: "bytes" | "commands")
@@ -71,9 +73,20 @@ class Backend(Protocol):
     def execute(self, command: str, parameters: dict[str, Any], *,
                 readonly: bool = False) -> Response: ...
 
+    def execute_batch(self, commands: list[dict[str, Any]], *,
+                      readonly: bool = True) -> list[Response] | None: ...
+
     def load(self, path: str, progress: Progress) -> LoadReport: ...
 
     def close(self) -> None: ...
+
+
+def batch_answers(response: Response) -> list[Response] | None:
+    """The per-command responses of a `commands` batch response, or None on an error."""
+    result = response.get("result")
+    if "error" in response or not isinstance(result, list):
+        return None
+    return [r if isinstance(r, dict) else {} for r in result]
 
 
 def _load_by_commands(backend: Backend, path: str, progress: Progress) -> LoadReport:
@@ -85,7 +98,7 @@ def _load_by_commands(backend: Backend, path: str, progress: Progress) -> LoadRe
     except OSError as exc:
         report.error = shell_error("FileError", f"Cannot read {path}: {exc.strerror or exc}")
         return report
-    chunks = [c for c in lexer.split_commands(text) if c.kind == "kip"]
+    chunks = [c for c in entry.split_commands(text) if c.kind == "kip"]
     progress(0, len(chunks), "commands")
     for done, chunk in enumerate(chunks, 1):
         response = backend.execute(chunk.text, {})
@@ -103,10 +116,11 @@ def _load_by_commands(backend: Backend, path: str, progress: Progress) -> LoadRe
 class LocalBackend:
     """A nexus database opened in this process."""
 
-    def __init__(self, path: str, *, bootstrap: bool = True) -> None:
+    def __init__(self, path: str, *, bootstrap: bool = True,
+                 progress: Callable[[str, int, int], None] | None = None) -> None:
         from ..api import Nexus   # imported here: `--url` use never loads the engine
         self.path = path
-        self.nexus = Nexus.open(path, bootstrap=bootstrap)
+        self.nexus = Nexus.open(path, bootstrap=bootstrap, progress=progress)
         self.label = os.path.basename(os.path.abspath(path)) or path
 
     def execute(self, command: str, parameters: dict[str, Any], *,
@@ -115,6 +129,12 @@ class LocalBackend:
         if readonly:
             return self.nexus.execute_kip_readonly(request)
         return self.nexus.execute_kip(request)
+
+    def execute_batch(self, commands: list[dict[str, Any]], *,
+                      readonly: bool = True) -> list[Response] | None:
+        request = {"commands": commands}
+        run = self.nexus.execute_kip_readonly if readonly else self.nexus.execute_kip
+        return batch_answers(run(request))
 
     def load(self, path: str, progress: Progress) -> LoadReport:
         return _load_with_engine(self.nexus.load_capsules, path, progress)
@@ -171,6 +191,12 @@ class HttpBackend:
         body = {"method": "execute_kip_readonly" if readonly else "execute_kip",
                 "params": {"command": command, "parameters": dict(parameters)}}
         return self._post(body)
+
+    def execute_batch(self, commands: list[dict[str, Any]], *,
+                      readonly: bool = True) -> list[Response] | None:
+        body = {"method": "execute_kip_readonly" if readonly else "execute_kip",
+                "params": {"commands": commands}}
+        return batch_answers(self._post(body))
 
     def _post(self, body: dict[str, Any]) -> Response:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

@@ -1,8 +1,12 @@
-"""The `:commands`: help, load, parameters, explain, describe shortcuts and settings.
+"""The shell commands: help, load, parameters, explain, describe shortcuts and settings.
 
 Each command is a function `(shell, arg) -> bool` (True on success) registered in
 `COMMANDS` with its usage line and a one-line description; `:help` and tab completion read
 the same table, so a new command is one function and one entry.
+
+The words people bring from other shells are aliases (`ALIASES`): psql's `\\q` and `\\?`,
+sqlite3's `.quit`, `.exit` and `.help`, and `quit`, `exit` and `help` typed alone. An unknown
+`:`, `\\` or `.` command answers with the commands that exist.
 """
 from __future__ import annotations
 
@@ -16,7 +20,14 @@ from .core import Quit, Shell, duration_text
 
 Handler = Callable[[Shell, str], bool]
 COMMANDS: dict[str, tuple[Handler, str, str]] = {}
-ALIASES = {":q": ":quit", ":exit": ":quit", ":h": ":help", ":?": ":help"}
+ALIASES = {":q": ":quit", ":exit": ":quit", ":h": ":help", ":?": ":help",
+           # psql
+           "\\q": ":quit", "\\quit": ":quit", "\\?": ":help", "\\h": ":help",
+           "\\help": ":help",
+           # sqlite3
+           ".quit": ":quit", ".exit": ":quit", ".q": ":quit", ".help": ":help",
+           # typed alone, in any case (cypher-shell's :exit and :help are above)
+           "quit": ":quit", "exit": ":quit", "help": ":help"}
 DESCRIBE_TOPICS = ("primer", "domains", "types", "predicates", "type", "predicate")
 
 
@@ -29,12 +40,21 @@ def command(name: str, usage: str, text: str) -> Callable[[Handler], Handler]:
 
 def run_meta(shell: Shell, line: str) -> bool:
     name, _, arg = line.strip().partition(" ")
+    if name.rstrip(";").lower() in ("quit", "exit", "help") and not arg.strip(" ;"):
+        name, arg = name.rstrip(";").lower(), ""
     name = ALIASES.get(name, name)
-    entry = COMMANDS.get(name)
-    if entry is None:
-        return shell.error(f"Unknown command {name}", "Type :help for the list of commands.",
-                           name="UnknownCommand")
-    return entry[0](shell, arg.strip())
+    found = COMMANDS.get(name)
+    if found is None:
+        return shell.error(f"Unknown command {name}", known_commands(), name="UnknownCommand")
+    return found[0](shell, arg.strip())
+
+
+def known_commands() -> str:
+    """The hint of an unknown command: what exists, in one paragraph."""
+    names = " ".join(COMMANDS)
+    return (f"Shell commands: {names}. From other shells: \\q, quit, exit or .quit to "
+            f"leave; \\?, help or .help for help. KIP commands (FIND, UPSERT, ...) are "
+            f"typed as they are.")
 
 
 def _on_off(shell: Shell, arg: str, current: bool, what: str) -> bool | None:
@@ -53,20 +73,23 @@ def _on_off(shell: Shell, arg: str, current: bool, what: str) -> bool | None:
 def _help(shell: Shell, arg: str) -> bool:
     p = shell.paint
     lines = [p("header", "KIP commands"),
-             "  FIND(...) WHERE {...}, UPSERT {...}, DELETE ..., DESCRIBE ..., SEARCH ...",
-             "  A command runs when its brackets balance (and it is complete), or when a line",
-             "  ends with ';'. Esc then Enter runs the text as it is. Tab completes keywords,",
-             "  types, predicates, variables and :commands; Up/Down walk the history.",
+             "  FIND(...) WHERE {...}, UPSERT {...}, UPDATE, MERGE, DELETE, DESCRIBE, SEARCH,",
+             "  EXPORT. A command runs when the parser says it is complete; an UPSERT waits",
+             "  for a WITH METADATA or another UPSERT on the next line. An empty line, or ';'",
+             "  at the end of a line, runs what you typed; Esc then Enter runs it as it is.",
+             "  Tab completes keywords, types, predicates, variables and :commands; Up/Down",
+             "  walk the history.",
              "", p("header", "Shell commands")]
     width = max(len(usage) for _, usage, _ in COMMANDS.values())
     for _, usage, text in COMMANDS.values():
         lines.append(f"  {usage.ljust(width)}  {text}")
-    lines += ["", "Ctrl-C clears the input, Ctrl-D on an empty line quits."]
+    lines += ["", "Also \\q, quit or exit to leave, \\? or help for this help. Ctrl-C clears "
+              "the input,", "Ctrl-D on an empty line quits."]
     shell.show_lines(lines)
     return True
 
 
-@command(":quit", ":quit", "leave the shell (also Ctrl-D)")
+@command(":quit", ":quit", "leave the shell (also \\q, quit, exit, Ctrl-D)")
 def _quit(shell: Shell, arg: str) -> bool:
     raise Quit()
 
@@ -200,6 +223,21 @@ def _timing(shell: Shell, arg: str) -> bool:
         return False
     shell.timing = value
     shell.info(f"timing {'on' if value else 'off'}")
+    return True
+
+
+@command(":more", ":more", "the next page of the last result that had more rows")
+def _more(shell: Shell, arg: str) -> bool:
+    return shell.run_more()
+
+
+@command(":ids", ":ids [on|off]", "show element ids beside names")
+def _ids(shell: Shell, arg: str) -> bool:
+    value = _on_off(shell, arg, shell.ids, ":ids")
+    if value is None:
+        return False
+    shell.ids = value
+    shell.info(f"ids {'on' if value else 'off'}")
     return True
 
 

@@ -1,9 +1,11 @@
-"""The shell's engine room: run one chunk (a KIP command or a `:command`), show the outcome.
+"""The shell's engine room: run one chunk (a KIP command or a shell command), show the outcome.
 
-`Shell` holds the session state — parameters, read-only mode, `:json`, timing — and the
-schema cache used for completion. It is the same for the interactive REPL and for piped
-scripts; the difference lives in the `UI` it is given (`nexus.shell.terminal`). Every run
-returns True on success and False on an error, which the piped mode turns into exit codes.
+`Shell` holds the session state — parameters, read-only mode, `:json`, timing, `:ids`, the
+page a `next_cursor` still offers (`:more`) — the schema cache used for completion and the
+book of element names used to show link ends by name (`nexus.shell.names`). It is the same
+for the interactive REPL and for piped scripts; the difference lives in the `UI` it is given
+(`nexus.shell.terminal`). Every run returns True on success and False on an error, which the
+piped mode turns into exit codes.
 """
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import time
 from typing import Any, Callable
 
 from ..language import kind_of_text
-from . import lexer, render
+from . import entry, lexer, render
 from .backend import Backend
+from .layout import View
+from .names import NameBook
 from .terminal import PlainUI
 
 # How many pages of DESCRIBE ... TYPES the completion cache follows at most.
@@ -80,7 +84,8 @@ class Shell:
 
     def __init__(self, backend: Backend, ui: PlainUI | None = None, *, color: bool = False,
                  readonly: bool = False, json_output: bool = False,
-                 timing: bool = True, meta_runner: MetaRunner | None = None) -> None:
+                 timing: bool = True, meta_runner: MetaRunner | None = None,
+                 ids: bool = False) -> None:
         self.backend = backend
         self.meta_runner = meta_runner
         self.ui = ui or PlainUI()
@@ -88,21 +93,26 @@ class Shell:
         self.readonly = readonly
         self.json_output = json_output
         self.timing = timing
+        self.ids = ids
         self.params: dict[str, Any] = {}
         self.schema = SchemaCache(self)
+        self.names = NameBook(backend)
+        self.more: str | None = None      # the next page's command, when one was offered
 
     # --- entry points -----------------------------------------------------------------------
-    def run_text(self, text: str, *, stop_on_error: bool = False) -> bool:
-        """Run every command and `:command` in `text`; False if any failed."""
+    def run_text(self, text: str, *, stop_on_error: bool = False, join: bool = False) -> bool:
+        """Run every command and shell command in `text`; False if any failed. `join`: an
+        entry typed at the prompt, where statements the parser lets continue (a pasted
+        capsule of UPSERTs) run as one command (`nexus.shell.entry.split_commands`)."""
         ok = True
-        for chunk in lexer.split_commands(text):
+        for chunk in entry.split_commands(text, join=join):
             if not self.run_chunk(chunk):
                 ok = False
                 if stop_on_error:
                     break
         return ok
 
-    def run_chunk(self, chunk: lexer.Chunk) -> bool:
+    def run_chunk(self, chunk: entry.Chunk) -> bool:
         if chunk.kind == "meta":
             if self.meta_runner is None:
                 return self.error(f"Shell commands are not available here: {chunk.text}")
@@ -123,17 +133,31 @@ class Shell:
             ok = self.show_response(command, response, elapsed)
             if ok and _is_write(command):
                 self.schema.invalidate()
+                self.names.invalidate()
             cursor = response.get("next_cursor") if ok else None
-            if not cursor:
+            self.more = lexer.with_cursor(command, cursor) if isinstance(cursor, str) else None
+            if self.more is None:
                 return ok
             if not self.ui.interactive:
                 if not self.json_output:
                     self.show_lines([self.paint("dim", f"-- more rows: CURSOR "
                                                        f"{json.dumps(cursor)}")])
                 return ok
-            if not self.ui.ask("More rows: fetch the next page?"):
+            if not self.ui.ask("--more-- fetch the next page?"):
+                self.info(self.paint("dim", "(:more fetches it later)"))
                 return ok
-            command = lexer.with_cursor(command, cursor)
+            command = self.more
+
+    def run_more(self) -> bool:
+        """The next page of the last command that had one (`:more`)."""
+        if self.more is None:
+            return self.error("No more rows to fetch", "`:more` follows the next_cursor of "
+                              "the last FIND, DESCRIBE or EXPORT that had more.",
+                              name="NothingMore")
+        return self.run_kip(self.more)
+
+    def view(self, names: dict[str, Any] | None = None) -> View:
+        return View(self.paint, self.ui.width, names or {}, self.ids)
 
     def show_response(self, command: str, response: dict[str, Any], elapsed: float) -> bool:
         ok = "error" not in response
@@ -142,7 +166,8 @@ class Shell:
                     else json.dumps(response, ensure_ascii=False))
             self.show_lines(text.splitlines())
             return ok
-        shown = render.render(command, response, self.paint, self.ui.width)
+        names = self.names.lookup(response.get("result")) if "result" in response else {}
+        shown = render.render(command, response, self.view(names))
         lines = list(shown.lines)
         footer = [shown.summary] if shown.summary else []
         if self.timing:
@@ -162,7 +187,7 @@ class Shell:
         err: dict[str, Any] = {"code": "SHELL", "name": name, "message": message}
         if hint:
             err["hint"] = hint
-        self.show_lines(render.render_error(err, self.paint))
+        self.show_lines(render.render_error(err, self.paint, self.ui.width))
         return False
 
 

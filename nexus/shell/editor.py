@@ -1,21 +1,23 @@
-"""The line editor: prompt_toolkit session, highlighting, completion, Enter, history file.
+"""The line editor: prompt_toolkit session, highlighting, Enter, prompts, history file.
 
 - `KipHighlighter` colours keywords, strings, numbers, `?variables`, `:parameters`, comments
-  and `:commands`, from the shell's forgiving tokenizer (half-typed text colours fine).
-- `KipCompleter` completes `:commands` (and their arguments), keywords, concept types and
-  predicates (from the shell's schema cache) and the `?variables` already in the command.
-- Enter runs the buffer when `lexer.is_complete` says so, and opens a new line otherwise;
-  Esc-Enter runs it regardless (to see the error of an unfinished command).
+  and shell commands, from the shell's forgiving tokenizer (half-typed text colours fine).
+- Completion is `nexus.shell.completion.KipCompleter`.
+- Enter runs the entry when `entry.is_complete` says so (the parser decides), and opens a new
+  line otherwise; Enter on an empty last line, or Esc then Enter, runs it as it stands (to
+  run an UPSERT that waits for a WITH METADATA, or to see the error of an unfinished
+  command). A pasted text arrives whole (bracketed paste) and runs on the next Enter.
+- The prompt is `kip> ` (`kip(ro)> ` read-only); continuation lines show what is still open:
+  `..{> ` inside braces, `..(> ` inside parentheses, `...> ` when the brackets balance.
 - `history_path()`: `$KIP_HISTORY_FILE`, else `$XDG_STATE_HOME/kip/history`, else
   `~/.kip_history`.
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
 from prompt_toolkit import PromptSession
-from prompt_toolkit.completion import CompleteEvent, Completer, Completion, PathCompleter
 from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
@@ -24,7 +26,8 @@ from prompt_toolkit.lexers import Lexer
 from prompt_toolkit.styles import Style
 
 from .. import language as syntax
-from . import lexer
+from . import entry, lexer
+from .completion import KipCompleter
 
 if TYPE_CHECKING:
     from .core import Shell
@@ -72,7 +75,7 @@ def token_style(tok: lexer.Token) -> str:
 class KipHighlighter(Lexer):
     def lex_document(self, document: Document) -> Callable[[int], StyleAndTextTuples]:
         text = document.text
-        meta = lexer.is_meta(text)
+        meta = entry.is_meta(text)
         lines: list[StyleAndTextTuples] = [[]]
         for tok in lexer.tokenize(text):
             style = token_style(tok)
@@ -87,131 +90,6 @@ class KipHighlighter(Lexer):
         return lambda n: lines[n] if n < len(lines) else []
 
 
-class KipCompleter(Completer):
-    """Context-aware completion; see the module docstring."""
-
-    def __init__(self, shell: "Shell") -> None:
-        self.shell = shell
-        self.paths = PathCompleter(expanduser=True)
-
-    def get_completions(self, document: Document,
-                        event: CompleteEvent) -> Iterable[Completion]:
-        before = document.text_before_cursor
-        if lexer.is_meta(document.text) and "\n" not in before:
-            yield from self._meta(document, event)
-            return
-        tokens = lexer.tokenize(before)
-        last = tokens[-1] if tokens else None
-        if last is None or last.kind == "comment":
-            return
-        if last.kind == "ws":
-            yield from self._words("", before) if "\n" not in last.text else ()
-            return
-        if last.kind == "string" and not last.closed:
-            yield from self._in_string(before, last, document.text_after_cursor)
-        elif last.kind == "var":
-            yield from self._variables(last.text, document.text)
-        elif last.kind == "word":
-            yield from self._words(last.text, before[:last.start])
-
-    # --- KIP text -------------------------------------------------------------------------
-    def _schema_context(self, before: str) -> tuple[bool, bool]:
-        """(types wanted, predicates wanted) for a string that starts after `before`."""
-        prev = [t.text for t in lexer.words_before(before, 3)]
-        prev += [""] * (3 - len(prev))
-        if prev[0] == ":" and prev[1] in ("type", '"type"'):
-            return True, False
-        if prev[0] == "TYPE":
-            if prev[1] == "CONCEPT":
-                return True, False
-            if prev[1] == "PROPOSITION":
-                return False, True
-            return True, True                        # WITH TYPE (SEARCH)
-        if prev[0] in ("(", ",", "|"):
-            return False, True
-        if prev[0] == ":" and prev[1] in ("name", '"name"'):
-            return False, False
-        return True, True
-
-    def _in_string(self, before: str, tok: lexer.Token, after: str) -> Iterable[Completion]:
-        prefix = tok.text[1:]
-        want_types, want_preds = self._schema_context(before[:tok.start])
-        close = "" if after.startswith('"') else '"'
-        names: list[tuple[str, str]] = []
-        if want_types:
-            names += [(n, "type") for n in self.shell.schema.types()]
-        if want_preds:
-            names += [(n, "predicate") for n in self.shell.schema.predicates()]
-        seen = set()
-        for name, what in names:
-            if name.startswith(prefix) and name not in seen:
-                seen.add(name)
-                yield Completion(name + close, -len(prefix), display=name, display_meta=what)
-
-    def _variables(self, prefix: str, text: str) -> Iterable[Completion]:
-        if "." in prefix:
-            var, _, seg = prefix.rpartition(".")
-            fields = ("id", "type", "name", "attributes", "metadata", "subject", "predicate",
-                      "object")
-            for f in fields:
-                if f.startswith(seg) and f != seg:
-                    yield Completion(f, -len(seg), display_meta="field")
-            return
-        for var in lexer.variables(text):
-            if var.startswith(prefix) and var != prefix:
-                yield Completion(var, -len(prefix), display_meta="variable")
-
-    def _words(self, prefix: str, before: str) -> Iterable[Completion]:
-        prev = [t.text for t in lexer.words_before(before, 2)]
-        if len(prev) == 2 and prev[0] == ":" and prev[1] == "type":   # {type: Wid<Tab>
-            for name in self.shell.schema.types():
-                if name.startswith(prefix):
-                    yield Completion(f'"{name}"', -len(prefix), display=name,
-                                     display_meta="type")
-            return
-        if not prefix:
-            return          # Tab after a blank offers nothing but {type: <Tab>
-        upper = prefix.upper()
-        for word in sorted(syntax.KEYWORDS):
-            if word.startswith(upper) and word != prefix:
-                yield Completion(word, -len(prefix), display_meta="keyword")
-
-    # --- :commands ------------------------------------------------------------------------
-    def _meta(self, document: Document, event: CompleteEvent) -> Iterable[Completion]:
-        from .commands import COMMANDS, DESCRIBE_TOPICS
-        text = document.text_before_cursor.lstrip()
-        if " " not in text:
-            for name, (_, usage, help_text) in COMMANDS.items():
-                if name.startswith(text) and name != text:
-                    yield Completion(name, -len(text), display_meta=help_text)
-            return
-        name, _, arg = text.partition(" ")
-        words = arg.split(" ")
-        current = words[-1]
-        if name == ":load":
-            sub = Document(arg, len(arg))
-            yield from self.paths.get_completions(sub, event)
-        elif name in (":readonly", ":json", ":timing", ":pager") and len(words) == 1:
-            yield from _choices(("on", "off"), current)
-        elif name == ":unparam" and len(words) == 1:
-            yield from _choices(sorted(self.shell.params), current)
-        elif name == ":describe":
-            if len(words) == 1:
-                yield from _choices(DESCRIBE_TOPICS, current)
-            elif len(words) == 2 and words[0] == "type":
-                yield from _choices(self.shell.schema.types(), current)
-            elif len(words) == 2 and words[0] == "predicate":
-                yield from _choices(self.shell.schema.predicates(), current)
-        elif name == ":explain":
-            yield from self._words(current, "") if current else ()
-
-
-def _choices(options: Iterable[str], current: str) -> Iterable[Completion]:
-    for option in options:
-        if option.startswith(current) and option != current:
-            yield Completion(option, -len(current))
-
-
 def key_bindings() -> KeyBindings:
     kb = KeyBindings()
 
@@ -221,7 +99,15 @@ def key_bindings() -> KeyBindings:
         if buf.complete_state and buf.complete_state.current_completion is not None:
             buf.complete_state = None       # Enter picks the highlighted completion
             return
-        if lexer.is_complete(buf.text):
+        doc = buf.document
+        text = buf.text
+        if not text.strip():
+            buf.text = ""                   # nothing typed: a new prompt
+            buf.validate_and_handle()
+        elif doc.is_cursor_at_the_end and not doc.current_line.strip() and "\n" in text:
+            buf.text = text.rstrip()        # an empty line runs the entry as it stands
+            buf.validate_and_handle()
+        elif entry.is_complete(text):
             buf.validate_and_handle()
         else:
             buf.insert_text("\n")
@@ -252,11 +138,24 @@ def make_session(shell: "Shell", *, history: bool = True) -> PromptSession[str]:
         return [("class:prompt", "kip> ")]
 
     def continuation(width: int, line_number: int, wrap_count: int) -> StyleAndTextTuples:
-        return [("class:continuation", "...> ".rjust(width))]
+        try:
+            lines = session.default_buffer.document.lines[:line_number]
+        except (AttributeError, NameError):      # not built yet
+            lines = []
+        return [("class:continuation", continuation_text("\n".join(lines), width))]
 
-    return PromptSession(
+    session: PromptSession[str] = PromptSession(
         message=prompt, multiline=True, history=hist, lexer=KipHighlighter(),
         completer=KipCompleter(shell), complete_while_typing=False,
         key_bindings=key_bindings(), prompt_continuation=continuation, style=STYLE,
         include_default_pygments_style=False, enable_history_search=False,
         color_depth=None)
+    return session
+
+
+def continuation_text(before: str, width: int) -> str:
+    """The prompt of a continuation line after the text `before`: the innermost bracket
+    still open (`..{> `), or `...> `, right-aligned to the prompt's width."""
+    opened = lexer.open_brackets(lexer.significant(lexer.tokenize(before)))
+    mark = f"..{opened[-1]}> " if opened else "...> "
+    return mark.rjust(width)

@@ -1,14 +1,15 @@
 """A forgiving tokenizer for the text people type, and what the shell derives from it.
 
-The engine's parser (`nexus.syntax.parse`) is strict: it stops at the first error. The shell
-needs to look at text that is half typed — to colour it, to know whether Enter should run it
-or open a new line, to split a script into commands, to find the variables already typed —
-so it has its own small tokenizer that never fails: an unterminated string simply ends at the
-end of its line (KIP strings cannot span lines), and any other character is punctuation.
-The parser is still the judge of whether a balanced command is finished (`is_complete`).
+The engine's parser (`nexus.language.parse`) is strict: it stops at the first error. The shell
+needs to look at text that is half typed — to colour it, to see where brackets open and close,
+to find the variables already typed, to put a CURSOR into a command — so it has its own small
+tokenizer that never fails: an unterminated string simply ends at the end of its line (KIP
+strings cannot span lines), and any other character is punctuation. Whether a command is
+finished, and how an entry splits into commands, is `nexus.shell.entry`'s (where the parser
+is the judge).
 
-Public: `tokenize`, `Token`, `is_complete`, `split_commands`, `Chunk`, `variables`,
-`with_cursor`.
+Public: `tokenize`, `Token`, `significant`, `depth`, `open_brackets`, `variables`,
+`with_cursor`, `words_before`.
 """
 from __future__ import annotations
 
@@ -17,11 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from .. import language as syntax
-from ..errors import KipError
 
-# Words that start a KIP command when they stand at bracket depth 0.
-COMMAND_WORDS = frozenset(("FIND", "EXPLAIN", "UPSERT", "DELETE", "DESCRIBE", "SEARCH"))
 OPENERS, CLOSERS = "{([", "})]"
 
 _TOKEN = re.compile(r"""
@@ -99,135 +96,17 @@ def depth(tokens: list[Token]) -> int:
     return d
 
 
-def is_meta(text: str) -> bool:
-    """A `:command` line (`:help`, `:load f.kip`...) rather than KIP text."""
-    return text.lstrip().startswith(":")
-
-
-def is_complete(text: str) -> bool:
-    """Should Enter run `text` (True) or open a continuation line (False)?
-
-    A `:command` is one line (`:explain` waits for its query to be complete). KIP text is
-    complete when it ends with `;`, or when its brackets balance outside strings and comments
-    and the parser does not say "it ends too early" — so `FIND(?x)` waits for its WHERE, while
-    a balanced command with an error in the middle runs at once and shows the error.
-    """
-    if is_meta(text):
-        head, _, rest = text.strip().partition(" ")
-        if head == ":explain" and rest.strip():
-            return is_complete(rest)
-        return True
-    tokens = significant(tokenize(text))
-    if not tokens:
-        return False
-    if tokens[-1].text == ";":
-        return True
-    if any(not t.closed for t in tokens):
-        return True  # an unterminated string (strings cannot span lines): show the error
-    d = depth(tokens)
-    if d != 0:
-        return d < 0
-    chunks = split_commands(text)     # several commands at once: the last one decides
-    if not chunks:
-        return False
-    if chunks[-1].kind == "meta":
-        return True
-    try:
-        syntax.parse(chunks[-1].text)
-    except KipError as err:
-        data = err.to_dict().get("data") or {}
-        return data.get("found") != "end of command" and "only comments" not in err.message
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """One unit of work from a script or a submitted buffer."""
-    kind: str     # "kip" (a KIP command) or "meta" (a :command line)
-    text: str
-    line: int     # 1-based line where it starts in the source
-
-
-def split_commands(text: str) -> list[Chunk]:
-    """Split a script into KIP commands and `:command` lines.
-
-    A KIP command ends at a `;` outside brackets, strings and comments, or just before a
-    word that starts a new command (FIND, UPSERT, DELETE, DESCRIBE, SEARCH, EXPLAIN) at
-    bracket depth 0. So `UPSERT {…}` followed by `WITH METADATA {…}` on the next line stays
-    one command, and so does a SEARCH whose LIMIT is on the next line. A line whose first
-    character (after blanks) is `:` is a `:command` unless it stands inside brackets or
-    where a parameter is expected (after LIMIT, CURSOR, TYPE...); it ends the command before.
-    """
-    chunks: list[Chunk] = []
-    tokens = tokenize(text)
-    start: int | None = None      # offset where the current KIP command starts
-    last_sig: Token | None = None
-    d = 0
-    i = 0
-
-    def flush(end: int) -> None:
-        nonlocal start, last_sig
-        if start is not None:
-            body = text[start:end].strip()
-            if body:
-                chunks.append(Chunk("kip", body, text.count("\n", 0, start) + 1))
-        start, last_sig = None, None
-
-    while i < len(tokens):
-        tok = tokens[i]
-        if not tok.significant:
-            i += 1
-            continue
-        if (d == 0 and tok.text.startswith(":") and _at_line_start(text, tok.start)
-                and (last_sig is None or last_sig.text not in _TAKES_VALUE)):
-            flush(tok.start)
-            end = _meta_end(text, tok.start)
-            chunks.append(Chunk("meta", text[tok.start:end].strip(),
-                                text.count("\n", 0, tok.start) + 1))
-            while i < len(tokens) and tokens[i].start < end:
-                i += 1
-            continue
-        if d == 0 and tok.text == ";":
-            flush(tok.start)
-            i += 1
-            continue
-        if (d == 0 and start is not None and tok.kind == "word" and tok.text in COMMAND_WORDS
-                and not (last_sig is not None and last_sig.text == "EXPLAIN")):
-            flush(tok.start)
-        if start is None:
-            start = tok.start
-        if tok.kind == "punct":
-            if tok.text in OPENERS:
-                d += 1
-            elif tok.text in CLOSERS:
-                d = max(0, d - 1)
-        last_sig = tok
-        i += 1
-    flush(len(text))
-    return chunks
-
-
-# Words after which a `:name` at the start of a line is a parameter, not a `:command`.
-_TAKES_VALUE = frozenset(("LIMIT", "CURSOR", "TYPE", "CONCEPT", "PROPOSITION", "METADATA",
-                          "ATTRIBUTES"))
-
-
-def _at_line_start(text: str, pos: int) -> bool:
-    line_start = text.rfind("\n", 0, pos) + 1
-    return not text[line_start:pos].strip()
-
-
-def _meta_end(text: str, pos: int) -> int:
-    """The end of a `:command` that starts at `pos`: its line, or for `:explain` as many
-    lines as its query needs."""
-    end = text.find("\n", pos)
-    end = len(text) if end < 0 else end
-    head = text[pos:end].strip().split(" ", 1)
-    if head[0] == ":explain" and len(head) > 1:
-        while end < len(text) and not is_complete(text[pos:end].split(" ", 1)[1]):
-            nxt = text.find("\n", end + 1)
-            end = len(text) if nxt < 0 else nxt
-    return end
+def open_brackets(tokens: list[Token]) -> str:
+    """The brackets still open after `tokens`, outermost first (`"{("`); a closer without
+    its opener is ignored."""
+    stack: list[str] = []
+    for t in tokens:
+        if t.kind == "punct":
+            if t.text in OPENERS:
+                stack.append(t.text)
+            elif t.text in CLOSERS and stack:
+                stack.pop()
+    return "".join(stack)
 
 
 def variables(text: str) -> list[str]:

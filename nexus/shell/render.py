@@ -1,109 +1,58 @@
-"""KIP responses → lines of text for people: tables, compact elements, one-line counts, errors.
+"""KIP responses → lines of text for people: tables, elements, one-line counts, errors.
 
-`render(command, response, painter, width)` picks a layout from the command (parsed with the
-engine's own parser, so FIND headers are the FIND expressions) and from the shape of the result, and returns a `Rendered`: the lines, and a
-short summary ("3 rows") for the footer. Nothing here prints or talks to a backend.
+`render(command, response, view)` picks a layout from the shape of the result and, where
+the shape alone is ambiguous, from the command: FIND's column headers are its expressions
+(parsed with the engine's own parser), and the leading word tells DESCRIBE and SEARCH apart.
+A command the parser does not know yet (a statement newer than this grammar) still renders:
+the result's shape is enough. Returns a `Rendered`: the lines and a short summary ("3 rows")
+for the footer. Nothing here prints or talks to a backend.
 
-Layouts: FIND → an aligned table (one column per FIND expression; nested values folded to
-compact one-line JSON and clipped), or a compact element view when the answer is one node or
-link; KML → one line of counts; DESCRIBE → a list of names in columns, a table of domains, or
-an outline; SEARCH → a table of hits with scores; EXPLAIN → the plan text; errors → code,
-name, message, position, the snippet with its caret, and the hint.
+Layouts: FIND → an aligned table (one column per expression; nodes and links by name,
+nested values folded to compact JSON and clipped); one column of nodes or links → a table of
+the columns that matter (`nexus.shell.people`); one element → its title, attributes and
+metadata. KML → one line of counts (UPSERT, DELETE, RC11's UPDATE and MERGE); EXPORT → the
+capsule text; DESCRIBE → names in columns, a table of domains, or an outline; SEARCH (any
+MODE) → hits with scores; EXPLAIN → the plan text; errors → code, name and message wrapped
+on word boundaries, position, the snippet with its caret under the column, and the hint.
+A `hint` beside a result (SEARCH served in another mode) is shown below it.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
 from typing import Any
-
-from prompt_toolkit.utils import get_cwidth
 
 from .. import language as syntax
 from ..errors import KipError
 from ..language import ast as A
+from .layout import (Painter, Rendered, View, cell, clip, columns, compact_json, plural, table,
+                     window, wrap)
+from .people import element_lines, element_table, element_title, is_element, is_link, label
 
-_ANSI = {
-    "header": "1", "dim": "2", "null": "2", "error": "1;31", "caret": "1;31",
-    "hint": "33", "ok": "32", "number": "36", "key": "34", "warn": "33",
-}
-
-
-class Painter:
-    """Wraps text in ANSI colour codes when colour is on; otherwise returns it unchanged."""
-
-    def __init__(self, color: bool) -> None:
-        self.color = color
-
-    def __call__(self, style: str, text: str) -> str:
-        code = _ANSI.get(style)
-        if not (self.color and code and text):
-            return text
-        return f"\x1b[{code}m{text}\x1b[0m"
-
-
-@dataclass
-class Rendered:
-    lines: list[str] = field(default_factory=list)
-    summary: str = ""          # "3 rows", "1 concept" ... ("" when nothing to say)
-    ok: bool = True
-
-
-def width_of(text: str) -> int:
-    return get_cwidth(text)
-
-
-def clip(text: str, width: int) -> str:
-    """`text` cut to `width` terminal columns, ending in '…' when cut."""
-    if width_of(text) <= width:
-        return text
-    out, used = [], 0
-    for ch in text:
-        w = get_cwidth(ch)
-        if used + w > width - 1:
-            break
-        out.append(ch)
-        used += w
-    return "".join(out) + "…"
-
-
-def compact_json(value: Any) -> str:
-    if isinstance(value, dict) and value.get("_type") in ("ConceptNode", "PropositionLink"):
-        value = {k: v for k, v in value.items() if k != "_type"}
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def cell(value: Any) -> tuple[str, str]:
-    """(text, style) of one value in a table cell or outline."""
-    if value is None:
-        return "null", "null"
-    if isinstance(value, bool):
-        return ("true" if value else "false"), "number"
-    if isinstance(value, (int, float)):
-        return json.dumps(value), "number"
-    if isinstance(value, str):
-        return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t"), ""
-    return compact_json(value), ""
-
-
-def is_element(value: Any) -> bool:
-    return isinstance(value, dict) and value.get("_type") in ("ConceptNode", "PropositionLink")
-
-
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+_FIRST_WORD = re.compile(r"(?:\s+|//[^\n]*)*([A-Za-z_]+)")
 
 
 # --- entry point ---------------------------------------------------------------------------
 
-def render(command: str, response: dict[str, Any], p: Painter, width: int = 100) -> Rendered:
+def render(command: str, response: dict[str, Any], view: View | None = None) -> Rendered:
+    view = view or View()
     if "error" in response:
-        return Rendered(render_error(response["error"], p, width), ok=False)
+        return Rendered(render_error(response["error"], view.paint, view.width), ok=False)
     result = response.get("result")
-    parsed = _parse(command)
     try:
-        return _render_result(parsed, result, p, width)
+        shown = _render_result(command, result, view)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError):
-        return Rendered(pretty_json(result).splitlines())  # a shape we did not expect
+        shown = Rendered(pretty_json(result).splitlines())  # a shape we did not expect
+    note = response.get("hint")
+    if isinstance(note, str) and note:
+        shown.lines.extend(view.paint("dim", line)
+                           for line in wrap(note, view.width, "note: ", "      "))
+    return shown
+
+
+def first_word(command: str) -> str:
+    m = _FIRST_WORD.match(command)
+    return m.group(1) if m else ""
 
 
 def _parse(command: str) -> A.Command | None:
@@ -113,27 +62,56 @@ def _parse(command: str) -> A.Command | None:
         return None
 
 
-def _render_result(cmd: A.Command | None, result: Any, p: Painter, width: int) -> Rendered:
+def result_kind(result: Any) -> str | None:
+    """The kind of a write or EXPORT result, from its keys alone: `upsert`, `delete`,
+    `update`, `merge`, `export`; None for anything else."""
+    if not isinstance(result, dict) or not result:
+        return None
+    keys = set(result)
+    if {"updated", "matched"} <= keys:
+        return "update"
+    if "merged" in keys and keys & {"links_repointed", "links_deduplicated",
+                                    "attributes_filled"}:
+        return "merge"
+    if isinstance(result.get("capsule"), str):
+        return "export"
+    if "upsert_concept_nodes" in keys or "upsert_proposition_links" in keys:
+        return "upsert"
+    if all(k.startswith(("deleted_", "updated_")) for k in keys):
+        return "delete"
+    return None
+
+
+def _render_result(command: str, result: Any, view: View) -> Rendered:
+    cmd = _parse(command)
+    word = first_word(command)
+    p = view.paint
     if isinstance(cmd, A.Find):
-        return render_find(cmd, result, p, width)
-    if isinstance(cmd, A.Explain):
+        return render_find(cmd, result, view)
+    if isinstance(cmd, A.Explain) or word == "EXPLAIN":
         text = result.get("text") if isinstance(result, dict) else None
         return Rendered(str(text).splitlines() if text else pretty_json(result).splitlines())
-    if isinstance(cmd, (A.Upsert, A.DeleteAttributes, A.DeleteMetadata, A.DeletePropositions,
-                        A.DeleteConcept)):
-        return Rendered([p("ok", kml_line(cmd, result))])
-    if isinstance(cmd, (A.DescribeConceptTypes, A.DescribePropositionTypes)) and \
-            isinstance(result, list):
-        noun = "type" if isinstance(cmd, A.DescribeConceptTypes) else "predicate"
-        return Rendered(columns([str(x) for x in result], width), plural(len(result), noun))
-    if isinstance(cmd, A.DescribeDomains) and isinstance(result, list):
-        return render_domains(result, p, width)
-    if isinstance(cmd, A.Search) and isinstance(result, list):
-        return render_search(result, p, width)
+    kind = result_kind(result)
+    if kind == "export":
+        return render_export(result, view)
+    if kind is not None:
+        return Rendered([p("ok", kml_line(kind, result))])
+    if word == "DESCRIBE" and isinstance(result, list):
+        if all(isinstance(x, str) for x in result):
+            noun = "predicate" if "PROPOSITION" in command.upper() else "type"
+            return Rendered(columns([str(x) for x in result], view.width),
+                            plural(len(result), noun))
+        if all(is_element(x) for x in result):
+            return render_domains(result, view)
+    if word == "SEARCH" and isinstance(result, list):
+        return render_search(result, view)
     if is_element(result):
-        return Rendered(element_lines(result, p, width))
+        return Rendered(element_lines(result, view, outline))
+    if isinstance(result, list) and result and all(is_element(x) for x in result):
+        headers, rows = element_table(result, view)
+        return Rendered(table(headers, rows, p, view.width), plural(len(rows), "row"))
     if isinstance(result, (dict, list)):
-        return Rendered(outline(result, p, width))
+        return Rendered(outline(result, view))
     text, style = cell(result)
     return Rendered([p(style, text)])
 
@@ -164,108 +142,52 @@ def find_rows(cmd: A.Find, result: Any) -> tuple[list[str], list[list[Any]]]:
     return headers, [list(row) for row in zip(*columns_)]
 
 
-def render_find(cmd: A.Find, result: Any, p: Painter, width: int) -> Rendered:
+def render_find(cmd: A.Find, result: Any, view: View) -> Rendered:
     headers, rows = find_rows(cmd, result)
     summary = plural(len(rows), "row")
-    if len(rows) == 1 and len(headers) == 1 and is_element(rows[0][0]):
-        return Rendered(element_lines(rows[0][0], p, width), summary)
-    return Rendered(table(headers, rows, p, width), summary)
+    if len(headers) == 1:
+        values = [row[0] for row in rows]
+        if len(values) == 1 and is_element(values[0]):
+            return Rendered(element_lines(values[0], view, outline), summary)
+        if values and all(is_element(v) for v in values):
+            headers, rows = element_table(values, view)
+            return Rendered(table(headers, rows, view.paint, view.width), summary)
+    rows = [[label(v, view) if is_element(v) else v for v in row] for row in rows]
+    return Rendered(table(headers, rows, view.paint, view.width), summary)
 
 
-def fit_level(widths: list[int], budget: int, minimum: int = 10) -> int:
-    """The largest cap L (>= minimum) with sum(min(w, L)) <= budget: wide columns shrink
-    first, narrow ones keep their natural width."""
-    lo, hi = minimum, max(widths + [minimum])
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if sum(min(w, mid) for w in widths) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+# --- outlines, DESCRIBE, SEARCH, EXPORT -----------------------------------------------------
 
-
-def table(headers: list[str], rows: list[list[Any]], p: Painter, width: int) -> list[str]:
-    """An aligned table in the style of psql; numeric columns are right-aligned."""
-    ncols = len(headers)
-    cells = [[cell(v) for v in row] for row in rows]
-    natural = [width_of(h) for h in headers]
-    for row in cells:
-        for i, (text, _) in enumerate(row):
-            natural[i] = max(natural[i], width_of(text))
-    cap = fit_level(natural, width - 3 * (ncols - 1) - 2)
-    cells = [[(clip(t, cap), s) for t, s in row] for row in cells]
-    widths = [min(w, max(cap, width_of(h))) for w, h in zip(natural, headers)]
-    numeric = [bool(rows) and all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool)
-                                  or r[i] is None for r in rows)
-               for i in range(ncols)]
-
-    def pad(text: str, i: int) -> str:
-        room = widths[i] - width_of(text)
-        return " " * room + text if numeric[i] else text + " " * room
-
-    out = [" " + " | ".join(p("header", pad(h, i)) for i, h in enumerate(headers)).rstrip()]
-    out.append("-" + "-+-".join("-" * w for w in widths) + "-")
-    for row in cells:
-        out.append((" " + " | ".join(p(s, pad(t, i)) if s else pad(t, i)
-                                     for i, (t, s) in enumerate(row))).rstrip())
-    return out
-
-
-# --- elements, outlines --------------------------------------------------------------------
-
-def element_title(el: dict[str, Any]) -> str:
-    if el.get("_type") == "PropositionLink":
-        return f"{el.get('id')}  {el.get('subject')} -[{el.get('predicate')}]-> {el.get('object')}"
-    return f"{el.get('id')}  {el.get('type')} {json.dumps(el.get('name'), ensure_ascii=False)}"
-
-
-def element_lines(el: dict[str, Any], p: Painter, width: int) -> list[str]:
-    """One node or link: a title line, then its attributes and metadata, one key a line."""
-    out = [p("header", element_title(el))]
-    for section in ("attributes", "metadata"):
-        values = el.get(section)
-        if values:
-            out.append(f"  {p('key', section)}:")
-            for key, value in values.items():
-                text, style = cell(value)
-                out.append(f"    {key}: {p(style, clip(text, max(20, width - len(key) - 6)))}")
-    extra = {k: v for k, v in el.items()
-             if k not in ("_type", "id", "type", "name", "subject", "predicate", "object",
-                          "attributes", "metadata")}
-    if extra:
-        out.extend(outline(extra, p, width, indent=2))
-    return out
-
-
-def outline(value: Any, p: Painter, width: int, indent: int = 0) -> list[str]:
+def outline(value: Any, view: View, indent: int = 0) -> list[str]:
     """A readable indented view of nested dicts and lists (DESCRIBE PRIMER, TYPE...)."""
+    p, width = view.paint, view.width
     pad = " " * indent
     out: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():
-            out.extend(_outline_entry(f"{pad}{p('key', str(key))}:", item, p, width, indent))
+            out.extend(_outline_entry(f"{pad}{p('key', str(key))}:", item, view, indent))
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, dict) and item and not is_element(item):
-                sub = outline(item, p, width, indent + 2)     # "- key: value" then the rest
+                sub = outline(item, view, indent + 2)     # "- key: value" then the rest
                 out.append(f"{pad}- {sub[0][indent + 2:]}")
                 out.extend(sub[1:])
             else:
-                out.extend(_outline_entry(f"{pad}-", item, p, width, indent))
+                out.extend(_outline_entry(f"{pad}-", item, view, indent))
     else:
         text, style = cell(value)
         out.append(pad + p(style, clip(text, max(20, width - indent))))
     return out
 
 
-def _outline_entry(head: str, item: Any, p: Painter, width: int, indent: int) -> list[str]:
+def _outline_entry(head: str, item: Any, view: View, indent: int) -> list[str]:
+    p, width = view.paint, view.width
     if is_element(item):
-        return [f"{head} {element_title(item)}"]
+        return [f"{head} {element_title(item, view)}"]
     if isinstance(item, dict) and item:
-        return [head] + outline(item, p, width, indent + 2)
+        return [head] + outline(item, view, indent + 2)
     if isinstance(item, list) and item and any(isinstance(x, (dict, list)) for x in item):
-        return [head] + outline(item, p, width, indent + 2)
+        return [head] + outline(item, view, indent + 2)
     if isinstance(item, list):
         text = ", ".join(cell(x)[0] for x in item) if item else "[]"
         return [f"{head} {clip(text, max(20, width - indent - 20))}"]
@@ -273,40 +195,40 @@ def _outline_entry(head: str, item: Any, p: Painter, width: int, indent: int) ->
     return [f"{head} {p(style, clip(text, max(20, width - indent - 20)))}"]
 
 
-def columns(names: list[str], width: int) -> list[str]:
-    """Names laid out in columns, like `ls`."""
-    if not names:
-        return []
-    colw = max(width_of(n) for n in names) + 2
-    per_line = max(1, width // colw)
-    nrows = -(-len(names) // per_line)
-    lines = []
-    for r in range(nrows):
-        row = names[r::nrows]
-        lines.append("".join(n + " " * (colw - width_of(n)) for n in row).rstrip())
-    return lines
-
-
-def render_domains(result: list[Any], p: Painter, width: int) -> Rendered:
-    rows = [[d.get("name"), d.get("id"), (d.get("attributes") or {}).get("description")]
-            for d in result]
-    return Rendered(table(["name", "id", "description"], rows, p, width),
+def render_domains(result: list[Any], view: View) -> Rendered:
+    rows = [[d.get("name"), (d.get("attributes") or {}).get("description")] for d in result]
+    headers = ["name", "description"]
+    if view.ids:
+        headers.insert(1, "id")
+        rows = [[r[0], d.get("id"), r[1]] for r, d in zip(rows, result)]
+    return Rendered(table(headers, rows, view.paint, view.width),
                     plural(len(rows), "domain"))
 
 
-def render_search(result: list[Any], p: Painter, width: int) -> Rendered:
-    rows = []
-    links = bool(result) and all(h.get("_type") == "PropositionLink" for h in result)
+def render_search(result: list[Any], view: View) -> Rendered:
+    """Hits best first: score, then type and name (or the link); the same for every MODE."""
+    rows: list[list[Any]] = []
+    links = bool(result) and all(is_link(h) for h in result)
     for hit in result:
         score = (hit.get("metadata") or {}).get("_score")
         score = f"{score:.3f}" if isinstance(score, float) else score
-        if hit.get("_type") == "PropositionLink":
-            what = f"{hit.get('subject')} -[{hit.get('predicate')}]-> {hit.get('object')}"
-            rows.append([score, hit.get("id"), hit.get("predicate"), what])
+        if links:
+            row: list[Any] = [score, label(hit, View(view.paint, view.width, view.names))]
         else:
-            rows.append([score, hit.get("id"), hit.get("type"), hit.get("name")])
-    headers = ["score", "id", "predicate", "link"] if links else ["score", "id", "type", "name"]
-    return Rendered(table(headers, rows, p, width), plural(len(rows), "hit"))
+            row = [score, hit.get("type"), hit.get("name")]
+        rows.append(([score, hit.get("id")] + row[1:]) if view.ids else row)
+    headers = ["score", "link"] if links else ["score", "type", "name"]
+    if view.ids:
+        headers.insert(1, "id")
+    return Rendered(table(headers, rows, view.paint, view.width), plural(len(rows), "hit"))
+
+
+def render_export(result: dict[str, Any], view: View) -> Rendered:
+    """EXPORT: the capsule text as it is (to copy or save), its counts in the footer."""
+    lines = str(result.get("capsule") or "").rstrip("\n").splitlines()
+    parts = [plural(result[k], k[:-1]) for k in ("concepts", "propositions")
+             if isinstance(result.get(k), int)]
+    return Rendered(lines, ", ".join(parts))
 
 
 # --- KML -----------------------------------------------------------------------------------
@@ -316,11 +238,16 @@ def _ids(ids: list[Any], shown: int = 4) -> str:
     return head + (f", … (+{len(ids) - shown})" if len(ids) > shown else "")
 
 
-def kml_line(cmd: A.Command | None, result: Any) -> str:
-    """One line of counts: `UPSERT: 2 concepts (C:4, C:5), 1 proposition (P:6:knows)`."""
-    if not isinstance(result, dict):
-        return f"OK {compact_json(result)}"
-    if "upsert_concept_nodes" in result or "upsert_proposition_links" in result:
+def _count(value: Any, noun: str, verb: str) -> str | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{plural(value, noun)} {verb}"
+    return None
+
+
+def kml_line(kind: str, result: dict[str, Any]) -> str:
+    """One line of counts, e.g. `UPSERT: 2 concepts (C:4, C:5), 1 proposition (P:6:knows)`,
+    `UPDATE: 5 matched, 3 updated`, `MERGE: 1 concept merged, 4 links repointed …`."""
+    if kind == "upsert":
         parts = []
         for key, noun in (("upsert_concept_nodes", "concept"),
                           ("upsert_proposition_links", "proposition")):
@@ -331,6 +258,20 @@ def kml_line(cmd: A.Command | None, result: Any) -> str:
         tail = f" in {plural(blocks, 'statement')}" if isinstance(blocks, int) and blocks > 1 \
             else ""
         return "UPSERT: " + (", ".join(parts) or "done") + tail
+    if kind == "update":
+        return (f"UPDATE: {result.get('matched')} matched, "
+                f"{result.get('updated')} updated")
+    if kind == "merge":
+        merged = result.get("merged")
+        parts = [_count(merged, "concept", "merged")
+                 or f"merged {merged if isinstance(merged, str) else compact_json(merged)}"]
+        for key, noun, verb in (("links_repointed", "link", "repointed"),
+                                ("links_deduplicated", "duplicate link", "dropped"),
+                                ("attributes_filled", "attribute", "filled")):
+            text = _count(result.get(key), noun, verb)
+            if text:
+                parts.append(text)
+        return "MERGE: " + ", ".join(parts)
     parts = []
     for key, value in result.items():
         verb, _, noun = key.partition("_")
@@ -345,11 +286,15 @@ def kml_line(cmd: A.Command | None, result: Any) -> str:
 # --- errors --------------------------------------------------------------------------------
 
 def render_error(err: Any, p: Painter, width: int = 100) -> list[str]:
-    """Code and name, message, where, the snippet with its caret, and the hint."""
+    """Code and name, the message wrapped on word boundaries, where, the snippet with its
+    caret under the column (the snippet is never wrapped: a long line is shown as a window
+    around the caret), and the hint (wrapped)."""
     if not isinstance(err, dict):
         return [p("error", f"error: {err}")]
-    code, name = err.get("code", "?"), err.get("name", "")
-    out = [f"{p('error', f'{code} {name}'.strip())}: {err.get('message', '')}"]
+    head = f"{err.get('code', '?')} {err.get('name', '')}".strip()
+    glued = head.replace(" ", "\x00")           # the head is never broken across lines
+    out = wrap(f"{glued}: {err.get('message', '')}", width, "", "  ")
+    out[0] = p("error", head) + out[0][len(glued):]
     data = err.get("data")
     if not isinstance(data, dict):
         data = {}
@@ -359,10 +304,23 @@ def render_error(err: Any, p: Painter, width: int = 100) -> list[str]:
         out.append(p("dim", f"  at line {data['line']}, column {data.get('column')}:"))
     snippet = data.get("snippet")
     if isinstance(snippet, str) and snippet:
-        lines = snippet.split("\n")
-        for i, line in enumerate(lines):
-            caret = i == len(lines) - 1 and line.strip() == "^"
-            out.append("    " + (p("caret", line) if caret else line))
+        out.extend(snippet_lines(snippet, p, width - 4))
     if err.get("hint"):
-        out.append(f"  {p('hint', 'hint:')} {err['hint']}")
+        hint = wrap(f"hint:\x00{err['hint']}", width, "  ", "        ")
+        out.extend(line.replace("hint:\x00", p("hint", "hint:") + " ", 1) for line in hint)
     return out
+
+
+def snippet_lines(snippet: str, p: Painter, width: int) -> list[str]:
+    """The offending line and a caret under the column, indented by four; a line wider
+    than `width` becomes a window around the caret, and the caret follows it (wide
+    characters before it counted as two columns)."""
+    lines = snippet.split("\n")
+    if len(lines) >= 2 and lines[-1].strip() == "^":
+        caret = len(lines[-1]) - len(lines[-1].lstrip(" "))
+        source, column = window(lines[-2], caret, max(20, width))
+        shown = [clip(line, max(20, width)) for line in lines[:-2]]
+        shown += [source, " " * column + "^"]
+        return ["    " + (p("caret", s) if i == len(shown) - 1 else s)
+                for i, s in enumerate(shown)]
+    return ["    " + clip(line, max(20, width)) for line in lines]

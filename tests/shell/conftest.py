@@ -7,7 +7,8 @@ per session with KML, then copied for each test).
 `spawn_shell(...)` starts `python -m nexus.shell` in a pty (pexpect) with its history file
 and HOME in the test's tmp dir and colour off, and returns a `Term`: `expect()` matches
 against the output with ANSI escape sequences removed, so prompt_toolkit's redraws do not
-get in the way of matching.
+get in the way of matching. `spawn_shell("--url", url, db=False)` leaves out `--db`;
+`served_shell_db` is a `kip serve` (no API key) over a copy of the test database.
 """
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ import re
 import shutil
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
 
 from nexus.api import Nexus
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from serving import launch  # noqa: E402
 
 TIMEOUT = 30          # seconds per expectation: generous for a slow 2-core VM
 WIDGETS = [f"w{i}" for i in range(5)]
@@ -175,10 +180,12 @@ def shell_env(tmp_path) -> dict[str, str]:
 def spawn_shell(shell_env, db_args):
     children: list[Term] = []
 
-    def spawn(*extra: str, rows: int = 50, cols: int = 160) -> Term:
-        child = pexpect.spawn(sys.executable, ["-m", "nexus.shell", *db_args, *extra],
+    def spawn(*extra: str, rows: int = 50, cols: int = 160, db: bool = True,
+              cwd: str | None = None, args: list[str] | None = None) -> Term:
+        argv = list(args) if args is not None else [*(db_args if db else []), *extra]
+        child = pexpect.spawn(sys.executable, ["-m", "nexus.shell", *argv],
                               env=shell_env, dimensions=(rows, cols), encoding="utf-8",
-                              codec_errors="replace", timeout=TIMEOUT)
+                              codec_errors="replace", timeout=TIMEOUT, cwd=cwd)
         term = Term(child)
         children.append(term)
         term.prompt()
@@ -187,3 +194,17 @@ def spawn_shell(shell_env, db_args):
     yield spawn
     for term in children:
         term.close()
+
+
+@pytest.fixture
+def served_shell_db(tmp_path, _template_db):
+    """`kip serve` over a copy of the test database; yields its URL."""
+    db = tmp_path / "served"
+    shutil.copytree(_template_db, db)
+    env = {k: v for k, v in os.environ.items() if k != "KIP_API_KEY"}
+    proc, host, port = launch(db, [], log=tmp_path / "serve.log", env=env)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -60,7 +60,7 @@ def test_piped_script_prints_plain_tables_and_exits_0(db_args):
             " w3      |                  3\n"
             "(2 rows)\n") in out
     assert ':who = "w1"\n' in out
-    assert re.search(r'C:\d+  Widget "w1"\n  attributes:\n    size: 1\n', out)
+    assert '\nWidget "w1"\n  attributes:\n    size: 1\n' in out
     assert " COUNT(?w)\n-----------\n         5\n(1 row)\n" in out
     assert " ms)" not in out                                   # no timing unless asked
 
@@ -199,3 +199,24 @@ def test_http_server_not_running(tmp_path):
     proc = run_shell(["--url", "http://127.0.0.1:9"], 'FIND(?x) WHERE { ?x {name: "a"} }\n')
     assert proc.returncode == 1
     assert "SHELL ConnectionError" in proc.stdout
+
+
+def test_piped_links_by_name_ids_on_request_and_shell_words(db_args, monkeypatch, capsys):
+    script = ('UPSERT { CONCEPT ?m { {type: "Maker", name: "acme"} }\n'
+              '  CONCEPT { {type: "Widget", name: "w3"} SET PROPOSITIONS { ("made_by", ?m) } } }\n'
+              'FIND(?l) WHERE { ?l (?w, "made_by", ?m) }\n'
+              'help\n'
+              'quit\n'
+              'FIND(?w.name) WHERE { ?w {name: "w4"} }\n')
+    code, out = run_inproc(db_args, script, monkeypatch, capsys)
+    assert code == 0
+    assert "\nw3 —made_by→ acme\n" in out
+    assert "Shell commands\n" in out
+    assert " w4\n" not in out                                    # `quit` ended the script
+    code, out = run_inproc(db_args + ["--ids"], 'FIND(?w) WHERE { ?w {name: "w1"} }\n'
+                           'FIND(?w) WHERE { ?w {type: "Widget"} } LIMIT 2\n', monkeypatch,
+                           capsys)
+    assert code == 0
+    assert re.match(r'Widget "w1"  \[C:\d+\]\n', out)
+    assert re.search(r" id +\| name \| type   \| size\n.*\n C:\d+ +\| w0   \| Widget \|    0\n",
+                     out)

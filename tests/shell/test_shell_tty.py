@@ -28,7 +28,7 @@ def test_multiline_upsert_then_find(spawn_shell):
     term.line('    {type: "Widget", name: "w9"}')
     term.line("    SET ATTRIBUTES { size: 9 }")
     term.line("  }")
-    term.line("} WITH METADATA { source: \"shell-test\" }")
+    term.line("} WITH METADATA { source: \"shell-test\" };")    # `;`: run it now
     term.expect(r"UPSERT: 1 concept \(C:\d+\)\n")
     term.prompt()
     term.line('FIND(?w.attributes.size) WHERE { ?w {type: "Widget", name: "w9"} }')
@@ -152,6 +152,7 @@ def test_params_json_output_and_semicolons(spawn_shell):
 def test_readonly_refuses_writes(spawn_shell):
     term = spawn_shell("--readonly")
     term.line('UPSERT { CONCEPT { {type: "Widget", name: "nope"} } }')
+    term.line("")                       # a finished UPSERT waits: an empty line runs it
     term.expect(r"KIP_1001 InvalidSyntax: execute_kip_readonly cannot run KML")
     term.line(":readonly off")
     term.expect("read-only off")
