@@ -7,10 +7,10 @@ the same error shape with the code `SHELL`, so the shell renders every failure o
 
 `execute_batch(commands)` sends several commands in one request (`commands`; the shell looks
 up the names of link ends this way) and returns one response per command, or None when the
-batch as a whole failed. `load(path, progress)` applies a capsule file: locally through `Nexus.load_capsules`
-(the whole file in one transaction), over HTTP by sending the file's commands one by one with
-`execute_kip` (each its own transaction; the first error stops the load). `progress(done,
-total, unit)` is called as it goes.
+batch as a whole failed. `load(path, progress)` applies a capsule file: locally through
+`Nexus.load_capsules` (the whole file in one transaction), over HTTP by sending the file's
+commands one by one with `execute_kip` (each its own transaction; the first error stops the
+load). `progress(done, total, unit)` is called as it goes.
 """
 from __future__ import annotations
 

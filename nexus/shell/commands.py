@@ -196,34 +196,22 @@ def _describe(shell: Shell, arg: str) -> bool:
     return shell.run_kip(text)
 
 
-@command(":readonly", ":readonly [on|off]", "send commands with execute_kip_readonly")
-def _readonly(shell: Shell, arg: str) -> bool:
-    value = _on_off(shell, arg, shell.readonly, ":readonly")
-    if value is None:
-        return False
-    shell.readonly = value
-    shell.info(f"read-only {'on' if value else 'off'}")
-    return True
+def setting(name: str, attr: str, label: str, text: str) -> None:
+    """Register `:name [on|off]`, which sets the shell's boolean `attr` (no argument:
+    toggles) and says so (`label on`)."""
+    def handler(shell: Shell, arg: str) -> bool:
+        value = _on_off(shell, arg, bool(getattr(shell, attr)), name)
+        if value is None:
+            return False
+        setattr(shell, attr, value)
+        shell.info(f"{label} {'on' if value else 'off'}")
+        return True
+    command(name, f"{name} [on|off]", text)(handler)
 
 
-@command(":json", ":json [on|off]", "show raw JSON responses instead of tables")
-def _json(shell: Shell, arg: str) -> bool:
-    value = _on_off(shell, arg, shell.json_output, ":json")
-    if value is None:
-        return False
-    shell.json_output = value
-    shell.info(f"JSON output {'on' if value else 'off'}")
-    return True
-
-
-@command(":timing", ":timing [on|off]", "show how long each command took")
-def _timing(shell: Shell, arg: str) -> bool:
-    value = _on_off(shell, arg, shell.timing, ":timing")
-    if value is None:
-        return False
-    shell.timing = value
-    shell.info(f"timing {'on' if value else 'off'}")
-    return True
+setting(":readonly", "readonly", "read-only", "send commands with execute_kip_readonly")
+setting(":json", "json_output", "JSON output", "show raw JSON responses instead of tables")
+setting(":timing", "timing", "timing", "show how long each command took")
 
 
 @command(":more", ":more", "the next page of the last result that had more rows")
@@ -231,14 +219,7 @@ def _more(shell: Shell, arg: str) -> bool:
     return shell.run_more()
 
 
-@command(":ids", ":ids [on|off]", "show element ids beside names")
-def _ids(shell: Shell, arg: str) -> bool:
-    value = _on_off(shell, arg, shell.ids, ":ids")
-    if value is None:
-        return False
-    shell.ids = value
-    shell.info(f"ids {'on' if value else 'off'}")
-    return True
+setting(":ids", "ids", "ids", "show element ids beside names")
 
 
 @command(":pager", ":pager [on|off]", "page long results with --more--")

@@ -108,7 +108,7 @@ def _ends_early(err: KipError) -> bool:
 def may_continue(text: str, word: str | None = None) -> bool:
     """Whether the parsed command `text` may go on with `word` (default: its trailing WITH
     METADATA, or another statement of its own first word) on the next line."""
-    probes = [word] if word else [_TRAILING_PROBE, _first_word(text)]
+    probes = [word] if word else [_TRAILING_PROBE, first_word(text)]
     for probe in probes:
         if not probe:
             continue
@@ -129,10 +129,11 @@ def _joins(statement: str, word: str) -> bool:
     none of it (a pasted capsule stays all or nothing)."""
     if may_continue(statement, word):
         return True
-    return _first_word(statement) == word and parse_state(statement) == "error"
+    return first_word(statement) == word and parse_state(statement) == "error"
 
 
-def _first_word(text: str) -> str:
+def first_word(text: str) -> str:
+    """The word a command starts with (after blanks and comments), or ""."""
     for tok in tokenize(text):
         if tok.significant:
             return tok.text if tok.kind == "word" else ""

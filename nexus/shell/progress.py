@@ -14,10 +14,10 @@ otherwise (logs, CI, pipes).
 With `per_label` (the default) each new label starts a new bar (and closes the one before,
 as finished); otherwise the label is shown beside one bar. Nothing is drawn before `delay`
 seconds have passed, so quick work stays quiet; `leave=False` clears a bar when it is done
-(work that is a step on the way, like the bootstrap of a new database). When the stream is not a terminal, a line
-`what: label: done of total (pct%)` is written when a phase starts, every `interval` seconds,
-and when it ends (with its duration; a phase that is done at its first count gets only this
-line). `close()` ends the last phase.
+(work that is a step on the way, like the bootstrap of a new database). When the stream is
+not a terminal, a line `what: label: done of total (pct%)` is written when a phase starts,
+every `interval` seconds, and when it ends (with its duration; a phase that is done at its
+first count gets only this line). `close()` ends the last phase.
 
 Used by the `kip` CLI (load, reindex, export, check, opening a database) and the shell's
 `:load`.

@@ -19,17 +19,16 @@ A `hint` beside a result (SEARCH served in another mode) is shown below it.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from .. import language as syntax
 from ..errors import KipError
 from ..language import ast as A
+from .entry import first_word
 from .layout import (Painter, Rendered, View, cell, clip, columns, compact_json, plural, table,
                      window, wrap)
 from .people import element_lines, element_table, element_title, is_element, is_link, label
 
-_FIRST_WORD = re.compile(r"(?:\s+|//[^\n]*)*([A-Za-z_]+)")
 
 
 # --- entry point ---------------------------------------------------------------------------
@@ -48,11 +47,6 @@ def render(command: str, response: dict[str, Any], view: View | None = None) -> 
         shown.lines.extend(view.paint("dim", line)
                            for line in wrap(note, view.width, "note: ", "      "))
     return shown
-
-
-def first_word(command: str) -> str:
-    m = _FIRST_WORD.match(command)
-    return m.group(1) if m else ""
 
 
 def _parse(command: str) -> A.Command | None:

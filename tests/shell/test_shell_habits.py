@@ -134,7 +134,8 @@ def test_links_by_name_ids_on_demand_and_node_tables(spawn_shell, url, request):
     term.line(":ids on")
     term.expect("ids on")
     term.line('FIND(?l) WHERE { ?l (?w, "made_by", ?m) }')
-    term.expect(r" id +\| link\n-+\+-+\n P:\d+:made_by \| w1 \[C:\d+\] —made_by→ acme \[C:\d+\]\n")
+    term.expect(r" id +\| link\n-+\+-+\n"
+                r" P:\d+:made_by \| w1 \[C:\d+\] —made_by→ acme \[C:\d+\]\n")
     term.line(":ids off")
     term.line('FIND(?w) WHERE { ?w {type: "Widget"} } LIMIT 3')
     term.expect(r" name \| type   \| size\n-+\+-+\+-+\n w0   \| Widget \|    0\n")
@@ -192,3 +193,76 @@ def test_progress_bar_of_load_in_the_shell(spawn_shell, tmp_path):
     term.line(f":load {capsule}")
     term.expect(r"loading: 100%\|.*\| [\d.]+k?/[\d.]+k? .*\n.*Loaded .*many\.kip: "
                 r"50 concepts created")
+
+
+# --- RC11 results, from a server that answers them ------------------------------------------
+
+_CAPSULE = 'UPSERT {\n  CONCEPT {\n    {type: "Drug", name: "Aspirin"}\n  }\n}\n'
+_RC11 = {
+    "UPDATE": {"result": {"updated": 3, "matched": 5}},
+    "MERGE": {"result": {"merged": 1, "links_repointed": 4, "links_deduplicated": 1,
+                         "attributes_filled": 2}},
+    "EXPORT": {"result": {"capsule": _CAPSULE, "concepts": 1, "propositions": 0},
+               "next_cursor": "page2"},
+    "SEARCH": {"result": [{"_type": "ConceptNode", "id": "C:7", "type": "Drug",
+                           "name": "Aspirin", "metadata": {"_score": 0.75}}],
+               "hint": "No semantic embedder is installed: MODE \"semantic\" was served as "
+                       "\"keyword\"."},
+}
+
+
+@pytest.fixture
+def rc11_server():
+    """A stand-in for a `kip serve` that knows RC11: canned answers by the first word."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            params = body["params"]
+            if "commands" in params:
+                answer = {"result": [{"result": []} for _ in params["commands"]]}
+            else:
+                command = params["command"]
+                answer = dict(_RC11.get(command.split()[0], {"result": []}))
+                if "CURSOR" in command:
+                    answer.pop("next_cursor", None)
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_rc11_results_render_in_the_shell(spawn_shell, rc11_server):
+    term = spawn_shell("--url", rc11_server, db=False)
+    term.line("UPDATE ?l SET METADATA { strength: MUL(?l.metadata.strength, 0.9) } "
+              'WHERE { ?l (?s, "treats", ?o) }')
+    term.expect(r"\nUPDATE: 5 matched, 3 updated\n")
+    term.line('MERGE CONCEPT ?a INTO ?b WHERE { ?a {type: "Drug", name: "Asprin"} '
+              '?b {type: "Drug", name: "Aspirin"} }')
+    term.expect(r"\nMERGE: 1 concept merged, 4 links repointed, 1 duplicate link dropped, "
+                r"2 attributes filled\n")
+    term.line('SEARCH CONCEPT "aspirin" MODE "semantic" THRESHOLD 0.5')
+    term.expect(r" score \| type \| name\n-+\+-+\+-+\n 0\.750 \| Drug \| Aspirin\n"
+                r"note: No semantic embedder is installed: MODE \"semantic\" was served as "
+                r"\"keyword\"\.\n\(1 hit")
+    term.line('EXPORT ?d WHERE { ?d {type: "Drug"} } LIMIT 1')
+    term.expect(r'\nUPSERT \{\n  CONCEPT \{\n    \{type: "Drug", name: "Aspirin"\}\n  \}\n\}\n'
+                r"\(1 concept, 0 propositions")
+    term.expect(r"fetch the next page\? \[Y/n\]")
+    term.send("y")
+    term.expect(r"\(1 concept, 0 propositions")
+    term.prompt()

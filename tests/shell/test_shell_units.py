@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import re
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
@@ -249,7 +251,8 @@ def test_kml_results_are_one_line():
 
 def test_rc11_result_shapes_render_from_the_response_alone():
     # The grammar may not know these statements yet: the response's shape is enough.
-    update = 'UPDATE ?l SET METADATA { strength: MUL(?l.metadata.strength, 0.9) } WHERE { ?l (?s, "p", ?o) }'
+    update = ('UPDATE ?l SET METADATA { strength: MUL(?l.metadata.strength, 0.9) } '
+              'WHERE { ?l (?s, "p", ?o) }')
     assert rendered(update, {"result": {"updated": 3, "matched": 5}}) == [
         "UPDATE: 5 matched, 3 updated"]
     merge = 'MERGE CONCEPT ?a INTO ?b WHERE { ?a {name: "x"} ?b {name: "y"} }'
@@ -412,33 +415,34 @@ def test_completion_of_statement_starts_and_rc11_contexts():
     starts = complete("")
     assert {"FIND", "UPSERT", "DELETE", "DESCRIBE", "SEARCH", "UPDATE", "MERGE",
             "EXPORT"} <= set(starts)
-    assert complete("FI") == ["FIND"]                    # FILTER cannot start a command
-    assert complete("U") == ["UPDATE", "UPSERT"]
-    assert complete('SEARCH CONCEPT "aspirin" ') == ["WITH", "MODE", "THRESHOLD", "LIMIT"]
-    assert complete('SEARCH CONCEPT "aspirin" MODE "semantic" ') == ["WITH", "THRESHOLD",
-                                                                     "LIMIT"]
-    assert complete('SEARCH CONCEPT "aspirin" MO') == ["MODE"]
-    assert complete('SEARCH CONCEPT "aspirin" MODE ') == ['"keyword"', '"semantic"',
-                                                          '"hybrid"']
-    assert complete('SEARCH CONCEPT "aspirin" MODE "h') == ['hybrid"']
-    assert complete("SEARCH ") == ["CONCEPT", "PROPOSITION"]
-    assert complete("MERGE ") == ["CONCEPT"]
-    assert complete("MERGE CONCEPT ?dup ") == ["INTO"]
-    assert complete("MERGE CONCEPT ?dup IN") == ["INTO"]
-    assert complete("MERGE CONCEPT ?dup INTO ?canon ") == ["WHERE"]
-    assert complete("UPDATE ?l ") == ["SET"]
-    assert complete("UPDATE ?l SET ") == ["ATTRIBUTES", "METADATA"]
-    assert complete("UPDATE ?l SET METADATA { s: CL") == ["CLAMP"]
-    assert complete("UPDATE ?l SET METADATA { s: ") == ["ADD", "MUL", "CLAMP", "COALESCE"]
-    assert complete("UPDATE ?l SET METADATA { s: MUL(CO") == ["COALESCE", "CONCEPT",
-                                                             "CONTAINS", "COUNT"]
-    assert complete("UPDATE ?l SET METADATA { s: 1 } ") == ["SET", "WHERE"]
-    assert complete('UPSERT { CONCEPT ?a { {type: "T", name: "a"} EX') == ["EXPECT"]
-    assert complete('UPSERT { CONCEPT ?a { {type: "T", name: "a"} EXPECT ') == ["VERSION"]
-    assert complete("EXPORT ?d ") == ["WHERE"]
-    assert complete('FIND(?x) WHERE { ?x {name: "a"} }; FI') == ["FIND"]
-    assert complete(":id") == [":ids"]
-    assert complete(":ids o") == ["on", "off"]
+    cases = [  # (text before the cursor, what Tab offers)
+        ("FI", ["FIND"]),                         # FILTER cannot start a command
+        ("U", ["UPDATE", "UPSERT"]),
+        ('SEARCH CONCEPT "aspirin" ', ["WITH", "MODE", "THRESHOLD", "LIMIT"]),
+        ('SEARCH CONCEPT "aspirin" MODE "semantic" ', ["WITH", "THRESHOLD", "LIMIT"]),
+        ('SEARCH CONCEPT "aspirin" MO', ["MODE"]),
+        ('SEARCH CONCEPT "aspirin" MODE ', ['"keyword"', '"semantic"', '"hybrid"']),
+        ('SEARCH CONCEPT "aspirin" MODE "h', ['hybrid"']),
+        ("SEARCH ", ["CONCEPT", "PROPOSITION"]),
+        ("MERGE ", ["CONCEPT"]),
+        ("MERGE CONCEPT ?dup ", ["INTO"]),
+        ("MERGE CONCEPT ?dup IN", ["INTO"]),
+        ("MERGE CONCEPT ?dup INTO ?canon ", ["WHERE"]),
+        ("UPDATE ?l ", ["SET"]),
+        ("UPDATE ?l SET ", ["ATTRIBUTES", "METADATA"]),
+        ("UPDATE ?l SET METADATA { s: CL", ["CLAMP"]),
+        ("UPDATE ?l SET METADATA { s: ", ["ADD", "MUL", "CLAMP", "COALESCE"]),
+        ("UPDATE ?l SET METADATA { s: MUL(CO", ["COALESCE", "CONCEPT", "CONTAINS", "COUNT"]),
+        ("UPDATE ?l SET METADATA { s: 1 } ", ["SET", "WHERE"]),
+        ('UPSERT { CONCEPT ?a { {type: "T", name: "a"} EX', ["EXPECT"]),
+        ('UPSERT { CONCEPT ?a { {type: "T", name: "a"} EXPECT ', ["VERSION"]),
+        ("EXPORT ?d ", ["WHERE"]),
+        ('FIND(?x) WHERE { ?x {name: "a"} }; FI', ["FIND"]),
+        (":id", [":ids"]),
+        (":ids o", ["on", "off"]),
+    ]
+    for text, offered in cases:
+        assert complete(text) == offered, text
 
 
 # --- names of link ends ----------------------------------------------------------------------
@@ -457,7 +461,8 @@ class _Backend:
         out = []
         for c in commands:
             el = self.elements.get(c["parameters"]["id"])
-            kind_ok = el is not None and ("(id:" in c["command"]) == (el["_type"] == "PropositionLink")
+            is_link = "(id:" in c["command"]
+            kind_ok = el is not None and is_link == (el["_type"] == "PropositionLink")
             out.append({"result": [el]} if kind_ok else
                        {"error": {"code": "KIP_3002", "name": "NotFound", "message": "no"}})
         return out
@@ -518,3 +523,35 @@ def test_progress_draws_a_bar_at_a_terminal():
     text = out.getvalue()
     assert "kip reindex lexical: 100%" in text and "100/100" in text
     assert "kip reindex vectors: 100%" in text and "\r" in text
+
+
+# --- bad input never crashes -------------------------------------------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["_type", "id", "subject", "object", "predicate", "name", "type",
+                         "attributes", "metadata", "capsule", "updated", "matched", "merged",
+                         "links_repointed", "hint", "code", "message", "data", "snippet"]),
+        inner, max_size=5),
+    max_leaves=20)
+_text = st.lists(st.sampled_from(list('FINDUPSERTWHM{}()[]";:?\\.\n /qhelp—') +
+                                 ["UPSERT ", "WITH METADATA ", "MODE ", "quit", "FIND(?x) ",
+                                  "WHERE ", '{type: "T"}', "SEARCH CONCEPT ", "UPDATE ?x "]),
+                 max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(command=_text, result=_json, error=st.booleans(), ids=st.booleans())
+def test_rendering_never_fails(command, result, error, ids):
+    response = {"error": result} if error else {"result": result, "hint": "h"}
+    shown = render.render(command, response, view(40, {"C:1": ASPIRIN}, ids))
+    assert all(isinstance(line, str) for line in shown.lines)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_text)
+def test_entry_and_completion_never_fail(text):
+    entry.is_complete(text)
+    entry.split_commands(text, join=True)
+    complete(text)
