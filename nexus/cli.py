@@ -88,6 +88,8 @@ LIMIT_FLAGS = {   # Limits field → (flag, type, help)
                       "(KIP_4001; default 0.25)"),
     "max_search_limit": ("--max-search-limit", int, "the cap on SEARCH ... LIMIT n "
                          "(default 100)"),
+    "max_search_chars": ("--max-search-chars", int, "characters of a SEARCH text "
+                         "(KIP_4002; default 4096)"),
 }
 
 

@@ -28,6 +28,7 @@ class Limits:
     max_regex_length: int = 1000               # characters of a REGEX pattern
     regex_timeout: float = 0.25                # seconds per REGEX match
     max_search_limit: int = 100                # SEARCH ... LIMIT n cap
+    max_search_chars: int = 4096               # characters of a SEARCH text (KIP_4002)
     default_search_limit: int = 10
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from ..errors import KipError, internal_error
@@ -184,8 +185,11 @@ class SearchService:
     # --- queries -------------------------------------------------------------------------
     @kip_only
     def search(self, txn: Any, target: str, text: str, type_name: str | None = None,
-               limit: int = 10) -> list[tuple[int, float]]:
-        """(id, score) of the best matches in `txn`'s snapshot; [] for an unknown type."""
+               limit: int = 10, *, check: Callable[[], None] | None = None,
+               deadline: float | None = None) -> list[tuple[int, float]]:
+        """(id, score) of the best matches in `txn`'s snapshot; [] for an unknown type.
+        `check()` raises when the command's deadline (`deadline`, a `time.monotonic()`
+        value) has passed: it is called between the steps of the ranking."""
         kind = KIND_CONCEPT if target.upper() == "CONCEPT" else KIND_LINK
         group = None
         if type_name is not None:
@@ -195,8 +199,11 @@ class SearchService:
         v = self.vectors
         seq = read_seq(txn)
         if (v.applied_seq < seq or v.needs_rebuild) and v.backlog <= self.wait_backlog:
-            v.wait(seq, self.wait_seconds)      # read-your-writes for small backlogs
-        return query.run(txn, self.vectors, kind, text, group, limit)
+            wait = self.wait_seconds            # read-your-writes for small backlogs
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            v.wait(seq, wait)
+        return query.run(txn, self.vectors, kind, text, group, limit, check=check)
 
     # --- maintenance ---------------------------------------------------------------------
     @kip_only
