@@ -409,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-audit", action="store_true",
                    help="keep no audit log (list_logs then answers an empty list)")
     p.add_argument("--threads", type=int, default=None,
-                   help="worker threads running commands (default min(32, CPUs + 4))")
+                   help="worker threads running commands (default 64)")
     p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
                    help="HTTP parser (default: httptools when installed, else h11)")
     p.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"],

@@ -43,6 +43,11 @@ class Config:
     audit_max_age_days: float = 30.0  # list_logs retention by age
     audit_command_chars: int = 500    # command text kept per audit entry
     parse_cache_size: int = 4096
+    # Admission control (nexus.exec.admission): a read command still running after
+    # `fast_lane_seconds` waits for one of `heavy_slots`, handed on every `heavy_quantum` s.
+    heavy_slots: int = 1
+    fast_lane_seconds: float = 0.02
+    heavy_quantum: float = 0.1
 
     @classmethod
     def from_options(cls, **options: Any) -> "Config":

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 from . import syntax
 from .config import Config
 from .errors import ErrorCode, KipError, internal_error
+from .exec.admission import Admission
 from .exec.context import ExecContext, WriteContext, now_iso
 from .exec.primer import PrimerCache
 from .exec.registry import executor_for
@@ -130,6 +131,8 @@ class Engine:
         # "never" the columnar one (nexus.exec.columnar); tests run both ways.
         self.columnar = _columnar_default()
         self.commit_hooks: list[CommitHook] = [self.primer]
+        self.admission = Admission(config.heavy_slots, config.fast_lane_seconds,
+                                   config.heavy_quantum)
         self._write_lock = threading.RLock()
         self._writer: int | None = None
         self._closed = False
@@ -149,11 +152,17 @@ class Engine:
     @contextmanager
     def read_session(self, *, text: str | None = None, dry_run: bool = False
                      ) -> Iterator[ExecContext]:
-        """`with engine.read_session() as ctx:` — a consistent snapshot (`ctx.txn`)."""
-        with self.store.read() as txn:
-            yield ExecContext(txn, self.config.limits,
-                              time.monotonic() + self.config.limits.query_timeout,
-                              text=text, dry_run=dry_run, **self._context_options())
+        """`with engine.read_session() as ctx:` — a consistent snapshot (`ctx.txn`), in the
+        fast lane of the admission control until it has run `fast_seconds`."""
+        ticket = self.admission.ticket()
+        try:
+            with self.store.read() as txn:
+                yield ExecContext(txn, self.config.limits,
+                                  time.monotonic() + self.config.limits.query_timeout,
+                                  text=text, dry_run=dry_run, ticket=ticket,
+                                  **self._context_options())
+        finally:
+            ticket.done()
 
     @contextmanager
     def write_session(self, *, privileged: bool = False, dry_run: bool = False,

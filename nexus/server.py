@@ -47,6 +47,10 @@ METHODS = ("execute_kip", "execute_kip_readonly", "list_logs")
 _ENVELOPE = frozenset(("method", "params"))
 _RPC_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
 
+# Worker threads: enough that cheap requests find one free while slow ones run (slow reads
+# wait for a heavy slot asleep, see nexus.exec.admission); `kip serve --threads N`.
+DEFAULT_THREADS = 64
+
 # JSON-RPC 2.0 error codes
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32700, -32600, -32601
 
@@ -184,7 +188,7 @@ class KipApp:
         self.access_log = access_log
         self.audit: AuditLog | None = nexus.audit_log() if audit is True else (audit or None)
         self.audit_chars = nexus.config.audit_command_chars
-        self.pool = ThreadPoolExecutor(max_workers=threads or min(32, (os.cpu_count() or 1) + 4),
+        self.pool = ThreadPoolExecutor(max_workers=threads or DEFAULT_THREADS,
                                        thread_name_prefix="nexus-kip")
         self.owns_nexus = owns_nexus
         self.shutting_down = False
