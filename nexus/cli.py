@@ -262,13 +262,22 @@ def cmd_load(args: argparse.Namespace) -> int:
         progress = _Progress("loading")
         options = {"privileged": True} if args.privileged else {}
         try:
-            report = nexus.load_capsules(list(args.paths), progress, **options)
+            # Every file is tried and reported, each in its own transaction.
+            report = nexus.load_capsules(list(args.paths), progress, keep_going=True,
+                                         **options)
         except KipError as err:
             report = {"error": err.to_dict()}
         finally:
             progress.done()
     report = _plain(report)
     _emit(report)
+    if isinstance(report, list):
+        failed = [r for r in report if isinstance(r, dict) and r.get("error")]
+        for r in failed:
+            sys.stderr.write(f"kip: {r['path']}: not loaded: {r['error'].get('code')} "
+                             f"{r['error'].get('message')}\n")
+        sys.stderr.write(f"kip: {len(report) - len(failed)} file(s) loaded, {len(failed)} "
+                         f"failed\n")
     return 1 if _report_failed(report) else 0
 
 
@@ -309,11 +318,39 @@ def cmd_export(args: argparse.Namespace) -> int:
         except LookupError as exc:
             raise CliError(str(exc.args[0] if exc.args else exc)) from None
     if args.output and args.output != "-":
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        _write_whole(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _write_whole(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, then a
+    rename; a place that is missing or not writable is a message (CliError), and no
+    truncated or temporary file is left behind."""
+    import tempfile
+    target = os.path.abspath(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kip-export-", suffix=".tmp",
+                                   dir=os.path.dirname(target))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 # --- info ---------------------------------------------------------------------------------
