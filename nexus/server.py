@@ -671,7 +671,7 @@ def _http_protocol(name: str) -> Any:
     else:
         return name
 
-    class KipProtocol(base):  # type: ignore[valid-type,misc]
+    class KipProtocol(base):
         def send_400_response(self, msg: str) -> None:
             head = [b"HTTP/1.1 400 Bad Request\r\n"]
             for header, value in self.server_state.default_headers:

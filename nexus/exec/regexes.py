@@ -23,6 +23,7 @@ would also drop backreferences and look-around, and its `\\w`, `\\d`, `\\b` are 
 """
 from __future__ import annotations
 
+import importlib
 import re as _re
 from typing import Any
 
@@ -94,7 +95,7 @@ def expanded_size(pattern: str, bits: int = 0) -> int:
 def _parse(pattern: str, bits: int) -> Any:
     """The `regex` module's parse tree of `pattern` (what `regex.compile` does first,
     flags found inside the pattern included), without compiling it."""
-    from regex import _regex_core as core
+    core: Any = importlib.import_module("regex._regex_core")
     flags = bits
     while True:
         source = core.Source(pattern)

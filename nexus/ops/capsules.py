@@ -211,12 +211,16 @@ def load_capsules(engine: Engine, paths: Iterable[str | os.PathLike],
     file are applied. `privileged` bypasses the protection of system definitions (for
     trusted, operator-supplied capsules only).
     """
+    names = [os.fspath(p) for p in paths]
+    for named in names:                 # a missing path stops everything before it starts
+        if _kind(named) is None:
+            capsule_files([named])
     results: list[dict[str, Any]] = []
-    for named in paths:                 # a bad path is that path's outcome, not the end
+    for named in names:                 # a bad path is that path's outcome, not the end
         try:
             files = capsule_files([named])
         except KipError as err:
-            results.append({"path": os.fspath(named), "error": err.to_dict()})
+            results.append({"path": named, "error": err.to_dict()})
             if not keep_going:
                 return results
             continue
