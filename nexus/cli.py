@@ -90,6 +90,8 @@ LIMIT_FLAGS = {   # Limits field → (flag, type, help)
                          "(default 100)"),
     "max_search_chars": ("--max-search-chars", int, "characters of a SEARCH text "
                          "(KIP_4002; default 4096)"),
+    "max_result_bytes": ("--max-result-bytes", int, "JSON bytes of one command's result "
+                         "(KIP_4002; default 256 MiB)"),
 }
 
 
@@ -114,9 +116,28 @@ def limit_options(args: argparse.Namespace, environ: Mapping[str, str] | None = 
     return options
 
 
+def _memory_option(args: argparse.Namespace) -> int | None:
+    """`--max-memory MIB` / KIP_MAX_MEMORY in MiB (0: no budget); None: the default."""
+    value, source = args.max_memory, "--max-memory"
+    if value is None and os.environ.get("KIP_MAX_MEMORY"):
+        source = "KIP_MAX_MEMORY"
+        try:
+            value = int(os.environ[source])
+        except ValueError:
+            raise CliError(f"{source} must be a whole number of MiB, got "
+                           f"{os.environ[source]!r}") from None
+    if value is None:
+        return None
+    if value < 0 or 0 < value < 256:
+        raise CliError(f"{source} must be 0 (no budget) or at least 256 MiB, got {value}")
+    return value << 20
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
     api_key = args.api_key or os.environ.get("KIP_API_KEY") or None
+    if api_key and api_key != api_key.strip() and api_key.strip():
+        sys.stderr.write("kip serve: note: the whitespace around the API key is ignored\n")
     try:
         return serve(args.db or _default_db(), host=args.host, port=args.port,
                      api_key=api_key, allow_remote=args.allow_remote,
@@ -124,7 +145,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      access_log=None if args.access_log == "off" else args.access_log,
                      log_level=args.log_level, bootstrap=not args.no_bootstrap,
                      threads=args.threads, audit=not args.no_audit, http=args.http,
-                     loop=args.loop)
+                     loop=args.loop, max_memory=_memory_option(args))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
@@ -445,6 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON-lines access log: a file, - for stderr (default), or off")
     p.add_argument("--no-audit", action="store_true",
                    help="keep no audit log (list_logs then answers an empty list)")
+    p.add_argument("--max-memory", type=int, default=None, metavar="MIB",
+                   help="memory budget of the server process in MiB (a request past it "
+                        "fails with KIP_4002; 0: none; default 3/4 of the machine's memory; "
+                        "env KIP_MAX_MEMORY)")
     p.add_argument("--threads", type=int, default=None,
                    help="worker threads running commands (default 64)")
     p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],

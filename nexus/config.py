@@ -29,6 +29,7 @@ class Limits:
     regex_timeout: float = 0.25                # seconds per REGEX match
     max_search_limit: int = 100                # SEARCH ... LIMIT n cap
     max_search_chars: int = 4096               # characters of a SEARCH text (KIP_4002)
+    max_result_bytes: int = 256 * 1024 * 1024  # JSON size of one command's result (KIP_4002)
     default_search_limit: int = 10
 
 

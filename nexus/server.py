@@ -129,6 +129,13 @@ def _loads(body: bytes) -> Any:
         raise ValueError(_TOO_DEEP) from None
 
 
+def _out_of_memory(doing: str) -> dict[str, Any]:
+    return _kip_error(ErrorCode.KIP_4002, f"The server ran out of its memory budget while "
+                      f"{doing}",
+                      "Ask for less at once: lower LIMIT and page with CURSOR, project fields "
+                      "instead of whole elements, send smaller batches.")
+
+
 def _api_key(key: str | None) -> bytes | None:
     """The configured API key as compared with the header: surrounding whitespace (a newline
     from a file or an environment variable) removed, as it is from the header's token — a
@@ -257,11 +264,15 @@ class KipApp:
         call.status = status
         try:
             body = b"" if payload is None else _dumps(payload)
+        except MemoryError:
+            status, call.status, call.error = 400, 400, "KIP_4002"
+            payload = None
+            body = _dumps({"error": _out_of_memory("encoding the response")})
         except (TypeError, ValueError) as exc:  # a KIP response, even when encoding fails
             status, call.status, call.error = 500, 500, "KIP_4003"
             body = _dumps({"error": KipError(ErrorCode.KIP_4003, f"Internal error: the "
                                              f"response cannot be encoded: {exc}").to_dict()})
-        out = [(b"content-type", b"application/json")] if payload is not None else []
+        out = [(b"content-type", b"application/json")] if body else []
         out.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status,
                     "headers": out + headers})
@@ -352,6 +363,9 @@ class KipApp:
     async def _handle_body(self, body: bytes, call: _Call) -> tuple[int, Any]:
         try:
             payload = _loads(body)
+        except MemoryError:
+            call.error = "KIP_4002"
+            return 400, {"error": _out_of_memory("reading the request body")}
         except (ValueError, UnicodeDecodeError) as exc:
             err = _kip_error(ErrorCode.KIP_1001, f"The request body is not valid JSON: {exc}",
                              "Send a JSON object: {\"method\": \"execute_kip\", \"params\": "
@@ -561,6 +575,29 @@ def _rpc_error(rpc_id: Any, code: int, kip_error: dict[str, Any]) -> dict[str, A
 
 # --- serving ------------------------------------------------------------------------------
 
+def default_memory_budget() -> int:
+    """`kip serve`'s memory budget when none is given: 3/4 of the machine's memory."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4)
+    except (ValueError, OSError, AttributeError):    # pragma: no cover - not Linux
+        return 0
+
+
+def set_memory_budget(budget: int) -> None:
+    """Cap this process's heap — every private writable mapping: the Python heap, numpy,
+    the vector index, thread stacks; not the LMDB file mapping, which is shared page cache
+    — at `budget` bytes (RLIMIT_DATA; 0 leaves it as it is). An allocation past it fails
+    with MemoryError in the thread that asked, which the engine and the server answer with
+    KIP_4002: the one request that needed the memory fails, the process lives on."""
+    if budget <= 0:
+        return
+    import resource
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        budget = min(budget, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (budget, hard))
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -591,9 +628,13 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
           access_log: str | None = "-",
           log_level: str = "warning", bootstrap: bool = True, durable: bool = True,
           threads: int | None = None, audit: bool = True, http: str = "auto",
-          loop: str = "auto", announce: BinaryIO | None = None) -> int:
+          loop: str = "auto", announce: BinaryIO | None = None,
+          max_memory: int | None = None) -> int:
     """Open the nexus at `db` and serve it until SIGTERM/SIGINT; returns the exit status.
 
+    `max_memory` (bytes; None: `default_memory_budget()`, 0: none) caps the process's
+    heap (RLIMIT_DATA, see `set_memory_budget`): a request that would pass it fails alone
+    with KIP_4002, the server lives on.
     `timeout` → `Limits.query_timeout` (per command, enforced by the engine; a KML command
     that hits it rolls back); `request_timeout` → the server's wall-clock limit per request
     (default max(60 s, 2 × timeout)); `max_body` → `Limits.max_body_bytes`; `limits` → any
@@ -617,6 +658,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     # The interpreter lock changes hands every 1 ms instead of 5: a cheap request waiting
     # behind a running slow one gets it sooner (bench/hol.py), for a few % of throughput.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    set_memory_budget(default_memory_budget() if max_memory is None else max_memory)
     os.makedirs(db, exist_ok=True)
     nexus = Nexus.open(db, **options)
     log_stream: BinaryIO | None = None
