@@ -95,15 +95,19 @@ def expanded_size(pattern: str, bits: int = 0) -> int:
 def _parse(pattern: str, bits: int) -> Any:
     """The `regex` module's parse tree of `pattern` (what `regex.compile` does first,
     flags found inside the pattern included), without compiling it."""
+    # The module's parser is internal API (`regex._regex_core`), read by name so that its
+    # absence in some version is the AttributeError `expanded_size` falls back on.
     core: Any = importlib.import_module("regex._regex_core")
+    parse_pattern = getattr(core, "_parse_pattern")
+    unscoped_flags = getattr(core, "_UnscopedFlagSet")
     flags = bits
     while True:
         source = core.Source(pattern)
         info = core.Info(flags, source.char_type, {})
         source.ignore_space = bool(info.flags & regex.VERBOSE)
         try:
-            return core._parse_pattern(source, info)
-        except core._UnscopedFlagSet:
+            return parse_pattern(source, info)
+        except unscoped_flags:
             flags = info.global_flags
 
 
