@@ -7,7 +7,7 @@ Three commands:
   (b) a 30-line UPSERT capsule block (two concepts, a proposition, metadata),
   (c) the whole Genesis capsule (capsules/genesis.kip; the spec's Appendix 2 text from
       tests/syntax/spec_examples/ when the bundled capsule is absent).
-"cold" clears the parse cache (`_parse_cached.cache_clear()`) before every parse, so each run
+"cold" clears the parse cache (`_PARSED.clear()`) before every parse, so each run
 lexes, parses, transforms and compiles a fresh binder; "cached" is `bind(parse(text), params)`
 on a text seen before — what the engine does for an agent that re-sends a command. Figures are
 medians of per-call times (the cached path is timed in batches of calls). The markdown table is
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.results_md import replace_section  # noqa: E402
 from nexus.syntax import bind, parse  # noqa: E402
-from nexus.syntax.parser import _parse_cached  # noqa: E402
+from nexus.syntax.parser import _PARSED  # noqa: E402
 
 SHORT_FIND = "FIND(?c) WHERE { ?c {type: :type, name: :name} }"
 SHORT_PARAMS = {"type": "Drug", "name": "Aspirin"}
@@ -82,7 +82,7 @@ def cold_us(text: str, params: dict, runs: int) -> tuple[float, float]:
     """(median, best) µs of one uncached parse+bind."""
     times = []
     for _ in range(runs):
-        _parse_cached.cache_clear()
+        _PARSED.clear()
         t0 = time.perf_counter_ns()
         bind(parse(text), params)
         times.append(time.perf_counter_ns() - t0)

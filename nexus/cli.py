@@ -21,10 +21,12 @@ or upgrade of a database when `exec` or `load` opens it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
-from typing import Any, Mapping, Sequence, TextIO
+
+from typing import Any, Iterable, Mapping, Sequence
 
 from .config import DEFAULT_DB
 from .errors import KipError
@@ -106,6 +108,10 @@ LIMIT_FLAGS = {   # Limits field → (flag, type, help)
                       "(KIP_4001; default 0.25)"),
     "max_search_limit": ("--max-search-limit", int, "the cap on SEARCH ... LIMIT n "
                          "(default 100)"),
+    "max_search_chars": ("--max-search-chars", int, "characters of a SEARCH text "
+                         "(KIP_4002; default 4096)"),
+    "max_result_bytes": ("--max-result-bytes", int, "JSON bytes of one command's result "
+                         "(KIP_4002; default 256 MiB)"),
 }
 
 
@@ -130,9 +136,28 @@ def limit_options(args: argparse.Namespace, environ: Mapping[str, str] | None = 
     return options
 
 
+def _memory_option(args: argparse.Namespace) -> int | None:
+    """`--max-memory MIB` / KIP_MAX_MEMORY in MiB (0: no budget); None: the default."""
+    value, source = args.max_memory, "--max-memory"
+    if value is None and os.environ.get("KIP_MAX_MEMORY"):
+        source = "KIP_MAX_MEMORY"
+        try:
+            value = int(os.environ[source])
+        except ValueError:
+            raise CliError(f"{source} must be a whole number of MiB, got "
+                           f"{os.environ[source]!r}") from None
+    if value is None:
+        return None
+    if value < 0 or 0 < value < 256:
+        raise CliError(f"{source} must be 0 (no budget) or at least 256 MiB, got {value}")
+    return value << 20
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
     api_key = args.api_key or os.environ.get("KIP_API_KEY") or None
+    if api_key and api_key != api_key.strip() and api_key.strip():
+        sys.stderr.write("kip serve: note: the whitespace around the API key is ignored\n")
     try:
         return serve(args.db or _default_db(), host=args.host, port=args.port,
                      api_key=api_key, allow_remote=args.allow_remote,
@@ -140,7 +165,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      access_log=None if args.access_log == "off" else args.access_log,
                      log_level=args.log_level, bootstrap=not args.no_bootstrap,
                      threads=args.threads, audit=not args.no_audit, http=args.http,
-                     loop=args.loop)
+                     loop=args.loop, max_memory=_memory_option(args))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
@@ -244,11 +269,20 @@ def cmd_load(args: argparse.Namespace) -> int:
     with _open(args) as nexus, _progress("load", unit="bytes") as progress:
         options = {"privileged": True} if args.privileged else {}
         try:
-            report = nexus.load_capsules(list(args.paths), progress, **options)
+            # Every file is tried and reported, each in its own transaction.
+            report = nexus.load_capsules(list(args.paths), progress, keep_going=True,
+                                         **options)
         except KipError as err:
             report = {"error": err.to_dict()}
     report = _plain(report)
     _emit(report)
+    if isinstance(report, list):
+        failed = [r for r in report if isinstance(r, dict) and r.get("error")]
+        for r in failed:
+            sys.stderr.write(f"kip: {r['path']}: not loaded: {r['error'].get('code')} "
+                             f"{r['error'].get('message')}\n")
+        sys.stderr.write(f"kip: {len(report) - len(failed)} file(s) loaded, {len(failed)} "
+                         f"failed\n")
     return 1 if _report_failed(report) else 0
 
 
@@ -291,22 +325,43 @@ def cmd_export(args: argparse.Namespace) -> int:
             first = next(pieces, "")            # selects the elements: may not find the domain
         except LookupError as exc:
             raise CliError(str(exc.args[0] if exc.args else exc)) from None
-        out: TextIO
         if to_file:
-            try:
-                out = open(args.output, "w", encoding="utf-8")
-            except OSError as exc:
-                raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+            _write_whole(args.output, itertools.chain((first,), pieces))
         else:
-            out = sys.stdout
-        try:
-            out.write(first)
+            sys.stdout.write(first)
             for piece in pieces:
-                out.write(piece)
-        finally:
-            if to_file:
-                out.close()
+                sys.stdout.write(piece)
     return 0
+
+
+def _write_whole(path: str, pieces: Iterable[str]) -> None:
+    """Write the text `pieces` to `path` whole or not at all: a temporary file beside it,
+    then a rename; a place that is missing or not writable is a message (CliError), and no
+    truncated or temporary file is left behind (also when producing a piece fails)."""
+    import tempfile
+    target = os.path.abspath(path)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".kip-export-", suffix=".tmp",
+                                   dir=os.path.dirname(target))
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            for piece in pieces:
+                fh.write(piece)
+            fh.flush()
+            os.fsync(fh.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 # --- info ---------------------------------------------------------------------------------
@@ -412,8 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON-lines access log: a file, - for stderr (default), or off")
     p.add_argument("--no-audit", action="store_true",
                    help="keep no audit log (list_logs then answers an empty list)")
+    p.add_argument("--max-memory", type=int, default=None, metavar="MIB",
+                   help="memory budget of the server process in MiB (a request past it "
+                        "fails with KIP_4002; 0: none; default 3/4 of the machine's memory; "
+                        "env KIP_MAX_MEMORY)")
     p.add_argument("--threads", type=int, default=None,
-                   help="worker threads running commands (default min(32, CPUs + 4))")
+                   help="worker threads running commands (default 64)")
     p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
                    help="HTTP parser (default: httptools when installed, else h11)")
     p.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"],

@@ -28,6 +28,8 @@ class Limits:
     max_regex_length: int = 1000               # characters of a REGEX pattern
     regex_timeout: float = 0.25                # seconds per REGEX match
     max_search_limit: int = 100                # SEARCH ... LIMIT n cap
+    max_search_chars: int = 4096               # characters of a SEARCH text (KIP_4002)
+    max_result_bytes: int = 256 * 1024 * 1024  # JSON size of one command's result (KIP_4002)
     default_search_limit: int = 10
 
 
@@ -42,6 +44,11 @@ class Config:
     audit_max_age_days: float = 30.0  # list_logs retention by age
     audit_command_chars: int = 500    # command text kept per audit entry
     parse_cache_size: int = 4096
+    # Admission control (nexus.exec.admission): a read command still running after
+    # `fast_lane_seconds` waits for one of `heavy_slots`, handed on every `heavy_quantum` s.
+    heavy_slots: int = 1
+    fast_lane_seconds: float = 0.02
+    heavy_quantum: float = 0.1
 
     @classmethod
     def from_options(cls, **options: Any) -> "Config":

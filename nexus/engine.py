@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
 from . import syntax
 from .config import Config
 from .errors import ErrorCode, KipError, internal_error
+from .exec.admission import Admission
 from .exec.context import ExecContext, WriteContext, now_iso
 from .exec.primer import PrimerCache
 from .exec.registry import executor_for
@@ -130,6 +131,8 @@ class Engine:
         # "never" the columnar one (nexus.exec.columnar); tests run both ways.
         self.columnar = _columnar_default()
         self.commit_hooks: list[CommitHook] = [self.primer]
+        self.admission = Admission(config.heavy_slots, config.fast_lane_seconds,
+                                   config.heavy_quantum)
         self._write_lock = threading.RLock()
         self._writer: int | None = None
         self._closed = False
@@ -149,11 +152,17 @@ class Engine:
     @contextmanager
     def read_session(self, *, text: str | None = None, dry_run: bool = False
                      ) -> Iterator[ExecContext]:
-        """`with engine.read_session() as ctx:` — a consistent snapshot (`ctx.txn`)."""
-        with self.store.read() as txn:
-            yield ExecContext(txn, self.config.limits,
-                              time.monotonic() + self.config.limits.query_timeout,
-                              text=text, dry_run=dry_run, **self._context_options())
+        """`with engine.read_session() as ctx:` — a consistent snapshot (`ctx.txn`), in the
+        fast lane of the admission control until it has run `fast_seconds`."""
+        ticket = self.admission.ticket()
+        try:
+            with self.store.read() as txn:
+                yield ExecContext(txn, self.config.limits,
+                                  time.monotonic() + self.config.limits.query_timeout,
+                                  text=text, dry_run=dry_run, ticket=ticket,
+                                  **self._context_options())
+        finally:
+            ticket.done()
 
     @contextmanager
     def write_session(self, *, privileged: bool = False, dry_run: bool = False,
@@ -337,6 +346,14 @@ class Engine:
             else:
                 with self.read_session(text=text, dry_run=dry_run) as ctx:
                     result, cursor = execute(ctx, command, parameters)
+            if json_size(result, self.config.limits.max_result_bytes) > \
+                    self.config.limits.max_result_bytes:
+                raise KipError(
+                    ErrorCode.KIP_4002,
+                    f"The result is over the limit of {self.config.limits.max_result_bytes} "
+                    f"bytes of JSON",
+                    "Ask for less at once: lower LIMIT and page with CURSOR, project the "
+                    "fields you need instead of whole elements or big attributes.")
             response: Response = {"result": result}
             if cursor is not None:
                 response["next_cursor"] = cursor
@@ -346,10 +363,48 @@ class Engine:
                 err.with_position(text, err.line, err.column or 1)
             return {"error": err.to_dict()}, bool(kind is not None and kind.writes
                                                    and not readonly)
+        except MemoryError:
+            # The process's memory budget (kip serve's RLIMIT_DATA) stopped this command:
+            # what it held is released as the exception unwinds; a write rolled back.
+            return {"error": KipError(
+                ErrorCode.KIP_4002, "The command needed more memory than the server's "
+                "budget allows",
+                "Ask for less at once: narrow WHERE, lower LIMIT and page with CURSOR, "
+                "project fields instead of whole elements.").to_dict()}, bool(
+                    kind is not None and kind.writes and not readonly)
         except Exception as exc:  # noqa: BLE001 - the API boundary: nothing else escapes
             log.exception("internal error running a KIP command")
             return {"error": internal_error(exc).to_dict()}, bool(kind is not None
                                                                   and kind.writes)
+
+
+def json_size(value: Any, limit: int) -> int:
+    """About how many bytes `value` takes as JSON (never fewer), counted until `limit` is
+    passed. Rows share their values (a big attribute projected for every row is one string
+    in memory), but every copy is written out: this bounds what encoding a result costs."""
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            total += len(v) + 2
+        elif t is list or t is tuple:
+            total += len(v) + 2
+            if v and type(v[0]) is str and all(type(x) is str for x in v):
+                total += sum(map(len, v)) + 2 * len(v)      # a column of names: C speed
+            else:
+                stack.extend(v)
+        elif t is dict:
+            total += 2 * len(v) + 2
+            for k, x in v.items():
+                total += len(k) + 2 if type(k) is str else 8
+                stack.append(x)
+        else:
+            total += 8              # numbers, true/false/null
+        if total > limit:
+            break
+    return total
 
 
 def _columnar_default() -> str:

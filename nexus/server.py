@@ -29,6 +29,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -45,6 +46,11 @@ from .language import command_label
 METHODS = ("execute_kip", "execute_kip_readonly", "list_logs")
 _ENVELOPE = frozenset(("method", "params"))
 _RPC_ENVELOPE = frozenset(("jsonrpc", "id", "method", "params"))
+
+# Worker threads: enough that cheap requests find one free while slow ones run (slow reads
+# wait for a heavy slot asleep, see nexus.exec.admission); `kip serve --threads N`.
+DEFAULT_THREADS = 64
+SWITCH_INTERVAL = 0.001         # seconds between GIL hand-overs in `kip serve`
 
 # JSON-RPC 2.0 error codes
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32700, -32600, -32601
@@ -93,22 +99,54 @@ def _dumps(obj: Any) -> bytes:
 
 
 _TOO_DEEP = "the JSON is nested too deeply"
+# A JSON integer of 19 digits or more may be outside orjson's exact range (-2^63 .. 2^64-1),
+# which orjson reads as a lossy float: such bodies are read by the stdlib, which keeps every
+# integer exact (a digit run inside a string only costs the slower reader).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 def _loads(body: bytes) -> Any:
-    """The request body as JSON; ValueError (or UnicodeDecodeError) for anything else."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if "recursion" in str(exc).lower():      # orjson's own depth limit (1024)
-            raise ValueError(_TOO_DEEP) from None
-        # orjson refuses integers beyond 64 bits; the stdlib reads them (NaN stays refused)
-        def nan(word: str) -> Any:
-            raise ValueError(f"{word} is not JSON")
+    """The request body as JSON; ValueError for anything else (invalid JSON, NaN or
+    Infinity, too deep, or not UTF-8 — RFC 8259 §8.1: no UTF-16 or UTF-32)."""
+    if _LONG_DIGITS.search(body) is None:
         try:
-            return json.loads(body, parse_constant=nan)
-        except RecursionError:      # the stdlib recurses: deep nesting must not be a 500
-            raise ValueError(_TOO_DEEP) from None
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            if "recursion" in str(exc).lower():      # orjson's own depth limit (1024)
+                raise ValueError(_TOO_DEEP) from None
+            # the stdlib reads lone surrogate escapes and words the error for the client
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"the body is not UTF-8 (byte {exc.start}); send JSON encoded as "
+                         f"UTF-8") from None
+
+    def nan(word: str) -> Any:
+        raise ValueError(f"{word} is not JSON")
+    try:
+        return json.loads(text, parse_constant=nan)
+    except RecursionError:      # the stdlib recurses: deep nesting must not be a 500
+        raise ValueError(_TOO_DEEP) from None
+
+
+def _out_of_memory(doing: str) -> dict[str, Any]:
+    return _kip_error(ErrorCode.KIP_4002, f"The server ran out of its memory budget while "
+                      f"{doing}",
+                      "Ask for less at once: lower LIMIT and page with CURSOR, project fields "
+                      "instead of whole elements, send smaller batches.")
+
+
+def _api_key(key: str | None) -> bytes | None:
+    """The configured API key as compared with the header: surrounding whitespace (a newline
+    from a file or an environment variable) removed, as it is from the header's token — a
+    key that kept it could never authenticate. A key of only whitespace is refused."""
+    if not key:
+        return None
+    stripped = key.strip()
+    if not stripped:
+        raise ValueError("the API key is only whitespace: set a real key with --api-key "
+                         "(or KIP_API_KEY), or none")
+    return stripped.encode("utf-8")
 
 
 def _kip_error(code: ErrorCode, message: str, hint: str | None = None) -> dict[str, Any]:
@@ -151,14 +189,14 @@ class KipApp:
                  threads: int | None = None, owns_nexus: bool = False) -> None:
         self.nexus = nexus
         limits = nexus.config.limits
-        self.api_key = api_key.encode("utf-8") if api_key else None
+        self.api_key = _api_key(api_key)
         self.max_body = max_body if max_body is not None else limits.max_body_bytes
         self.request_timeout = (request_timeout if request_timeout is not None
                                 else max(60.0, 2 * limits.query_timeout))
         self.access_log = access_log
         self.audit: AuditLog | None = nexus.audit_log() if audit is True else (audit or None)
         self.audit_chars = nexus.config.audit_command_chars
-        self.pool = ThreadPoolExecutor(max_workers=threads or min(32, (os.cpu_count() or 1) + 4),
+        self.pool = ThreadPoolExecutor(max_workers=threads or DEFAULT_THREADS,
                                        thread_name_prefix="nexus-kip")
         self.owns_nexus = owns_nexus
         self.shutting_down = False
@@ -226,11 +264,15 @@ class KipApp:
         call.status = status
         try:
             body = b"" if payload is None else _dumps(payload)
+        except MemoryError:
+            status, call.status, call.error = 400, 400, "KIP_4002"
+            payload = None
+            body = _dumps({"error": _out_of_memory("encoding the response")})
         except (TypeError, ValueError) as exc:  # a KIP response, even when encoding fails
             status, call.status, call.error = 500, 500, "KIP_4003"
             body = _dumps({"error": KipError(ErrorCode.KIP_4003, f"Internal error: the "
                                              f"response cannot be encoded: {exc}").to_dict()})
-        out = [(b"content-type", b"application/json")] if payload is not None else []
+        out = [(b"content-type", b"application/json")] if body else []
         out.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status,
                     "headers": out + headers})
@@ -321,6 +363,9 @@ class KipApp:
     async def _handle_body(self, body: bytes, call: _Call) -> tuple[int, Any]:
         try:
             payload = _loads(body)
+        except MemoryError:
+            call.error = "KIP_4002"
+            return 400, {"error": _out_of_memory("reading the request body")}
         except (ValueError, UnicodeDecodeError) as exc:
             err = _kip_error(ErrorCode.KIP_1001, f"The request body is not valid JSON: {exc}",
                              "Send a JSON object: {\"method\": \"execute_kip\", \"params\": "
@@ -334,10 +379,23 @@ class KipApp:
                 call.error = "KIP_1001"
                 return 400, _rpc_error(None, INVALID_REQUEST, _kip_error(
                     ErrorCode.KIP_1001, "Empty JSON-RPC batch", "Send at least one call."))
+            # The limits of one request hold for the whole body: its calls and their
+            # commands count against `max_batch` together, and they share one
+            # `request_timeout` (calls that cannot start in time are answered KIP_4001).
+            total = sum(_command_count(item) for item in payload)
+            limit = self.nexus.config.limits.max_batch
+            if total > limit:
+                call.error = "KIP_4002"
+                return 400, _rpc_error(None, INVALID_REQUEST, _kip_error(
+                    ErrorCode.KIP_4002,
+                    f"The JSON-RPC batch holds {len(payload)} calls and {total} commands, "
+                    f"over the limit of {limit} commands per request",
+                    "Split the batch into smaller requests."))
+            deadline = asyncio.get_running_loop().time() + self.request_timeout
             answers = []
             for item in payload:
                 sub = _Call()
-                _, answer = await self._handle_call(item, sub)
+                _, answer = await self._handle_call(item, sub, deadline)
                 call.kinds += sub.kinds
                 call.errors += ([sub.error] if sub.error else []) + sub.errors
                 call.method = call.method or sub.method
@@ -347,7 +405,8 @@ class KipApp:
             return (200, answers) if answers else (204, None)
         return await self._handle_call(payload, call)
 
-    async def _handle_call(self, payload: Any, call: _Call) -> tuple[int, Any]:
+    async def _handle_call(self, payload: Any, call: _Call, deadline: float | None = None
+                           ) -> tuple[int, Any]:
         framed = isinstance(payload, dict) and "jsonrpc" in payload
         rpc_id = payload.get("id") if framed else None
 
@@ -383,7 +442,7 @@ class KipApp:
             return fail(METHOD_NOT_FOUND if isinstance(method, str) else INVALID_REQUEST,
                         what, f"Use one of: {', '.join(METHODS)}.")
         params = payload.get("params")
-        response = await self._run(method, params, call)
+        response = await self._run(method, params, call, deadline)
         status = http_status(response)
         call.status = status
         if framed:
@@ -392,7 +451,8 @@ class KipApp:
             return status, {"jsonrpc": "2.0", "id": rpc_id, "result": response}
         return status, response
 
-    async def _run(self, method: str, params: Any, call: _Call) -> dict[str, Any]:
+    async def _run(self, method: str, params: Any, call: _Call,
+                   deadline: float | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         response: dict[str, Any]
         if method == "list_logs":
@@ -410,8 +470,14 @@ class KipApp:
               else self.nexus.execute_kip_readonly)
         arg = params if params is not None else {}
         started_wall, started = time.time(), time.perf_counter()
-        response = await self._in_pool(fn, arg)
-        if response is None:
+        response = await self._in_pool(fn, arg, deadline)
+        if response is _NOT_STARTED:
+            response = {"error": _kip_error(
+                ErrorCode.KIP_4001,
+                f"Not run: the JSON-RPC batch used up its {self.request_timeout:g} s before "
+                f"this call could start",
+                "Send fewer or cheaper calls per batch; nothing of this call ran.")}
+        elif response is None:
             response = {"error": _kip_error(
                 ErrorCode.KIP_4001,
                 f"The request did not finish within {self.request_timeout:g} s",
@@ -433,11 +499,18 @@ class KipApp:
                 started=started_wall), started_wall)
         return response
 
-    async def _in_pool(self, fn: Callable, arg: Any) -> Any:
-        """`fn(arg)` in the worker pool; None once `request_timeout` has passed (the thread
-        runs on: a started command finishes or rolls back on its own). A timer is cheaper
-        than `asyncio.wait_for`, which wraps every call in a task."""
+    async def _in_pool(self, fn: Callable, arg: Any, deadline: float | None = None) -> Any:
+        """`fn(arg)` in the worker pool; None once `request_timeout` (or the loop time
+        `deadline` of a whole JSON-RPC batch) has passed — the thread runs on: a started
+        command finishes or rolls back on its own —, `_NOT_STARTED` when `deadline` had
+        passed already. A timer is cheaper than `asyncio.wait_for`, which wraps every call
+        in a task."""
         loop = asyncio.get_running_loop()
+        wait = self.request_timeout
+        if deadline is not None:
+            wait = deadline - loop.time()
+            if wait <= 0:
+                return _NOT_STARTED
         future = loop.run_in_executor(self.pool, fn, arg)
         expired = []
 
@@ -445,7 +518,7 @@ class KipApp:
             if not future.done():
                 expired.append(True)
                 future.cancel()
-        timer = loop.call_later(self.request_timeout, expire)
+        timer = loop.call_later(wait, expire)
         try:
             return await future
         except asyncio.CancelledError:
@@ -484,12 +557,46 @@ class KipApp:
             pass
 
 
+_NOT_STARTED = object()
+
+
+def _command_count(item: Any) -> int:
+    """How many commands one call of a JSON-RPC batch carries (1 unless it is an
+    execute_kip call with a `commands` array)."""
+    params = item.get("params") if isinstance(item, dict) else None
+    commands = params.get("commands") if isinstance(params, dict) else None
+    return len(commands) if isinstance(commands, list) else 1
+
+
 def _rpc_error(rpc_id: Any, code: int, kip_error: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": rpc_id,
             "error": {"code": code, "message": kip_error["message"], "data": kip_error}}
 
 
 # --- serving ------------------------------------------------------------------------------
+
+def default_memory_budget() -> int:
+    """`kip serve`'s memory budget when none is given: 3/4 of the machine's memory."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4)
+    except (ValueError, OSError, AttributeError):    # pragma: no cover - not Linux
+        return 0
+
+
+def set_memory_budget(budget: int) -> None:
+    """Cap this process's heap — every private writable mapping: the Python heap, numpy,
+    the vector index, thread stacks; not the LMDB file mapping, which is shared page cache
+    — at `budget` bytes (RLIMIT_DATA; 0 leaves it as it is). An allocation past it fails
+    with MemoryError in the thread that asked, which the engine and the server answer with
+    KIP_4002: the one request that needed the memory fails, the process lives on."""
+    if budget <= 0:
+        return
+    import resource
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        budget = min(budget, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (budget, hard))
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -521,9 +628,13 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
           access_log: str | None = "-",
           log_level: str = "warning", bootstrap: bool = True, durable: bool = True,
           threads: int | None = None, audit: bool = True, http: str = "auto",
-          loop: str = "auto", announce: BinaryIO | None = None) -> int:
+          loop: str = "auto", announce: BinaryIO | None = None,
+          max_memory: int | None = None) -> int:
     """Open the nexus at `db` and serve it until SIGTERM/SIGINT; returns the exit status.
 
+    `max_memory` (bytes; None: `default_memory_budget()`, 0: none) caps the process's
+    heap (RLIMIT_DATA, see `set_memory_budget`): a request that would pass it fails alone
+    with KIP_4002, the server lives on.
     `timeout` → `Limits.query_timeout` (per command, enforced by the engine; a KML command
     that hits it rolls back); `request_timeout` → the server's wall-clock limit per request
     (default max(60 s, 2 × timeout)); `max_body` → `Limits.max_body_bytes`; `limits` → any
@@ -534,6 +645,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     """
     import uvicorn
 
+    _api_key(api_key)       # a key of only whitespace stops the start (ValueError)
     if not api_key and not allow_remote and not is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without an API key: set --api-key "
                          f"(or KIP_API_KEY), or pass --allow-remote to serve it unauthenticated")
@@ -543,6 +655,10 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     if max_body is not None:
         options["max_body_bytes"] = max_body
     sock = _bind(host, port)
+    # The interpreter lock changes hands every 1 ms instead of 5: a cheap request waiting
+    # behind a running slow one gets it sooner (bench/hol.py), for a few % of throughput.
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    set_memory_budget(default_memory_budget() if max_memory is None else max_memory)
     os.makedirs(db, exist_ok=True)
     nexus = Nexus.open(db, **options)
     log_stream: BinaryIO | None = None
@@ -553,7 +669,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     app = KipApp(nexus, api_key=api_key, request_timeout=request_timeout,
                  access_log=log_stream, threads=threads, audit=audit, owns_nexus=True)
     config = uvicorn.Config(app, lifespan="on", access_log=False, log_level=log_level,
-                            http=http, loop=loop,
+                            http=_http_protocol(http), loop=loop,
                             server_header=False, timeout_graceful_shutdown=int(max(
                                 30.0, app.request_timeout + 5)))
     server = _Server(config, app)
@@ -571,6 +687,45 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
         if log_stream is not None and log_stream is not sys.stderr.buffer:
             log_stream.close()
     return 0
+
+
+_BAD_HTTP = _dumps({"error": KipError(
+    ErrorCode.KIP_1001, "Invalid HTTP request: the request line, the headers or the framing "
+    "of the body cannot be parsed",
+    "Send HTTP/1.1: POST /kip with `Content-Type: application/json`, a Content-Length (or "
+    "chunked encoding) and a JSON body.").to_dict()})
+
+
+def _http_protocol(name: str) -> Any:
+    """uvicorn's HTTP protocol `name` ("auto", "httptools", "h11"), answering a request it
+    cannot parse with a KIP error in JSON (HTTP 400, then the connection is closed) instead
+    of uvicorn's plain-text "Invalid HTTP request received."."""
+    if name == "auto":
+        try:
+            import httptools  # noqa: F401
+            name = "httptools"
+        except ImportError:     # pragma: no cover - httptools is a dependency
+            name = "h11"
+    if name == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+    elif name == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base  # type: ignore[assignment]
+    else:
+        return name
+
+    class KipProtocol(base):
+        def send_400_response(self, msg: str) -> None:
+            head = [b"HTTP/1.1 400 Bad Request\r\n"]
+            for header, value in self.server_state.default_headers:
+                head += [header, b": ", value, b"\r\n"]
+            head += [b"content-type: application/json\r\n",
+                     b"content-length: " + str(len(_BAD_HTTP)).encode() + b"\r\n",
+                     b"connection: close\r\n\r\n", _BAD_HTTP]
+            self.transport.write(b"".join(head))
+            self.transport.close()
+
+    KipProtocol.__name__ = f"Kip{base.__name__}"
+    return KipProtocol
 
 
 def _server_class():

@@ -24,6 +24,7 @@ from ..store.protocol import ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
     from ..search import SearchService
+    from .admission import Ticket
 
 Clock = Callable[[], str]
 
@@ -46,13 +47,13 @@ class ExecContext:
     reads never need it, and formatting a timestamp is a measurable part of a point lookup."""
 
     __slots__ = ("txn", "limits", "deadline", "_now", "clock", "privileged", "dry_run",
-                 "text", "search", "primer", "columnar")
+                 "text", "search", "primer", "columnar", "ticket")
 
     def __init__(self, txn: ReadTxn, limits: Limits, deadline: float, *,
                  now: str | None = None, clock: Clock = now_iso, privileged: bool = False,
                  dry_run: bool = False, text: str | None = None,
                  search: "SearchService | None" = None, primer: RankingCache | None = None,
-                 columnar: str | None = None) -> None:
+                 columnar: str | None = None, ticket: "Ticket | None" = None) -> None:
         self.txn = txn
         self.limits = limits
         self.deadline = deadline          # time.monotonic() value
@@ -64,6 +65,7 @@ class ExecContext:
         self.search = search              # the search service, when attached
         self.primer = primer              # the PRIMER ranking cache, when kept
         self.columnar = columnar          # FIND executor: "auto" | "always" | "never"
+        self.ticket = ticket              # its place in the fast/heavy lanes (admission)
 
     @property
     def now(self) -> str:
@@ -83,7 +85,12 @@ class ExecContext:
         return cls(txn, limits, time.monotonic() + limits.query_timeout, **kw)  # type: ignore[arg-type]
 
     def check_deadline(self) -> None:
-        if time.monotonic() > self.deadline:
+        now = time.monotonic()
+        ticket = self.ticket
+        if ticket is not None and now >= ticket.next_check and now <= self.deadline:
+            if not ticket.checkpoint(now, self.deadline):
+                now = self.deadline + 1.0     # waited for a heavy slot until the deadline
+        if now > self.deadline:
             raise KipError(
                 ErrorCode.KIP_4001,
                 f"The command ran longer than the limit of {self.limits.query_timeout:g} s",

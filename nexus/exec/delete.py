@@ -115,6 +115,8 @@ def run_delete_concept(ctx: WriteContext, command: A.DeleteConcept) -> dict[str,
         direct.extend(link for _, _, link in txn.out_links(n))
         direct.extend(link for _, _, link in txn.in_links(n))
     doomed = cascade(txn, direct)
+    protect.check_definitions_unused(ctx, [txn.known_head(n) for n in found], set(found),
+                                     set(doomed))
     _delete_all(ctx, doomed)
     for n in found:
         writes.delete(ctx, n)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import regex
-
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from ..syntax import bind
 from . import values
 from .operators import walk
+from .regexes import compile_regex
 
 _MISSING = object()
 _STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
@@ -266,45 +265,11 @@ class Env:
         key = (pattern, flags)
         hit = self._regexes.get(key)
         if hit is None:
+            if len(self._regexes) >= 64:     # patterns read from rows: the shared cache
+                self._regexes.clear()        # (bounded by bytes) keeps them instead
             hit = self._regexes[key] = compile_regex(pattern, flags,
                                                      self.ctx.limits.max_regex_length)
         return hit
-
-
-_FLAG_BITS = {"i": regex.IGNORECASE, "m": regex.MULTILINE, "s": regex.DOTALL,
-              "x": regex.VERBOSE}
-
-
-def compile_regex(pattern: str, flags: str, max_length: int) -> Any:
-    if len(pattern) > max_length:
-        raise KipError(ErrorCode.KIP_1001,
-                       f"The REGEX pattern is {len(pattern)} characters, over the limit of "
-                       f"{max_length}", "Use a shorter pattern, or CONTAINS/STARTS_WITH.")
-    bits = 0
-    for f in flags:
-        if f not in _FLAG_BITS:
-            raise KipError(ErrorCode.KIP_1001, f"Unknown REGEX flag {f!r}",
-                           "REGEX flags are any of \"imsx\".")
-        bits |= _FLAG_BITS[f]
-    try:
-        return _compiled(pattern, bits)
-    except (regex.error, ValueError, OverflowError) as exc:
-        raise KipError(ErrorCode.KIP_1001, f"Invalid REGEX pattern {pattern[:80]!r}: {exc}",
-                       "Check the pattern's brackets and escapes (backslashes must be "
-                       "doubled inside a KIP string).") from None
-
-
-_COMPILED: dict[tuple[str, int], Any] = {}
-
-
-def _compiled(pattern: str, bits: int) -> Any:
-    key = (pattern, bits)
-    hit = _COMPILED.get(key)
-    if hit is None:
-        if len(_COMPILED) > 4096:
-            _COMPILED.clear()
-        hit = _COMPILED[key] = regex.compile(pattern, bits)
-    return hit
 
 
 def _not_found_concept(env: Env, atom: Any) -> KipError:

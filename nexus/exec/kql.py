@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Iterator, Mapping
 
+from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError
 from ..plan.explain import explain_plan
 from ..plan.logical import LogicalQuery, PathAtom, bind_where, unbound
@@ -65,8 +66,9 @@ class Prepared:
     chosen: Any = None                            # (snapshot, params) `auto` ran columnar
 
 
-_PREPARED: dict[int, tuple[A.Find, Prepared]] = {}
-_PREPARED_LIMIT = 4096
+# Prepared plans by parsed command, bounded by bytes (a plan weighs about what its syntax
+# tree does: ~32 bytes per character of the command's text).
+_PREPARED: WeightedLRU[tuple[A.Find, Prepared]] = WeightedLRU(128 << 20, 4096)
 
 
 def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = True
@@ -106,9 +108,7 @@ def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = 
     prepared.point = _point_atom(plan, find, aggregated)
     prepared.no_dedup = prepared.distinct_rows and set(prepared.key_idx) >= set(named_idx)
     if cache:
-        if len(_PREPARED) >= _PREPARED_LIMIT:
-            _PREPARED.clear()
-        _PREPARED[id(find)] = (find, prepared)
+        _PREPARED.put(id(find), (find, prepared), 64 * len(ctx.text or "") + 4096)
     return prepared
 
 

@@ -242,10 +242,17 @@ def _search(ctx: Any, command: A.Search) -> list[dict]:
     if service is None:
         raise KipError(ErrorCode.KIP_4003, "SEARCH is not available: no search index",
                        "Open the nexus through Nexus.open(), which attaches the index.")
+    if len(text) > limits.max_search_chars:
+        raise KipError(ErrorCode.KIP_4002,
+                       f"The SEARCH text is {len(text)} characters, over the limit of "
+                       f"{limits.max_search_chars}",
+                       "Search with a name or a few words (SEARCH matches names, aliases and "
+                       "terms); use FIND with CONTAINS to test long texts.")
     if not text.strip():
         return []
     target = "CONCEPT" if command.target.upper() == "CONCEPT" else "PROPOSITION"
-    hits = service.search(txn, target, text, type_name, limit)
+    hits = service.search(txn, target, text, type_name, limit, check=ctx.check_deadline,
+                          deadline=ctx.deadline)
     out = []
     for n, score in hits:
         obj = element_json(txn, txn.known_head(n))

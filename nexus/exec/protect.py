@@ -32,6 +32,7 @@ CORE_NODES = frozenset({
     ("$PropositionType", "belongs_to_domain"),
     ("Domain", "CoreSchema"),
 })
+CORE_DEFINITIONS = CORE_NODES - {("Domain", "CoreSchema")}
 ACTORS = frozenset({("Person", "$self"), ("Person", "$system")})
 ACTOR_PROTECTED_ATTRIBUTE = "core_directives"
 _HINT = ("Operation prohibited: the meta-type definitions, the CoreSchema domain and its "
@@ -60,12 +61,14 @@ def is_actor(txn: Any, head: Any) -> bool:
 
 
 def is_core_link(txn: Any, head: Any) -> bool:
-    """A `belongs_to_domain` link from a core node to the CoreSchema domain."""
+    """A `belongs_to_domain` link from a core definition to the CoreSchema domain (the four
+    links of the Genesis capsule). A link a user adds into CoreSchema — even from the
+    CoreSchema node itself — is an ordinary link: what can be added can be deleted."""
     if type(head) is not LinkHead or txn.symbol_text(head.predicate_id) != "belongs_to_domain":
         return False
     subject, obj = txn.head(head.subject), txn.head(head.object)
-    return (is_core_node(txn, subject) and type(obj) is ConceptHead
-            and _key(txn, obj) == ("Domain", "CoreSchema"))
+    return (type(subject) is ConceptHead and _key(txn, subject) in CORE_DEFINITIONS
+            and type(obj) is ConceptHead and _key(txn, obj) == ("Domain", "CoreSchema"))
 
 
 def is_immutable(txn: Any, head: Any) -> bool:
@@ -111,3 +114,46 @@ def check_delete(ctx: Any, head: Any) -> None:
     txn = ctx.txn
     if is_immutable(txn, head) or is_actor(txn, head):
         raise _refuse(f"Cannot delete {label(txn, head)}: it is a protected system element")
+
+
+def check_definitions_unused(ctx: Any, heads: list[Any], concepts: set[int],
+                             links: set[int]) -> None:
+    """DELETE CONCEPT is about to remove `heads` (with the concepts `concepts` and the links
+    `links`): a type or predicate definition among them must not be in use by anything that
+    stays. A type that a protected actor is an instance of (Person, for $self and $system)
+    is part of that actor's protected identity: KIP_3004. Any other type or predicate that
+    instances or links still use: KIP_2002 — deleting it would leave them undefined, and
+    whoever re-created the definition would own what they mean."""
+    if ctx.privileged:
+        return
+    txn = ctx.txn
+    for head in heads:
+        if type(head) is not ConceptHead:
+            continue
+        kind = txn.symbol_text(head.type_id)
+        if kind not in ("$ConceptType", "$PropositionType"):
+            continue
+        sid = txn.symbol_id(head.name)
+        if sid is None:
+            continue
+        if kind == "$ConceptType":
+            for actor_type, actor in sorted(ACTORS):
+                n = txn.concept_id(sid, actor) if actor_type == head.name else None
+                if n is not None and n not in concepts:
+                    raise _refuse(f"Cannot delete the concept type {head.name!r}: the "
+                                  f"protected actor {actor!r} is one of its instances")
+            users = (n for n in txn.concepts_of_type(sid) if n not in concepts)
+            what, how = "instances", (f"DELETE CONCEPT ?x DETACH WHERE {{ ?x {{type: "
+                                      f"\"{head.name}\"}} }}")
+        else:
+            users = (link for _, _, link in txn.links_of_predicate(sid) if link not in links)
+            what, how = "propositions", (f"DELETE PROPOSITIONS ?l WHERE {{ ?l (?s, "
+                                         f"\"{head.name}\", ?o) }}")
+        if next(users, None) is not None:
+            count = txn.count_type(sid) if kind == "$ConceptType" else \
+                txn.count_predicate(sid)
+            raise KipError(
+                ErrorCode.KIP_2002,
+                f"Cannot delete the definition of {head.name!r}: {count} {what} still use it",
+                f"Delete or move its {what} first ({how}), then the definition; to change "
+                f"what the definition says, UPSERT it with SET ATTRIBUTES instead.")

@@ -93,7 +93,17 @@ class Schema:
 
 
 def check_definition_name(type_name: str, name: str, pos: Any = None) -> None:
-    """A new type or predicate must be named by an identifier (spec §2.8.1): KIP_1002."""
+    """The name of a concept about to be created: a new type or predicate must be named by
+    an identifier (spec §2.8.1): KIP_1002; any other concept by a string that is not empty
+    or only whitespace (its `{type, name}` is how agents find it again): KIP_2003."""
+    if not name.strip():
+        raise KipError(
+            ErrorCode.KIP_2003,
+            f"A concept name must not be {'empty' if not name else 'only whitespace'} "
+            f"(creating a {type_name!r} named {name!r})",
+            "Give the concept a name that says what it is, e.g. {type: \"Person\", name: "
+            "\"Ada Lovelace\"}; concepts are found again by {type, name}.",
+            **pos_kw(pos))
     if type_name == CONCEPT_TYPE or type_name == PROPOSITION_TYPE:
         if not _IDENT.match(name):
             what = "concept type" if type_name == CONCEPT_TYPE else "predicate"

@@ -47,7 +47,7 @@ from ..engine import Engine
 from ..errors import ErrorCode, KipError
 from ..exec import protect, writes
 from ..exec.context import WriteContext
-from ..exec.schema import Schema
+from ..exec.schema import CONCEPT_TYPE, PROPOSITION_TYPE, Schema, check_definition_name
 from ..store.bulk import gc_paused
 
 DEFAULT_BATCH = 1_000_000      # items per write transaction (see the module doc)
@@ -95,6 +95,7 @@ def _bad_item(kind: str, index: int, item: Any) -> KipError:
 
 _RESERVED = methodcaller("startswith", "_")
 _EMPTY: dict = {}
+_META_TYPES = frozenset((CONCEPT_TYPE, PROPOSITION_TYPE))
 _TYPE, _NAME, _PREDICATE = itemgetter("type"), itemgetter("name"), itemgetter("predicate")
 _SUBJECT, _OBJECT = itemgetter("subject"), itemgetter("object")
 _ATTRS, _META = methodcaller("get", "attributes"), methodcaller("get", "metadata")
@@ -234,6 +235,8 @@ class _Import:
             if n is None and not fresh[t]:
                 n = txn.concept_id(tids[t], name)
             if n is None:
+                if not name.strip() or t in _META_TYPES:
+                    check_definition_name(t, name)
                 pending[key] = [t, name, attrs, {**meta, **engine}]
                 continue
             if not self.privileged:
@@ -339,6 +342,8 @@ class _Import:
             return False
         if set(map(type, names)) != {str} or not _plain_maps(attrs, metas):
             return False
+        if not all(map(str.strip, names)) or not type_names.isdisjoint(_META_TYPES):
+            return False            # names the slow path checks (check_definition_name)
         txn = ctx.txn
         single = len(type_names) == 1
         by_type = {t: names for t in type_names} if single else {

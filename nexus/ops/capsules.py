@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from importlib import resources
 from typing import Any, Callable, Iterable
 
@@ -160,22 +161,49 @@ def _only_comments(body: str) -> bool:
 
 
 def capsule_files(paths: Iterable[str | os.PathLike]) -> list[str]:
-    """The `.kip` files named by `paths` (folders searched recursively, sorted)."""
+    """The `.kip` files named by `paths` (folders searched recursively, sorted). Only
+    regular files count: inside a folder, symbolic links, FIFOs, devices and sockets are
+    skipped (a FIFO or /dev/zero named `x.kip` would be read forever), and a path named
+    explicitly that is none of a regular file or a folder is `KIP_1001`."""
     out: list[str] = []
     for path in paths:
         path = os.fspath(path)
-        if os.path.isdir(path):
+        kind = _kind(path)
+        if kind == "dir":
             found: list[str] = []
-            for root, dirs, files in os.walk(path):
+            for root, dirs, files in os.walk(path):       # never follows symlinked dirs
                 dirs.sort()
-                found.extend(os.path.join(root, f) for f in files if f.endswith(".kip"))
+                found.extend(os.path.join(root, f) for f in files
+                             if f.endswith(".kip") and _kind(os.path.join(root, f)) == "file")
             out.extend(sorted(found))
-        elif os.path.isfile(path):
+        elif kind == "file":
             out.append(path)
-        else:
+        elif kind is None:
             raise KipError(ErrorCode.KIP_3002, f"No such capsule file or folder: {path}",
                            "Give .kip files or folders that contain them.")
+        else:
+            raise _not_regular(path, kind)
     return out
+
+
+def _kind(path: str) -> str | None:
+    """"file", "dir", None (missing) or what else `path` itself is (links not followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    return {stat.S_IFLNK: "symbolic link", stat.S_IFIFO: "FIFO", stat.S_IFCHR: "device",
+            stat.S_IFBLK: "device", stat.S_IFSOCK: "socket"}.get(stat.S_IFMT(mode), "special file")
+
+
+def _not_regular(path: str, kind: str) -> KipError:
+    return KipError(ErrorCode.KIP_1001, f"{path} is a {kind}, not a regular file",
+                    "Give capsule files (.kip) or folders that hold them; symbolic links, "
+                    "FIFOs and devices are not read (for a link, give the file it points to).")
 
 
 def load_capsules(engine: Engine, paths: Iterable[str | os.PathLike],
@@ -190,24 +218,40 @@ def load_capsules(engine: Engine, paths: Iterable[str | os.PathLike],
     file are applied. `privileged` bypasses the protection of system definitions (for
     trusted, operator-supplied capsules only).
     """
-    results = []
-    for path in capsule_files(paths):
+    names = [os.fspath(p) for p in paths]
+    for named in names:                 # a missing path stops everything before it starts
+        if _kind(named) is None:
+            capsule_files([named])
+    results: list[dict[str, Any]] = []
+    for named in names:                 # a bad path is that path's outcome, not the end
         try:
-            result = _load_file(engine, path, progress, privileged)
+            files = capsule_files([named])
         except KipError as err:
-            results.append({"path": path, "error": err.to_dict()})
+            results.append({"path": named, "error": err.to_dict()})
             if not keep_going:
-                break
+                return results
             continue
-        results.append(result)
+        for path in files:
+            try:
+                results.append(_load_file(engine, path, progress, privileged))
+            except KipError as err:
+                results.append({"path": path, "error": err.to_dict()})
+                if not keep_going:
+                    return results
     return results
 
 
 def _load_file(engine: Engine, path: str, progress: Callable | None, privileged: bool
                ) -> dict[str, Any]:
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            text = f.read()
+        # Opened without following a link and without blocking on a FIFO, then checked to
+        # be a regular file: what was listed may have been swapped since.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as raw:
+            if not stat.S_ISREG(os.fstat(raw.fileno()).st_mode):
+                raise _not_regular(path, _kind(path) or "special file")
+            text = raw.read().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise KipError(ErrorCode.KIP_1001, f"Cannot read {path}: {exc}",
                        "A capsule is a UTF-8 text file.") from None

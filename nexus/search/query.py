@@ -27,7 +27,7 @@ returns an element that snapshot does not hold, whatever the vector index contai
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -50,9 +50,13 @@ MIN_SCORE = 0.1             # below this a hit shares no more than noise with th
 
 
 def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
-        limit: int) -> list[tuple[int, float]]:
-    """The best `limit` (id, score) pairs for `text`, best first."""
+        limit: int, check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
+    """The best `limit` (id, score) pairs for `text`, best first. `check()` (the command's
+    deadline) is called between steps and every few query terms or candidates."""
+    if check is None:
+        check = _no_check
     norm = norm_name(text)
+    check()
     if not norm:
         return []
     qterms = list(dict.fromkeys(tokens(text)))
@@ -64,6 +68,7 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
         floor = _floor(name, norm, flag)
         if floor > floors.get(n, 0.0):
             floors[n] = floor
+    check()
 
     # BM25F over whole posting lists (numpy); only a list longer than POSTING_CAP is cut,
     # and its term is then completed from the forward index for the leaders below.
@@ -72,7 +77,9 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
     idfs: dict[str, float] = {}
     capped: list[str] = []
     id_parts, score_parts = [], []
-    for t in qterms:
+    for i, t in enumerate(qterms):
+        if i % 16 == 15:
+            check()
         df = lexical.doc_freq(txn, kind, t)
         w_idf = idfs[t] = idf(n_docs, df)
         if not df:
@@ -97,7 +104,9 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
                 uniq, sums = uniq[top], sums[top]
             lex = dict(zip(uniq.tolist(), sums.tolist()))
 
+    check()
     qvec = vectors.query_vector(text)
+    check()
     vec = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit))
     if group is not None and len(vec) and _needs_group_check(txn, kind, group):
         vec = {n: s for n, s in vec.items() if _group_of(txn, n, kind) == group}
@@ -117,8 +126,10 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
         missing = [n for n in leaders if n not in vec]
         if missing:
             vec.update(vectors.similarity(kind, qvec, missing))
+    check()
     qgrams = grams(text)
     for n in leaders:
+        check()
         fuzzy = 0.0
         for name in lexical.names(txn, n):
             sim = dice(qgrams, norm_grams(name))
@@ -148,6 +159,10 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
             scored.append((score, base, -n))
     best = heapq.nlargest(limit, scored)
     return [(-neg, min(1.0, round(score, 6))) for score, _, neg in best]
+
+
+def _no_check() -> None:
+    pass
 
 
 def _kind_of(head: Any) -> int:

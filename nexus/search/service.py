@@ -29,13 +29,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from ..errors import KipError, internal_error
 from . import lexical, query
 from .embed import make_embedder
-from .text import KIND_CONCEPT, KIND_LINK
-from .vectors import VectorIndex, read_seq
+from .text import KIND_CONCEPT, KIND_LINK, element_doc
+from .vectors import VectorIndex, doc_texts, read_seq
 
 log = logging.getLogger("nexus.search")
 
@@ -184,8 +185,11 @@ class SearchService:
     # --- queries -------------------------------------------------------------------------
     @kip_only
     def search(self, txn: Any, target: str, text: str, type_name: str | None = None,
-               limit: int = 10) -> list[tuple[int, float]]:
-        """(id, score) of the best matches in `txn`'s snapshot; [] for an unknown type."""
+               limit: int = 10, *, check: Callable[[], None] | None = None,
+               deadline: float | None = None) -> list[tuple[int, float]]:
+        """(id, score) of the best matches in `txn`'s snapshot; [] for an unknown type.
+        `check()` raises when the command's deadline (`deadline`, a `time.monotonic()`
+        value) has passed: it is called between the steps of the ranking."""
         kind = KIND_CONCEPT if target.upper() == "CONCEPT" else KIND_LINK
         group = None
         if type_name is not None:
@@ -195,8 +199,11 @@ class SearchService:
         v = self.vectors
         seq = read_seq(txn)
         if (v.applied_seq < seq or v.needs_rebuild) and v.backlog <= self.wait_backlog:
-            v.wait(seq, self.wait_seconds)      # read-your-writes for small backlogs
-        return query.run(txn, self.vectors, kind, text, group, limit)
+            wait = self.wait_seconds            # read-your-writes for small backlogs
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            v.wait(seq, wait)
+        return query.run(txn, self.vectors, kind, text, group, limit, check=check)
 
     # --- maintenance ---------------------------------------------------------------------
     @kip_only
@@ -238,12 +245,15 @@ class SearchService:
             counted = lexical.doc_count(txn, KIND_CONCEPT) + lexical.doc_count(txn, KIND_LINK)
             vec_ids = self.vectors.ids(KIND_CONCEPT) | self.vectors.ids(KIND_LINK)
             seq = read_seq(txn)
+            # An element with no text to embed (a concept named "" without aliases, which
+            # older versions accepted) has no vector by design.
+            unvectored = [n for n in elements - vec_ids if self._has_texts(txn, n)]
             report = {
                 "elements": len(elements),
                 "lexical_missing": len(elements - indexed),
                 "lexical_orphans": len(indexed - elements),
                 "lexical_count_drift": abs(counted - len(indexed)),
-                "vector_missing": len(elements - vec_ids),
+                "vector_missing": len(unvectored),
                 "vector_orphans": len(vec_ids - elements),
                 "vector_lag": max(0, seq - self.vectors.applied_seq),
             }
@@ -252,6 +262,15 @@ class SearchService:
                                               if lexical.stale(txn, n))
         report["ok"] = not any(v for k, v in report.items() if k != "elements")
         return report
+
+    def _has_texts(self, txn: Any, n: int) -> bool:
+        """Whether element `n` has a text the vector index embeds (unreadable: yes, so
+        that the damage shows)."""
+        try:
+            doc = element_doc(txn, n)
+        except Exception:  # noqa: BLE001 - a damaged record is reported, not raised
+            return True
+        return doc is None or bool(doc_texts(doc, self.embedder))
 
     @kip_only
     def save(self) -> None:

@@ -268,7 +268,7 @@ class StoreCheck(Findings, Generic[Db]):
                 self.problem("tid_orphans", f"tid {key.hex()}")
                 self._delete(d.tid, key)
         for key, _ in self._items(d.name):
-            ok = len(key) > 9 and key[-9] == 0
+            ok = len(key) >= 9 and key[-9] == 0     # an empty name: 9 bytes
             v = self._concept_head(int.from_bytes(key[-8:], "big")) if ok else None
             if v is None or codec.text_key(v[5:]) != key[:-9]:
                 self.problem("name_orphans", f"name {key[:60]!r}")

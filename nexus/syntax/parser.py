@@ -19,6 +19,7 @@ from lark import Lark, Token
 from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF,
                              UnexpectedInput, UnexpectedToken, VisitError)
 
+from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError, caret_snippet
 from . import ast as A
 from .statements import StatementKind, kind_of
@@ -148,13 +149,18 @@ def parse(text: str, *, max_bytes: int = MAX_COMMAND_BYTES,
     try:
         if len(text) > CACHE_MAX_CHARS:  # big capsules are rarely re-sent; don't pin them
             return _parse_text(text, max_bytes, max_nesting)
-        return _parse_cached(text, max_bytes, max_nesting)
+        return _PARSED.get_or_make((text, max_bytes, max_nesting),
+                                   lambda: _parse_text(text, max_bytes, max_nesting),
+                                   lambda _: AST_BYTES_PER_CHAR * len(text) + 512)
     finally:
         _depth.timeout = _depth.deadline = None
 
 
-# Only commands up to this size are cached: 4096 entries of at most 64 KiB of text (plus AST).
+# Only commands up to this size are cached, in a cache bounded by bytes (nexus.bounded): a
+# syntax tree weighs 15-30 times its text, so at most 4096 entries and about 128 MiB.
 CACHE_MAX_CHARS = 64 * 1024
+CACHE_MAX_BYTES = 128 << 20
+AST_BYTES_PER_CHAR = 32
 
 
 def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
@@ -212,7 +218,7 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
     return ParsedCommand(command, kind_of(command), frozenset(_params(command)))
 
 
-_parse_cached = lru_cache(maxsize=4096)(_parse_text)
+_PARSED: WeightedLRU[ParsedCommand] = WeightedLRU(CACHE_MAX_BYTES, 4096)
 
 
 _START_HINT = ("Send a KIP command such as FIND(...) WHERE {...}, UPSERT {...}, DELETE ..., "

@@ -206,7 +206,7 @@ def test_no_data_without_the_key(keyed):
                 status, data = keyed.request("POST", "/kip", body, headers)
             except ValueError:          # a header http.client itself refuses to send
                 continue
-            if status == 400 and data == b"Invalid HTTP request received.":
+            if status == 400 and "Invalid HTTP request" in str(data):    # (KIP JSON)
                 assert "\x00" in auth          # refused by the HTTP parser itself
                 continue
             assert status == 401, (call, auth, status, data)

@@ -17,7 +17,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ QUERY_TIMEOUT = 2.0
 SLACK = 3.0                      # scheduling on a loaded 2-core machine
 CODES = {c.value for c in ErrorCode}
 KEY = "hostile-key"
+MEMORY_CAP_MIB = 2048
 
 
 def hostile_settings(ci: int, full: int):
@@ -140,6 +144,88 @@ def hostile_case(draw) -> tuple[str, set[str] | None]:
 
 
 hostile_text = hostile_case().map(lambda case: case[0])
+
+# Issue 17's classes: resource shapes the grammar-driven cases above do not reach. Each
+# draw is counted per class (CLASS_COUNTS, printed at the end of the module).
+CLASS_COUNTS: Counter = Counter()
+NESTED_COUNTS = ["a{1000000000}", "(?:(?:a|b){1000}){1000}", "((a{50}){50}){50}",
+                 "(?:x{300}){300,}", "(?x) ( a # )\n ){100000}", "[(]{5}(a{99}){99}",
+                 "(?:.{0,9}){500}Q", "\\p{L}{1000}", "(?i)(?:[a-z]{100}){100}"]
+
+
+@st.composite
+def resource_case(draw) -> tuple[str, dict, set[str]]:
+    """(command, parameters, the codes an error may carry) of one resource-shape class."""
+    kind = draw(st.sampled_from(["regex shapes", "huge texts and parameters", "deep arrays",
+                                 "big integers", "empty names"]))
+    CLASS_COUNTS[kind] += 1
+    if kind == "regex shapes":
+        pattern = draw(st.one_of(st.sampled_from(NESTED_COUNTS), st.builds(
+            lambda a, b, c: f"(?:(?:ab|c){{{a}}}){{{b},{c}}}", st.integers(0, 2000),
+            st.integers(0, 2000), st.integers(0, 2000))))
+        return ('FIND(?d.name) WHERE { ?d {type: "Drug"} FILTER(REGEX(?d.name, :p)) }',
+                {"p": pattern}, {"KIP_1001", "KIP_4001"})
+    if kind == "huge texts and parameters":
+        size = draw(st.sampled_from([5_000, 100_000, 2_000_000]))
+        unit = draw(st.sampled_from(["aspirin ", "x", "\u00e9\u4e2d ", "a b c d "]))
+        text = (unit * (size // len(unit) + 1))[:size]
+        command = draw(st.sampled_from([
+            "SEARCH CONCEPT :t", "SEARCH PROPOSITION :t LIMIT 5",
+            'FIND(?d) WHERE { ?d {type: "Drug"} FILTER(CONTAINS(?d.name, :t)) }',
+            'FIND(?d) WHERE { ?d {type: "Drug", name: :t} }',
+            'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES '
+            '{ notes: :t } } }']))
+        return command, {"t": text}, {"KIP_4002", "KIP_3002", "KIP_2003"}
+    if kind == "deep arrays":
+        depth = draw(st.sampled_from([10, 63, 64, 65, 500, 5000]))
+        value = deep(depth, draw(st.sampled_from([1, "x", None, 2**70])))
+        command = draw(st.sampled_from([
+            'FIND(?d) WHERE { ?d {type: "Drug"} FILTER(IN(?d.name, :v)) }',
+            'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { a: :v } } }',
+            "SEARCH CONCEPT :v"]))
+        return command, {"v": value}, {"KIP_2003", "KIP_1001"}
+    if kind == "big integers":
+        value = draw(st.one_of(st.integers(2**63 - 2, 2**64 + 2), st.integers(-(2**63) - 2,
+                                                                               -(2**63) + 2),
+                               st.integers(2**64, 10**40), st.just(2**70 + 1)))
+        literal = draw(st.booleans())
+        command = draw(st.sampled_from([
+            'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { n: :v } } }',
+            'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { n: [:v] } } }',
+            'FIND(?d.name) WHERE { ?d {type: "Drug"} FILTER(?d.attributes.dose_mg < :v) }',
+            'FIND(?d.name) WHERE { ?d {type: "Drug"} } LIMIT :v']))
+        if literal:
+            command = command.replace(":v", str(value))
+        return command, {} if literal else {"v": value}, {"KIP_2003", "KIP_1001"}
+    name = draw(st.sampled_from(["", " ", "\t", "\n \n", "\u3000"]))
+    command = draw(st.sampled_from([
+        'UPSERT { CONCEPT ?d { {type: "Drug", name: :n} } }',
+        'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: :n} } }',
+        'UPSERT { CONCEPT ?t { {type: "$PropositionType", name: :n} } }',
+        'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} SET PROPOSITIONS '
+        '{ ("treats", {type: "Symptom", name: :n}) } } }',
+        'FIND(?d) WHERE { ?d {type: "Drug", name: :n} }',
+        'DESCRIBE CONCEPT TYPE :n', 'SEARCH CONCEPT :n']))
+    return command, {"n": name}, {"KIP_2003", "KIP_1002", "KIP_3002", "KIP_2001"}
+
+
+@st.composite
+def jsonrpc_arrays(draw) -> bytes:
+    """JSON-RPC arrays: many calls, calls with batches, mixed framings and garbage."""
+    CLASS_COUNTS["JSON-RPC arrays"] += 1
+    find = 'FIND(?d.name) WHERE { ?d {type: "Drug", name: "Aspirin"} }'
+    item = st.one_of(
+        st.builds(lambda i: {"jsonrpc": "2.0", "id": i, "method": "execute_kip_readonly",
+                             "params": {"command": find}}, st.integers(0, 10**6)),
+        st.builds(lambda n: {"jsonrpc": "2.0", "id": 1, "method": "execute_kip",
+                             "params": {"commands": [find] * n}}, st.integers(1, 1200)),
+        st.just({"method": "execute_kip", "params": {"command": find}}),
+        st.just({"jsonrpc": "2.0", "method": "execute_kip", "params": {"command": find}}),
+        json_values)
+    size = draw(st.sampled_from([1, 3, 50, 999, 1000, 1001, 5000]))
+    items = [draw(item)] * size if draw(st.booleans()) else draw(st.lists(item, min_size=1,
+                                                                          max_size=8))
+    return json.dumps(items, allow_nan=True).encode("utf-8", "surrogatepass")
 
 
 def codes_for(codes: set[str] | None, readonly: bool) -> set[str] | None:
@@ -264,6 +350,74 @@ def test_hostile_text_through_the_api(fuzz_nx, baseline, case, readonly, dry_run
 @given(request=envelopes(), readonly=st.booleans())
 def test_hostile_envelopes_through_the_api(fuzz_nx, baseline, request, readonly):
     run_api(fuzz_nx, baseline, request, readonly)
+
+
+@hostile_settings(120, 3000)
+@given(case=resource_case(), readonly=st.booleans())
+def test_resource_shapes_through_the_api(fuzz_nx, baseline, case, readonly):
+    command, parameters, codes = case
+    run_api(fuzz_nx, baseline, {"command": command, "parameters": parameters}, readonly,
+            codes_for(codes, readonly))
+
+
+@hostile_settings(40, 1000)
+@given(objects=st.lists(st.sampled_from(["file", "fifo", "symlink", "device", "dir",
+                                         "dirlink", "missing", "socket", "bad"]),
+                        min_size=1, max_size=5))
+def test_file_system_objects_through_load(fuzz_nx, baseline, tmp_path_factory, objects):
+    """`load_capsules` (kip load) over whatever the file system holds: only regular files
+    are read, every path gets an outcome, nothing hangs or reads forever."""
+    import socket as socket_mod
+    from nexus.errors import KipError
+    from nexus.ops.capsules import load_capsules
+    CLASS_COUNTS["file-system objects"] += 1
+    folder = tmp_path_factory.mktemp("fs")
+    paths = []
+    for i, kind in enumerate(objects):
+        p = folder / f"c{i}.kip"
+        if kind == "file":
+            p.write_text('FIND(?d.name) WHERE { ?d {type: "Drug"} }'.replace("FIND", "//") +
+                         '\nUPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} } }')
+        elif kind == "bad":
+            p.write_bytes(b"\xff\xfe UPSERT {")
+        elif kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "symlink":
+            p.symlink_to("/dev/zero")
+        elif kind == "device":
+            p = Path("/dev/zero")
+        elif kind == "dir":
+            p.mkdir()
+            os.mkfifo(p / "inner.kip")
+            (p / "link.kip").symlink_to("/dev/urandom")
+        elif kind == "dirlink":
+            p.symlink_to("/dev")
+        elif kind == "socket":
+            s = socket_mod.socket(socket_mod.AF_UNIX)
+            s.bind(str(p))
+            s.close()
+        paths.append(p)
+    started = time.monotonic()
+    try:
+        results = load_capsules(fuzz_nx, paths, keep_going=True)
+    except KipError as err:
+        assert "missing" in objects and err.code.value == "KIP_3002"
+        return
+    assert time.monotonic() - started < 10
+    for r in results:
+        assert "error" in r or "statements" in r, r
+        if "error" in r:
+            assert r["error"]["code"] in ("KIP_1001", "KIP_2001", "KIP_3002"), r
+            assert r["error"]["hint"]
+    baseline.before = baseline.dump()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_class_counts():
+    yield
+    if CLASS_COUNTS:
+        sys.stderr.write("\nfuzz inputs per class: " + ", ".join(
+            f"{k} {v}" for k, v in sorted(CLASS_COUNTS.items())) + "\n")
 
 
 # --- specific hostile inputs, with the exact expected answer --------------------------------------
@@ -399,8 +553,10 @@ def server(tmp_path_factory):
     db = tmp_path_factory.mktemp("hostile") / "db"
     with Nexus.open(str(db)) as nx:
         seeded(nx)
+    # Under a memory cap (RLIMIT_DATA, --max-memory): what the fuzz sends must never need
+    # more than that, and a request that would fails alone.
     srv = KipServer.start(db, "--timeout", str(QUERY_TIMEOUT), "--max-body", str(12 << 20),
-                          key=KEY)
+                          "--max-memory", str(MEMORY_CAP_MIB), key=KEY)
     from nexus.store.lmdb_store import LmdbGraphStore
     store = LmdbGraphStore(str(db))
 
@@ -480,6 +636,37 @@ def http_bodies(draw) -> tuple[bytes, bool, bool]:
 def test_hostile_bodies_over_http(server, case):
     body, readonly, dry_run = case
     check_http(server, body, readonly, dry_run)
+
+
+@hostile_settings(30, 1000)
+@given(body=jsonrpc_arrays())
+def test_jsonrpc_arrays_over_http(server, body):
+    started = time.monotonic()
+    status, data = server.raw_post(body, True) if len(body) > 1 << 20 else \
+        server.post(body, key=True, timeout=120)
+    assert time.monotonic() - started < 2 * QUERY_TIMEOUT + SLACK
+    assert status in (200, 204, 400, 413), (status, str(data)[:300])
+    if status == 413:
+        assert data["error"]["code"] == "KIP_4002"
+    elif status == 400:
+        err = data["error"].get("data", data["error"])
+        assert err["code"] in ("KIP_1001", "KIP_4002"), data
+    elif status == 200:
+        assert isinstance(data, list) and len(data) <= 1000
+    assert server.proc.poll() is None
+    server.baseline.before = server.baseline.dump()
+
+
+@hostile_settings(40, 1000)
+@given(case=resource_case(), readonly=st.booleans())
+def test_resource_shapes_over_http(server, case, readonly):
+    command, parameters, codes = case
+    body = json.dumps({"method": "execute_kip_readonly" if readonly else "execute_kip",
+                       "params": {"command": command, "parameters": parameters}},
+                      ensure_ascii=False).encode("utf-8", "surrogatepass")
+    check_http(server, body, readonly, allowed=codes_for(codes, readonly))
+    rss = server.rss()
+    assert rss.get("RssAnon", 0) < MEMORY_CAP_MIB * 1024, rss
 
 
 @hostile_settings(40, 1000)

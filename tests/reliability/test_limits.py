@@ -47,6 +47,9 @@ CASES = {
                       "KIP_4001", 408),
     "query_timeout": (0.3, _request(CROSS3), "KIP_4001", 408),
     "max_search_limit": (2, _request('SEARCH CONCEPT "d1" LIMIT 50'), None, 200),
+    "max_search_chars": (5, _request('SEARCH CONCEPT "aspirin fever"'), "KIP_4002", 400),
+    "max_result_bytes": (40, _request('FIND(?t.name) WHERE { ?t {type: "$ConceptType"} }'),
+                         "KIP_4002", 400),
 }
 
 
@@ -91,7 +94,8 @@ def test_limits_are_a_dataclass_the_table_covers():
 # Limits that do not get in each other's way, one server each.
 SERVERS = (("query_timeout", "regex_timeout", "max_search_limit", "max_batch", "max_hops",
             "max_path_visits"),
-           ("max_command_bytes", "max_nesting", "max_rows", "max_regex_length"))
+           ("max_command_bytes", "max_nesting", "max_rows", "max_regex_length",
+            "max_search_chars", "max_result_bytes"))
 
 
 @pytest.mark.parametrize("cases", SERVERS, ids=["run-time", "size"])

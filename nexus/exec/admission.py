@@ -1,0 +1,102 @@
+"""Admission control: cheap commands stay fast while slow ones run.
+
+A Python thread cannot be preempted or killed, and every query competes for one interpreter
+lock (GIL): with eight threads running multi-second queries, a point FIND waited behind
+them for seconds (bench/hol.py). So every read command starts in the *fast lane* and runs
+at once; a command still running after `fast_seconds` of wall time must take one of
+`slots` *heavy slots* at its next deadline check (the cooperative checkpoints that every
+operator, path walk and SEARCH step already makes, `ExecContext.check_deadline`), waiting
+in FIFO order — a waiting command sleeps, so it takes no interpreter time from anyone. A
+heavy command hands its slot to the next waiter every `quantum` seconds (round robin), so
+one long query does not starve the others, and gives it back when it ends.
+
+So at most `slots` slow commands compete with the cheap ones for the interpreter, whatever
+the number of clients; a slow command that waits past its own deadline ends with KIP_4001
+as it would have running. Writes are serialized by the write lock already and do not take
+slots. The numbers: docs/limits.md ("Admission"); the measurement: bench/RESULTS.md.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+
+class Admission:
+    """The heavy slots of one engine: a FIFO semaphore that also says whether anyone waits."""
+
+    def __init__(self, slots: int, fast_seconds: float, quantum: float) -> None:
+        self.slots = max(1, slots)
+        self.fast_seconds = fast_seconds
+        self.quantum = quantum
+        self._lock = threading.Lock()
+        self._free = self.slots
+        self._queue: deque[threading.Lock] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def acquire(self, deadline: float) -> bool:
+        """Take a slot, waiting in line until `deadline` (a `time.monotonic()` value);
+        False when the deadline passed first."""
+        with self._lock:
+            if self._free > 0 and not self._queue:
+                self._free -= 1
+                return True
+            waiter = threading.Lock()
+            waiter.acquire()
+            self._queue.append(waiter)
+        if waiter.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return True                 # handed over by `release`
+        with self._lock:
+            try:
+                self._queue.remove(waiter)
+                return False
+            except ValueError:          # handed over just as the wait timed out
+                return True
+
+    def release(self) -> None:
+        """Give the slot back: to the first in line, if anyone waits."""
+        with self._lock:
+            if self._queue:
+                self._queue.popleft().release()
+            else:
+                self._free += 1
+
+    def ticket(self) -> "Ticket":
+        return Ticket(self)
+
+
+class Ticket:
+    """One command's place in the lanes: fast until `fast_seconds`, then a heavy slot."""
+
+    __slots__ = ("admission", "started", "next_check", "holding")
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.started = time.monotonic()
+        self.next_check = self.started + admission.fast_seconds
+        self.holding = False
+
+    def checkpoint(self, now: float, deadline: float) -> bool:
+        """At a deadline check past `next_check`: take a slot (the fast lane is over), or
+        hand it on when others wait and the quantum is used. False when the deadline
+        passed while waiting for a slot."""
+        adm = self.admission
+        if self.holding:
+            if not adm.waiting:
+                self.next_check = now + adm.quantum
+                return True
+            self.holding = False
+            adm.release()
+        if not adm.acquire(deadline):
+            return False
+        self.holding = True
+        self.next_check = time.monotonic() + adm.quantum
+        return True
+
+    def done(self) -> None:
+        if self.holding:
+            self.holding = False
+            self.admission.release()
