@@ -152,8 +152,8 @@ def _mandatory_atoms(logical: LogicalQuery) -> list:
 
 
 def _param_names(node: Any) -> set[str]:
-    from ..syntax.parser import _params
-    return set(_params(node))
+    from ..syntax.parser import placeholder_names
+    return set(placeholder_names(node))
 
 
 # --- FIND --------------------------------------------------------------------------------
