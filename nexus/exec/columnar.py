@@ -53,7 +53,9 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..plan import physical as P
+from ..plan.cost import Estimator, executor_costs
 from ..plan.logical import expr_vars
+from .env import Env
 from .filters import compile_filter
 from .operators import _merge_union_row, _union_map, compile_step, step_layouts
 
@@ -601,47 +603,12 @@ def not_null_by_id(env: Any, col: np.ndarray, segments: tuple[str, ...]) -> np.n
 
 # --- choosing the executor ---------------------------------------------------------------
 
-# Cost units are microseconds, measured on the benchmark machine (N=100k, LMDB, warm):
-ROW_STEP = 1.2          # a row through one generator stage
-ROW_SEEK = 2.5          # a cursor positioning (Expand / LinkCheck / OPTIONAL per row)
-KEY_SCAN = 0.12         # a key of an index range read into an array
-KEY_SORT = 0.08         # a link re-sorted by object
-COL_FIXED = 80.0        # numpy call overheads of a columnar run
-COL_ROW = 0.05          # a row through one vectorised step
-
-
-def anchored(plan: P.GroupPlan) -> bool:
-    """Whether the plan starts from one constant element ({type, name}, {id}, (id: ...)):
-    its work is bounded by that element's neighbourhood, which the row path reaches with a
-    few seeks, while columns would need whole-predicate arrays. `auto` keeps such plans on
-    the row path without estimating anything (the hot path of Q1–Q4-like commands).
-    Decided from the plan's shape, not from its estimates: a prepared plan is cached per
-    command text across executions while the graph changes."""
-    if plan.unions or plan.main_empty or not plan.steps:
-        return False
-    first = plan.steps[0]
-    return isinstance(first, (P.ConstConcept, P.LinkById)) and not first.bound
-
-
-class _Cost:
-    __slots__ = ("row", "col", "need")
-
-    def __init__(self) -> None:
-        self.row = 0.0
-        self.col = COL_FIXED
-        self.need: set = set()
-
-
-def choose(env: Any, prog: GroupProgram) -> bool:
-    """Whether the columnar run is expected to be cheaper for this execution."""
-    txn = env.txn
-    concepts = max(1, txn.count_concepts())
-    cost = _Cost()
-    cx_cached = _CachedProbe(txn)
-    _estimate(env, prog.plan, 1.0, {}, cost, concepts, cx_cached)
-    for u in prog.plan.unions:
-        _estimate(env, u, 1.0, {}, cost, concepts, cx_cached)
-    return cost.col < cost.row
+def choose(env: Env, prog: GroupProgram) -> bool:
+    """Whether the columnar run is expected to be cheaper for this execution: the cost
+    model's comparison (`nexus.plan.cost`), with the values this execution runs with and the
+    arrays the snapshot's column cache already holds."""
+    est = Estimator(env.txn, env.sid)
+    return executor_costs(prog.plan, est, _CachedProbe(env.txn).has).columnar_wins
 
 
 class _CachedProbe:
@@ -654,64 +621,3 @@ class _CachedProbe:
 
     def has(self, key: tuple) -> bool:
         return self.cache is not None and self.cache.cached(self.snap, key)
-
-
-def _estimate(env: Any, plan: P.GroupPlan, rows: float, domain: dict, cost: _Cost,
-              concepts: int, probe: _CachedProbe) -> float:
-    """Add the plan's row-path and columnar costs for `rows` input rows; returns the rows
-    it is estimated to produce. `domain` maps a variable to the size of the type it ranges
-    over (when known), for fan-out estimates: links of a predicate spread over that type."""
-    txn = env.txn
-    domain = dict(domain)
-
-    def need_links(pid: int, by_object: bool) -> None:
-        if ("L", pid) not in cost.need and not probe.has(("L", pid)):
-            count = txn.count_predicate(pid)
-            cost.col += count * (KEY_SCAN + (KEY_SORT if by_object else 0.0))
-        cost.need.add(("L", pid))
-
-    for step in plan.steps:
-        before = rows
-        if isinstance(step, P.ScanType):
-            tid = env.sid(step.type)
-            count = float(txn.count_type(tid)) if tid else 0.0
-            if tid and ("T", tid) not in cost.need and not probe.has(("T", tid)):
-                cost.col += count * KEY_SCAN
-                cost.need.add(("T", tid))
-            rows = rows * count
-            domain[step.var] = count
-        elif isinstance(step, P.ConstConcept):
-            if step.atom.type is not None:
-                tid = env.sid(step.atom.type)
-                domain[step.var] = float(txn.count_type(tid)) if tid else 1.0
-        elif isinstance(step, P.CheckConcept):
-            rows *= 0.7
-        elif isinstance(step, (P.Expand, P.LinkCheck, P.ScanLinks)):
-            pids = env.pids(step.predicates)
-            count = float(sum(txn.count_predicate(p) for p in pids))
-            for p in pids:
-                need_links(p, isinstance(step, P.Expand) and step.direction == "in")
-            cost.row += before * ROW_SEEK
-            if isinstance(step, P.Expand):
-                d = domain.get(step.start)
-                rows = rows * (count / d if d else max(1.0, count / max(1.0, concepts / 5)))
-            elif isinstance(step, P.LinkCheck):
-                rows *= 0.3
-            else:
-                rows *= count
-        elif isinstance(step, P.Filter):
-            rows *= 0.5
-        elif isinstance(step, P.OptionalJoin):
-            sub_rows = _estimate(env, step.plan, rows, domain, cost, concepts, probe)
-            cost.row += rows * ROW_SEEK
-            rows = max(rows, sub_rows)
-        elif isinstance(step, P.AntiJoin):
-            _estimate(env, step.plan, rows, domain, cost, concepts, probe)
-            cost.row += rows * ROW_SEEK
-            rows *= 0.5
-        else:
-            rows *= 2.0
-            cost.col += before * ROW_STEP          # runs the row stage per row anyway
-        cost.row += (before + rows) * ROW_STEP
-        cost.col += (before + rows) * COL_ROW
-    return rows

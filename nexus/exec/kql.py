@@ -31,7 +31,8 @@ from typing import Any, Iterator, Mapping
 from ..errors import ErrorCode, KipError
 from ..plan.explain import explain_plan
 from ..plan.logical import LogicalQuery, PathAtom, bind_where, unbound
-from ..plan.physical import ConstConcept, Estimator, GroupPlan, may_repeat, plan_query
+from ..plan.cost import Estimator, anchored
+from ..plan.physical import ConstConcept, GroupPlan, may_repeat, plan_query
 from ..syntax import ast as A
 from ..syntax import to_text
 from . import columnar
@@ -77,7 +78,7 @@ def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = 
             return hit[1]
     logical = bind_where(find.where)
     env = Env(ctx, params)
-    plan = plan_query(logical, Estimator(ctx.txn, env.value))
+    plan = plan_query(logical, Estimator.for_planning(ctx.txn, env.value))
     layout = plan.out_layout
     aggregated = any(isinstance(i, A.Aggregate) for i in find.items)
     for key in find.order_by:
@@ -101,7 +102,7 @@ def prepare(ctx: Any, find: A.Find, params: Mapping[str, Any], *, cache: bool = 
                         repeat_key=named_idx if repeats else None,
                         named_idx=named_idx, distinct_rows=not repeats,
                         paths=tuple(_path_ranges(logical.root)),
-                        anchored=columnar.anchored(plan), aggregated=aggregated)
+                        anchored=anchored(plan), aggregated=aggregated)
     prepared.key_idx = _var_positions(layout, find.items)
     prepared.point = _point_atom(plan, find, aggregated)
     prepared.no_dedup = prepared.distinct_rows and set(prepared.key_idx) >= set(named_idx)

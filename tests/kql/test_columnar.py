@@ -17,6 +17,7 @@ import pytest
 from kqlsupport import STORES, open_db
 
 from nexus.exec import columnar
+from nexus.plan import cost
 from nexus.store.columns import store_columns
 
 DRUGS_BY_CLASS = 'FIND(?c.name, COUNT(?d)) WHERE { ?d {type: "Drug"} ?c {type: "DrugClass"} ' \
@@ -247,7 +248,7 @@ def test_auto_choice_follows_the_cost_model(tmp_path, monkeypatch):
         assert ran, "the whole-type scan should run columnar"
         assert auto == run(nx, SIDE_EFFECTS, "never")
         ran.clear()
-        monkeypatch.setattr(columnar, "COL_FIXED", 1e12)     # columns made hopeless
+        monkeypatch.setattr(cost, "COL_FIXED", 1e12)         # columns made hopeless
         run(nx, SIDE_EFFECTS, "auto")
         assert ran, "a columnar choice is remembered for the same snapshot and parameters"
         ran.clear()
