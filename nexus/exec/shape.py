@@ -19,7 +19,7 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass
-from itertools import islice
+from operator import itemgetter
 from typing import Any, Iterable, Iterator, Mapping, Protocol, TypeVar
 
 from ..errors import ErrorCode, KipError
@@ -180,19 +180,40 @@ def distinct(rows: Iterable[Row], key_idx: tuple[int, ...]) -> Iterator[Row]:
     the row it yields."""
     seen: set[Any] = set()
     add = seen.add
+    key_of = itemgetter(*key_idx)       # the value, or a tuple of the values, made in C
+    for row in rows:
+        key = key_of(row)
+        if key not in seen:
+            add(key)
+            yield row
+
+
+def first_distinct(rows: Iterable[Row], key_idx: tuple[int, ...], stop: int | None
+                   ) -> list[Row]:
+    """`distinct` as a list of at most `stop` rows — the same rows, read the same way. It
+    runs over every solution of a plain FIND, so it is written out (a generator frame, or a
+    branch per row between one key and several, costs ~10% here)."""
+    seen: set[Any] = set()
+    out: list[Row] = []
     if len(key_idx) == 1:
         (k,) = key_idx
         for row in rows:
             value = row[k]
             if value not in seen:
-                add(value)
-                yield row
-        return
+                seen.add(value)
+                out.append(row)
+                if stop is not None and len(out) >= stop:
+                    break
+        return out
+    key_of = itemgetter(*key_idx)
     for row in rows:
-        key = tuple([row[i] for i in key_idx])
+        key = key_of(row)
         if key not in seen:
-            add(key)
-            yield row
+            seen.add(key)
+            out.append(row)
+            if stop is not None and len(out) >= stop:
+                break
+    return out
 
 
 def _take(rows: Iterable[Row], n: int) -> Iterator[Row]:
@@ -218,8 +239,7 @@ class RowSolutions:
         if key_idx is None:
             picked = list(rows if stop is None else _take(rows, stop))
         else:
-            unique = distinct(rows, key_idx)
-            picked = list(unique if stop is None else islice(unique, stop))
+            picked = first_distinct(rows, key_idx, stop)
         return RowSelection(self.env, self.layout, picked)
 
     def aggregate(self, agg: Aggregator, repeat_key: tuple[int, ...] | None,
