@@ -14,7 +14,7 @@ values of different kinds sort booleans < numbers < strings < arrays/objects.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Protocol, TypeVar, cast
+from typing import Any, Callable, Protocol, TypeVar
 
 from ..syntax import ast as A
 from .env import Env
@@ -44,16 +44,14 @@ def hashable(value: Any) -> Any:
 class Accumulator(Protocol):
     """One aggregate's state for one group."""
 
+    def add(self, v: Any) -> None:
+        """Count one solution's value."""
+        ...
+
     def result(self) -> Any: ...
 
     def merge(self, other: Any) -> None:
         """Take in another group's state of the same aggregate (groups with equal keys)."""
-        ...
-
-
-class RowAccumulator(Accumulator, Protocol):
-    def add(self, v: Any) -> None:
-        """Count one solution's value."""
         ...
 
 
@@ -178,6 +176,11 @@ class DistinctIds:
     def __init__(self, ids: Any) -> None:
         self.ids = ids
 
+    def add(self, v: Any) -> None:
+        if v is not None:       # (the columnar path hands over whole groups instead)
+            import numpy as np
+            self.ids = np.union1d(self.ids, [v])
+
     def result(self) -> int:
         return int(len(self.ids))
 
@@ -193,7 +196,7 @@ def counted(n: int) -> _Count:
     return acc
 
 
-_ACC: dict[str, Callable[[], RowAccumulator]] = {
+_ACC: dict[str, Callable[[], Accumulator]] = {
     "COUNT": _Count,
     "SUM": _Sum,
     "AVG": _Avg,
@@ -202,7 +205,7 @@ _ACC: dict[str, Callable[[], RowAccumulator]] = {
 }
 
 
-def _new_acc(item: A.Aggregate) -> RowAccumulator:
+def _new_acc(item: A.Aggregate) -> Accumulator:
     return _CountDistinct() if item.distinct else _ACC[item.func]()
 
 
@@ -226,7 +229,7 @@ class Aggregator:
         self._single = len(self._id_idx) == 1
         self._id_pos = self._id_idx[0] if self._single else -1
         # identities of the key variables -> (first solution, accumulators)
-        self._by_ids: dict[Any, tuple[Row, list[RowAccumulator]]] = {}
+        self._by_ids: dict[Any, tuple[Row, list[Accumulator]]] = {}
         self._groups: list[Group] | None = None
 
     def _value_fn(self, layout: list[str], path: A.Path) -> Callable[[Row], Any]:
@@ -250,9 +253,8 @@ class Aggregator:
     def add_group(self, first_row: Row, accs: list[Accumulator]) -> None:
         """Phase 1 done elsewhere (the columnar path): one identity group with its first
         solution row and its finished accumulators (in the order of the FIND aggregates).
-        Groups must be added in first-seen order. (An aggregator is fed by `add` or by
-        `add_group`, never both: nothing is added to a finished group's accumulators.)"""
-        self._by_ids[len(self._by_ids)] = (first_row, cast("list[RowAccumulator]", accs))
+        Groups must be added in first-seen order."""
+        self._by_ids[len(self._by_ids)] = (first_row, accs)
 
     @property
     def aggregates(self) -> list[A.Aggregate]:
@@ -268,7 +270,7 @@ class Aggregator:
         """Phase 2: project the key values of each identity group and merge the groups
         whose values are equal (two drugs with the same name are one group)."""
         if self._groups is None:
-            groups: dict[Any, tuple[list[Any], Row, list[RowAccumulator]]] = {}
+            groups: dict[Any, tuple[list[Any], Row, list[Accumulator]]] = {}
             for first, accs in self._by_ids.values():
                 raw = [fn(first) for _, fn, _ in self._key_fns]
                 key = tuple(hashable(v) for v in raw)
