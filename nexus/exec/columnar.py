@@ -34,28 +34,34 @@ Budgets: the deadline is checked after each step and while per-row work runs. An
 intermediate batch may not exceed `MAX_BATCH` rows: a step that would produce more (a cross
 product, a huge fan-out) stops the columnar run, and the rest of the plan streams through
 the row path from that step on (where the row cap and the deadline apply row by row, as
-without columns). The caller (`kql`) applies the row cap to a finished batch exactly as
-the streaming path would have.
+without columns). A finished batch goes to the shaper as `batch.BatchSolutions`, which
+applies the row cap exactly as the streaming path would have.
 
 When to use it is decided per execution (`choose`): never in a write transaction (DELETE …
-WHERE) or when the store's ids are not dense enough for arrays; otherwise by comparing an
-estimate of the row path's cost (rows × per-step cost, seeks per row) with the columnar
-cost — chiefly building the link/type arrays not yet cached for this snapshot (a key scan
-of the whole predicate, so after a write a small selective query keeps the row path) plus a
-fixed overhead. `Nexus.open(columnar="auto"|"always"|"never")` or `NEXUS_COLUMNAR` force it
-(the test suite runs every KQL test both ways).
+WHERE) or when the store's ids are not dense enough for arrays; otherwise by the cost
+model's comparison (`nexus.plan.cost.executor_costs`) of the row path's cost (rows ×
+per-step cost, seeks per row) with the columnar cost — chiefly building the link/type
+arrays not yet cached for this snapshot (a key scan of the whole predicate, so after a
+write a small selective query keeps the row path) plus a fixed overhead.
+`Nexus.open(columnar="auto"|"always"|"never")` or `NEXUS_COLUMNAR` force it (the test
+suite runs every KQL test both ways).
 """
 from __future__ import annotations
 
+import enum
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Final, Sequence, Union
 
 import numpy as np
 
 from ..plan import physical as P
+from ..plan.cost import Estimator, executor_costs
 from ..plan.logical import expr_vars
-from .filters import compile_filter
-from .operators import _merge_union_row, _union_map, compile_step, step_layouts
+from ..store.columns import LinkColumns, TxnColumns
+from .batch import Batch
+from .env import Env
+from .filters import Test, compile_filter
+from .operators import Row, Rows, Stage, compile_step, merge_union_row, step_layouts, union_map
 
 MAX_BATCH = 1_000_000          # rows of an intermediate batch before the run streams
 MODES = ("auto", "always", "never")
@@ -67,41 +73,9 @@ def default_mode() -> str:
     return mode if mode in MODES else "auto"
 
 
-# --- batches -----------------------------------------------------------------------------
+# --- how a step answers -----------------------------------------------------------------
 
-class Batch:
-    """Aligned int64 columns (0 = null) of `size` rows; a zero-width batch still has rows."""
-
-    __slots__ = ("cols", "size")
-
-    def __init__(self, cols: list, size: int) -> None:
-        self.cols = cols
-        self.size = size
-
-    def take(self, idx: np.ndarray) -> "Batch":
-        """Rows at `idx` (an index array, in its order) or where `idx` (a bool mask)."""
-        if idx.dtype == np.bool_:
-            size = int(np.count_nonzero(idx))
-        else:
-            size = len(idx)
-        return Batch([c[idx] for c in self.cols], size)
-
-    def rows(self) -> list[tuple]:
-        """The rows as the row path's tuples (ints, None for null)."""
-        if not self.cols:
-            return [()] * self.size
-        return list(zip(*[as_list(c) for c in self.cols]))
-
-
-def as_list(col: np.ndarray) -> list:
-    """A column as Python ints, 0 → None."""
-    out = col.tolist()
-    if len(col) and not col.all():
-        out = [x or None for x in out]
-    return out
-
-
-def _to_col(values: list) -> np.ndarray:
+def _to_col(values: list[int | None]) -> np.ndarray:
     return np.fromiter((v or 0 for v in values), dtype=np.int64, count=len(values))
 
 
@@ -109,7 +83,16 @@ class _Stop(Exception):
     """A step cannot run on this batch (too many rows): stream from here."""
 
 
-_NOT_VECTOR = object()
+class _NotVector(enum.Enum):
+    NOT_VECTOR = 0
+
+
+# A vectorised step's answer: which incoming rows survive, in what order (an index array or
+# a bool mask; None: all, as they are) and the columns it binds (None: none) — or
+# _NOT_VECTOR, when it cannot run on this batch in columns (the row stage runs per row).
+Take = Union[np.ndarray, None]
+Result = tuple[Take, Union[list[np.ndarray], None]]
+_NOT_VECTOR: Final = _NotVector.NOT_VECTOR
 
 
 # --- programs: per-plan compiled state ---------------------------------------------------
@@ -121,9 +104,9 @@ class GroupProgram:
         self.plan = plan
         # One entry per step, plus the layout after the last step.
         self.layouts = step_layouts(plan)
-        self._stages: dict[int, Any] = {}
+        self._stages: dict[int, Stage] = {}
         self.subs: dict[int, GroupProgram] = {}
-        self.filters: dict[int, tuple[Any, tuple[int, ...]]] = {}
+        self.filters: dict[int, tuple[Test, tuple[int, ...]]] = {}
         for i, step in enumerate(plan.steps):
             if isinstance(step, (P.OptionalJoin, P.AntiJoin)):
                 self.subs[i] = GroupProgram(step.plan)
@@ -133,9 +116,9 @@ class GroupProgram:
                                           if v in layout}))
                 self.filters[i] = (compile_filter(step.expr, layout), positions)
         self.unions = [GroupProgram(u) for u in plan.unions]
-        self.union_maps = [_union_map(plan, u) for u in plan.unions]
+        self.union_maps = [union_map(plan, u) for u in plan.unions]
 
-    def stage(self, i: int) -> Any:
+    def stage(self, i: int) -> Stage:
         """The row path's stage for step i (compiled on first use)."""
         st = self._stages.get(i)
         if st is None:
@@ -145,12 +128,12 @@ class GroupProgram:
 
 # --- the run -----------------------------------------------------------------------------
 
-def execute(env: Any, cx: Any, prog: GroupProgram) -> Batch | Iterator[tuple]:
+def execute(env: Env, cx: TxnColumns, prog: GroupProgram) -> Batch | Rows:
     """The top-level group's solutions: a Batch laid out as `plan.out_layout`, or — when a
     step had to stream — an iterator of row tuples in the same layout and order."""
     plan = prog.plan
     width = len(plan.out_layout)
-    parts: list = []
+    parts: list[Batch | Rows] = []
     if not plan.main_empty:
         batch, _, stop = run_steps(env, cx, prog, Batch([], 1), None)
         pad = width - len(plan.layout)
@@ -161,37 +144,43 @@ def execute(env: Any, cx: Any, prog: GroupProgram) -> Batch | Iterator[tuple]:
             parts.append(_stream(env, prog, batch, stop, (None,) * pad))
     for union, mapping in zip(prog.unions, prog.union_maps):
         got = execute(env, cx, union)           # a branch may have UNIONs of its own
-        if type(got) is Batch:
-            cols: list = [None] * width
+        if isinstance(got, Batch):
+            cols: list[np.ndarray | None] = [None] * width
             for src, dst in mapping:
                 cols[dst] = got.cols[src]
             parts.append(Batch([c if c is not None else np.zeros(got.size, np.int64)
                                 for c in cols], got.size))
         else:
-            parts.append(r for urow in got if (r := _merge_union_row(
-                (), urow, mapping, 0, width)) is not None)
-    if all(type(p) is Batch for p in parts):
-        if len(parts) == 1:
-            return parts[0]
-        size = sum(p.size for p in parts)
+            parts.append(_merged(got, mapping, width))
+    batches = [p for p in parts if isinstance(p, Batch)]
+    if len(batches) == len(parts):
+        if len(batches) == 1:
+            return batches[0]
+        size = sum(p.size for p in batches)
         if not width:
             return Batch([], size)
-        return Batch([np.concatenate([p.cols[j] for p in parts]) for j in range(width)], size)
+        return Batch([np.concatenate([p.cols[j] for p in batches]) for j in range(width)],
+                     size)
     return _chain(parts)
 
 
-def _chain(parts: list) -> Iterator[tuple]:
+def _merged(rows: Rows, mapping: list[tuple[int, int]], width: int) -> Rows:
+    """A UNION branch's streamed rows laid out as the group's (`merge_union_row`)."""
+    return (r for urow in rows if (r := merge_union_row((), urow, mapping, 0, width))
+            is not None)
+
+
+def _chain(parts: list[Batch | Rows]) -> Rows:
     for p in parts:
-        if type(p) is Batch:
+        if isinstance(p, Batch):
             yield from p.rows()
         else:
             yield from p
 
 
-def _stream(env: Any, prog: GroupProgram, batch: Batch, start: int, pad: tuple
-            ) -> Iterator[tuple]:
+def _stream(env: Env, prog: GroupProgram, batch: Batch, start: int, pad: Row) -> Rows:
     """The rest of the plan, from step `start`, through the row path's stages."""
-    rows: Iterator[tuple] = iter(batch.rows())
+    rows: Rows = iter(batch.rows())
     for i in range(start, len(prog.plan.steps)):
         rows = prog.stage(i)(env, rows)
     if pad:
@@ -199,7 +188,7 @@ def _stream(env: Any, prog: GroupProgram, batch: Batch, start: int, pad: tuple
     return rows
 
 
-def run_steps(env: Any, cx: Any, prog: GroupProgram, batch: Batch,
+def run_steps(env: Env, cx: TxnColumns, prog: GroupProgram, batch: Batch,
               origin: np.ndarray | None) -> tuple[Batch, np.ndarray | None, int | None]:
     """Run the plan's steps over `batch` (laid out as the plan's inputs). Returns the
     batch, the origin of each row (when tracked) and the index of the step the run stopped
@@ -211,9 +200,8 @@ def run_steps(env: Any, cx: Any, prog: GroupProgram, batch: Batch,
             break
         fn = _VECTOR.get(type(step))
         try:
-            res = fn(env, cx, prog, i, step, batch) if fn is not None else _NOT_VECTOR
-            if res is _NOT_VECTOR:
-                res = _per_row(env, prog, i, batch)
+            got = fn(env, cx, prog, i, step, batch) if fn is not None else _NOT_VECTOR
+            res = _per_row(env, prog, i, batch) if got is _NOT_VECTOR else got
         except _Stop:
             return batch, origin, i
         take, new = res
@@ -238,13 +226,14 @@ def _cap(total: int) -> None:
         raise _Stop()
 
 
-def _empty() -> tuple:
+def _empty() -> Result:
     return _EMPTY_TAKE, None
 
 
 # --- vectorised steps: each returns (take, new columns) ----------------------------------
 
-def _v_const_concept(env, cx, prog, i, step: P.ConstConcept, batch: Batch):
+def _v_const_concept(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                     step: P.ConstConcept, batch: Batch) -> Result | _NotVector:
     n = env.const_concept(step.atom)
     if step.bound:
         if n is None:
@@ -256,7 +245,8 @@ def _v_const_concept(env, cx, prog, i, step: P.ConstConcept, batch: Batch):
     return None, [np.full(batch.size, n, dtype=np.int64)]
 
 
-def _v_link_by_id(env, cx, prog, i, step: P.LinkById, batch: Batch):
+def _v_link_by_id(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                  step: P.LinkById, batch: Batch) -> Result | _NotVector:
     n = env.const_link(step.atom)
     if n is None:
         return _empty()
@@ -266,7 +256,7 @@ def _v_link_by_id(env, cx, prog, i, step: P.LinkById, batch: Batch):
     return None, [np.full(batch.size, n, dtype=np.int64)]
 
 
-def _cross(batch: Batch, cols: list[np.ndarray]) -> tuple:
+def _cross(batch: Batch, cols: list[np.ndarray]) -> Result:
     """Every incoming row followed by every row of `cols` (row-major)."""
     k = len(cols[0]) if cols else 0
     _cap(batch.size * k)
@@ -276,14 +266,16 @@ def _cross(batch: Batch, cols: list[np.ndarray]) -> tuple:
     return take, [np.tile(c, batch.size) for c in cols]
 
 
-def _v_scan_type(env, cx, prog, i, step: P.ScanType, batch: Batch):
+def _v_scan_type(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                 step: P.ScanType, batch: Batch) -> Result | _NotVector:
     tid = env.sid(step.type)
     if tid is None:
         return _empty()
     return _cross(batch, [cx.type_ids(tid)])
 
 
-def _v_check_concept(env, cx, prog, i, step: P.CheckConcept, batch: Batch):
+def _v_check_concept(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                     step: P.CheckConcept, batch: Batch) -> Result | _NotVector:
     tid = None
     if step.type is not None:
         tid = env.sid(step.type)
@@ -309,7 +301,7 @@ def _ranges(lo: np.ndarray, counts: np.ndarray, total: int) -> tuple[np.ndarray,
     return take, pos
 
 
-def _merge_parts(parts: list[tuple]) -> tuple:
+def _merge_parts(parts: Sequence[tuple[np.ndarray, ...]]) -> Result:
     """Concatenate per-predicate (take, cols...) parts and restore row order (stable)."""
     if len(parts) == 1:
         take, *cols = parts[0]
@@ -320,7 +312,8 @@ def _merge_parts(parts: list[tuple]) -> tuple:
     return take[order], cols
 
 
-def _v_expand(env, cx, prog, i, step: P.Expand, batch: Batch):
+def _v_expand(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+              step: P.Expand, batch: Batch) -> Result | _NotVector:
     layout = prog.layouts[i]
     if step.end in layout or (step.link is not None and (step.link in layout
                                                         or step.link == step.end)):
@@ -347,7 +340,7 @@ def _v_expand(env, cx, prog, i, step: P.Expand, batch: Batch):
     return _merge_parts(parts)
 
 
-def _pair_lookup(links, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pair_lookup(links: LinkColumns, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(found mask, link id where found) of the pair keys `q` in one predicate."""
     keys = links.pair_keys()
     if not len(keys):
@@ -356,7 +349,8 @@ def _pair_lookup(links, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return keys[idx] == q, links.n[idx]
 
 
-def _v_link_check(env, cx, prog, i, step: P.LinkCheck, batch: Batch):
+def _v_link_check(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                  step: P.LinkCheck, batch: Batch) -> Result | _NotVector:
     layout = prog.layouts[i]
     if step.link is not None and step.link in layout:
         return _NOT_VECTOR
@@ -384,7 +378,8 @@ def _v_link_check(env, cx, prog, i, step: P.LinkCheck, batch: Batch):
     return _merge_parts(parts)
 
 
-def _v_scan_links(env, cx, prog, i, step: P.ScanLinks, batch: Batch):
+def _v_scan_links(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                  step: P.ScanLinks, batch: Batch) -> Result | _NotVector:
     layout = prog.layouts[i]
     if step.subject in layout or step.object in layout or (
             step.link is not None and step.link in layout):
@@ -404,7 +399,8 @@ def _v_scan_links(env, cx, prog, i, step: P.ScanLinks, batch: Batch):
     return _cross(batch, cols)
 
 
-def _v_filter(env, cx, prog, i, step: P.Filter, batch: Batch):
+def _v_filter(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+              step: P.Filter, batch: Batch) -> Result | _NotVector:
     test, positions = prog.filters[i]
     width = len(prog.layouts[i])
     tick = env.tick
@@ -428,7 +424,8 @@ def _v_filter(env, cx, prog, i, step: P.Filter, batch: Batch):
     return np.array(out, dtype=bool), None
 
 
-def _sub_run(env, cx, prog: GroupProgram, i: int, batch: Batch, correlated: bool):
+def _sub_run(env: Env, cx: TxnColumns, prog: GroupProgram, i: int, batch: Batch,
+             correlated: bool) -> tuple[Batch, np.ndarray] | _NotVector:
     """Run the block of step i over the batch (or, uncorrelated, over its first row):
     (sub-batch, origin) or _NOT_VECTOR when the block cannot be run in columns here."""
     sub = prog.subs[i]
@@ -436,12 +433,13 @@ def _sub_run(env, cx, prog: GroupProgram, i: int, batch: Batch, correlated: bool
         return _NOT_VECTOR
     inp = batch if correlated else batch.take(np.zeros(1, dtype=np.intp))
     res, origin, stop = run_steps(env, cx, sub, inp, np.arange(inp.size))
-    if stop is not None:
+    if stop is not None or origin is None:      # (an origin given is an origin returned)
         return _NOT_VECTOR
     return res, origin
 
 
-def _v_optional(env, cx, prog, i, step: P.OptionalJoin, batch: Batch):
+def _v_optional(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                step: P.OptionalJoin, batch: Batch) -> Result | _NotVector:
     got = _sub_run(env, cx, prog, i, batch, step.correlated)
     if got is _NOT_VECTOR:
         return got
@@ -468,7 +466,8 @@ def _v_optional(env, cx, prog, i, step: P.OptionalJoin, batch: Batch):
     return take, new
 
 
-def _v_anti(env, cx, prog, i, step: P.AntiJoin, batch: Batch):
+def _v_anti(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+            step: P.AntiJoin, batch: Batch) -> Result | _NotVector:
     got = _sub_run(env, cx, prog, i, batch, step.correlated)
     if got is _NOT_VECTOR:
         return got
@@ -480,12 +479,12 @@ def _v_anti(env, cx, prog, i, step: P.AntiJoin, batch: Batch):
     return ~hit, None
 
 
-def _per_row(env, prog: GroupProgram, i: int, batch: Batch):
+def _per_row(env: Env, prog: GroupProgram, i: int, batch: Batch) -> Result:
     """The row path's stage for step i, run once per batch row."""
     stage = prog.stage(i)
     base = len(prog.layouts[i])
     take: list[int] = []
-    tails: list[tuple] = []
+    tails: list[Row] = []
     for r, row in enumerate(batch.rows()):
         for out in stage(env, iter((row,))):
             take.append(r)
@@ -502,7 +501,8 @@ def _new_width(prog: GroupProgram, i: int) -> int:
     return len(after) - len(prog.layouts[i])
 
 
-_VECTOR = {
+# Dispatch by the step's class (each function takes that class of step).
+_VECTOR: dict[type, Callable[..., Result | _NotVector]] = {
     P.ConstConcept: _v_const_concept,
     P.LinkById: _v_link_by_id,
     P.ScanType: _v_scan_type,
@@ -516,132 +516,14 @@ _VECTOR = {
 }
 
 
-# --- shaping helpers ---------------------------------------------------------------------
-
-def first_unique(cols: list[np.ndarray]) -> np.ndarray:
-    """Ascending indices of the first occurrence of each distinct row of `cols`."""
-    if len(cols) == 1:
-        key = cols[0]
-    elif len(cols) == 2:
-        key = (cols[0] << 32) | cols[1]
-    else:
-        stacked = np.ascontiguousarray(np.stack(cols, axis=1))
-        key = stacked.view(np.dtype((np.void, 8 * len(cols)))).ravel()
-    _, idx = np.unique(key, return_index=True)
-    idx.sort()
-    return idx
-
-
-def group_ids(cols: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(group of each row, first row of each group), groups numbered in first-seen order."""
-    if not cols:
-        return np.zeros(size, dtype=np.intp), np.zeros(1 if size else 0, dtype=np.intp)
-    if len(cols) == 1:
-        key = cols[0]
-        runs = sorted_runs(key)
-        if runs is not None:
-            return runs
-    elif len(cols) == 2:
-        key = (cols[0] << 32) | cols[1]
-    else:
-        stacked = np.ascontiguousarray(np.stack(cols, axis=1))
-        key = stacked.view(np.dtype((np.void, 8 * len(cols)))).ravel()
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(first), dtype=np.intp)
-    rank[order] = np.arange(len(first))
-    return rank[inv.ravel()], first[order]
-
-
-def sorted_runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """`group_ids` of one column whose equal values are already adjacent in ascending
-    order — what a type scan (ascending ids) followed by expands produces for the scanned
-    variable, e.g. the class of `FIND(?cls.name, COUNT(?d))`. A linear pass instead of a
-    sort; None when the column is not non-decreasing."""
-    if len(key) < 2:
-        return None
-    change = key[1:] != key[:-1]
-    if not (key[1:] >= key[:-1]).all():
-        return None
-    group = np.empty(len(key), dtype=np.intp)
-    group[0] = 0
-    np.cumsum(change, out=group[1:])
-    firsts = np.flatnonzero(change) + 1
-    return group, np.concatenate((np.zeros(1, dtype=np.intp), firsts.astype(np.intp)))
-
-
-def project(env: Any, cx: Any, col: np.ndarray, segments: tuple[str, ...]) -> list:
-    """The values of `?x.segments` for each id of `col` (0 → None), as the row path's
-    `_project_column` computes them; every distinct id is evaluated once."""
-    if segments == ("name",):
-        return cx.names(col).tolist()
-    uniq, inv = np.unique(col, return_inverse=True)
-    if not segments:
-        element = env.element
-        values = [element(u or None) for u in uniq.tolist()]
-    else:
-        path_value = env.path_value
-        values = [path_value(u or None, segments) for u in uniq.tolist()]
-    arr = np.empty(len(values), dtype=object)
-    for j, v in enumerate(values):
-        arr[j] = v
-    return arr[inv.ravel()].tolist()
-
-
-def not_null_by_id(env: Any, col: np.ndarray, segments: tuple[str, ...]) -> np.ndarray:
-    """Whether `?x.segments` is not null, per row of `col` (evaluated per distinct id)."""
-    if not segments:
-        return col != 0
-    uniq, inv = np.unique(col, return_inverse=True)
-    path_value = env.path_value
-    ok = np.array([path_value(u or None, segments) is not None for u in uniq.tolist()],
-                  dtype=bool)
-    return ok[inv.ravel()]
-
-
 # --- choosing the executor ---------------------------------------------------------------
 
-# Cost units are microseconds, measured on the benchmark machine (N=100k, LMDB, warm):
-ROW_STEP = 1.2          # a row through one generator stage
-ROW_SEEK = 2.5          # a cursor positioning (Expand / LinkCheck / OPTIONAL per row)
-KEY_SCAN = 0.12         # a key of an index range read into an array
-KEY_SORT = 0.08         # a link re-sorted by object
-COL_FIXED = 80.0        # numpy call overheads of a columnar run
-COL_ROW = 0.05          # a row through one vectorised step
-
-
-def anchored(plan: P.GroupPlan) -> bool:
-    """Whether the plan starts from one constant element ({type, name}, {id}, (id: ...)):
-    its work is bounded by that element's neighbourhood, which the row path reaches with a
-    few seeks, while columns would need whole-predicate arrays. `auto` keeps such plans on
-    the row path without estimating anything (the hot path of Q1–Q4-like commands).
-    Decided from the plan's shape, not from its estimates: a prepared plan is cached per
-    command text across executions while the graph changes."""
-    if plan.unions or plan.main_empty or not plan.steps:
-        return False
-    first = plan.steps[0]
-    return isinstance(first, (P.ConstConcept, P.LinkById)) and not first.bound
-
-
-class _Cost:
-    __slots__ = ("row", "col", "need")
-
-    def __init__(self) -> None:
-        self.row = 0.0
-        self.col = COL_FIXED
-        self.need: set = set()
-
-
-def choose(env: Any, prog: GroupProgram) -> bool:
-    """Whether the columnar run is expected to be cheaper for this execution."""
-    txn = env.txn
-    concepts = max(1, txn.count_concepts())
-    cost = _Cost()
-    cx_cached = _CachedProbe(txn)
-    _estimate(env, prog.plan, 1.0, {}, cost, concepts, cx_cached)
-    for u in prog.plan.unions:
-        _estimate(env, u, 1.0, {}, cost, concepts, cx_cached)
-    return cost.col < cost.row
+def choose(env: Env, prog: GroupProgram) -> bool:
+    """Whether the columnar run is expected to be cheaper for this execution: the cost
+    model's comparison (`nexus.plan.cost`), with the values this execution runs with and the
+    arrays the snapshot's column cache already holds."""
+    est = Estimator(env.txn, env.sid)
+    return executor_costs(prog.plan, est, _CachedProbe(env.txn).has).columnar_wins
 
 
 class _CachedProbe:
@@ -651,66 +533,5 @@ class _CachedProbe:
         self.snap = txn.snapshot_id()
         self.cache = txn.column_cache() if self.snap is not None else None
 
-    def has(self, key: tuple) -> bool:
+    def has(self, key: tuple[str, int]) -> bool:
         return self.cache is not None and self.cache.cached(self.snap, key)
-
-
-def _estimate(env: Any, plan: P.GroupPlan, rows: float, domain: dict, cost: _Cost,
-              concepts: int, probe: _CachedProbe) -> float:
-    """Add the plan's row-path and columnar costs for `rows` input rows; returns the rows
-    it is estimated to produce. `domain` maps a variable to the size of the type it ranges
-    over (when known), for fan-out estimates: links of a predicate spread over that type."""
-    txn = env.txn
-    domain = dict(domain)
-
-    def need_links(pid: int, by_object: bool) -> None:
-        if ("L", pid) not in cost.need and not probe.has(("L", pid)):
-            count = txn.count_predicate(pid)
-            cost.col += count * (KEY_SCAN + (KEY_SORT if by_object else 0.0))
-        cost.need.add(("L", pid))
-
-    for step in plan.steps:
-        before = rows
-        if isinstance(step, P.ScanType):
-            tid = env.sid(step.type)
-            count = float(txn.count_type(tid)) if tid else 0.0
-            if tid and ("T", tid) not in cost.need and not probe.has(("T", tid)):
-                cost.col += count * KEY_SCAN
-                cost.need.add(("T", tid))
-            rows = rows * count
-            domain[step.var] = count
-        elif isinstance(step, P.ConstConcept):
-            if step.atom.type is not None:
-                tid = env.sid(step.atom.type)
-                domain[step.var] = float(txn.count_type(tid)) if tid else 1.0
-        elif isinstance(step, P.CheckConcept):
-            rows *= 0.7
-        elif isinstance(step, (P.Expand, P.LinkCheck, P.ScanLinks)):
-            pids = env.pids(step.predicates)
-            count = float(sum(txn.count_predicate(p) for p in pids))
-            for p in pids:
-                need_links(p, isinstance(step, P.Expand) and step.direction == "in")
-            cost.row += before * ROW_SEEK
-            if isinstance(step, P.Expand):
-                d = domain.get(step.start)
-                rows = rows * (count / d if d else max(1.0, count / max(1.0, concepts / 5)))
-            elif isinstance(step, P.LinkCheck):
-                rows *= 0.3
-            else:
-                rows *= count
-        elif isinstance(step, P.Filter):
-            rows *= 0.5
-        elif isinstance(step, P.OptionalJoin):
-            sub_rows = _estimate(env, step.plan, rows, domain, cost, concepts, probe)
-            cost.row += rows * ROW_SEEK
-            rows = max(rows, sub_rows)
-        elif isinstance(step, P.AntiJoin):
-            _estimate(env, step.plan, rows, domain, cost, concepts, probe)
-            cost.row += rows * ROW_SEEK
-            rows *= 0.5
-        else:
-            rows *= 2.0
-            cost.col += before * ROW_STEP          # runs the row stage per row anyway
-        cost.row += (before + rows) * ROW_STEP
-        cost.col += (before + rows) * COL_ROW
-    return rows

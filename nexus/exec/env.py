@@ -8,17 +8,27 @@ the execution (one snapshot, so memoising is always correct).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import enum
+from typing import Any, Final, Mapping, Sequence
+
+import regex
 
 from ..errors import ErrorCode, KipError
-from ..store.protocol import ConceptHead, LinkHead
+from ..plan.logical import ConceptAtom, LinkIdAtom
+from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
 from ..syntax import bind
 from . import values
+from .context import ExecContext
 from .operators import walk
 from .regexes import compile_regex
 
-_MISSING = object()
+
+class _Missing(enum.Enum):
+    MISSING = 0
+
+
+_MISSING: Final = _Missing.MISSING       # "not memoised yet" (None is a memoised answer)
 _STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
 _MEMO_LIMIT = 200_000
 _CHECK_EVERY = 2048          # work units between deadline checks (a unit is ~0.1–2 µs)
@@ -37,21 +47,22 @@ class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
                  "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes")
 
-    def __init__(self, ctx: Any, params: Mapping[str, Any]) -> None:
+    def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
-        self.txn = ctx.txn
+        self.txn: ReadTxn = ctx.txn
         self.params = params
+        # Memos keyed by id() of plan values and atoms (which the prepared plan keeps alive).
         self._values: dict[int, Any] = {}
-        self._sids: dict[int, Any] = {}
-        self._concepts: dict[int, Any] = {}
-        self._links: dict[int, Any] = {}
-        self._attrs: dict[int, dict] = {}
-        self._metas: dict[int, dict] = {}
-        self._walks: dict[tuple, frozenset] = {}
+        self._sids: dict[int, int | None] = {}
+        self._concepts: dict[int, int | None] = {}
+        self._links: dict[int, int | None] = {}
+        self._attrs: dict[int, dict[str, Any]] = {}
+        self._metas: dict[int, dict[str, Any]] = {}
+        self._walks: dict[tuple[int, int, int, int | None, bool], frozenset[int]] = {}
         self._budget = [ctx.limits.max_path_visits]
         self._ticks = 0
         self._next_check = _CHECK_EVERY
-        self._regexes: dict[tuple[str, str], Any] = {}
+        self._regexes: dict[tuple[str, str], regex.Pattern[str]] = {}
 
     # --- values ---------------------------------------------------------------------------
     def value(self, v: A.Value) -> Any:
@@ -88,7 +99,7 @@ class Env:
         return out
 
     # --- constant clauses -----------------------------------------------------------------
-    def const_concept(self, atom: Any) -> int | None:
+    def const_concept(self, atom: ConceptAtom) -> int | None:
         hit = self._concepts.get(id(atom), _MISSING)
         if hit is not _MISSING:
             return hit
@@ -98,25 +109,27 @@ class Env:
         self._concepts[id(atom)] = n
         return n
 
-    def _resolve_concept(self, atom: Any) -> int | None:
+    def _resolve_concept(self, atom: ConceptAtom) -> int | None:
         txn = self.txn
         if atom.id is not None:
             parsed = values.parse_id(self.value(atom.id))
             if parsed is None or parsed[0] != "C":
                 return None
             head = txn.head(parsed[1])
-            if type(head) is not ConceptHead:
+            if not isinstance(head, ConceptHead):
                 return None
             if atom.type is not None and txn.symbol_text(head.type_id) != self.value(atom.type):
                 return None
             return head.n
+        if atom.type is None or atom.name is None:  # pragma: no cover - not a constant
+            return None
         tid = self.sid(atom.type)
         name = self.value(atom.name)
         if tid is None or not isinstance(name, str):
             return None
         return txn.concept_id(tid, name)
 
-    def const_link(self, atom: Any) -> int | None:
+    def const_link(self, atom: LinkIdAtom) -> int | None:
         hit = self._links.get(id(atom), _MISSING)
         if hit is not _MISSING:
             return hit
@@ -125,7 +138,7 @@ class Env:
         n = None
         if parsed is not None and parsed[0] == "P":
             head = self.txn.head(parsed[1])
-            if type(head) is LinkHead and self.txn.symbol_text(head.predicate_id) == parsed[2]:
+            if isinstance(head, LinkHead) and self.txn.symbol_text(head.predicate_id) == parsed[2]:
                 n = head.n
         if n is None and atom.mandatory:
             raise KipError(ErrorCode.KIP_3002, f"Proposition {text!r} not found",
@@ -136,18 +149,18 @@ class Env:
         self._links[id(atom)] = n
         return n
 
-    def check_mandatory(self, atoms: list) -> None:
+    def check_mandatory(self, atoms: Sequence[ConceptAtom | LinkIdAtom]) -> None:
         """Resolve every mandatory constant clause up front, so a missing one is reported
         as KIP_3002 even when another clause would have emptied the result first."""
         for atom in atoms:
-            if hasattr(atom, "is_constant"):
+            if isinstance(atom, ConceptAtom):
                 if atom.is_constant:
                     self.const_concept(atom)
             else:
                 self.const_link(atom)
 
     # --- element data ---------------------------------------------------------------------
-    def attributes(self, n: int) -> dict:
+    def attributes(self, n: int) -> dict[str, Any]:
         hit = self._attrs.get(n)
         if hit is None:
             if len(self._attrs) > _MEMO_LIMIT:
@@ -155,7 +168,7 @@ class Env:
             hit = self._attrs[n] = self.txn.attributes(n)
         return hit
 
-    def metadata(self, n: int) -> dict:
+    def metadata(self, n: int) -> dict[str, Any]:
         hit = self._metas.get(n)
         if hit is None:
             if len(self._metas) > _MEMO_LIMIT:
@@ -181,7 +194,7 @@ class Env:
         head = self.txn.known_head(n)
         if head is None:
             return None
-        if type(head) is ConceptHead:
+        if isinstance(head, ConceptHead):
             if field == "name":
                 return head.name
             if field == "id":
@@ -197,7 +210,7 @@ class Env:
             return self.path_value(head.subject if field == "subject" else head.object, ())
         return None
 
-    def element(self, n: int | None) -> dict | None:
+    def element(self, n: int | None) -> dict[str, Any] | None:
         """The full wire object of element n (what `FIND(?x)` projects)."""
         if n is None:
             return None
@@ -219,7 +232,7 @@ class Env:
         return self.sid(v)
 
     def walk(self, start: int, pid: int | None, lo: int, hi: int | None,
-             forward: bool) -> frozenset:
+             forward: bool) -> frozenset[int]:
         if pid is None:
             return frozenset((start,)) if lo == 0 else frozenset()
         key = (start, pid, lo, hi, forward)
@@ -261,7 +274,7 @@ class Env:
             self.ctx.check_deadline()
 
     # --- regex ----------------------------------------------------------------------------
-    def regex(self, pattern: str, flags: str) -> Any:
+    def regex(self, pattern: str, flags: str) -> regex.Pattern[str]:
         key = (pattern, flags)
         hit = self._regexes.get(key)
         if hit is None:
@@ -272,13 +285,15 @@ class Env:
         return hit
 
 
-def _not_found_concept(env: Env, atom: Any) -> KipError:
+def _not_found_concept(env: Env, atom: ConceptAtom) -> KipError:
     if atom.id is not None:
         what = f"{{id: {env.value(atom.id)!r}}}"
         hint = ("The node may have been deleted, or the id is mistyped (concept ids look like "
                 "C:12). Use SEARCH CONCEPT or FIND to confirm it exists.")
     else:
-        type_, name = env.value(atom.type), env.value(atom.name)
+        # a constant clause without an id has both (ConceptAtom.is_constant)
+        type_ = env.value(atom.type) if atom.type is not None else None
+        name = env.value(atom.name) if atom.name is not None else None
         what = f"{{type: {type_!r}, name: {name!r}}}"
         hint = (f"Use SEARCH CONCEPT {_q(name)} WITH TYPE {_q(type_)} to find the exact "
                 "name; names and types are case-sensitive.")

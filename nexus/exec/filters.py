@@ -20,12 +20,18 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
 
-Fn = Callable[[tuple, Any], Any]
+if TYPE_CHECKING:  # both import this module
+    from .env import Env
+    from .operators import Row
+
+# A compiled expression: its value for one solution row (FILTER keeps rows where it is True).
+Fn = Callable[["Row", "Env"], Any]
+Test = Fn
 
 
 def compile_filter(expr: A.Expr, layout: list[str]) -> Fn:
@@ -73,14 +79,14 @@ def _compile_call(e: A.Call, layout: list[str]) -> Fn:
     if f == "IN":
         a, b = args
 
-        def is_in(row, env):
+        def is_in(row: Row, env: Env) -> bool:
             x, items = a(row, env), b(row, env)
             return isinstance(items, list) and any(equal(x, item) for item in items)
         return is_in
     if f == "CONTAINS":
         a, b = args
 
-        def contains(row, env):
+        def contains(row: Row, env: Env) -> bool:
             x, y = a(row, env), b(row, env)
             if isinstance(x, str):
                 return isinstance(y, str) and y in x
@@ -100,7 +106,7 @@ def _compile_call(e: A.Call, layout: list[str]) -> Fn:
         a, b = args[0], args[1]
         flags = args[2] if len(args) == 3 else (lambda row, env: "")
 
-        def regex_match(row, env):
+        def regex_match(row: Row, env: Env) -> bool:
             text, pattern, fl = a(row, env), b(row, env), flags(row, env)
             if not isinstance(text, str):
                 return False
@@ -167,7 +173,8 @@ def equal(a: Any, b: Any) -> bool:
         return False
     if ka == 3:
         a, b = _norm_pair(a, b)
-    return a == b
+    same: bool = a == b
+    return same
 
 
 def _ordered(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:

@@ -8,26 +8,32 @@ Budgets: scans and walks tick the execution's deadline; path ranges are capped b
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from ..errors import ErrorCode, KipError
 from ..plan import physical as P
-from ..store.protocol import ConceptHead, LinkHead
-from .filters import compile_filter
+from ..store.protocol import ConceptHead, LinkHead, ReadTxn
+from .filters import Test, compile_filter
 
-Rows = Iterator[tuple]
-Stage = Callable[[Any, Rows], Rows]
+if TYPE_CHECKING:  # env.py imports walk() from here
+    from .env import Env
+
+# A solution row: element ids (None for an unbound OPTIONAL variable), laid out as the plan's
+# layout names them.
+Row = tuple[Optional[int], ...]
+Rows = Iterator[Row]
+Stage = Callable[["Env", Rows], Rows]
 
 
-def compile_group(plan: P.GroupPlan) -> Callable[[Any, tuple], Rows]:
+def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
     """A function (env, input_row) -> output rows laid out as `plan.out_layout`."""
     stages = _compile_steps(plan)
     unions = [compile_group(u) for u in plan.unions]
-    union_maps = [_union_map(plan, u) for u in plan.unions]
+    union_maps = [union_map(plan, u) for u in plan.unions]
     pad = (None,) * (len(plan.out_layout) - len(plan.layout))
     n_inputs = len(plan.inputs)
 
-    def run_main(env: Any, row: tuple) -> Rows:
+    def run_main(env: Env, row: Row) -> Rows:
         rows: Rows = iter((row,))
         for stage in stages:
             rows = stage(env, rows)
@@ -38,7 +44,7 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Any, tuple], Rows]:
         # runs once per outer row for a correlated OPTIONAL/NOT block).
         return run_main
 
-    def run(env: Any, row: tuple) -> Rows:
+    def run(env: Env, row: Row) -> Rows:
         if not plan.main_empty:
             rows = run_main(env, row)
             if pad:
@@ -46,21 +52,21 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Any, tuple], Rows]:
             yield from rows
         for union, mapping in zip(unions, union_maps):
             for urow in union(env, ()):
-                merged = _merge_union_row(row, urow, mapping, n_inputs, len(plan.out_layout))
+                merged = merge_union_row(row, urow, mapping, n_inputs, len(plan.out_layout))
                 if merged is not None:
                     yield merged
 
     return run
 
 
-def _union_map(plan: P.GroupPlan, union: P.GroupPlan) -> list[tuple[int, int]]:
+def union_map(plan: P.GroupPlan, union: P.GroupPlan) -> list[tuple[int, int]]:
     """(position in the union row, position in the group's output row) per shared name."""
     return [(i, plan.out_layout.index(v)) for i, v in enumerate(union.out_layout)
             if v in plan.out_layout]
 
 
-def _merge_union_row(row: tuple, urow: tuple, mapping: list, n_inputs: int,
-                     width: int) -> tuple | None:
+def merge_union_row(row: Row, urow: Row, mapping: list[tuple[int, int]], n_inputs: int,
+                    width: int) -> Row | None:
     """A UNION row joined with the outer row of the block it is nested in: on the names
     both bind, the values must be equal (a null — an OPTIONAL miss — equals only null, so
     it matches no UNION row that binds the name, as it matches no clause)."""
@@ -82,7 +88,7 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     steps becomes one stage: a chain of generator stages costs a frame per row and stage,
     and a query with a thousand sibling FILTERs would pass Python's recursion limit."""
     stages: list[Stage] = []
-    tests: list[Any] = []
+    tests: list[Test] = []
     for step, layout in zip(plan.steps, step_layouts(plan)):
         if isinstance(step, P.Filter):
             tests.append(compile_filter(step.expr, layout))
@@ -96,7 +102,7 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     return stages
 
 
-def compile_step(step: Any, layout: list[str]) -> Stage:
+def compile_step(step: P.Step, layout: list[str]) -> Stage:
     """The stage of one step, given the row layout it sees (`step_layouts`)."""
     return _COMPILERS[type(step)](step, layout)
 
@@ -112,7 +118,7 @@ def step_layouts(plan: P.GroupPlan) -> list[list[str]]:
     return layouts
 
 
-def _binds(step: Any, layout: list[str]) -> list[str]:
+def _binds(step: P.Step, layout: list[str]) -> list[str]:
     if isinstance(step, P.ConstConcept) or isinstance(step, P.LinkById):
         return [] if step.bound else [step.var]
     if isinstance(step, (P.ScanType, P.ScanName)):
@@ -146,7 +152,7 @@ def _c_const_concept(step: P.ConstConcept, layout: list[str]) -> Stage:
     if step.bound:
         i = layout.index(step.var)
 
-        def check(env, rows):
+        def check(env: Env, rows: Rows) -> Rows:
             n = env.const_concept(atom)
             if n is None:
                 return
@@ -155,7 +161,7 @@ def _c_const_concept(step: P.ConstConcept, layout: list[str]) -> Stage:
                     yield row
         return check
 
-    def bind(env, rows):
+    def bind(env: Env, rows: Rows) -> Rows:
         n = env.const_concept(atom)
         if n is None:
             return
@@ -165,7 +171,7 @@ def _c_const_concept(step: P.ConstConcept, layout: list[str]) -> Stage:
 
 
 def _c_scan_type(step: P.ScanType, layout: list[str]) -> Stage:
-    def scan(env, rows):
+    def scan(env: Env, rows: Rows) -> Rows:
         tid = env.sid(step.type)
         if tid is None:
             return
@@ -183,7 +189,7 @@ def _c_scan_type(step: P.ScanType, layout: list[str]) -> Stage:
 
 
 def _c_scan_name(step: P.ScanName, layout: list[str]) -> Stage:
-    def scan(env, rows):
+    def scan(env: Env, rows: Rows) -> Rows:
         name = env.value(step.name)
         if not isinstance(name, str):
             return
@@ -193,7 +199,7 @@ def _c_scan_name(step: P.ScanName, layout: list[str]) -> Stage:
         ids = list(env.txn.concepts_named(name))
         if tid is not None:
             head = env.txn.known_head
-            ids = [n for n in ids if head(n).type_id == tid]
+            ids = [n for n in ids if isinstance(h := head(n), ConceptHead) and h.type_id == tid]
         tick = env.tick
         work = len(ids) + 1
         for row in rows:
@@ -206,14 +212,15 @@ def _c_scan_name(step: P.ScanName, layout: list[str]) -> Stage:
 def _c_check_concept(step: P.CheckConcept, layout: list[str]) -> Stage:
     i = layout.index(step.var)
 
-    def check(env, rows):
+    def check(env: Env, rows: Rows) -> Rows:
         tid = env.sid(step.type) if step.type is not None else None
         if step.type is not None and tid is None:
             return
         name = env.value(step.name) if step.name is not None else None
         head = env.txn.known_head          # row values were read from this snapshot
         for row in rows:
-            h = head(row[i])
+            n = row[i]
+            h = head(n) if n is not None else None     # None: an OPTIONAL that matched nothing
             if type(h) is not ConceptHead:
                 continue
             if tid is not None and h.type_id != tid:
@@ -228,7 +235,7 @@ def _c_expand(step: P.Expand, layout: list[str]) -> Stage:
     i = layout.index(step.start)
     with_link = step.link is not None
 
-    def expand(env, rows):
+    def expand(env: Env, rows: Rows) -> Rows:
         pids = env.pids(step.predicates)
         if not pids:
             return
@@ -260,7 +267,7 @@ def _c_link_check(step: P.LinkCheck, layout: list[str]) -> Stage:
     si, oi = layout.index(step.subject), layout.index(step.object)
     with_link = step.link is not None
 
-    def check(env, rows):
+    def check(env: Env, rows: Rows) -> Rows:
         pids = env.pids(step.predicates)
         if not pids:
             return
@@ -282,7 +289,7 @@ def _c_scan_links(step: P.ScanLinks, layout: list[str]) -> Stage:
     same = step.subject == step.object
     with_link = step.link is not None
 
-    def scan(env, rows):
+    def scan(env: Env, rows: Rows) -> Rows:
         pids = env.pids(step.predicates)
         scan_links = env.txn.links_of_predicate
         tick = env.tick
@@ -310,11 +317,12 @@ def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
     oi = None if step.bind_object else layout.index(step.object)
     same_new = step.bind_subject and step.bind_object and step.subject == step.object
 
-    def bind(env, rows):
+    def bind(env: Env, rows: Rows) -> Rows:
         pids = set(env.pids(step.predicates))
         head = env.txn.known_head
         for row in rows:
-            h = head(row[li]) if row[li] is not None else None
+            n = row[li]
+            h = head(n) if n is not None else None
             if type(h) is not LinkHead or h.predicate_id not in pids:
                 continue
             if si is not None and row[si] != h.subject:
@@ -339,14 +347,14 @@ def _c_link_by_id(step: P.LinkById, layout: list[str]) -> Stage:
     if step.bound:
         i = layout.index(step.var)
 
-        def check(env, rows):
+        def check(env: Env, rows: Rows) -> Rows:
             n = env.const_link(atom)
             for row in rows:
                 if n is not None and row[i] == n:
                     yield row
         return check
 
-    def bind(env, rows):
+    def bind(env: Env, rows: Rows) -> Rows:
         n = env.const_link(atom)
         if n is None:
             return
@@ -360,7 +368,7 @@ def _c_path_walk(step: P.PathWalk, layout: list[str]) -> Stage:
     ei = layout.index(step.end) if step.end_bound else None
     forward = step.direction == "out"
 
-    def walk(env, rows):
+    def walk(env: Env, rows: Rows) -> Rows:
         pid = env.path_pid(step.predicate, step.lo, step.hi)
         for row in rows:
             start = row[si]
@@ -379,7 +387,7 @@ def _c_path_walk(step: P.PathWalk, layout: list[str]) -> Stage:
 def _c_path_scan(step: P.PathScan, layout: list[str]) -> Stage:
     same = step.subject == step.object
 
-    def scan(env, rows):
+    def scan(env: Env, rows: Rows) -> Rows:
         pid = env.path_pid(step.predicate, step.lo, step.hi)
         starts = env.path_starts(pid, step.lo)
         for row in rows:
@@ -398,19 +406,19 @@ def _c_filter(step: P.Filter, layout: list[str]) -> Stage:
     return _filter_stage([compile_filter(step.expr, layout)])
 
 
-def _filter_stage(tests: list[Any]) -> Stage:
+def _filter_stage(tests: list[Test]) -> Stage:
     """Keeps the rows every test accepts (a FILTER keeps a row only when its expression is
     true: false, null and errors drop it)."""
     if len(tests) == 1:
         test = tests[0]
 
-        def run(env, rows):
+        def run(env: Env, rows: Rows) -> Rows:
             for row in rows:
                 if test(row, env) is True:
                     yield row
         return run
 
-    def run_all(env, rows):
+    def run_all(env: Env, rows: Rows) -> Rows:
         for row in rows:
             for test in tests:
                 if test(row, env) is not True:
@@ -429,7 +437,7 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     if fast is not None:
         return fast
 
-    def run(env, rows):
+    def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
         tails = None            # an uncorrelated block's rows, computed once
         for row in rows:
@@ -467,7 +475,7 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
     with_link = ex.link is not None
     nulls = (None,) * len(new)
 
-    def run(env, rows):
+    def run(env: Env, rows: Rows) -> Rows:
         pids = env.pids(ex.predicates)
         links = env.txn.out_links if ex.direction == "out" else env.txn.in_links
         tick = env.tick
@@ -495,7 +503,7 @@ def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
     sub = compile_group(step.plan)
     correlated = step.correlated
 
-    def run(env, rows):
+    def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
         if not correlated:
             # The block sees no outer variable: it removes every row or none (CONTRACT §5).
@@ -517,6 +525,7 @@ def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
     return run
 
 
+# Dispatch by the step's class (each compiler takes that class of step).
 _COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
     P.ConstConcept: _c_const_concept,
     P.ScanType: _c_scan_type,
@@ -537,7 +546,7 @@ _COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
 
 # --- path walks --------------------------------------------------------------------------
 
-def walk(txn: Any, start: int, pid: int, lo: int, hi: int | None, forward: bool,
+def walk(txn: ReadTxn, start: int, pid: int, lo: int, hi: int | None, forward: bool,
          budget: list[int]) -> frozenset[int]:
     """Distinct ends of walks of lo..hi hops (hi None: unbounded) from `start`.
 
@@ -546,7 +555,7 @@ def walk(txn: Any, start: int, pid: int, lo: int, hi: int | None, forward: bool,
     """
     links = txn.out_links if forward else txn.in_links
 
-    def step(nodes) -> set[int]:
+    def step(nodes: set[int]) -> set[int]:
         out: set[int] = set()
         for n in nodes:
             for _p, m, _l in links(n, pid):

@@ -14,20 +14,24 @@ values of different kinds sort booleans < numbers < strings < arrays/objects.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable, Protocol, TypeVar
 
 from ..syntax import ast as A
+from .env import Env
 from .filters import kind
+from .operators import Row
+
+T = TypeVar("T")
 
 
-def sort_key(value: Any) -> tuple:
+def sort_key(value: Any) -> tuple[int, Any]:
     k = kind(value)
     if k == 4:
         return (k, json.dumps(value, sort_keys=True, ensure_ascii=False))
     return (k, value)
 
 
-def _hashable(value: Any) -> Any:
+def hashable(value: Any) -> Any:
     """A key under which equal values (as FILTER's `==` sees them) meet: the JSON kind goes
     into the key, so that `true` and `1` (equal in Python) stay apart while `1` and `1.0`
     (equal numbers) meet; arrays and objects compare by their canonical JSON."""
@@ -37,24 +41,42 @@ def _hashable(value: Any) -> Any:
     return (k, value)
 
 
+class Accumulator(Protocol):
+    """One aggregate's state for one group."""
+
+    def add(self, v: Any) -> None:
+        """Count one solution's value."""
+        ...
+
+    def result(self) -> Any: ...
+
+    def merge(self, other: Any) -> None:
+        """Take in another group's state of the same aggregate (groups with equal keys)."""
+        ...
+
+
 class Group:
+    """One result group: its key values, its first solution, an accumulator per aggregate
+    (None in the positions of the key expressions)."""
+
     __slots__ = ("key_values", "first_row", "accs")
 
-    def __init__(self, key_values: list, first_row: tuple, accs: list) -> None:
+    def __init__(self, key_values: list[Any], first_row: Row,
+                 accs: list[Accumulator | None]) -> None:
         self.key_values = key_values
         self.first_row = first_row
         self.accs = accs
 
-    def values(self) -> list:
-        out = []
-        ki = ai = 0
+    def values(self) -> list[Any]:
+        """The group's result row, one value per FIND item."""
+        out: list[Any] = []
+        ki = 0
         for acc in self.accs:
             if acc is None:
                 out.append(self.key_values[ki])
                 ki += 1
             else:
                 out.append(acc.result())
-                ai += 1
         return out
 
 
@@ -79,11 +101,11 @@ class _CountDistinct:
     __slots__ = ("seen",)
 
     def __init__(self) -> None:
-        self.seen: set = set()
+        self.seen: set[Any] = set()
 
     def add(self, v: Any) -> None:
         if v is not None:
-            self.seen.add(_hashable(v))
+            self.seen.add(hashable(v))
 
     def result(self) -> int:
         return len(self.seen)
@@ -146,7 +168,7 @@ class _MinMax:
                 self.best, self.best_key = other.best, key
 
 
-class _DistinctIds:
+class DistinctIds:
     """COUNT(DISTINCT ?x) of a group computed by the columnar path: the sorted distinct
     non-null ids (a numpy array); merging two groups unites them."""
     __slots__ = ("ids",)
@@ -154,10 +176,15 @@ class _DistinctIds:
     def __init__(self, ids: Any) -> None:
         self.ids = ids
 
+    def add(self, v: Any) -> None:
+        if v is not None:       # (the columnar path hands over whole groups instead)
+            import numpy as np
+            self.ids = np.union1d(self.ids, [v])
+
     def result(self) -> int:
         return int(len(self.ids))
 
-    def merge(self, other: "_DistinctIds") -> None:
+    def merge(self, other: "DistinctIds") -> None:
         import numpy as np
         self.ids = np.union1d(self.ids, other.ids)
 
@@ -169,7 +196,7 @@ def counted(n: int) -> _Count:
     return acc
 
 
-_ACC = {
+_ACC: dict[str, Callable[[], Accumulator]] = {
     "COUNT": _Count,
     "SUM": _Sum,
     "AVG": _Avg,
@@ -178,15 +205,19 @@ _ACC = {
 }
 
 
+def _new_acc(item: A.Aggregate) -> Accumulator:
+    return _CountDistinct() if item.distinct else _ACC[item.func]()
+
+
 class Aggregator:
     """Feeds every solution row into its group's accumulators."""
 
-    def __init__(self, env: Any, layout: list[str], items: tuple) -> None:
+    def __init__(self, env: Env, layout: list[str], items: tuple[A.FindItem, ...]) -> None:
         self.env = env
         self.items = items
         self.only_aggregates = all(isinstance(i, A.Aggregate) for i in items)
-        self._key_fns = []
-        self._agg_fns = []
+        self._key_fns: list[tuple[A.Path, Callable[[Row], Any], int]] = []
+        self._agg_fns: list[tuple[A.Aggregate, Callable[[Row], Any]]] = []
         for item in items:
             if isinstance(item, A.Aggregate):
                 self._agg_fns.append((item, self._value_fn(layout, item.arg)))
@@ -196,11 +227,12 @@ class Aggregator:
         self._agg_calls = [fn for _, fn in self._agg_fns]
         self._id_idx = tuple(dict.fromkeys(i for _, _, i in self._key_fns))
         self._single = len(self._id_idx) == 1
-        self._id_pos = self._id_idx[0] if self._single else None
-        self._by_ids: dict = {}
-        self._groups: list | None = None
+        self._id_pos = self._id_idx[0] if self._single else -1
+        # identities of the key variables -> (first solution, accumulators)
+        self._by_ids: dict[Any, tuple[Row, list[Accumulator]]] = {}
+        self._groups: list[Group] | None = None
 
-    def _value_fn(self, layout: list[str], path: A.Path):
+    def _value_fn(self, layout: list[str], path: A.Path) -> Callable[[Row], Any]:
         i = layout.index(path.var)
         segs = path.segments
         env = self.env
@@ -208,33 +240,24 @@ class Aggregator:
             return lambda row: row[i]        # identity (COUNT(?x) counts bound solutions)
         return lambda row: env.path_value(row[i], segs)
 
-    def _new_accs(self) -> list:
-        accs = []
-        for item in self.items:
-            if isinstance(item, A.Aggregate):
-                accs.append(_CountDistinct() if item.distinct else _ACC[item.func]())
-            else:
-                accs.append(None)
-        return accs
-
-    def add(self, row: tuple) -> None:
+    def add(self, row: Row) -> None:
         """Phase 1: accumulate by the identities of the key variables (cheap integer keys);
         the key values are projected once per distinct identity in `groups()`."""
         ids = row[self._id_pos] if self._single else tuple(row[i] for i in self._id_idx)
         entry = self._by_ids.get(ids)
         if entry is None:
-            entry = self._by_ids[ids] = (row, self._new_agg_accs())
+            entry = self._by_ids[ids] = (row, [_new_acc(item) for item, _ in self._agg_fns])
         for acc, fn in zip(entry[1], self._agg_calls):
             acc.add(fn(row))
 
-    def add_group(self, first_row: tuple, accs: list) -> None:
+    def add_group(self, first_row: Row, accs: list[Accumulator]) -> None:
         """Phase 1 done elsewhere (the columnar path): one identity group with its first
         solution row and its finished accumulators (in the order of the FIND aggregates).
         Groups must be added in first-seen order."""
         self._by_ids[len(self._by_ids)] = (first_row, accs)
 
     @property
-    def aggregates(self) -> list:
+    def aggregates(self) -> list[A.Aggregate]:
         """The FIND aggregates in order (the `accs` order of `add_group`)."""
         return [item for item, _ in self._agg_fns]
 
@@ -243,18 +266,14 @@ class Aggregator:
         """Layout positions whose identities form the phase-1 group key."""
         return self._id_idx
 
-    def _new_agg_accs(self) -> list:
-        return [_CountDistinct() if item.distinct else _ACC[item.func]()
-                for item, _ in self._agg_fns]
-
     def groups(self) -> list[Group]:
         """Phase 2: project the key values of each identity group and merge the groups
         whose values are equal (two drugs with the same name are one group)."""
         if self._groups is None:
-            groups: dict = {}
+            groups: dict[Any, tuple[list[Any], Row, list[Accumulator]]] = {}
             for first, accs in self._by_ids.values():
                 raw = [fn(first) for _, fn, _ in self._key_fns]
-                key = tuple(_hashable(v) for v in raw)
+                key = tuple(hashable(v) for v in raw)
                 g = groups.get(key)
                 if g is None:
                     groups[key] = (raw, first, accs)
@@ -264,46 +283,62 @@ class Aggregator:
             out = []
             for raw, first, accs in groups.values():
                 it = iter(accs)
-                full = [None if not isinstance(item, A.Aggregate) else next(it)
-                        for item in self.items]
+                full: list[Accumulator | None] = [
+                    None if not isinstance(item, A.Aggregate) else next(it)
+                    for item in self.items]
                 out.append(Group(raw, first, full))
-            for g in out:
+            for g_ in out:
                 # A bare ?x groups by identity and projects the whole element.
                 for j, (item, _, _) in enumerate(self._key_fns):
                     if not item.segments:
-                        g.key_values[j] = self.env.element(g.key_values[j])
+                        g_.key_values[j] = self.env.element(g_.key_values[j])
             self._groups = out
         return self._groups
 
-    def empty_values(self) -> list:
-        return [acc.result() for acc in self._new_accs() if acc is not None]
+    def empty_values(self) -> list[Any]:
+        return [_new_acc(item).result() for item in self.items
+                if isinstance(item, A.Aggregate)]
 
-    def value_of(self, group: Group, expr: Any, layout: list[str]) -> Any:
+    def value_of(self, group: Group, expr: A.FindItem, layout: list[str]) -> Any:
         """An ORDER BY key evaluated for a group."""
         for j, item in enumerate(self.items):
             if item == expr:
                 return group.values()[j]
         if isinstance(expr, A.Aggregate):
-            acc = _CountDistinct() if expr.distinct else _ACC[expr.func]()
+            acc = _new_acc(expr)
             # Not in FIND: fall back to the group's first solution (best effort).
             acc.add(self._value_fn(layout, expr.arg)(group.first_row))
             return acc.result()
         return self._value_fn(layout, expr)(group.first_row)
 
 
-def order_rows(env: Any, rows: list, keys: tuple[A.OrderKey, ...], layout: list[str],
-               agg: Aggregator | None) -> list:
+def order_rows(env: Env, rows: list[Row], keys: tuple[A.OrderKey, ...],
+               layout: list[str]) -> list[Row]:
+    """Solution rows sorted by the ORDER BY keys (see `_sort`)."""
+    def value_of(expr: A.FindItem) -> Callable[[Row], Any]:
+        path = A.item_path(expr)
+        i = layout.index(path.var)
+        segs = path.segments
+        return lambda row: env.path_value(row[i], segs)
+    return _sort(rows, keys, value_of)
+
+
+def order_groups(groups: list[Group], keys: tuple[A.OrderKey, ...], layout: list[str],
+                 agg: Aggregator) -> list[Group]:
+    """Result groups sorted by the ORDER BY keys (aggregates allowed, see `_sort`)."""
+    def value_of(expr: A.FindItem) -> Callable[[Group], Any]:
+        return lambda g: agg.value_of(g, expr, layout)
+    return _sort(groups, keys, value_of)
+
+
+def _sort(items: list[T], keys: tuple[A.OrderKey, ...],
+          value_of: Callable[[A.FindItem], Callable[[T], Any]]) -> list[T]:
     """Stable multi-key sort; nulls last whatever the direction."""
     for key in reversed(keys):
-        if agg is not None:
-            value_of = (lambda g, e=key.expr: agg.value_of(g, e, layout))
-        else:
-            i = layout.index(key.expr.var)
-            segs = key.expr.segments
-            value_of = (lambda row, i=i, segs=segs: env.path_value(row[i], segs))
-        decorated = [(value_of(r), r) for r in rows]
+        get = value_of(key.expr)
+        decorated = [(get(r), r) for r in items]
         present = [d for d in decorated if d[0] is not None]
         missing = [d[1] for d in decorated if d[0] is None]
         present.sort(key=lambda d: sort_key(d[0]), reverse=key.descending)
-        rows = [d[1] for d in present] + missing
-    return rows
+        items = [d[1] for d in present] + missing
+    return items

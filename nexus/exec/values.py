@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..store.protocol import ConceptHead, LinkHead
+from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 
 _ID = re.compile(r"(C|P):([1-9][0-9]{0,18})(?::(.+))?\Z", re.S)
 
@@ -27,21 +27,21 @@ def parse_id(text: Any) -> tuple[str, int, str | None] | None:
     return kind, n, pred
 
 
-def element_id(txn: Any, head: ConceptHead | LinkHead) -> str:
-    if type(head) is ConceptHead:
+def element_id(txn: ReadTxn, head: ConceptHead | LinkHead) -> str:
+    if isinstance(head, ConceptHead):
         return f"C:{head.n}"
     return f"P:{head.n}:{txn.symbol_text(head.predicate_id)}"
 
 
-def id_of(txn: Any, n: int) -> str | None:
+def id_of(txn: ReadTxn, n: int) -> str | None:
     head = txn.head(n)
     return None if head is None else element_id(txn, head)
 
 
-def element_json(txn: Any, head: ConceptHead | LinkHead, *, attributes: bool = True,
+def element_json(txn: ReadTxn, head: ConceptHead | LinkHead, *, attributes: bool = True,
                  metadata: bool = True) -> dict[str, Any]:
     """The full wire object of an element."""
-    if type(head) is ConceptHead:
+    if isinstance(head, ConceptHead):
         out: dict[str, Any] = {"_type": "ConceptNode", "id": f"C:{head.n}",
                                "type": txn.symbol_text(head.type_id), "name": head.name}
     else:
@@ -60,13 +60,13 @@ def element_json(txn: Any, head: ConceptHead | LinkHead, *, attributes: bool = T
     return out
 
 
-def definition_json(txn: Any, head: ConceptHead) -> dict[str, Any]:
+def definition_json(txn: ReadTxn, head: ConceptHead) -> dict[str, Any]:
     """`{id, type, name, attributes}` — how META shows a concept (CONTRACT §8)."""
     return {"id": f"C:{head.n}", "type": txn.symbol_text(head.type_id), "name": head.name,
             "attributes": txn.attributes(head.n)}
 
 
-def path_value(txn: Any, n: int | None, segments: tuple[str, ...]) -> Any:
+def path_value(txn: ReadTxn, n: int | None, segments: tuple[str, ...]) -> Any:
     """The value of `?var.seg.seg...` for element `n` (None when unbound or missing)."""
     if n is None:
         return None
@@ -85,7 +85,7 @@ def path_value(txn: Any, n: int | None, segments: tuple[str, ...]) -> Any:
         return value
     if field == "id":
         return element_id(txn, head)
-    if type(head) is ConceptHead:
+    if isinstance(head, ConceptHead):
         if field == "type":
             return txn.symbol_text(head.type_id)
         if field == "name":

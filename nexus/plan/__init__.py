@@ -1,1 +1,2 @@
-"""Query planning: the binder (`logical`), the planner (`physical`) and EXPLAIN (`explain`)."""
+"""Query planning: the binder (`logical`), the planner (`physical`), the cost model both the
+planner and the executor choice use (`cost`), and EXPLAIN (`explain`)."""

@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from ..syntax import ast as A
-from ..syntax.printer import _Printer
+from ..syntax.printer import expr_text
 from . import physical as P
-
-_PRINTER = _Printer()
 
 
 def _v(value: A.Value | None) -> str:
-    return "" if value is None else _PRINTER.value(value)
+    return "" if value is None else expr_text(value)
 
 
 def _preds(values: tuple[A.Value, ...]) -> str:
@@ -28,7 +26,7 @@ def _range(lo: int, hi: int | None) -> str:
     return f"{{{lo},{'' if hi is None else hi}}}"
 
 
-def describe_step(step: Any) -> dict[str, Any]:
+def describe_step(step: P.Step) -> dict[str, Any]:
     """One operator as {op, index, detail}."""
     if isinstance(step, P.ConstConcept):
         a = step.atom
@@ -84,7 +82,7 @@ def describe_step(step: Any) -> dict[str, Any]:
                 "detail": f"?{step.subject} -[{_v(step.predicate)}"
                           f"{_range(step.lo, step.hi)}]-> ?{step.object}"}
     if isinstance(step, P.Filter):
-        return {"op": "Filter", "index": None, "detail": _PRINTER.expr(step.expr)}
+        return {"op": "Filter", "index": None, "detail": expr_text(step.expr)}
     if isinstance(step, P.OptionalJoin):
         return {"op": "Optional", "index": None, "detail": "left join (nulls on no match)"}
     if isinstance(step, P.AntiJoin):
@@ -131,10 +129,10 @@ def explain_plan(plan: P.GroupPlan, find: A.Find) -> dict[str, Any]:
         tail.append("Aggregate (implicit GROUP BY)")
     else:
         tail.append("Distinct on " + ", ".join(
-            sorted({f"?{i.var}" for i in find.items})))
+            sorted({f"?{A.item_path(i).var}" for i in find.items})))
     if find.order_by:
         tail.append("Sort by " + ", ".join(
-            _PRINTER.expr(k.expr) + (" DESC" if k.descending else " ASC")
+            expr_text(k.expr) + (" DESC" if k.descending else " ASC")
             for k in find.order_by))
     if find.limit is not None:
         tail.append(f"Limit {_v(find.limit)}")

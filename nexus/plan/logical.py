@@ -94,10 +94,10 @@ Atom = ConceptAtom | LinkAtom | LinkIdAtom | PathAtom
 @dataclass
 class Group:
     """A block of conjunctive atoms and filters, with its nested blocks in text order."""
-    atoms: list = field(default_factory=list)
-    filters: list = field(default_factory=list)           # ast.Expr
-    nested: list = field(default_factory=list)            # ("optional"|"not", Group)
-    unions: list = field(default_factory=list)            # Group
+    atoms: list[Atom] = field(default_factory=list)
+    filters: list[A.Expr] = field(default_factory=list)
+    nested: list[tuple[str, Group]] = field(default_factory=list)   # ("optional"|"not", …)
+    unions: list[Group] = field(default_factory=list)
     kind: str = "main"                                    # main | optional | not | union
 
     def atom_vars(self) -> set[str]:
@@ -164,7 +164,8 @@ class _Binder:
             self.proposition(g, var, t, mandatory)
         return var
 
-    def proposition(self, g: Group, var: str | None, m, mandatory: bool) -> str:
+    def proposition(self, g: Group, var: str | None,
+                    m: A.PropositionMatch | A.PropositionIdMatch, mandatory: bool) -> str:
         if isinstance(m, A.PropositionIdMatch):
             var = var or self.fresh()
             g.atoms.append(LinkIdAtom(var, m.id, mandatory, m.pos))

@@ -9,16 +9,21 @@ that binds new variables appends them and never copies by name. The planner is g
   3. a FILTER runs right after the step that binds its last variable (filter push-down);
   4. OPTIONAL / NOT blocks follow the main atoms in text order (correlated sub-plans), then the
      FILTERs that need their variables; UNION branches are planned on their own.
-Every step names the index it uses, so EXPLAIN can show the plan without running it.
+Every step names the index it uses, so EXPLAIN can show the plan without running it. The
+cardinalities come from the cost model's `Estimator` (`nexus.plan.cost`); the row factors
+beside each step below are the planner's guesses of what a step keeps, which EXPLAIN shows.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Union
 
 from ..syntax import ast as A
-from .logical import (ConceptAtom, Group, LinkAtom, LinkIdAtom, LogicalQuery, PathAtom,
+from .logical import (Atom, ConceptAtom, Group, LinkAtom, LinkIdAtom, LogicalQuery, PathAtom,
                       expr_vars)
+
+if TYPE_CHECKING:  # the cost model walks these steps; the planner only receives it
+    from .cost import Estimator
 
 
 # --- physical steps ----------------------------------------------------------------------
@@ -137,58 +142,20 @@ class AntiJoin:
     correlated: bool = True         # False: same answer for every outer row
 
 
-Step = Any
+Step = Union[ConstConcept, ScanType, ScanName, CheckConcept, Expand, LinkCheck, ScanLinks,
+             LinkFromVar, LinkById, PathWalk, PathScan, Filter, OptionalJoin, AntiJoin]
 
 
 @dataclass
 class GroupPlan:
     """Steps over rows that start with `inputs` variables and end with `layout`."""
     inputs: tuple[str, ...]
-    steps: list
+    steps: list[Step]
     layout: list[str]                       # after steps (main branch)
     unions: list["GroupPlan"] = field(default_factory=list)
     out_layout: list[str] = field(default_factory=list)   # layout + union-only variables
     main_empty: bool = False                # top-level group with no atoms: no main rows
     estimates: list[float] = field(default_factory=list)  # estimated rows after each step
-
-
-# --- statistics used for estimates -------------------------------------------------------
-
-class Estimator:
-    """Cardinality guesses from store statistics; values are read through `resolve`."""
-
-    def __init__(self, txn: Any, resolve: Callable[[A.Value], Any]) -> None:
-        self.txn = txn
-        self.resolve = resolve
-        self.concepts = max(1, txn.count_concepts())
-        self.links = max(1, txn.count_links())
-
-    def _sid(self, value: A.Value) -> int | None:
-        try:
-            text = self.resolve(value)
-        except Exception:  # noqa: BLE001 - estimates never fail a query
-            return None
-        return self.txn.symbol_id(text) if isinstance(text, str) else None
-
-    def type_count(self, value: A.Value) -> float:
-        sid = self._sid(value)
-        return float(self.txn.count_type(sid)) if sid else 0.0
-
-    def predicate_count(self, values: tuple[A.Value, ...]) -> float:
-        total = 0.0
-        for v in values:
-            sid = self._sid(v)
-            if sid:
-                total += self.txn.count_predicate(sid)
-        return total
-
-    def fanout(self, values: tuple[A.Value, ...]) -> float:
-        """Average links per endpoint: links of the predicate spread over the endpoints
-        that have any (guessed as a fifth of all concepts, at least one)."""
-        count = self.predicate_count(values)
-        if count == 0:
-            return 0.0
-        return max(1.0, count / max(1.0, min(count, self.concepts / 5)))
 
 
 # --- the planner -------------------------------------------------------------------------
@@ -201,7 +168,7 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
                top: bool = False) -> GroupPlan:
     layout = list(inputs)
     bound = set(inputs)
-    steps: list = []
+    steps: list[Step] = []
     estimates: list[float] = []
     rows = 1.0
     atoms = list(group.atoms)
@@ -216,7 +183,7 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
                 estimates.append(rows)
                 pushable.remove(f)
 
-    def add(step: Any, new_vars: list[str], factor: float) -> None:
+    def add(step: Step, new_vars: list[str], factor: float) -> None:
         nonlocal rows
         steps.append(step)
         for v in new_vars:
@@ -304,7 +271,7 @@ def may_repeat(plan: GroupPlan) -> bool:
     return False
 
 
-def _score(atom: Any, bound: set[str], est: Estimator) -> tuple[int, float]:
+def _score(atom: Atom, bound: set[str], est: Estimator) -> tuple[int, float]:
     """(tier, estimated fan-out): checks first, then constants, then anything connected to
     a bound variable, then scans."""
     vars_ = set(atom.vars)
@@ -332,7 +299,7 @@ def _score(atom: Any, bound: set[str], est: Estimator) -> tuple[int, float]:
     raise TypeError(atom)  # pragma: no cover
 
 
-def _step_for(atom: Any, bound: set[str], est: Estimator) -> tuple[Any, list[str], float]:
+def _step_for(atom: Atom, bound: set[str], est: Estimator) -> tuple[Step, list[str], float]:
     if isinstance(atom, ConceptAtom):
         var = atom.var
         if atom.is_constant:
@@ -341,6 +308,8 @@ def _step_for(atom: Any, bound: set[str], est: Estimator) -> tuple[Any, list[str
             return CheckConcept(var, atom.type, atom.name), [], 0.5
         if atom.name is not None:
             return ScanName(var, atom.name, atom.type), [var], 2.0
+        if atom.type is None:  # pragma: no cover - a clause has an id, a type or a name
+            raise TypeError(atom)
         return ScanType(var, atom.type), [var], max(est.type_count(atom.type), 0.0)
     if isinstance(atom, LinkIdAtom):
         return LinkById(atom.link, atom, atom.link in bound), [atom.link], 1.0

@@ -126,6 +126,11 @@ Expr = Union[Path, Literal, Param, ObjectValue, ArrayValue, Compare, BoolOp, Not
 FindItem = Union[Path, Aggregate]
 
 
+def item_path(item: FindItem) -> Path:
+    """The path a FIND item (or ORDER BY key) reads: itself, or an aggregate's argument."""
+    return item.arg if isinstance(item, Aggregate) else item
+
+
 # --- graph patterns ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)

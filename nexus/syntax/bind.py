@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import fields
-from typing import Any, Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any, Callable, Mapping, Union, overload
 
 from ..errors import ErrorCode, KipError
 from . import ast as A
@@ -26,13 +26,29 @@ from .parser import ParsedCommand
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
+Params = Mapping[str, Any]
+# A compiled binder: params -> the node rebuilt with its placeholders bound. A node binds to
+# a node of its own class (a Value to a Literal), which Python's types cannot say of the
+# generic rebuild below: `bind()`'s overloads state it at the boundary.
+Binder = Callable[[Params], Any]
 
-def bind(parsed: ParsedCommand | A.Command, parameters: Mapping[str, Any] | None = None):
+
+@overload
+def bind(parsed: Union[ParsedCommand, A.Command], parameters: Params | None = None
+         ) -> A.Command: ...
+@overload
+def bind(parsed: A.Value, parameters: Params | None = None) -> A.Literal: ...
+
+
+def bind(parsed: Union[ParsedCommand, A.Command, A.Value], parameters: Params | None = None
+         ) -> Union[A.Command, A.Literal]:
     """Return the command with every placeholder replaced by its value from `parameters`.
 
-    Accepts a `ParsedCommand` (returns the bound `Command`) or a bare command node. Unused
-    parameters are ignored (a batch shares one parameter object among its commands).
+    Accepts a `ParsedCommand` (returns the bound `Command`), a bare command node, or a value
+    node (returns its `Literal`). Unused parameters are ignored (a batch shares one parameter
+    object among its commands).
     """
+    bound: Union[A.Command, A.Literal]
     if isinstance(parsed, ParsedCommand):
         if not parsed.parameters:
             return parsed.command
@@ -44,18 +60,21 @@ def bind(parsed: ParsedCommand | A.Command, parameters: Mapping[str, Any] | None
         if not complete:
             raise _missing(sorted(n for n in parsed.parameters if n not in params),
                            parsed.command)
-        return _binder(parsed.command)(params)
-    return _binder(parsed)(parameters if parameters is not None else {})
+        bound = _binder(parsed.command)(params)
+        return bound
+    bound = _binder(parsed)(parameters if parameters is not None else {})
+    return bound
 
 
-def _binder(node: Any):
+def _binder(node: object) -> Binder:
     """The compiled binder of a command node, built once per (cached, immutable) parse."""
     hit = _BINDERS.get(id(node))
     if hit is not None and hit[0] is node:
         return hit[1]
     fn = _compile(node)
     if fn is None:
-        fn = lambda params, _node=node: _node  # noqa: E731 - no placeholder anywhere
+        def fn(params: Params, _node: object = node) -> object:   # no placeholder anywhere
+            return _node
     if len(_BINDERS) > 8192:
         _BINDERS.clear()
     _BINDERS[id(node)] = (node, fn)
@@ -63,13 +82,13 @@ def _binder(node: Any):
 
 
 # id(command) -> (command, binder). Holding the command keeps its id from being reused.
-_BINDERS: dict[int, tuple[Any, Any]] = {}
+_BINDERS: dict[int, tuple[object, Binder]] = {}
 
 # Kinds whose check a `str` value passes without further ado (the common case).
 _STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
 
 
-def _compile(node: Any):
+def _compile(node: object) -> Binder | None:
     """A function params -> bound node, or None when `node` holds no placeholder.
 
     Only the spine above each placeholder is rebuilt on every call; constant subtrees are
@@ -81,41 +100,48 @@ def _compile(node: Any):
     if node is None or isinstance(node, (A.Literal, str, int, A.Pos)):
         return None
     if isinstance(node, tuple):
-        build = _compile_sequence(list(node))
-        return None if build is None else (lambda params: tuple(build(params)))
+        members = _compile_sequence(list(node))
+        return None if members is None else (lambda params: tuple(members(params)))
     if isinstance(node, A.ObjectValue):
         keys = [k for k, _ in node.entries]
-        values = _compile_sequence([v for _, v in node.entries], always=True)
+        values = _compile_members([v for _, v in node.entries])
         pos = node.pos
         return lambda params: A.Literal(
             {k: v.value for k, v in zip(keys, values(params))}, pos)
     if isinstance(node, A.ArrayValue):
-        items = _compile_sequence(list(node.items), always=True)
+        items = _compile_members(list(node.items))
         pos = node.pos
         return lambda params: A.Literal([v.value for v in items(params)], pos)
-    if not hasattr(node, "__dataclass_fields__"):
+    if not is_dataclass(node) or isinstance(node, type):
         return None
     cls = type(node)
     build = _compile_sequence([getattr(node, f.name) for f in fields(node)])
     return None if build is None else (lambda params: cls(*build(params)))
 
 
-def _compile_sequence(items: list, always: bool = False):
+def _compile_members(items: list[Any]) -> Callable[[Params], list[Any]]:
+    """`_compile_sequence` for the members of an ObjectValue/ArrayValue, which are rebuilt
+    (folded into one Literal) even when none of them is a placeholder."""
+    build = _compile_sequence(items)
+    return build if build is not None else (lambda params: items)
+
+
+def _compile_sequence(items: list[Any]) -> Callable[[Params], list[Any]] | None:
     """params -> a copy of `items` with its placeholders bound; None when `items` holds no
-    placeholder (unless `always`, for the members of an ObjectValue/ArrayValue)."""
+    placeholder."""
     dynamic = [(i, fn) for i, fn in enumerate(map(_compile, items)) if fn is not None]
     if not dynamic:
-        return (lambda params: items) if always else None
+        return None
     if len(dynamic) == 1:
         (index, fn), = dynamic
 
-        def one(params):
+        def one(params: Params) -> list[Any]:
             out = items.copy()
             out[index] = fn(params)
             return out
         return one
 
-    def many(params):
+    def many(params: Params) -> list[Any]:
         out = items.copy()
         for i, f in dynamic:
             out[i] = f(params)
@@ -123,11 +149,11 @@ def _compile_sequence(items: list, always: bool = False):
     return many
 
 
-def _compile_param(param: A.Param):
+def _compile_param(param: A.Param) -> Binder:
     name, expect, pos = param.name, param.expect, param.pos
     fast = expect in _STR_OK
 
-    def bind_param(params):
+    def bind_param(params: Params) -> A.Literal:
         try:
             value = params[name]
         except KeyError:
@@ -138,7 +164,7 @@ def _compile_param(param: A.Param):
     return bind_param
 
 
-def _missing(names: list[str], node: A.Command) -> KipError:
+def _missing(names: list[str], node: object) -> KipError:
     listed = ", ".join(f":{n}" for n in names)
     pos = _first_param_pos(node, names[0])
     return KipError(
@@ -151,7 +177,7 @@ def _missing(names: list[str], node: A.Command) -> KipError:
     )
 
 
-def _first_param_pos(node: Any, name: str) -> A.Pos | None:
+def _first_param_pos(node: object, name: str) -> A.Pos | None:
     stack = [node]
     while stack:
         item = stack.pop()
@@ -159,7 +185,7 @@ def _first_param_pos(node: Any, name: str) -> A.Pos | None:
             return item.pos
         if isinstance(item, (tuple, list)):
             stack.extend(reversed(item))
-        elif hasattr(item, "__dataclass_fields__") and not isinstance(item, (A.Literal, A.Pos)):
+        elif is_dataclass(item) and not isinstance(item, (A.Literal, A.Pos, type)):
             stack.extend(reversed([getattr(item, f.name) for f in fields(item)]))
     return None
 

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Iterable, cast
 
 from lark import Lark, Token
 from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF,
@@ -192,7 +193,8 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
                        "Split the command: send several smaller UPSERT commands in a "
                        "`commands` batch, or load large capsules with `kip load`.") from None
     except _TooDeep as exc:
-        line, column = exc.tok.line, exc.tok.column
+        # Tokens come from our lexer, which positions every one.
+        line, column = exc.tok.line or 1, exc.tok.column or 1
         raise KipError(ErrorCode.KIP_4002,
                        f"The command is nested more than {max_nesting} levels deep "
                        f"(brackets and '!' at line {line}, column {column})",
@@ -215,7 +217,7 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
         raise KipError(ErrorCode.KIP_1001, f"Invalid KIP command: {exc}") from None
     finally:
         _reset_depth(max_nesting)
-    return ParsedCommand(command, kind_of(command), frozenset(_params(command)))
+    return ParsedCommand(command, kind_of(command), frozenset(placeholder_names(command)))
 
 
 _PARSED: WeightedLRU[ParsedCommand] = WeightedLRU(CACHE_MAX_BYTES, 4096)
@@ -226,7 +228,7 @@ _START_HINT = ("Send a KIP command such as FIND(...) WHERE {...}, UPSERT {...}, 
 
 
 def _positioned(text: str, err: KipError) -> KipError:
-    if err.line is not None:
+    if err.line is not None and err.column is not None:
         err.snippet = snippet(text, err.line, err.column)
     return err
 
@@ -321,7 +323,7 @@ def _describe_terminal(name: str) -> str:
     return name
 
 
-def _expected_text(names) -> str:
+def _expected_text(names: Iterable[str]) -> str:
     described = sorted({_describe_terminal(n) for n in names},
                        key=lambda s: (s.startswith("'") is False, s))
     if len(described) > 12:
@@ -378,18 +380,21 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> KipError:
             line, column = _end_position(text, tok)
         else:
             word = safe_text(str(tok))
-            line, column = tok.line, tok.column
-            whole = _inside_word(text, tok.start_pos)
-            if whole is not None:
-                column -= tok.start_pos - whole[0]
+            line, column = tok.line or line, tok.column or column
+            start_pos = tok.start_pos
+            whole = _inside_word(text, start_pos)
+            if whole is not None and start_pos is not None:
+                column -= start_pos - whole[0]
                 word = safe_text(whole[1])
             found = f"'{_clip(word)}'"
     elif isinstance(exc, UnexpectedCharacters):
         expected = set(exc.allowed or ())
-        word = safe_text(_word_at(text, exc.pos_in_stream))
-        whole = _inside_word(text, exc.pos_in_stream)
+        # Lark declares pos_in_stream as None on its base class; the lexer's error sets it.
+        pos = cast(int, exc.pos_in_stream)
+        word = safe_text(_word_at(text, pos))
+        whole = _inside_word(text, pos)
         if whole is not None:
-            column -= exc.pos_in_stream - whole[0]
+            column -= pos - whole[0]
             word = safe_text(whole[1])
         found = f"'{_clip(word)}'"
         if len(word) == 1 and not word.isprintable():
@@ -403,14 +408,12 @@ def _syntax_error(text: str, exc: UnexpectedInput) -> KipError:
                 "as \\n), and a \" inside it is written \\\".",
                 line=line, column=column, snippet=snippet(text, line, column),
                 data={"found": '"', "expected": ['"']})
-        if word == "-" and exc.pos_in_stream > 0 and (
-                text[exc.pos_in_stream - 1].isalnum() or text[exc.pos_in_stream - 1] == "_"):
-            start = exc.pos_in_stream - 1
+        if word == "-" and pos > 0 and (text[pos - 1].isalnum() or text[pos - 1] == "_"):
+            start = pos - 1
             while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_?"):
                 start -= 1
-            ident = safe_text(text[start:exc.pos_in_stream] + "-"
-                              + _word_at(text, exc.pos_in_stream + 1))
-            column -= exc.pos_in_stream - start
+            ident = safe_text(text[start:pos] + "-" + _word_at(text, pos + 1))
+            column -= pos - start
             return KipError(
                 ErrorCode.KIP_1002,
                 f"Invalid identifier '{_clip(ident)}': '-' is not allowed in identifiers",
@@ -439,7 +442,7 @@ def _clip(text: str, width: int = 40) -> str:
 def _end_position(text: str, end_tok: Token | None) -> tuple[int, int]:
     """Where the command ends: just after its last token (trailing comments and blank lines
     are not where something is missing)."""
-    if end_tok is not None and getattr(end_tok, "end_line", None):
+    if end_tok is not None and end_tok.end_line and end_tok.end_column is not None:
         return end_tok.end_line, end_tok.end_column
     stripped = text.rstrip()
     lines = stripped.split("\n")
@@ -483,7 +486,7 @@ def _hint_for(expected: set[str], found: str, word: str) -> str:
 
 # --- placeholder names -------------------------------------------------------------------
 
-def _params(node) -> list[str]:
+def placeholder_names(node: object) -> list[str]:
     """Every placeholder name in a node (walks dataclass fields generically: runs once per
     distinct command text, so clarity wins over speed here)."""
     out: list[str] = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 from . import ast as A
 
@@ -18,8 +18,13 @@ _BARE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _JSON_WORDS = {"true", "false", "null"}
 
 
-def to_text(node: Any) -> str:
+def to_text(node: A.Command) -> str:
     return _Printer().command(node)
+
+
+def expr_text(node: A.Expr | A.Aggregate) -> str:
+    """A value, expression or aggregate node as KIP text (`:name` placeholders as written)."""
+    return _PRINTER.expr(node)
 
 
 def value_text(value: Any) -> str:
@@ -74,7 +79,7 @@ class _Printer:
         raise TypeError(f"not a value node: {v!r}")
 
     # --- expressions ----------------------------------------------------------------------
-    def expr(self, e: A.Expr, parent_prec: int = 0) -> str:
+    def expr(self, e: A.Expr | A.Aggregate, parent_prec: int = 0) -> str:
         if isinstance(e, A.Path):
             return "?" + ".".join((e.var,) + e.segments)
         if isinstance(e, A.Aggregate):
@@ -156,7 +161,8 @@ class _Printer:
 
     # --- commands -------------------------------------------------------------------------
     def command(self, c: A.Command) -> str:
-        method = getattr(self, "cmd_" + type(c).__name__, None)
+        method: Callable[[A.Command], str] | None = getattr(
+            self, "cmd_" + type(c).__name__, None)
         if method is None:
             raise TypeError(f"not a command node: {c!r}")
         return method(c)
@@ -261,3 +267,6 @@ class _Printer:
         if c.limit is not None:
             out += f" LIMIT {self.value(c.limit)}"
         return out
+
+
+_PRINTER = _Printer()      # stateless between calls of expr()

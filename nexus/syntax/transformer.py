@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Union
 
 from lark import Token, Transformer, v_args
+from lark.tree import Meta
 
 from ..errors import ErrorCode, KipError
 from . import ast as A
@@ -40,6 +41,19 @@ FUNCTION_ARITY = {
 }
 
 
+# What a transformer method receives: the children Lark built for the rule, already
+# transformed (AST nodes, tokens, the tagged tuples below). Their types are fixed by the
+# grammar, not by Python, so each method states what it unpacks where it unpacks it.
+Children = list[Any]
+# A clause on its way to the node that owns it: (tag, value, where it was written).
+Tagged = tuple[str, Any, Meta]
+# An object entry: (key, value, the key's token) — the token positions a duplicate key.
+Entry = tuple[str, A.Value, Token]
+Hops = tuple[int, Union[int, None]]
+# Anything an error can point at.
+Where = Union[A.Pos, Token, Meta, None]
+
+
 class PositionedError(Exception):
     """A KipError raised inside the transformer; parse() attaches the text snippet."""
 
@@ -48,33 +62,34 @@ class PositionedError(Exception):
         self.error = error
 
 
-def fail(where: Any, message: str, hint: str | None = None,
+def fail(where: Where, message: str, hint: str | None = None,
          code: ErrorCode = ErrorCode.KIP_1001) -> PositionedError:
     line, column = _line_col(where)
     return PositionedError(KipError(code, message, hint, line=line, column=column))
 
 
-def _line_col(where: Any) -> tuple[int | None, int | None]:
-    if isinstance(where, A.Pos):
-        return where.line, where.column
-    if isinstance(where, Token):
+def _line_col(where: Where) -> tuple[int | None, int | None]:
+    if isinstance(where, (A.Pos, Token)):
         return where.line, where.column
     if where is not None and not getattr(where, "empty", True):
         return where.line, where.column
     return None, None
 
 
-def _pos(meta: Any) -> A.Pos | None:
+def _pos(meta: Meta | None) -> A.Pos | None:
     if meta is None or getattr(meta, "empty", True):
         return None
     return A.Pos(meta.line, meta.column)
 
 
-def _tpos(tok: Token) -> A.Pos:
+def _tpos(tok: Token) -> A.Pos | None:
+    # The lexer positions every token it makes (a token without a line is not ours).
+    if tok.line is None or tok.column is None:
+        return None
     return A.Pos(tok.line, tok.column)
 
 
-def check_identifier(text: str, where: Any, what: str) -> str:
+def check_identifier(text: str, where: Where, what: str) -> str:
     if not IDENTIFIER.match(text):
         raise fail(
             where,
@@ -101,7 +116,7 @@ def decode_string(tok: Token) -> str:
     """A JSON string token → str; invalid escapes and lone surrogates are syntax errors."""
     raw = str(tok)
     try:
-        text = json.loads(raw, strict=False)
+        text: str = json.loads(raw, strict=False)
     except ValueError as exc:
         raise fail(tok, f"Invalid string literal {safe_text(_clip(raw))}: "
                    f"{exc.args[0].split(':')[0]}",
@@ -136,7 +151,7 @@ def _clip(text: str, width: int = 40) -> str:
     return text if len(text) <= width else text[:width] + "..."
 
 
-def check_expect(value: Any, expect: str, where: Any, what: str) -> None:
+def check_expect(value: Any, expect: str, where: Where, what: str) -> None:
     """Raise KIP_1001 unless a literal `value` suits a position that needs `expect`."""
     ok = True
     if expect == A.EXPECT_STRING:
@@ -211,22 +226,23 @@ def split_var(tok: Token) -> tuple[str, tuple[str, ...]]:
     return parts[0], tuple(parts[1:])
 
 
-def _mark(tag: str, value: Any) -> tuple[str, Any]:
-    return (tag, value)
-
-
 @v_args(meta=True)
-class KipTransformer(Transformer):
+class KipTransformer(Transformer[Token, A.Command]):
     """Lark rule name → AST node. Methods receive (meta, children)."""
 
     # --- top level ------------------------------------------------------------------------
-    def start(self, meta, children):
-        return children[0]
+    def start(self, meta: Meta, children: Children) -> A.Command:
+        command: A.Command = children[0]
+        return command
 
     # --- KQL ------------------------------------------------------------------------------
-    def find_cmd(self, meta, children):
-        items, where, *mods = children
-        order_by, limit, cursor = (), None, None
+    def find_cmd(self, meta: Meta, children: Children) -> A.Find:
+        items: tuple[A.FindItem, ...] = children[0]
+        where: tuple[A.Pattern, ...] = children[1]
+        mods: list[Tagged] = children[2:]
+        order_by: tuple[A.OrderKey, ...] = ()
+        limit: A.Value | None = None
+        cursor: A.Value | None = None
         seen: set[str] = set()
         for tag, value, where_ in mods:
             if tag in seen:
@@ -241,23 +257,24 @@ class KipTransformer(Transformer):
                 cursor = value
         return A.Find(items, where, order_by, limit, cursor, _pos(meta))
 
-    def explain_cmd(self, meta, children):
-        return A.Explain(children[0], _pos(meta))
+    def explain_cmd(self, meta: Meta, children: Children) -> A.Explain:
+        query: A.Find = children[0]
+        return A.Explain(query, _pos(meta))
 
-    def find_items(self, meta, children):
+    def find_items(self, meta: Meta, children: Children) -> tuple[A.FindItem, ...]:
         return tuple(children)
 
-    def aggregate(self, meta, children):
+    def aggregate(self, meta: Meta, children: Children) -> A.Aggregate:
         func = str(children[0])
         distinct = len(children) == 3
-        arg = children[-1]
+        arg: A.Path = children[-1]
         if distinct and func != "COUNT":
             raise fail(children[1], f"DISTINCT is only allowed in COUNT, not in {func}",
                        "Write COUNT(DISTINCT ?var).")
         return A.Aggregate(func, distinct, arg, _pos(meta))
 
-    def path(self, meta, children):
-        tok = children[0]
+    def path(self, meta: Meta, children: Children) -> A.Path:
+        tok: Token = children[0]
         var, segments = split_var(tok)
         if segments:
             head = segments[0]
@@ -271,58 +288,60 @@ class KipTransformer(Transformer):
                            f"Only ?{var}.attributes.<key> and ?{var}.metadata.<key> go deeper.")
         return A.Path(var, segments, _tpos(tok))
 
-    def order_by(self, meta, children):
+    def order_by(self, meta: Meta, children: Children) -> Tagged:
         return ("order_by", tuple(children), meta)
 
-    def order_key(self, meta, children):
-        expr = children[0]
+    def order_key(self, meta: Meta, children: Children) -> A.OrderKey:
+        expr: A.FindItem = children[0]
         descending = len(children) == 2 and str(children[1]) == "DESC"
         return A.OrderKey(expr, descending, _pos(meta))
 
-    def limit(self, meta, children):
+    def limit(self, meta: Meta, children: Children) -> Tagged:
         return ("limit", token_value(children[0], A.EXPECT_POSITIVE_INT, "LIMIT"), meta)
 
-    def cursor(self, meta, children):
+    def cursor(self, meta: Meta, children: Children) -> Tagged:
         return ("cursor", token_value(children[0], A.EXPECT_STRING, "CURSOR"), meta)
 
-    def where_clause(self, meta, children):
+    def where_clause(self, meta: Meta, children: Children) -> tuple[A.Pattern, ...]:
         return tuple(children)
 
-    def concept_pattern(self, meta, children):
-        var = None
+    def concept_pattern(self, meta: Meta, children: Children) -> A.ConceptPattern:
+        var: str | None = None
+        match: A.ConceptMatch = children[-1]
         if len(children) == 2:
             var, segments = split_var(children[0])
             if segments:
                 raise fail(children[0], f"A clause binds a plain variable, not {children[0]}",
                            f"Write ?{var} {{...}} and use dot paths in FIND/FILTER.")
-        return A.ConceptPattern(var, children[-1], _pos(meta))
+        return A.ConceptPattern(var, match, _pos(meta))
 
-    def proposition_pattern(self, meta, children):
-        var = None
+    def proposition_pattern(self, meta: Meta, children: Children) -> A.PropositionPattern:
+        var: str | None = None
+        match: A.PropositionMatch | A.PropositionIdMatch = children[-1]
         if len(children) == 2:
             var, segments = split_var(children[0])
             if segments:
                 raise fail(children[0], f"A clause binds a plain variable, not {children[0]}",
                            f"Write ?{var} (...) and use dot paths in FIND/FILTER.")
-        match = children[-1]
         if var is not None and isinstance(match, A.PropositionMatch) and match.predicate.hops:
             raise fail(children[0], f"A path pattern cannot bind a link variable (?{var})",
                        "A {m,n} path may cross several links; drop the variable, or match "
                        "one hop to bind the link.")
         return A.PropositionPattern(var, match, _pos(meta))
 
-    def not_pattern(self, meta, children):
+    def not_pattern(self, meta: Meta, children: Children) -> A.NotPattern:
         return A.NotPattern(tuple(children), _pos(meta))
 
-    def optional_pattern(self, meta, children):
+    def optional_pattern(self, meta: Meta, children: Children) -> A.OptionalPattern:
         return A.OptionalPattern(tuple(children), _pos(meta))
 
-    def union_pattern(self, meta, children):
+    def union_pattern(self, meta: Meta, children: Children) -> A.UnionPattern:
         return A.UnionPattern(tuple(children), _pos(meta))
 
-    def concept_match(self, meta, children):
+    def concept_match(self, meta: Meta, children: Children) -> A.ConceptMatch:
         fields: dict[str, A.Value] = {}
-        for key, value, where in children:
+        entries: list[tuple[str, A.Value, A.Pos | None]] = children
+        for key, value, where in entries:
             if key not in CONCEPT_FIELDS:
                 raise fail(where, f"Unknown key '{key}' in a concept clause: a concept clause "
                            f"takes only id, type and name",
@@ -341,32 +360,36 @@ class KipTransformer(Transformer):
         return A.ConceptMatch(fields.get("id"), fields.get("type"), fields.get("name"),
                               _pos(meta))
 
-    def match_entry(self, meta, children):
+    def match_entry(self, meta: Meta, children: Children
+                    ) -> tuple[str, A.Value, A.Pos | None]:
         return (self._key(children[0], "concept clause key"), children[1], _pos(meta))
 
-    def triple(self, meta, children):
-        subject, predicate, obj = children
+    def triple(self, meta: Meta, children: Children) -> A.PropositionMatch:
+        subject: A.Term = children[0]
+        predicate: A.Predicate = children[1]
+        obj: A.Term = children[2]
         return A.PropositionMatch(subject, predicate, obj, _pos(meta))
 
-    def proposition_id(self, meta, children):
+    def proposition_id(self, meta: Meta, children: Children) -> A.PropositionIdMatch:
         value = slot(children[1], A.EXPECT_STRING, "'id' in a proposition clause")
         return A.PropositionIdMatch(value, _pos(meta))
 
-    def var_term(self, meta, children):
-        tok = children[0]
+    def var_term(self, meta: Meta, children: Children) -> A.VarTerm:
+        tok: Token = children[0]
         var, segments = split_var(tok)
         if segments:
             raise fail(tok, f"A subject or object is a variable, not a dot path ({tok})",
                        f"Write ?{var} here and use {tok} in FIND or FILTER.")
         return A.VarTerm(var, _tpos(tok))
 
-    def predicate_alternatives(self, meta, children):
+    def predicate_alternatives(self, meta: Meta, children: Children) -> A.Predicate:
         names = tuple(token_value(t, A.EXPECT_STRING, "a predicate") for t in children)
         return A.Predicate(names, None, _pos(meta))
 
-    def predicate_path(self, meta, children):
+    def predicate_path(self, meta: Meta, children: Children) -> A.Predicate:
         name = token_value(children[0], A.EXPECT_STRING, "a predicate")
-        return A.Predicate((name,), children[1], _pos(meta))
+        hops: Hops = children[1]
+        return A.Predicate((name,), hops, _pos(meta))
 
     def _hop(self, tok: Token) -> int:
         value = decode_number(tok)
@@ -375,14 +398,14 @@ class KipTransformer(Transformer):
                        "Write a path range as {m,n}, {m,} or {n} with integers m ≤ n.")
         return value
 
-    def hop_exact(self, meta, children):
+    def hop_exact(self, meta: Meta, children: Children) -> Hops:
         n = self._hop(children[0])
         return (n, n)
 
-    def hop_open(self, meta, children):
+    def hop_open(self, meta: Meta, children: Children) -> Hops:
         return (self._hop(children[0]), None)
 
-    def hop_range(self, meta, children):
+    def hop_range(self, meta: Meta, children: Children) -> Hops:
         lo, hi = self._hop(children[0]), self._hop(children[1])
         if lo > hi:
             raise fail(children[0], f"Invalid path range {{{lo},{hi}}}: the minimum is "
@@ -390,28 +413,30 @@ class KipTransformer(Transformer):
                        "Write a path range as {m,n} with m ≤ n, e.g. {1,5}.")
         return (lo, hi)
 
-    def filter_pattern(self, meta, children):
+    def filter_pattern(self, meta: Meta, children: Children) -> A.FilterPattern:
         expr = _filter_operands(children[0])
         return A.FilterPattern(expr, _pos(meta))
 
     # --- FILTER expressions ---------------------------------------------------------------
-    def or_op(self, meta, children):
+    def or_op(self, meta: Meta, children: Children) -> A.BoolOp:
         return _bool("||", children, meta)
 
-    def and_op(self, meta, children):
+    def and_op(self, meta: Meta, children: Children) -> A.BoolOp:
         return _bool("&&", children, meta)
 
-    def not_op(self, meta, children):
-        return A.NotOp(children[0], _pos(meta))
+    def not_op(self, meta: Meta, children: Children) -> A.NotOp:
+        operand: A.Expr = children[0]
+        return A.NotOp(operand, _pos(meta))
 
-    def compare(self, meta, children):
-        left, op, right = children
-        return A.Compare(str(op), left, right, _pos(meta))
+    def compare(self, meta: Meta, children: Children) -> A.Compare:
+        left: A.Expr = children[0]
+        right: A.Expr = children[2]
+        return A.Compare(str(children[1]), left, right, _pos(meta))
 
-    def call(self, meta, children):
-        func_tok = children[0]
+    def call(self, meta: Meta, children: Children) -> A.Call:
+        func_tok: Token = children[0]
         func = str(func_tok)
-        args = tuple(a for a in children[1:] if a is not None)
+        args: tuple[A.Expr, ...] = tuple(a for a in children[1:] if a is not None)
         lo, hi = FUNCTION_ARITY[func]
         if not lo <= len(args) <= hi:
             want = str(lo) if lo == hi else f"{lo} or {hi}"
@@ -428,29 +453,32 @@ class KipTransformer(Transformer):
             args = (needle, haystack)
         return A.Call(func, args, _pos(meta))
 
-    def param(self, meta, children):
-        tok = children[0]
+    def param(self, meta: Meta, children: Children) -> A.Param:
+        tok: Token = children[0]
         return A.Param(param_name(tok), A.EXPECT_ANY, _tpos(tok))
 
     # --- KML ------------------------------------------------------------------------------
-    def upsert_cmd(self, meta, children):
+    def upsert_cmd(self, meta: Meta, children: Children) -> A.Upsert:
         return A.Upsert(tuple(children), _pos(meta))
 
-    def upsert_statement(self, meta, children):
+    def upsert_statement(self, meta: Meta, children: Children) -> A.UpsertStatement:
         blocks, metadata = _split_metadata(children)
-        return A.UpsertStatement(tuple(blocks), metadata, _pos(meta))
+        upsert_blocks: tuple[A.UpsertBlock, ...] = tuple(blocks)
+        return A.UpsertStatement(upsert_blocks, metadata, _pos(meta))
 
-    def concept_block(self, meta, children):
+    def concept_block(self, meta: Meta, children: Children) -> A.ConceptBlock:
         handle, rest = _handle(children)
-        match, *clauses = rest
-        clauses, metadata = _split_metadata(clauses)
+        match: A.ConceptMatch = rest[0]
+        clauses, metadata = _split_metadata(rest[1:])
         if match.id is None and (match.type is None or match.name is None):
             raise fail(match.pos, "A CONCEPT block identifies its concept by "
                        "{type: ..., name: ...} or by {id: ...}",
                        "Write {type: \"Drug\", name: \"Aspirin\"} (match or create) or "
                        "{id: \"C:12\"} (match only).")
-        attributes, propositions = None, None
-        for tag, value, where in clauses:
+        attributes: A.Value | None = None
+        propositions: tuple[A.SetProposition, ...] | None = None
+        tagged: list[Tagged] = clauses
+        for tag, value, where in tagged:
             if tag == "attributes":
                 if attributes is not None:
                     raise fail(where, "SET ATTRIBUTES is given twice in one CONCEPT block")
@@ -461,13 +489,14 @@ class KipTransformer(Transformer):
                 propositions = value
         return A.ConceptBlock(handle, match, attributes, propositions, metadata, _pos(meta))
 
-    def proposition_block(self, meta, children):
+    def proposition_block(self, meta: Meta, children: Children) -> A.PropositionBlock:
         handle, rest = _handle(children)
-        match, *clauses = rest
-        clauses, metadata = _split_metadata(clauses)
+        match: A.PropositionMatch | A.PropositionIdMatch = rest[0]
+        clauses, metadata = _split_metadata(rest[1:])
         _check_kml_term(match)
-        attributes = None
-        for tag, value, where in clauses:
+        attributes: A.Value | None = None
+        tagged: list[Tagged] = clauses
+        for tag, value, where in tagged:
             if tag != "attributes":
                 raise fail(where, "SET PROPOSITIONS belongs in a CONCEPT block",
                            "A PROPOSITION block takes SET ATTRIBUTES and WITH METADATA.")
@@ -476,38 +505,40 @@ class KipTransformer(Transformer):
             attributes = value
         return A.PropositionBlock(handle, match, attributes, metadata, _pos(meta))
 
-    def set_attributes(self, meta, children):
+    def set_attributes(self, meta: Meta, children: Children) -> Tagged:
         return ("attributes", _map_slot(children[0], "SET ATTRIBUTES"), meta)
 
-    def set_propositions(self, meta, children):
+    def set_propositions(self, meta: Meta, children: Children) -> Tagged:
         return ("propositions", tuple(children), meta)
 
-    def set_proposition(self, meta, children):
+    def set_proposition(self, meta: Meta, children: Children) -> A.SetProposition:
         predicate = token_value(children[0], A.EXPECT_STRING, "a predicate")
         target = _check_kml_term(children[1])
         children, metadata = _split_metadata(children)
         return A.SetProposition(predicate, target, metadata, _pos(meta))
 
-    def with_metadata(self, meta, children):
+    def with_metadata(self, meta: Meta, children: Children) -> _MetadataMark:
         return _MetadataMark(_map_slot(children[0], "WITH METADATA"))
 
-    def delete_attributes(self, meta, children):
-        keys, var, where = children
-        return A.DeleteAttributes(keys, _plain_var(var), where, _pos(meta))
+    def delete_attributes(self, meta: Meta, children: Children) -> A.DeleteAttributes:
+        keys: tuple[A.Value, ...] = children[0]
+        where: tuple[A.Pattern, ...] = children[2]
+        return A.DeleteAttributes(keys, _plain_var(children[1]), where, _pos(meta))
 
-    def delete_metadata(self, meta, children):
-        keys, var, where = children
-        return A.DeleteMetadata(keys, _plain_var(var), where, _pos(meta))
+    def delete_metadata(self, meta: Meta, children: Children) -> A.DeleteMetadata:
+        keys: tuple[A.Value, ...] = children[0]
+        where: tuple[A.Pattern, ...] = children[2]
+        return A.DeleteMetadata(keys, _plain_var(children[1]), where, _pos(meta))
 
-    def delete_propositions(self, meta, children):
-        var, where = children
-        return A.DeletePropositions(_plain_var(var), where, _pos(meta))
+    def delete_propositions(self, meta: Meta, children: Children) -> A.DeletePropositions:
+        where: tuple[A.Pattern, ...] = children[1]
+        return A.DeletePropositions(_plain_var(children[0]), where, _pos(meta))
 
-    def delete_concept(self, meta, children):
-        var, where = children
-        return A.DeleteConcept(_plain_var(var), where, _pos(meta))
+    def delete_concept(self, meta: Meta, children: Children) -> A.DeleteConcept:
+        where: tuple[A.Pattern, ...] = children[1]
+        return A.DeleteConcept(_plain_var(children[0]), where, _pos(meta))
 
-    def key_list(self, meta, children):
+    def key_list(self, meta: Meta, children: Children) -> tuple[A.Value, ...]:
         keys = tuple(token_value(t, A.EXPECT_KEY, "a key to delete")
                      for t in children if t is not None)
         if not keys:
@@ -516,31 +547,37 @@ class KipTransformer(Transformer):
         return keys
 
     # --- META -----------------------------------------------------------------------------
-    def describe_primer(self, meta, children):
+    def describe_primer(self, meta: Meta, children: Children) -> A.DescribePrimer:
         return A.DescribePrimer(_pos(meta))
 
-    def describe_domains(self, meta, children):
+    def describe_domains(self, meta: Meta, children: Children) -> A.DescribeDomains:
         return A.DescribeDomains(*_pages(children), pos=_pos(meta))
 
-    def describe_concept_types(self, meta, children):
+    def describe_concept_types(self, meta: Meta, children: Children
+                               ) -> A.DescribeConceptTypes:
         return A.DescribeConceptTypes(*_pages(children), pos=_pos(meta))
 
-    def describe_concept_type(self, meta, children):
+    def describe_concept_type(self, meta: Meta, children: Children
+                              ) -> A.DescribeConceptType:
         name = token_value(children[0], A.EXPECT_STRING, "the type name")
         return A.DescribeConceptType(name, _pos(meta))
 
-    def describe_proposition_types(self, meta, children):
+    def describe_proposition_types(self, meta: Meta, children: Children
+                                   ) -> A.DescribePropositionTypes:
         return A.DescribePropositionTypes(*_pages(children), pos=_pos(meta))
 
-    def describe_proposition_type(self, meta, children):
+    def describe_proposition_type(self, meta: Meta, children: Children
+                                  ) -> A.DescribePropositionType:
         name = token_value(children[0], A.EXPECT_STRING, "the predicate name")
         return A.DescribePropositionType(name, _pos(meta))
 
-    def search_cmd(self, meta, children):
-        target = children[0]
+    def search_cmd(self, meta: Meta, children: Children) -> A.Search:
+        target: str = children[0]
         term = token_value(children[1], A.EXPECT_STRING, "the search term")
-        type_, limit = None, None
-        for tag, value, where in children[2:]:
+        type_: A.Value | None = None
+        limit: A.Value | None = None
+        options: list[Tagged] = children[2:]
+        for tag, value, where in options:
             if (tag == "type" and type_ is not None) or (tag == "limit" and limit is not None):
                 raise fail(where, f"{'WITH TYPE' if tag == 'type' else 'LIMIT'} is given "
                            "twice in SEARCH")
@@ -550,47 +587,53 @@ class KipTransformer(Transformer):
                 limit = value
         return A.Search(target, term, type_, limit, _pos(meta))
 
-    def search_target(self, meta, children):
+    def search_target(self, meta: Meta, children: Children) -> str:
         return str(children[0])
 
-    def with_type(self, meta, children):
+    def with_type(self, meta: Meta, children: Children) -> Tagged:
         return ("type", token_value(children[0], A.EXPECT_STRING, "WITH TYPE"), meta)
 
     # --- JSON values ----------------------------------------------------------------------
-    def string(self, meta, children):
-        return A.Literal(decode_string(children[0]), _tpos(children[0]))
+    def string(self, meta: Meta, children: Children) -> A.Literal:
+        tok: Token = children[0]
+        return A.Literal(decode_string(tok), _tpos(tok))
 
-    def number(self, meta, children):
-        return A.Literal(decode_number(children[0]), _tpos(children[0]))
+    def number(self, meta: Meta, children: Children) -> A.Literal:
+        tok: Token = children[0]
+        return A.Literal(decode_number(tok), _tpos(tok))
 
-    def true(self, meta, children):
+    def true(self, meta: Meta, children: Children) -> A.Literal:
         return A.Literal(True, _pos(meta))
 
-    def false(self, meta, children):
+    def false(self, meta: Meta, children: Children) -> A.Literal:
         return A.Literal(False, _pos(meta))
 
-    def null(self, meta, children):
+    def null(self, meta: Meta, children: Children) -> A.Literal:
         return A.Literal(None, _pos(meta))
 
-    def json_object(self, meta, children):
+    def json_object(self, meta: Meta, children: Children) -> A.Value:
         return _object(children, meta)
 
-    def object_entry(self, meta, children):
-        return (self._key(children[0], "object key"), children[1], children[0])
+    def object_entry(self, meta: Meta, children: Children) -> Entry:
+        tok: Token = children[0]
+        value: A.Value = children[1]
+        return (self._key(tok, "object key"), value, tok)
 
-    def map_object(self, meta, children):
+    def map_object(self, meta: Meta, children: Children) -> A.Value:
         return _object(children, meta)
 
-    def map_entry(self, meta, children):
-        tok = children[0]
+    def map_entry(self, meta: Meta, children: Children) -> Entry:
+        tok: Token = children[0]
+        value: A.Value = children[1]
         key = self._key(tok, "key")
         check_identifier(key, tok, "an attribute or metadata key")
-        return (key, children[1], tok)
+        return (key, value, tok)
 
-    def json_array(self, meta, children):
-        items = [c for c in children if c is not None]
-        if all(isinstance(v, A.Literal) for v in items):
-            return A.Literal([v.value for v in items], _pos(meta))
+    def json_array(self, meta: Meta, children: Children) -> A.Value:
+        items: list[A.Value] = [c for c in children if c is not None]
+        literals = [v for v in items if isinstance(v, A.Literal)]
+        if len(literals) == len(items):
+            return A.Literal([v.value for v in literals], _pos(meta))
         return A.ArrayValue(tuple(items), _pos(meta))
 
     def _key(self, tok: Token, what: str) -> str:
@@ -618,7 +661,7 @@ _CALL_HINT = {
 }
 
 
-def _object(children: list, meta: Any) -> A.Value:
+def _object(children: list[Entry | None], meta: Meta) -> A.Value:
     """`{k: v, ...}` → a Literal dict, or an ObjectValue when a placeholder is inside.
 
     A key given twice is an error (JSON leaves duplicates undefined; silently keeping the last
@@ -635,13 +678,14 @@ def _object(children: list, meta: Any) -> A.Value:
                        f"Give each key once; merge the two values of '{key}'.")
         seen.add(key)
         entries.append((key, value))
-    if all(isinstance(v, A.Literal) for _, v in entries):
-        return A.Literal({k: v.value for k, v in entries}, _pos(meta))
+    literals = {k: v.value for k, v in entries if isinstance(v, A.Literal)}
+    if len(literals) == len(entries):      # no key repeats (checked above)
+        return A.Literal(literals, _pos(meta))
     return A.ObjectValue(tuple(entries), _pos(meta))
 
 
-def _bool(op: str, children: list, meta: Any) -> A.BoolOp:
-    operands: list = []
+def _bool(op: str, children: list[A.Expr], meta: Meta) -> A.BoolOp:
+    operands: list[A.Expr] = []
     for c in children:
         if isinstance(c, A.BoolOp) and c.op == op:
             operands.extend(c.operands)
@@ -650,7 +694,7 @@ def _bool(op: str, children: list, meta: Any) -> A.BoolOp:
     return A.BoolOp(op, tuple(operands), _pos(meta))
 
 
-def _filter_operands(expr: Any) -> Any:
+def _filter_operands(expr: A.Expr) -> A.Expr:
     """FILTER operates on primitive values (§2.7): a JSON list is an operand only as IN's
     second argument; a placeholder anywhere else must be bound to a primitive. Returns `expr`
     with such placeholders constrained (EXPECT_PRIMITIVE)."""
@@ -684,13 +728,13 @@ def _filter_operands(expr: Any) -> Any:
     return expr
 
 
-def _split_metadata(children: list) -> tuple[list, A.Value | None]:
+def _split_metadata(children: Children) -> tuple[Children, A.Value | None]:
     if children and isinstance(children[-1], _MetadataMark):
         return children[:-1], children[-1].value
     return children, None
 
 
-def _handle(children: list) -> tuple[str | None, list]:
+def _handle(children: Children) -> tuple[str | None, Children]:
     if children and isinstance(children[0], Token) and children[0].type == "VAR":
         return _plain_var(children[0]), children[1:]
     return None, children
@@ -729,8 +773,9 @@ def _check_kml_term(term: A.Term) -> A.Term:
     return term
 
 
-def _pages(children: list) -> tuple[A.Value | None, A.Value | None]:
-    limit = cursor = None
+def _pages(children: list[Tagged]) -> tuple[A.Value | None, A.Value | None]:
+    limit: A.Value | None = None
+    cursor: A.Value | None = None
     for tag, value, where in children:
         if (tag == "limit" and limit is not None) or (tag == "cursor" and cursor is not None):
             raise fail(where, f"{tag.upper()} is given twice")

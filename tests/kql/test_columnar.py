@@ -16,7 +16,8 @@ import pytest
 
 from kqlsupport import STORES, open_db
 
-from nexus.exec import columnar
+from nexus.exec import batch, columnar
+from nexus.plan import cost
 from nexus.store.columns import store_columns
 
 DRUGS_BY_CLASS = 'FIND(?c.name, COUNT(?d)) WHERE { ?d {type: "Drug"} ?c {type: "DrugClass"} ' \
@@ -247,7 +248,7 @@ def test_auto_choice_follows_the_cost_model(tmp_path, monkeypatch):
         assert ran, "the whole-type scan should run columnar"
         assert auto == run(nx, SIDE_EFFECTS, "never")
         ran.clear()
-        monkeypatch.setattr(columnar, "COL_FIXED", 1e12)     # columns made hopeless
+        monkeypatch.setattr(cost, "COL_FIXED", 1e12)         # columns made hopeless
         run(nx, SIDE_EFFECTS, "auto")
         assert ran, "a columnar choice is remembered for the same snapshot and parameters"
         ran.clear()
@@ -311,7 +312,7 @@ def test_group_ids_over_sorted_runs_match_the_general_grouping():
     rng = np.random.default_rng(7)
     for size in (0, 1, 2, 5, 200):
         for col in (np.sort(rng.integers(1, 6, size)), rng.integers(0, 6, size)):
-            group, firsts = columnar.group_ids([col], size)
+            group, firsts = batch.group_ids([col], size)
             order: dict = {}
             for v in col.tolist():
                 order.setdefault(v, len(order))
