@@ -21,7 +21,7 @@ import numpy as np
 from ..store.columns import TxnColumns
 from ..syntax import ast as A
 from .env import Env
-from .operators import Row
+from .rows import Row
 from .results import Accumulator, Aggregator, DistinctIds, counted, hashable
 from .shape import check_row_cap
 

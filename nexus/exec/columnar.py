@@ -61,7 +61,8 @@ from ..store.columns import LinkColumns, TxnColumns
 from .batch import Batch
 from .env import Env
 from .filters import Test, compile_filter
-from .operators import Row, Rows, Stage, compile_step, merge_union_row, step_layouts, union_map
+from .operators import Stage, compile_step, merge_union_row, step_layouts, union_map
+from .rows import Row, Rows
 
 MAX_BATCH = 1_000_000          # rows of an intermediate batch before the run streams
 MODES = ("auto", "always", "never")

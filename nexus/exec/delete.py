@@ -34,8 +34,8 @@ def targets(ctx: WriteContext, command: Any) -> list[int]:
     """Distinct ids bound to the command's target variable, in first-found order."""
     from .kql import solutions  # the KQL engine's WHERE matcher (imported late: no cycle)
     seen = dict.fromkeys(row[0] for row in solutions(ctx, command.where, [command.target]))
-    seen.pop(None, None)    # unbound in an OPTIONAL branch: nothing to delete
-    return list(seen)
+    # None: unbound in an OPTIONAL branch, nothing to delete
+    return [n for n in seen if n is not None]
 
 
 @executes(A.DeleteAttributes, A.DeleteMetadata, A.DeletePropositions, A.DeleteConcept)

@@ -20,7 +20,7 @@ from ..syntax import ast as A
 from ..syntax import bind
 from . import values
 from .context import ExecContext
-from .operators import walk
+from .paths import walk
 from .regexes import compile_regex
 
 

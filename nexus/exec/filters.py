@@ -27,7 +27,7 @@ from ..syntax import ast as A
 
 if TYPE_CHECKING:  # both import this module
     from .env import Env
-    from .operators import Row
+    from .rows import Row
 
 # A compiled expression: its value for one solution row (FILTER keeps rows where it is True).
 Fn = Callable[["Row", "Env"], Any]

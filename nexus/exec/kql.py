@@ -41,7 +41,8 @@ from .batch import Batch, BatchSolutions
 from .context import ExecContext
 from .env import Env, check_hop_range
 from .filters import kind as value_kind
-from .operators import Row, Rows, compile_group
+from .operators import compile_group
+from .rows import Row, Rows
 from .registry import executes
 from .shape import (Answer, FindShape, RowSolutions, Solutions, check_row_cap, decode_cursor,
                     distinct, empty_result, limited, shape_find)

@@ -14,14 +14,11 @@ from ..errors import ErrorCode, KipError
 from ..plan import physical as P
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from .filters import Test, compile_filter
+from .rows import Row, Rows
 
-if TYPE_CHECKING:  # env.py imports walk() from here
+if TYPE_CHECKING:  # env.py builds on the operators; they only name its type
     from .env import Env
 
-# A solution row: element ids (None for an unbound OPTIONAL variable), laid out as the plan's
-# layout names them.
-Row = tuple[Optional[int], ...]
-Rows = Iterator[Row]
 Stage = Callable[["Env", Rows], Rows]
 
 
@@ -542,69 +539,3 @@ _COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
     P.OptionalJoin: _c_optional,
     P.AntiJoin: _c_anti,
 }
-
-
-# --- path walks --------------------------------------------------------------------------
-
-def walk(txn: ReadTxn, start: int, pid: int, lo: int, hi: int | None, forward: bool,
-         budget: list[int]) -> frozenset[int]:
-    """Distinct ends of walks of lo..hi hops (hi None: unbounded) from `start`.
-
-    `budget[0]` counts down the nodes a query may still visit (shared by all walks of one
-    execution); running out raises KIP_4002.
-    """
-    links = txn.out_links if forward else txn.in_links
-
-    def step(nodes: set[int]) -> set[int]:
-        out: set[int] = set()
-        for n in nodes:
-            for _p, m, _l in links(n, pid):
-                out.add(m)
-        budget[0] -= len(nodes) + 1
-        if budget[0] < 0:
-            raise KipError(ErrorCode.KIP_4002,
-                           "The path walk visited more nodes than the query budget allows",
-                           "Bound the path range (e.g. {1,5} instead of {1,}) or start the "
-                           "path from a bound concept.")
-        return out
-
-    result: set[int] = set()
-    if lo <= 1:
-        # Breadth-first over distinct nodes: any node reachable by a walk of ≤ hi hops is
-        # reachable by a shortest path of ≤ hi hops, so visiting each node once suffices.
-        if lo == 0:
-            result.add(start)
-        seen: set[int] = set()
-        frontier: set[int] = {start}
-        depth = 0
-        while frontier and (hi is None or depth < hi):
-            depth += 1
-            frontier = step(frontier) - seen
-            seen |= frontier
-            result |= frontier
-        return frozenset(result)
-    # lo ≥ 2: a node reached early may also be reached by a longer walk, so track the exact
-    # set reachable in k hops for each k (bounded by hi ≤ max_hops, or closed under hi=None).
-    frontier = {start}
-    for _ in range(lo):
-        frontier = step(frontier)
-        if not frontier:
-            return frozenset()
-    result |= frontier
-    if hi is None:
-        pending = set(frontier)
-        while pending:
-            pending = step(pending) - result
-            result |= pending
-        return frozenset(result)
-    seen_levels = {frozenset(frontier)}
-    for _ in range(hi - lo):
-        frontier = step(frontier)
-        if not frontier:
-            break
-        key = frozenset(frontier)
-        if key in seen_levels:      # the exact-k sets cycle: nothing new can appear
-            break
-        seen_levels.add(key)
-        result |= frontier
-    return frozenset(result)

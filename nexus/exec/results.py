@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol, TypeVar
 from ..syntax import ast as A
 from .env import Env
 from .filters import kind
-from .operators import Row
+from .rows import Row
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
 from .context import ExecContext
 from .env import Env
-from .operators import Row
+from .rows import Row
 from .results import Aggregator, order_groups, order_rows
 
 Params = Mapping[str, Any]

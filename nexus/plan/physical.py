@@ -16,14 +16,19 @@ beside each step below are the planner's guesses of what a step keeps, which EXP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import Protocol, Union
 
 from ..syntax import ast as A
 from .logical import (Atom, ConceptAtom, Group, LinkAtom, LinkIdAtom, LogicalQuery, PathAtom,
                       expr_vars)
 
-if TYPE_CHECKING:  # the cost model walks these steps; the planner only receives it
-    from .cost import Estimator
+class Estimator(Protocol):
+    """The cardinalities the planner asks of the cost model (`nexus.plan.cost.Estimator`,
+    which also walks these steps to choose the executor: the planner only receives it)."""
+
+    def type_count(self, value: A.Value | None) -> float: ...
+    def predicate_count(self, values: tuple[A.Value, ...]) -> float: ...
+    def fanout(self, values: tuple[A.Value, ...]) -> float: ...
 
 
 # --- physical steps ----------------------------------------------------------------------
