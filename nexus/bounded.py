@@ -6,8 +6,8 @@ so every process-wide cache of nexus weighs its entries — an estimate in bytes
 caller — and evicts the least recently used ones past its budget (docs/limits.md, "Caches").
 An entry heavier than the whole budget is simply not kept.
 
-Thread-safe: one lock per cache around each lookup and insertion (compound `OrderedDict`
-operations are not atomic across threads).
+Thread-safe: one lock per cache around each insertion (compound `OrderedDict` operations are
+not atomic across threads); a lookup is two atomic calls and takes no lock.
 """
 from __future__ import annotations
 
@@ -33,12 +33,17 @@ class WeightedLRU(Generic[V]):
         return len(self._items)
 
     def get(self, key: Hashable) -> V | None:
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is None:
-                return None
+        # No lock on the hit path (it is every parse and every prepared FIND): each of the
+        # two calls is one C method of OrderedDict, atomic under the GIL; only `put`'s
+        # compound update needs the lock. A key evicted between them just stays evicted.
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        try:
             self._items.move_to_end(key)
-            return hit[0]
+        except KeyError:
+            pass
+        return hit[0]
 
     def put(self, key: Hashable, value: V, weight: int) -> None:
         """Keep `value` under `key` (weighing `weight` bytes), evicting the least recently

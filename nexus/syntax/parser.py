@@ -146,15 +146,20 @@ def parse(text: str, *, max_bytes: int = MAX_COMMAND_BYTES,
     if not isinstance(text, str):
         raise KipError(ErrorCode.KIP_1001, "The command must be a string",
                        "Send the KIP command text as a JSON string.")
+    cacheable = len(text) <= CACHE_MAX_CHARS   # big capsules are rarely re-sent: not pinned
+    key = (text, max_bytes, max_nesting)
+    if cacheable:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            return hit
     _depth.timeout = timeout
     try:
-        if len(text) > CACHE_MAX_CHARS:  # big capsules are rarely re-sent; don't pin them
-            return _parse_text(text, max_bytes, max_nesting)
-        return _PARSED.get_or_make((text, max_bytes, max_nesting),
-                                   lambda: _parse_text(text, max_bytes, max_nesting),
-                                   lambda _: AST_BYTES_PER_CHAR * len(text) + 512)
+        parsed = _parse_text(text, max_bytes, max_nesting)
     finally:
         _depth.timeout = _depth.deadline = None
+    if cacheable:
+        _PARSED.put(key, parsed, AST_BYTES_PER_CHAR * len(text) + 512)
+    return parsed
 
 
 # Only commands up to this size are cached, in a cache bounded by bytes (nexus.bounded): a

@@ -394,3 +394,20 @@ def test_limits_table_lists_the_new_limits():
                  "MAX_EXPANDED", "heavy_slots"):
         assert name in text, name
     assert Limits().max_search_chars == 4096
+
+
+def test_result_size_counts_every_copy_of_a_shared_value():
+    from nexus.engine import json_size
+    import orjson
+    blob = "x" * 10_000
+    shapes = [
+        [["Aspirin", "Ibuprofen"] * 300, [blob, None] * 300],          # columns, shared blob
+        [{"id": "C:1", "type": "Drug", "name": "A", "attributes": {"n": [1, 2.5, True]}}],
+        ["é" * 10, None, 3, 2.5, False],
+        [[["nested"] * 100] * 100],
+    ]
+    for value in shapes:
+        assert json_size(value, 1 << 40) >= len(orjson.dumps(value)) * 0.95
+    shared = [[blob] * 5000]                       # 50 MB of JSON from one string in memory
+    assert json_size(shared, 1 << 20) > 1 << 20     # stops past the limit, and says so
+    assert json_size([[2**70, "a"]], 1 << 20) == len(b'[[1180591620717411303424,"a"]]')
