@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterable, Iterator
 
+from . import history
 from .config import Config
 from .engine import CommitHook, Engine, WriteSession
 from .errors import ErrorCode, KipError
@@ -34,6 +35,8 @@ Progress = Callable[[str, int, int], None]
 class Nexus(Engine):
     """A KIP engine over one graph store (see `nexus.engine.Engine` for execution).
     Thread-safe: reads run on consistent snapshots in parallel, writes take turns."""
+
+    _history_hook: "history.HistoryHook | None" = None
 
     # --- lifecycle ------------------------------------------------------------------------
     @classmethod
@@ -61,6 +64,7 @@ class Nexus(Engine):
             nexus.columnar = mode
         try:
             nexus._attach_search()
+            nexus._attach_history()
             if config.bootstrap:
                 from .ops.capsules import bootstrap
                 bootstrap(nexus, progress)
@@ -73,6 +77,41 @@ class Nexus(Engine):
         from .search import attach_search
         self.search = attach_search(self)
         self.add_commit_hook(self.search)
+
+    # --- version history (nexus.history, docs/history.md) ----------------------------------
+    def _attach_history(self) -> None:
+        with self.read_session() as ctx:
+            on = history.is_enabled(ctx.txn)
+        if on and self._history_hook is None:
+            self._history_hook = history.HistoryHook()
+            self.wrap_writes(history.RecordingTxn)
+            self.add_commit_hook(self._history_hook)
+
+    @property
+    def history_enabled(self) -> bool:
+        return self._history_hook is not None
+
+    def set_history(self, on: bool) -> None:
+        """Keep the version log from now on, or stop keeping it (the database remembers;
+        what was logged stays readable until `compact` drops it)."""
+        with self.write_session(privileged=True) as session:
+            history.set_enabled(session.txn, on)
+        if on:
+            self._attach_history()
+        elif self._history_hook is not None:
+            self.commit_hooks.remove(self._history_hook)
+            self.write_wrappers.remove(history.RecordingTxn)
+            self._history_hook = None
+
+    def compact_history(self, keep_seconds: float) -> dict[str, int]:
+        """Drop version-log records older than `keep_seconds` (retention): AS OF and REVERT
+        reach no further back afterwards. Returns {"dropped": n, "kept": m}."""
+        import time as _time
+        cutoff = int((_time.time() - keep_seconds) * 1000)
+        with self.write_session(privileged=True) as session:
+            dropped = history.compact(session.txn, cutoff)
+            kept = session.txn.aux(history.LOG_TABLE).count()
+        return {"dropped": dropped, "kept": kept}
 
     def detach_search(self) -> None:
         """Stop maintaining the search indexes (benchmarks of the store alone): the service

@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 import orjson
 
@@ -166,6 +166,7 @@ class Engine:
         # "never" the columnar one (nexus.exec.columnar); tests run both ways.
         self.columnar = _columnar_default()
         self.commit_hooks: list[CommitHook] = [self.primer]
+        self.write_wrappers: list[Callable[[WriteTxn], WriteTxn]] = []
         self.admission = Admission(config.heavy_slots, config.fast_lane_seconds,
                                    config.heavy_quantum)
         self._write_lock = threading.RLock()
@@ -175,6 +176,11 @@ class Engine:
     def add_commit_hook(self, hook: CommitHook) -> None:
         """Run `hook` around every write from now on."""
         self.commit_hooks.append(hook)
+
+    def wrap_writes(self, wrapper: Callable[[WriteTxn], WriteTxn]) -> None:
+        """Hand every write session `wrapper(txn)` instead of the store's transaction from
+        now on (the version log's recorder: `nexus.history.RecordingTxn`)."""
+        self.write_wrappers.append(wrapper)
 
     @property
     def path(self) -> str | None:
@@ -206,7 +212,10 @@ class Engine:
         with self._write_lock:
             self._writer = threading.get_ident()
             try:
-                with self.store.write() as txn:
+                with self.store.write() as store_txn:
+                    txn = store_txn
+                    for wrap in self.write_wrappers:
+                        txn = wrap(txn)
                     ctx = WriteContext(txn, self.config.limits,
                                        time.monotonic() + self.config.limits.query_timeout,
                                        privileged=privileged, dry_run=dry_run, text=text,

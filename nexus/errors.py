@@ -24,6 +24,7 @@ class ErrorCode(enum.Enum):
     KIP_3002 = "KIP_3002"
     KIP_3003 = "KIP_3003"
     KIP_3004 = "KIP_3004"
+    KIP_3005 = "KIP_3005"
     KIP_4001 = "KIP_4001"
     KIP_4002 = "KIP_4002"
     KIP_4003 = "KIP_4003"
@@ -91,6 +92,11 @@ _INFO: dict[ErrorCode, tuple[str, str, int]] = {
         "Operation prohibited: system structures ($ConceptType, $PropositionType, CoreSchema, "
         "the identity and core_directives of $self/$system) cannot be changed.",
         403,
+    ),
+    ErrorCode.KIP_3005: (
+        "VersionConflict",
+        "Re-read the element (its current _version) and retry with the new version.",
+        409,
     ),
     ErrorCode.KIP_4001: (
         "ExecutionTimeout",

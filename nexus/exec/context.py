@@ -67,6 +67,14 @@ class ExecContext:
         self.columnar = columnar          # FIND executor: "auto" | "always" | "never"
         self.ticket = ticket              # its place in the fast/heavy lanes (admission)
 
+    def reading(self, txn: ReadTxn) -> "ExecContext":
+        """This context over another read transaction (FIND … AS OF reads the past through
+        one); the row executor only, as column views belong to the current snapshot."""
+        return ExecContext(txn, self.limits, self.deadline, now=self._now, clock=self.clock,
+                           privileged=self.privileged, dry_run=self.dry_run, text=self.text,
+                           search=self.search, primer=self.primer, columnar="never",
+                           ticket=self.ticket)
+
     @property
     def now(self) -> str:
         """The command's fixed timestamp (every element it touches gets the same)."""

@@ -38,6 +38,7 @@ from ..syntax import to_text
 from ..syntax.parser import placeholder_names
 from . import columnar
 from .batch import Batch, BatchSolutions
+from .asof import as_of_context
 from .context import ExecContext
 from .env import Env, check_hop_range
 from .filters import kind as value_kind
@@ -171,6 +172,8 @@ def _var_positions(layout: list[str], items: tuple[A.FindItem, ...]) -> tuple[in
 @executes(A.Find)
 def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> Answer:
     params = params or {}
+    if find.as_of is not None:          # the history extension: the graph as it was
+        ctx = as_of_context(ctx, find.as_of, params)
     prep = prepare(ctx, find, params)
     check_hops(ctx, prep)
     env = Env(ctx, params)

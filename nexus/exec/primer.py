@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import history
 from ..store.protocol import ConceptHead, ReadTxn
 from .context import ExecContext, WriteContext
 from .values import definition_json
@@ -200,7 +201,19 @@ def describe_primer(ctx: ExecContext) -> dict:
         })
     modes = ctx.search.search_modes if ctx.search is not None else []
     return {"identity": _identity(txn), "domain_map": domain_map,
-            "total_domains": len(domains), "search_modes": modes}
+            "total_domains": len(domains), "search_modes": modes,
+            "extensions": _extensions(txn)}
+
+
+def _extensions(txn: ReadTxn) -> dict[str, Any]:
+    """What this engine offers beyond KIP 1.x (docs/history.md)."""
+    return {"history": {
+        "enabled": history.is_enabled(txn),
+        "statements": ['FIND … AS OF "<ISO time>" | AS OF VERSION <seq>',
+                       'DESCRIBE HISTORY [{id: "C:…"} | (id: "P:…")] [LIMIT n] [CURSOR c]',
+                       'REVERT COMMAND <seq> | REVERT {id: …} TO VERSION <v> '
+                       'REASON "…" [FORCE]'],
+    }}
 
 
 def _name(txn: ReadTxn, n: int) -> str:

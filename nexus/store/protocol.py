@@ -80,6 +80,9 @@ AUX_TABLES: tuple[str, ...] = (
     "lexdoc",     # per-element lexical document stats (nexus.search)
     "vecq",       # vector-index change queue / watermark (nexus.search)
     "audit",      # request audit log (server list_logs)
+    "history",    # the version log: one record per committed write (nexus.history)
+    "histel",     # the version log by element
+    "histnew",    # the version log's bulk-created id ranges
 )
 
 

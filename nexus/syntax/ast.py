@@ -240,6 +240,7 @@ class Find:
     limit: Value | None = None
     cursor: Value | None = None
     pos: Pos | None = _pos()
+    as_of: "AsOf | None" = None         # the history extension: read the graph as it was
 
 
 @statement(StatementKind.QUERY, "EXPLAIN", late_binding=True)
@@ -388,9 +389,52 @@ class Search:
     pos: Pos | None = _pos()
 
 
+# --- version history: a nexus extension beyond KIP 1.x (docs/history.md) -------------------
+
+@dataclass(frozen=True, slots=True)
+class AsOf:
+    """`AS OF "<ISO time>"` (`version` False) or `AS OF VERSION <log seq>` (True)."""
+    point: Value
+    version: bool
+    pos: Pos | None = _pos()
+
+
+@dataclass(frozen=True, slots=True)
+class ElementRef:
+    """`{id: "C:12"}` (a concept) or `(id: "P:13:treats")` (a proposition link)."""
+    id: Value
+    link: bool
+    pos: Pos | None = _pos()
+
+
+@statement(StatementKind.META, "DESCRIBE")
+@dataclass(frozen=True, slots=True)
+class DescribeHistory:
+    """`DESCRIBE HISTORY [element] [LIMIT n] [CURSOR c]`: an element's versions, or the
+    log's records, newest first."""
+    element: ElementRef | None = None
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
+@statement(StatementKind.WRITE, "REVERT")
+@dataclass(frozen=True, slots=True)
+class Revert:
+    """`REVERT COMMAND <seq> REASON "…" [FORCE]` or
+    `REVERT {id: …} TO VERSION <v> REASON "…" [FORCE]`."""
+    reason: Value
+    command: Value | None = None
+    element: ElementRef | None = None
+    version: Value | None = None
+    force: bool = False
+    pos: Pos | None = _pos()
+
+
 Command = Union[Find, Explain, Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions,
                 DeleteConcept, DescribePrimer, DescribeDomains, DescribeConceptTypes,
-                DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search]
+                DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search,
+                DescribeHistory, Revert]
 
 
 

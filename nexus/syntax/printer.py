@@ -178,7 +178,31 @@ class _Printer:
             out.append(f"LIMIT {self.value(c.limit)}")
         if c.cursor is not None:
             out.append(f"CURSOR {self.value(c.cursor)}")
+        if c.as_of is not None:
+            out.append(self.as_of(c.as_of))
         return "\n".join(out)
+
+    # --- version history (nexus extension) ---------------------------------------------------
+    def as_of(self, a: A.AsOf) -> str:
+        return f"AS OF {'VERSION ' if a.version else ''}{self.value(a.point)}"
+
+    def element_ref(self, e: A.ElementRef) -> str:
+        return (f"(id: {self.value(e.id)})" if e.link else f"{{id: {self.value(e.id)}}}")
+
+    def cmd_DescribeHistory(self, c: A.DescribeHistory) -> str:
+        head = "DESCRIBE HISTORY"
+        if c.element is not None:
+            head += " " + self.element_ref(c.element)
+        return self._pages(head, c)
+
+    def cmd_Revert(self, c: A.Revert) -> str:
+        if c.element is not None and c.version is not None:
+            out = f"REVERT {self.element_ref(c.element)} TO VERSION {self.value(c.version)}"
+        else:
+            assert c.command is not None
+            out = f"REVERT COMMAND {self.value(c.command)}"
+        out += f" REASON {self.value(c.reason)}"
+        return out + (" FORCE" if c.force else "")
 
     def cmd_Explain(self, c: A.Explain) -> str:
         return "EXPLAIN " + self.cmd_Find(c.query)

@@ -243,19 +243,22 @@ class KipTransformer(Transformer[Token, A.Command]):
         order_by: tuple[A.OrderKey, ...] = ()
         limit: A.Value | None = None
         cursor: A.Value | None = None
+        as_of: A.AsOf | None = None
         seen: set[str] = set()
         for tag, value, where_ in mods:
             if tag in seen:
                 raise fail(where_, f"{tag.replace('_', ' ').upper()} is given twice",
-                           "Give each of ORDER BY, LIMIT and CURSOR at most once.")
+                           "Give each of ORDER BY, LIMIT, CURSOR and AS OF at most once.")
             seen.add(tag)
             if tag == "order_by":
                 order_by = value
             elif tag == "limit":
                 limit = value
+            elif tag == "as_of":
+                as_of = value
             else:
                 cursor = value
-        return A.Find(items, where, order_by, limit, cursor, _pos(meta))
+        return A.Find(items, where, order_by, limit, cursor, _pos(meta), as_of)
 
     def explain_cmd(self, meta: Meta, children: Children) -> A.Explain:
         query: A.Find = children[0]
@@ -301,6 +304,47 @@ class KipTransformer(Transformer[Token, A.Command]):
 
     def cursor(self, meta: Meta, children: Children) -> Tagged:
         return ("cursor", token_value(children[0], A.EXPECT_STRING, "CURSOR"), meta)
+
+    # --- version history (nexus extension) -------------------------------------------------
+    def as_of_time(self, meta: Meta, children: Children) -> Tagged:
+        point = token_value(children[0], A.EXPECT_STRING, "AS OF")
+        return ("as_of", A.AsOf(point, False, _pos(meta)), meta)
+
+    def as_of_version(self, meta: Meta, children: Children) -> Tagged:
+        point = token_value(children[0], A.EXPECT_POSITIVE_INT, "AS OF VERSION")
+        return ("as_of", A.AsOf(point, True, _pos(meta)), meta)
+
+    def _element_ref(self, meta: Meta, children: Children, link: bool) -> A.ElementRef:
+        key = children[0]
+        if str(key) != "id":
+            raise fail(meta, f"'{key}' in a history target: only id is accepted here",
+                       'Name the element by its id: {id: "C:12"} or (id: "P:13:treats").')
+        return A.ElementRef(token_value(children[1], A.EXPECT_STRING, "id"), link, _pos(meta))
+
+    def concept_ref(self, meta: Meta, children: Children) -> A.ElementRef:
+        return self._element_ref(meta, children, False)
+
+    def link_ref(self, meta: Meta, children: Children) -> A.ElementRef:
+        return self._element_ref(meta, children, True)
+
+    def history_cmd(self, meta: Meta, children: Children) -> A.DescribeHistory:
+        element: A.ElementRef | None = None
+        rest = list(children)
+        if rest and isinstance(rest[0], A.ElementRef):
+            element = rest.pop(0)
+        return A.DescribeHistory(element, *_pages(rest), pos=_pos(meta))
+
+    def revert_reason(self, meta: Meta, children: Children) -> tuple[A.Value, bool]:
+        return token_value(children[0], A.EXPECT_STRING, "REASON"), len(children) == 2
+
+    def revert_cmd(self, meta: Meta, children: Children) -> A.Revert:
+        reason, force = children[-1]
+        if isinstance(children[0], A.ElementRef):
+            version = token_value(children[1], A.EXPECT_POSITIVE_INT, "TO VERSION")
+            return A.Revert(reason, element=children[0], version=version, force=force,
+                            pos=_pos(meta))
+        command = token_value(children[0], A.EXPECT_POSITIVE_INT, "REVERT COMMAND")
+        return A.Revert(reason, command=command, force=force, pos=_pos(meta))
 
     def where_clause(self, meta: Meta, children: Children) -> tuple[A.Pattern, ...]:
         return tuple(children)

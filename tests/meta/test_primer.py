@@ -17,7 +17,9 @@ def entry(result, name):
 
 def test_shape_on_bootstrap(boot, ok):
     result = ok(boot, "DESCRIBE PRIMER")
-    assert set(result) == {"identity", "domain_map", "total_domains", "search_modes"}
+    assert set(result) == {"identity", "domain_map", "total_domains", "search_modes",
+                           "extensions"}
+    assert result["extensions"]["history"]["enabled"] is True
     identity = result["identity"]
     assert set(identity) == {"id", "type", "name", "attributes"}
     assert identity["type"] == "Person" and identity["name"] == "$self"

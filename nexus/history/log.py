@@ -1,0 +1,272 @@
+"""The version log: one record per committed write session, in the same transaction.
+
+Tables (aux, declared in `nexus.store.protocol.AUX_TABLES`):
+
+- `history`: `seq` (8 bytes, big-endian) → the record (msgpack): `seq`, `at` (the command's
+  ISO timestamp), `ts` (the same in epoch milliseconds), `kind` (the statement keyword, or
+  what wrote: BOOTSTRAP, LOAD, IMPORT, REPAIR...), `text` (an excerpt of the command),
+  `changes` — `[n, pre, version]` for every element the session changed: its pre-image
+  (`["C", type_id, name, attributes, metadata]`, `["P", subject, predicate_id, object,
+  attributes, metadata]`, or null when it did not exist before) and its `_version` after
+  (null: deleted) — and `notes` (REVERT's target and reason).
+- `histel`: `n` + `seq` → empty: the records that changed element `n`, for DESCRIBE HISTORY
+  and for REVERT's "changed since" check. A session that creates more than `BULK_INDEX`
+  elements (a bulk import) keeps its created ids as ranges in `histnew` (`end` + `seq` →
+  `start`) instead of one `histel` key per element.
+- the `engine` table's `history.enabled` key: the per-database switch (absent: on).
+
+Retention: `compact(txn, before_ms)` drops the records older than a time and their index
+keys. The log only grows otherwise.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Iterator
+
+import msgpack
+
+from nexus.history.recording import PreImage, RecordingTxn
+from nexus.store.protocol import ConceptHead, LinkHead, ReadTxn, WriteTxn
+
+if TYPE_CHECKING:
+    from nexus.exec.context import WriteContext
+
+LOG = "history"
+BY_ELEMENT = "histel"
+BULK_CREATED = "histnew"
+SWITCH = b"history.enabled"
+BULK_INDEX = 10_000             # created ids per session indexed one by one
+EXCERPT_CHARS = 300
+
+_SEQ = struct.Struct(">Q")
+_PAIR = struct.Struct(">QQ")
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One record of the log, decoded (pre-images stay in their encoded list form)."""
+    seq: int
+    at: str
+    ts: int
+    kind: str
+    text: str
+    changes: list[list[Any]]            # [n, encoded pre-image | None, version | None]
+    fresh: list[list[int]]              # [start, end) ranges of bulk-created ids
+    notes: dict[str, Any]
+
+    def created_in_bulk(self, n: int) -> bool:
+        return any(a <= n < b for a, b in self.fresh)
+
+
+# --- the switch --------------------------------------------------------------------------
+
+def is_enabled(txn: ReadTxn) -> bool:
+    return txn.aux("engine").get(SWITCH) != b"0"
+
+
+def set_enabled(txn: WriteTxn, on: bool) -> None:
+    txn.aux("engine").put(SWITCH, b"1" if on else b"0")
+
+
+# --- pre-images ----------------------------------------------------------------------------
+
+def encode_pre(pre: PreImage | None) -> list[Any] | None:
+    if pre is None:
+        return None
+    h = pre.head
+    if isinstance(h, ConceptHead):
+        return ["C", h.type_id, h.name, pre.attributes, pre.metadata]
+    return ["P", h.subject, h.predicate_id, h.object, pre.attributes, pre.metadata]
+
+
+def decode_pre(n: int, raw: list[Any] | None) -> PreImage | None:
+    if raw is None:
+        return None
+    if raw[0] == "C":
+        return PreImage(ConceptHead(n, raw[1], raw[2]), dict(raw[3]), dict(raw[4]))
+    return PreImage(LinkHead(n, raw[1], raw[2], raw[3]), dict(raw[4]), dict(raw[5]))
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+def iso_ms(iso: str) -> int:
+    """Epoch milliseconds of an ISO 8601 timestamp (`…Z`, an offset, or none: UTC);
+    ValueError when it is not one."""
+    text = iso.strip()
+    if text[-1:] in ("Z", "z"):
+        text = text[:-1] + "+00:00"
+    when = datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(round(when.timestamp() * 1000))
+
+
+def last_seq(txn: ReadTxn) -> int:
+    for key, _ in txn.aux(LOG).scan(reverse=True):
+        return int(_SEQ.unpack(key)[0])
+    return 0
+
+
+def _kind_of(text: str | None, notes: dict[str, Any]) -> str:
+    if notes.get("kind"):
+        return str(notes["kind"])
+    if not text:
+        return "API"
+    word = text.lstrip().split(None, 1)[0] if text.strip() else ""
+    return word.upper() if word.isalpha() else "KML"
+
+
+def append(ctx: "WriteContext") -> int | None:
+    """Write the log record of the session whose context is `ctx` (its transaction must
+    be a `RecordingTxn`); returns its seq, None when the session changed nothing."""
+    txn = ctx.txn
+    if not isinstance(txn, RecordingTxn):
+        return None
+    if not txn.before and not txn.fresh:
+        return None
+    inner = txn.inner
+    if not is_enabled(inner):
+        return None
+    seq = last_seq(inner) + 1
+    at = ctx.now
+    changes: list[list[Any]] = []
+    created_many = sum(len(r) for r in txn.fresh) + \
+        sum(1 for p in txn.before.values() if p is None) > BULK_INDEX
+    fresh: list[list[int]] = [[r.start, r.stop] for r in txn.fresh if len(r)]
+    loose_created: list[int] = []
+    for n in sorted(txn.before):
+        pre = txn.before[n]
+        if pre is None and created_many:
+            loose_created.append(n)
+            continue
+        meta = inner.metadata(n) if inner.head(n) is not None else None
+        if pre is None and meta is None:
+            continue                    # created and deleted again in the session
+        version = meta.get("_version") if meta is not None else None
+        changes.append([n, encode_pre(pre), version])
+    fresh.extend(_runs(loose_created))
+    if not changes and not fresh:
+        return None
+    notes = dict(txn.notes)
+    record = {"seq": seq, "at": at, "ts": iso_ms(at), "kind": _kind_of(ctx.text, notes),
+              "text": (ctx.text or "")[:EXCERPT_CHARS], "changes": changes,
+              "fresh": fresh, "notes": {k: v for k, v in notes.items() if k != "kind"}}
+    inner.aux(LOG).put(_SEQ.pack(seq), msgpack.packb(record, use_bin_type=True))
+    inner.aux_put_many(BY_ELEMENT, ((_PAIR.pack(c[0], seq), b"") for c in changes))
+    for start, end in fresh:
+        inner.aux(BULK_CREATED).put(_PAIR.pack(end, seq), _SEQ.pack(start))
+    return seq
+
+
+def _runs(ids: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for n in sorted(ids):
+        if out and out[-1][1] == n:
+            out[-1][1] = n + 1
+        else:
+            out.append([n, n + 1])
+    return out
+
+
+class HistoryHook:
+    """The commit hook that appends the log record (`nexus.engine.CommitHook`)."""
+
+    def stage(self, ctx: "WriteContext") -> None:
+        pass
+
+    def before_commit(self, ctx: "WriteContext") -> None:
+        append(ctx)
+
+    def after_commit(self, ctx: "WriteContext") -> None:
+        pass
+
+    def rolled_back(self, ctx: "WriteContext") -> None:
+        pass
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+def _decode(raw: bytes) -> LogEntry:
+    d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+    return LogEntry(d["seq"], d["at"], d["ts"], d["kind"], d["text"], d["changes"],
+                    d.get("fresh", []), d.get("notes", {}))
+
+
+def read_entry(txn: ReadTxn, seq: int) -> LogEntry | None:
+    if not 0 < seq < 1 << 63:
+        return None
+    raw = txn.aux(LOG).get(_SEQ.pack(seq))
+    return None if raw is None else _decode(raw)
+
+
+def entries_after(txn: ReadTxn, *, seq: int | None = None, ts: int | None = None
+                  ) -> list[LogEntry]:
+    """The records after log position `seq`, or after time `ts` (epoch ms; records at
+    `ts` itself are not after it), oldest first."""
+    out: list[LogEntry] = []
+    table = txn.aux(LOG)
+    if seq is not None:
+        for _, raw in table.scan(start=_SEQ.pack(seq + 1)):
+            out.append(_decode(raw))
+        return out
+    for _, raw in table.scan(reverse=True):
+        entry = _decode(raw)
+        if ts is not None and entry.ts <= ts:
+            break
+        out.append(entry)
+    out.reverse()
+    return out
+
+
+def element_history(txn: ReadTxn, n: int) -> Iterator[LogEntry]:
+    """The records that changed element `n`, newest first (bulk creations included)."""
+    seqs: set[int] = set()
+    for key, _ in txn.aux(BY_ELEMENT).scan(_SEQ.pack(n)):
+        seqs.add(_PAIR.unpack(key)[1])
+    for key, start in txn.aux(BULK_CREATED).scan(start=_PAIR.pack(n + 1, 0)):
+        end, seq = _PAIR.unpack(key)
+        if _SEQ.unpack(start)[0] <= n < end:
+            seqs.add(seq)
+    for seq in sorted(seqs, reverse=True):
+        entry = read_entry(txn, seq)
+        if entry is not None:
+            yield entry
+
+
+def compact(txn: WriteTxn, before_ms: int) -> int:
+    """Drop the records older than `before_ms` (epoch ms) and their index keys; returns
+    how many records were dropped. Reads AS OF a time before the oldest kept record are
+    refused afterwards (the state then can no longer be rebuilt)."""
+    table = txn.aux(LOG)
+    dropped: list[LogEntry] = []
+    for _, raw in table.scan():
+        entry = _decode(raw)
+        if entry.ts >= before_ms:
+            break
+        dropped.append(entry)
+    by_element = txn.aux(BY_ELEMENT)
+    bulk = txn.aux(BULK_CREATED)
+    for entry in dropped:
+        for change in entry.changes:
+            by_element.delete(_PAIR.pack(change[0], entry.seq))
+        for _, end in entry.fresh:
+            bulk.delete(_PAIR.pack(end, entry.seq))
+        table.delete(_SEQ.pack(entry.seq))
+    if dropped:
+        txn.aux("engine").put(HORIZON, _PAIR.pack(dropped[-1].seq, dropped[-1].ts))
+    return len(dropped)
+
+
+HORIZON = b"history.horizon"
+
+
+def horizon(txn: ReadTxn) -> tuple[int, int]:
+    """(seq, ts) of the last record dropped by retention ((0, 0): none ever was): the
+    state before it can no longer be rebuilt."""
+    raw = txn.aux("engine").get(HORIZON)
+    if raw is None:
+        return 0, 0
+    seq, ts = _PAIR.unpack(raw)
+    return int(seq), int(ts)

@@ -1,0 +1,233 @@
+"""The write transaction that remembers what it changed (for the version log).
+
+`RecordingTxn` wraps the store's write transaction for one write session. Before the first
+change the session makes to an element it keeps the element's state — its head,
+attributes and metadata: the *pre-image* — or notes that the element did not exist. Every
+writer (UPSERT, DELETE, UPDATE, MERGE, REVERT, capsules, bulk import, repair) writes through
+the store protocol, so wrapping the transaction sees them all, without each one knowing
+about history. Reads pass straight through.
+
+Bulk paths create fresh ids in large numbers: those are noted as created without a lookup.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+
+from nexus.store.protocol import AuxTable, Head, JsonMap, ReadTxn, WriteTxn
+
+if TYPE_CHECKING:
+    from nexus.store.columns import StoreColumns, TxnColumns
+    from nexus.store.model import MapColumn
+
+
+@dataclass(frozen=True, slots=True)
+class PreImage:
+    """An element's state before a change: its head, attributes and metadata."""
+    head: Head
+    attributes: JsonMap
+    metadata: JsonMap
+
+
+def pre_image(txn: ReadTxn, n: int) -> PreImage | None:
+    """The current state of `n` in `txn`, None when it does not exist."""
+    head = txn.head(n)
+    if head is None:
+        return None
+    return PreImage(head, txn.attributes(n), txn.metadata(n))
+
+
+class RecordingTxn:
+    """A `WriteTxn` that keeps the pre-image of every element it changes (see module doc).
+
+    `before` maps each changed id to its pre-image (None: it did not exist before this
+    session). `notes` carries what the session's commands want in the log record (REVERT's
+    reason and target)."""
+
+    def __init__(self, inner: WriteTxn) -> None:
+        self.inner = inner
+        self.before: dict[int, PreImage | None] = {}
+        self.fresh: list[range] = []        # ids a bulk path created, as ranges
+        self.notes: dict[str, Any] = {}
+
+    def _keep(self, n: int) -> None:
+        if n not in self.before and not any(n in r for r in self.fresh):
+            self.before[n] = pre_image(self.inner, n)
+
+    def _fresh(self, ids: Sequence[int]) -> None:
+        if isinstance(ids, range):
+            self.fresh.append(ids)
+            return
+        before = self.before
+        for n in ids:
+            before.setdefault(n, None)
+
+    def created(self) -> list[int]:
+        """Ids that did not exist before this session (whether they exist now or not)."""
+        out = [n for n, pre in self.before.items() if pre is None]
+        for r in self.fresh:
+            out.extend(r)
+        return out
+
+    # --- writes: remembered ------------------------------------------------------------
+    def create_concept(self, n: int, type_id: int, name: str, attributes: JsonMap,
+                       metadata: JsonMap) -> None:
+        self._keep(n)
+        self.inner.create_concept(n, type_id, name, attributes, metadata)
+
+    def create_link(self, n: int, subject: int, predicate_id: int, object: int,
+                    attributes: JsonMap, metadata: JsonMap) -> None:
+        self._keep(n)
+        self.inner.create_link(n, subject, predicate_id, object, attributes, metadata)
+
+    def set_attributes(self, n: int, attributes: JsonMap) -> None:
+        self._keep(n)
+        self.inner.set_attributes(n, attributes)
+
+    def set_metadata(self, n: int, metadata: JsonMap) -> None:
+        self._keep(n)
+        self.inner.set_metadata(n, metadata)
+
+    def delete(self, n: int) -> bool:
+        self._keep(n)
+        return self.inner.delete(n)
+
+    def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
+                                                   JsonMap | None]]) -> int:
+        before = self.before
+
+        def noted() -> Iterator[tuple[int, int, str, JsonMap | None, JsonMap | None]]:
+            for row in rows:
+                before.setdefault(row[0], None)
+                yield row
+        return self.inner.create_concepts(noted())
+
+    def create_links(self, rows: Iterable[tuple[int, int, int, int, JsonMap | None,
+                                                JsonMap | None]],
+                     known_new: bool = False) -> int:
+        before = self.before
+
+        def noted() -> Iterator[tuple[int, int, int, int, JsonMap | None, JsonMap | None]]:
+            for row in rows:
+                before.setdefault(row[0], None)
+                yield row
+        return self.inner.create_links(noted(), known_new)
+
+    def create_concept_columns(self, ids: Sequence[int], type_ids: Sequence[int],
+                               names: Sequence[str],
+                               attributes: "MapColumn | None" = None,
+                               metadata: "MapColumn | None" = None, *,
+                               extra_metadata: JsonMap | None = None) -> int:
+        self._fresh(ids)
+        return self.inner.create_concept_columns(ids, type_ids, names, attributes, metadata,
+                                                 extra_metadata=extra_metadata)
+
+    def create_link_columns(self, ids: Sequence[int], subjects: Sequence[int],
+                            predicate_ids: Sequence[int], objects: Sequence[int],
+                            attributes: "MapColumn | None" = None,
+                            metadata: "MapColumn | None" = None, *, known_new: bool = False,
+                            extra_metadata: JsonMap | None = None) -> int:
+        self._fresh(ids)
+        return self.inner.create_link_columns(ids, subjects, predicate_ids, objects,
+                                              attributes, metadata, known_new=known_new,
+                                              extra_metadata=extra_metadata)
+
+    # --- everything else: the inner transaction's ----------------------------------------
+    def intern(self, text: str) -> int:
+        return self.inner.intern(text)
+
+    def new_id(self) -> int:
+        return self.inner.new_id()
+
+    def reserve_ids(self, count: int) -> range:
+        return self.inner.reserve_ids(count)
+
+    def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        self.inner.aux_put_many(table, pairs)
+
+    def commit_id(self) -> int:
+        return self.inner.commit_id()
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+    def symbol_id(self, text: str) -> int | None:
+        return self.inner.symbol_id(text)
+
+    def symbol_text(self, sid: int) -> str:
+        return self.inner.symbol_text(sid)
+
+    def head(self, n: int) -> Head | None:
+        return self.inner.head(n)
+
+    def known_head(self, n: int) -> Head:
+        return self.inner.known_head(n)
+
+    def attributes(self, n: int) -> JsonMap:
+        return self.inner.attributes(n)
+
+    def metadata(self, n: int) -> JsonMap:
+        return self.inner.metadata(n)
+
+    def max_id(self) -> int:
+        return self.inner.max_id()
+
+    def elements(self) -> Iterator[int]:
+        return self.inner.elements()
+
+    def concept_id(self, type_id: int, name: str) -> int | None:
+        return self.inner.concept_id(type_id, name)
+
+    def concepts_of_type(self, type_id: int) -> Iterator[int]:
+        return self.inner.concepts_of_type(type_id)
+
+    def concepts_named(self, name: str) -> Iterator[int]:
+        return self.inner.concepts_named(name)
+
+    def link_id(self, subject: int, predicate_id: int, object: int) -> int | None:
+        return self.inner.link_id(subject, predicate_id, object)
+
+    def out_links(self, subject: int, predicate_id: int | None = None
+                  ) -> Iterator[tuple[int, int, int]]:
+        return self.inner.out_links(subject, predicate_id)
+
+    def in_links(self, object: int, predicate_id: int | None = None
+                 ) -> Iterator[tuple[int, int, int]]:
+        return self.inner.in_links(object, predicate_id)
+
+    def links_of_predicate(self, predicate_id: int) -> Iterator[tuple[int, int, int]]:
+        return self.inner.links_of_predicate(predicate_id)
+
+    def count_type(self, type_id: int) -> int:
+        return self.inner.count_type(type_id)
+
+    def count_predicate(self, predicate_id: int) -> int:
+        return self.inner.count_predicate(predicate_id)
+
+    def count_concepts(self) -> int:
+        return self.inner.count_concepts()
+
+    def count_links(self) -> int:
+        return self.inner.count_links()
+
+    def aux(self, table: str) -> AuxTable:
+        return self.inner.aux(table)
+
+    def snapshot_id(self) -> int | None:
+        return self.inner.snapshot_id()
+
+    def store_token(self) -> int:
+        return self.inner.store_token()
+
+    def columns(self) -> "TxnColumns | None":
+        return self.inner.columns()
+
+    def column_cache(self) -> "StoreColumns | None":
+        return self.inner.column_cache()
+
+
+def _check_protocol(txn: RecordingTxn) -> WriteTxn:
+    return txn          # mypy: RecordingTxn is a WriteTxn
+
+
+__all__ = ["PreImage", "RecordingTxn", "pre_image"]
