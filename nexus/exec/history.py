@@ -106,12 +106,15 @@ def _entry_json(entry: history.LogEntry) -> dict[str, Any]:
 
 
 def _element_page(txn: ReadTxn, n: int, limit: int, below: int | None) -> Answer:
-    after = _state(txn, n)
+    after = history.pre_image(txn, n)
     ident = element_id(txn, after.head) if after is not None else None
     rows: list[dict[str, Any]] = []
     more = False
     for entry in history.element_history(txn, n):
-        before, version = _pre_in(entry, n)
+        change = entry.change_of(n)
+        if change is None:
+            continue
+        before = history.undo(change, after)
         if ident is None and before is not None:
             ident = element_id(txn, before.head)
         if below is None or entry.seq < below:
@@ -120,7 +123,7 @@ def _element_page(txn: ReadTxn, n: int, limit: int, below: int | None) -> Answer
                 break
             row = _entry_json(entry)
             del row["elements"]
-            row["version"] = version
+            row["version"] = history.version_after(change)
             row["change"] = _diff(txn, entry, n, before, after)
             rows.append(row)
         after = before
@@ -130,19 +133,6 @@ def _element_page(txn: ReadTxn, n: int, limit: int, below: int | None) -> Answer
                        "Check the id (FIND returns it), or DESCRIBE HISTORY for the log.")
     result = {"id": ident, "versions": rows}
     return result, (_encode_cursor(rows[-1]["seq"]) if more and rows else None)
-
-
-def _state(txn: ReadTxn, n: int) -> PreImage | None:
-    head = txn.head(n)
-    return None if head is None else PreImage(head, txn.attributes(n), txn.metadata(n))
-
-
-def _pre_in(entry: history.LogEntry, n: int) -> tuple[PreImage | None, Any]:
-    """(the pre-image of `n` in `entry`, its `_version` after the entry)."""
-    for m, raw, version in entry.changes:
-        if m == n:
-            return history.decode_pre(n, raw), version
-    return None, 1                  # created in bulk
 
 
 def _map_diff(old: Mapping[str, Any], new: Mapping[str, Any], skip: tuple[str, ...] = ()
@@ -183,12 +173,11 @@ def _diff(txn: ReadTxn, entry: history.LogEntry, n: int, before: PreImage | None
     if known is not None and isinstance(known.head, ConceptHead):
         added: list[str] = []
         removed: list[str] = []
-        for m, raw, _version in entry.changes:
-            pre = history.decode_pre(m, raw)
-            if pre is not None and isinstance(pre.head, LinkHead) and \
-                    n in (pre.head.subject, pre.head.object) and txn.head(m) is None:
-                removed.append(element_id(txn, pre.head))
-            elif pre is None:
+        for change in entry.changes:
+            m, op = change[0], change[1]
+            if op == "d" and change[2][0] == "P" and n in (change[2][1], change[2][3]):
+                removed.append(f"P:{m}:{txn.symbol_text(change[2][2])}")
+            elif op == "c":
                 head = txn.head(m)
                 if isinstance(head, LinkHead) and n in (head.subject, head.object):
                     added.append(element_id(txn, head))
@@ -235,20 +224,18 @@ def _revert_command(ctx: WriteContext, seq: int, force: bool) -> dict[str, Any]:
     if entry is None:
         raise KipError(ErrorCode.KIP_3002, f"REVERT COMMAND {seq}: the log has no record {seq}",
                        "DESCRIBE HISTORY lists the records with their `seq`.")
-    pres: dict[int, PreImage | None] = {}
-    for n, raw, _version in entry.changes:
-        pres[n] = history.decode_pre(n, raw)
+    changes: dict[int, list[Any]] = {c[0]: c for c in entry.changes}
     for a, b in entry.fresh:
         for n in range(a, b):
-            pres.setdefault(n, None)
+            changes.setdefault(n, [n, "c", 1])
     if not force:
-        _check_unchanged_since(txn, seq, pres)
-    # Undo creations (links first, with whatever still hangs on them), then restore.
-    created = [n for n, pre in pres.items() if pre is None and txn.head(n) is not None]
+        _check_unchanged_since(txn, seq, changes)
+    # Undo creations (links first, with whatever still hangs on them), then the rest.
+    created = [n for n, c in changes.items() if c[1] == "c" and txn.head(n) is not None]
     doomed = cascade(txn, [n for n in created if isinstance(txn.head(n), LinkHead)] +
                      [link for n in created if isinstance(txn.head(n), ConceptHead)
                       for link in _links_at(txn, n)])
-    strangers = [m for m in doomed if m not in pres]
+    strangers = [m for m in doomed if m not in changes]
     if strangers and not force:
         raise _changed_since(txn, strangers[0], "a later command linked to what it created")
     removed = 0
@@ -260,19 +247,50 @@ def _revert_command(ctx: WriteContext, seq: int, force: bool) -> dict[str, Any]:
         if writes.delete(ctx, n):
             removed += 1
     restored = 0
-    kept = {n: pre for n, pre in pres.items() if pre is not None}
-    for n in sorted(kept, key=lambda m: (isinstance(kept[m].head, LinkHead), m)):
-        if _restore(ctx, n, kept[n]):
+    rest = [c for c in changes.values() if c[1] != "c"]
+    # concepts before links (a link needs its ends), each kind in id order
+    rest.sort(key=lambda c: (_is_link_change(txn, c), c[0]))
+    for change in rest:
+        if _undo_change(ctx, change, force):
             restored += 1
     return {"reverted": seq, "restored": restored, "removed": removed}
+
+
+def _is_link_change(txn: ReadTxn, change: list[Any]) -> bool:
+    if change[1] == "d" or change[2] is not None:
+        return bool(change[2][0] == "P")
+    return isinstance(txn.head(change[0]), LinkHead)
+
+
+def _undo_change(ctx: WriteContext, change: list[Any], force: bool) -> bool:
+    """Undo one logged change on the current state: a deleted element comes back whole;
+    an updated one gets back the keys (and the head) that change changed."""
+    txn = ctx.txn
+    n = change[0]
+    current = history.pre_image(txn, n)
+    if change[1] == "d":
+        before = history.undo(change, None)
+        assert before is not None
+        if current is not None and not force:
+            raise _changed_since(txn, n, "it exists again")
+        return _restore(ctx, n, before)
+    if current is None:
+        if not force:
+            raise _changed_since(txn, n, "a later command deleted it")
+        return False
+    before = history.PreImage(
+        current.head if change[2] is None else history.undo(change, current).head,  # type: ignore[union-attr]
+        history.undo_keys(change, current.attributes, 3),
+        history.undo_keys(change, current.metadata, 4))
+    return _restore(ctx, n, before)
 
 
 def _links_at(txn: ReadTxn, n: int) -> list[int]:
     return [link for _, _, link in txn.out_links(n)] + [link for _, _, link in txn.in_links(n)]
 
 
-def _check_unchanged_since(txn: ReadTxn, seq: int, pres: Mapping[int, Any]) -> None:
-    for n in pres:
+def _check_unchanged_since(txn: ReadTxn, seq: int, changes: Mapping[int, Any]) -> None:
+    for n in changes:
         for entry in history.element_history(txn, n):
             if entry.seq > seq:
                 raise _changed_since(txn, n, f"command {entry.seq} ({entry.kind}) changed it "
@@ -295,14 +313,16 @@ def _revert_element(ctx: WriteContext, n: int, version: Any, force: bool) -> dic
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise KipError(ErrorCode.KIP_1001, f"TO VERSION {version!r}: a version is a positive "
                        "integer", "Take one from DESCRIBE HISTORY {id: …}.")
-    current = _state(txn, n)
-    if current is not None and current.metadata.get("_version") == version:
-        return {"reverted": element_id(txn, current.head), "version": version,
-                "restored": 0}
+    state = history.pre_image(txn, n)
+    if state is not None and state.metadata.get("_version") == version:
+        return {"reverted": element_id(txn, state.head), "version": version, "restored": 0}
     for entry in history.element_history(txn, n):
-        pre, _after = _pre_in(entry, n)
-        if pre is not None and pre.metadata.get("_version") == version:
-            _restore(ctx, n, pre)
+        change = entry.change_of(n)
+        if change is None:
+            continue
+        state = history.undo(change, state)
+        if state is not None and state.metadata.get("_version") == version:
+            _restore(ctx, n, state)
             head = txn.head(n)
             assert head is not None
             return {"reverted": element_id(txn, head),

@@ -4,11 +4,14 @@ Tables (aux, declared in `nexus.store.protocol.AUX_TABLES`):
 
 - `history`: `seq` (8 bytes, big-endian) → the record (msgpack): `seq`, `at` (the command's
   ISO timestamp), `ts` (the same in epoch milliseconds), `kind` (the statement keyword, or
-  what wrote: BOOTSTRAP, LOAD, IMPORT, REPAIR...), `text` (an excerpt of the command),
-  `changes` — `[n, pre, version]` for every element the session changed: its pre-image
-  (`["C", type_id, name, attributes, metadata]`, `["P", subject, predicate_id, object,
-  attributes, metadata]`, or null when it did not exist before) and its `_version` after
-  (null: deleted) — and `notes` (REVERT's target and reason).
+  API for a write made through the library), `text` (an excerpt of the command),
+  `changes` — one per element the session changed, as a *reverse delta* (what undoes it):
+  `[n, "c", version]` created (absent before); `[n, "d", head, attributes, metadata]`
+  deleted (its whole last state); `[n, "u", head | null, attributes delta, metadata delta,
+  version]` updated — a delta is `[{key: old value}, [keys that were absent]]` (null: no
+  change), the head only when it moved (a link repointed by MERGE) — and `notes` (REVERT's
+  target and reason). Deltas keep the log small: ten edits of one attribute cost ten old
+  values, not ten copies of the element.
 - `histel`: `n` + `seq` → empty: the records that changed element `n`, for DESCRIBE HISTORY
   and for REVERT's "changed since" check. A session that creates more than `BULK_INDEX`
   elements (a bulk import) keeps its created ids as ranges in `histnew` (`end` + `seq` →
@@ -27,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgpack
 
-from nexus.history.recording import PreImage, RecordingTxn
-from nexus.store.protocol import ConceptHead, LinkHead, ReadTxn, WriteTxn
+from nexus.history.recording import PreImage, RecordingTxn, pre_image
+from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
     from nexus.exec.context import WriteContext
@@ -52,12 +55,18 @@ class LogEntry:
     ts: int
     kind: str
     text: str
-    changes: list[list[Any]]            # [n, encoded pre-image | None, version | None]
+    changes: list[list[Any]]            # reverse deltas (module doc)
     fresh: list[list[int]]              # [start, end) ranges of bulk-created ids
     notes: dict[str, Any]
 
-    def created_in_bulk(self, n: int) -> bool:
-        return any(a <= n < b for a, b in self.fresh)
+    def change_of(self, n: int) -> list[Any] | None:
+        """The change this record made to `n` (a bulk creation reads as `[n, "c", 1]`)."""
+        for change in self.changes:
+            if change[0] == n:
+                return change
+        if any(a <= n < b for a, b in self.fresh):
+            return [n, "c", 1]
+        return None
 
 
 # --- the switch --------------------------------------------------------------------------
@@ -70,23 +79,71 @@ def set_enabled(txn: WriteTxn, on: bool) -> None:
     txn.aux("engine").put(SWITCH, b"1" if on else b"0")
 
 
-# --- pre-images ----------------------------------------------------------------------------
+# --- changes: reverse deltas ------------------------------------------------------------------
 
-def encode_pre(pre: PreImage | None) -> list[Any] | None:
-    if pre is None:
-        return None
-    h = pre.head
-    if isinstance(h, ConceptHead):
-        return ["C", h.type_id, h.name, pre.attributes, pre.metadata]
-    return ["P", h.subject, h.predicate_id, h.object, pre.attributes, pre.metadata]
+def encode_head(head: Head) -> list[Any]:
+    if isinstance(head, ConceptHead):
+        return ["C", head.type_id, head.name]
+    return ["P", head.subject, head.predicate_id, head.object]
 
 
-def decode_pre(n: int, raw: list[Any] | None) -> PreImage | None:
-    if raw is None:
-        return None
+def decode_head(n: int, raw: list[Any]) -> Head:
     if raw[0] == "C":
-        return PreImage(ConceptHead(n, raw[1], raw[2]), dict(raw[3]), dict(raw[4]))
-    return PreImage(LinkHead(n, raw[1], raw[2], raw[3]), dict(raw[4]), dict(raw[5]))
+        return ConceptHead(n, raw[1], raw[2])
+    return LinkHead(n, raw[1], raw[2], raw[3])
+
+
+def _delta(old: JsonMap, new: JsonMap) -> list[Any] | None:
+    """What turns `new` back into `old`: [{key: old value}, [keys `old` lacks]]."""
+    restore = {k: v for k, v in old.items() if k not in new or new[k] != v}
+    unset = [k for k in new if k not in old]
+    return [restore, unset] if restore or unset else None
+
+
+def _reverse(after: JsonMap, delta: list[Any] | None) -> JsonMap:
+    out = dict(after)
+    if delta:
+        out.update(delta[0])
+        for k in delta[1]:
+            out.pop(k, None)
+    return out
+
+
+def make_change(n: int, pre: PreImage | None, post: PreImage | None) -> list[Any] | None:
+    """The log's change for `n` going from `pre` to `post` (None: nothing to log)."""
+    if pre is None:
+        return None if post is None else [n, "c", post.metadata.get("_version")]
+    if post is None:
+        return [n, "d", encode_head(pre.head), pre.attributes, pre.metadata]
+    return [n, "u", None if pre.head == post.head else encode_head(pre.head),
+            _delta(pre.attributes, post.attributes), _delta(pre.metadata, post.metadata),
+            post.metadata.get("_version")]
+
+
+def undo(change: list[Any], after: PreImage | None) -> PreImage | None:
+    """The element's state before `change`, given its state after it."""
+    n, op = change[0], change[1]
+    if op == "c":
+        return None
+    if op == "d":
+        return PreImage(decode_head(n, change[2]), dict(change[3]), dict(change[4]))
+    if after is None:
+        raise ValueError(f"history: element {n} is updated in a record but absent after it")
+    head = after.head if change[2] is None else decode_head(n, change[2])
+    return PreImage(head, _reverse(after.attributes, change[3]),
+                    _reverse(after.metadata, change[4]))
+
+
+def version_after(change: list[Any]) -> Any:
+    """The element's `_version` after `change` (None: it was deleted)."""
+    op = change[1]
+    return change[2] if op == "c" else (change[5] if op == "u" else None)
+
+
+def undo_keys(change: list[Any], current: JsonMap, which: int) -> JsonMap:
+    """`current` attributes (which=3) or metadata (4) with only what `change` did to them
+    undone — what REVERT COMMAND puts back when later commands changed other keys."""
+    return _reverse(current, change[which]) if change[1] == "u" else dict(current)
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -141,11 +198,9 @@ def append(ctx: "WriteContext") -> int | None:
         if pre is None and created_many:
             loose_created.append(n)
             continue
-        meta = inner.metadata(n) if inner.head(n) is not None else None
-        if pre is None and meta is None:
-            continue                    # created and deleted again in the session
-        version = meta.get("_version") if meta is not None else None
-        changes.append([n, encode_pre(pre), version])
+        change = make_change(n, pre, pre_image(inner, n))
+        if change is not None:
+            changes.append(change)
     fresh.extend(_runs(loose_created))
     if not changes and not fresh:
         return None

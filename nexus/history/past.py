@@ -1,9 +1,9 @@
 """The graph as it was: a past state rebuilt from the version log, and a read transaction
 that answers from it.
 
-`past_state(txn, seq=…)` / `past_state(txn, ts=…)` gathers the log records written after
-that point and keeps, for each element they changed, its state before the first of them —
-or "absent" when it was created after. `AsOfTxn` then answers every read of the store
+`past_state(txn, seq=…)` / `past_state(txn, ts=…)` undoes the log records written after
+that point, newest first, starting from the current state: for each element they changed it
+keeps its state then — or "absent" when it was created after. `AsOfTxn` then answers every read of the store
 protocol from the current snapshot, except for those elements, whose past state it answers
 instead (the index scans filtered and merged in their order). A recent point in time has
 few records after it, so a read AS OF it costs about what the current read does.
@@ -15,8 +15,8 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
-from nexus.history.log import entries_after, decode_pre
-from nexus.history.recording import PreImage
+from nexus.history.log import entries_after, undo
+from nexus.history.recording import PreImage, pre_image
 from nexus.store.protocol import AuxTable, ConceptHead, Head, JsonMap, LinkHead, ReadTxn
 
 if TYPE_CHECKING:
@@ -89,16 +89,18 @@ class _Index:
 
 def past_state(txn: ReadTxn, *, seq: int | None = None, ts: int | None = None) -> PastState:
     """The state after log record `seq` (0: before the first), or at time `ts` (epoch ms,
-    records at that millisecond included)."""
-    pre: dict[int, PreImage | None] = {}
+    records at that millisecond included): the records after it undone, newest first,
+    from the current state of `txn`."""
+    state: dict[int, PreImage | None] = {}
     ranges: list[tuple[int, int]] = []
     entries = entries_after(txn, seq=seq, ts=ts)
-    for entry in entries:
-        for n, raw, _version in entry.changes:
-            if n not in pre:
-                pre[n] = decode_pre(n, raw)
+    for entry in reversed(entries):
+        for change in entry.changes:
+            n = change[0]
+            after = state[n] if n in state else pre_image(txn, n)
+            state[n] = undo(change, after)
         ranges.extend((a, b) for a, b in entry.fresh)
-    return PastState(pre, ranges, len(entries))
+    return PastState(state, ranges, len(entries))
 
 
 class AsOfTxn:
