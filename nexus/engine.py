@@ -109,9 +109,13 @@ class WriteSession:
     (bulk loads call it after each chunk); `abort()` rolls the whole session back.
     """
 
-    def __init__(self, engine: "Engine", txn: WriteTxn, ctx: WriteContext) -> None:
+    def __init__(self, engine: "Engine", txn: WriteTxn, ctx: WriteContext,
+                 store_txn: WriteTxn | None = None) -> None:
         self.engine = engine
         self.txn = txn
+        # The store's own transaction, below the wrappers (the version log's recorder):
+        # for work on the store's derived tables that changes no element (integrity repair).
+        self.store_txn = txn if store_txn is None else store_txn
         self.ctx = ctx
         self.aborted = False
 
@@ -220,7 +224,7 @@ class Engine:
                                        time.monotonic() + self.config.limits.query_timeout,
                                        privileged=privileged, dry_run=dry_run, text=text,
                                        clock=now_iso, **self._context_options())
-                    session = WriteSession(self, txn, ctx)
+                    session = WriteSession(self, txn, ctx, store_txn)
                     yield session
                     if dry_run or session.aborted:
                         txn.abort()

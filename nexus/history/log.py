@@ -325,3 +325,34 @@ def horizon(txn: ReadTxn) -> tuple[int, int]:
         return 0, 0
     seq, ts = _PAIR.unpack(raw)
     return int(seq), int(ts)
+
+
+def check_log(txn: ReadTxn, examples: int = 5) -> dict[str, Any]:
+    """The log against the graph: each element's newest record must leave it as it is —
+    with its current `_version`, or deleted. Returns `{"ok", "elements",
+    "version_mismatch", "deleted_but_present", "examples"?}`."""
+    report: dict[str, Any] = {"elements": 0, "version_mismatch": 0, "deleted_but_present": 0}
+    found: list[str] = []
+    newest: dict[int, int] = {}
+    for key, _ in txn.aux(BY_ELEMENT).scan():
+        n, seq = _PAIR.unpack(key)
+        newest[n] = max(seq, newest.get(n, 0))
+    for n, seq in newest.items():
+        entry = read_entry(txn, seq)
+        change = entry.change_of(n) if entry is not None else None
+        if change is None:
+            continue
+        report["elements"] += 1
+        meta = txn.metadata(n) if txn.head(n) is not None else None
+        if change[1] == "d":
+            if meta is not None:
+                report["deleted_but_present"] += 1
+                found.append(f"element {n}: deleted by record {seq} but present")
+        elif meta is None or meta.get("_version") != version_after(change):
+            report["version_mismatch"] += 1
+            found.append(f"element {n}: record {seq} left _version {version_after(change)}, "
+                         f"the graph has {None if meta is None else meta.get('_version')}")
+    report["ok"] = not (report["version_mismatch"] or report["deleted_but_present"])
+    if found:
+        report["examples"] = found[:examples]
+    return report

@@ -23,6 +23,7 @@ import struct
 from collections import Counter
 from typing import Any, Iterator
 
+from .. import history
 from ..errors import KipError, internal_error
 from ..store.integrity import EXAMPLES, REPAIRABLE, UNREPAIRABLE, Findings
 
@@ -54,15 +55,16 @@ def verify(nexus: Any, *, deep: bool = True, repair: bool = False,
         if not repair:
             with nexus.store.read() as txn:
                 store = nexus.store.check_tables(txn, examples=examples).report
+                log = history.check_log(txn, examples) if deep else {"ok": True}
             search = _search_report(nexus, deep, examples)
-            return _combine(store, search)
+            return _combine(store, search, log)
         before_store, fixes = repair_store(nexus, examples)
         before_search = _search_report(nexus, deep, examples)
         reindexed = False
         if not before_search["ok"] or fixes:
             nexus.search.reindex()
             reindexed = True
-        report = _combine(before_store, before_search)
+        report = _combine(before_store, before_search, {"ok": True})
         after = verify(nexus, deep=deep, examples=examples)
         report["repaired"] = {"store_fixes": fixes, "search_reindexed": reindexed,
                               "ok": after["ok"], "store": after["store"],
@@ -79,12 +81,17 @@ def repair_store(nexus: Any, examples: int = EXAMPLES) -> tuple[dict[str, Any], 
     (under the engine's write lock, so no command interleaves). Returns (the report of what
     was found, the number of keys written or deleted)."""
     with nexus.write_session(privileged=True) as session:
-        found = nexus.store.check_tables(session.txn, examples=examples, repair=True)
+        found = nexus.store.check_tables(session.store_txn, examples=examples,
+                                         repair=True)
     return found.report, found.fixes
 
 
-def _combine(store: dict, search: dict) -> dict[str, Any]:
-    return {"ok": store["ok"] and search["ok"], "store": store, "search": search}
+def _combine(store: dict, search: dict, log: dict) -> dict[str, Any]:
+    """The report; the version log's part (`history`) only when it was checked."""
+    out = {"ok": store["ok"] and search["ok"] and log["ok"], "store": store, "search": search}
+    if len(log) > 1:
+        out["history"] = log
+    return out
 
 
 def _search_report(nexus: Any, deep: bool, examples: int) -> dict[str, Any]:
@@ -295,7 +302,7 @@ class VectorCheck(Findings):
 
 def format_problems(report: dict[str, Any]) -> Iterator[str]:
     """One line per drift category with a nonzero count (for humans)."""
-    for part in ("store", "search"):
+    for part in ("store", "search", "history"):
         for key, value in report.get(part, {}).items():
             if isinstance(value, int) and not isinstance(value, bool) and value and \
                     key not in ("elements", "concepts", "links", "symbols", "seq",

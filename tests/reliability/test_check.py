@@ -48,7 +48,7 @@ def ids(nx, command: str) -> list[int]:
 def raw_write(nx, fn) -> None:
     """Write below the engine (as a bug or a damaged disk would): fn(kv, tables)."""
     with nx.write_session() as _session:
-        txn = _session.txn
+        txn = _session.store_txn
         fn(txn.kv, txn.tables)
 
 
