@@ -36,6 +36,8 @@ def as_of_context(ctx: ExecContext, as_of: A.AsOf, params: Params) -> ExecContex
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
             raise KipError(ErrorCode.KIP_1001, f"AS OF VERSION {seq!r}: a log position is a "
                            "positive integer", "Take one from DESCRIBE HISTORY (its `seq`).")
+        if seq < horizon_seq:
+            raise _compacted(f"VERSION {seq}")
         if seq > last:
             raise KipError(ErrorCode.KIP_3002, f"AS OF VERSION {seq}: the log has no record "
                            f"{seq} (the latest is {last})",

@@ -161,9 +161,11 @@ def iso_ms(iso: str) -> int:
 
 
 def last_seq(txn: ReadTxn) -> int:
+    """The newest record's seq (after retention dropped them all: the last dropped one's,
+    so that seqs never repeat)."""
     for key, _ in txn.aux(LOG).scan(reverse=True):
         return int(_SEQ.unpack(key)[0])
-    return 0
+    return horizon(txn)[0]
 
 
 def _kind_of(text: str | None, notes: dict[str, Any]) -> str:

@@ -1,0 +1,234 @@
+"""The version history extension (docs/history.md): FIND … AS OF, DESCRIBE HISTORY, REVERT,
+retention and the per-database switch — on the memory and LMDB stores."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nexus import Nexus
+
+DRUGS = '''UPSERT {
+  CONCEPT ?h { {type: "Symptom", name: "Headache"} }
+  CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 2, tags: ["nsaid"] }
+               SET PROPOSITIONS { ("treats", ?h) } }
+}'''
+SCHEMA = '''UPSERT {
+  CONCEPT ?d { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES { description: "a drug" } }
+  CONCEPT ?s { {type: "$ConceptType", name: "Symptom"} SET ATTRIBUTES { description: "s" } }
+  CONCEPT ?t { {type: "$PropositionType", name: "treats"} SET ATTRIBUTES { description: "t" } }
+}'''
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def nx(request, tmp_path):
+    db = Nexus.open(None if request.param == "memory" else str(tmp_path / "db"))
+    ok(db, SCHEMA)
+    yield db
+    db.close()
+
+
+def ok(nx, command, **params):
+    response = nx.execute_kip({"command": command, "parameters": params})
+    assert "result" in response, response
+    return response["result"]
+
+
+def err(nx, command, **params):
+    response = nx.execute_kip({"command": command, "parameters": params})
+    assert "error" in response, response
+    return response["error"]
+
+
+def last_seq(nx) -> int:
+    return ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
+
+
+def aspirin(nx, field="attributes", suffix=""):
+    return ok(nx, f'FIND(?a.{field}) WHERE {{ ?a {{type: "Drug", name: "Aspirin"}} }}{suffix}')
+
+
+def test_as_of_reads_the_graph_as_it_was(nx):
+    ok(nx, DRUGS)
+    created = last_seq(nx)
+    stamp = ok(nx, 'FIND(?a.metadata._updated_at) WHERE { ?a {type: "Drug", name: "Aspirin"} }')[0]
+    time.sleep(0.005)
+    ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 3 } } }')
+    ok(nx, 'DELETE PROPOSITIONS ?l WHERE { ?l ({type: "Drug", name: "Aspirin"}, "treats", ?s) }')
+    ok(nx, 'DELETE ATTRIBUTES {"tags"} FROM ?a WHERE { ?a {type: "Drug", name: "Aspirin"} }')
+    assert aspirin(nx) == [{"risk": 3}]
+    # by time and by log position, the attribute, the removed key and the deleted link
+    assert aspirin(nx, suffix=" AS OF :t".replace(":t", f'"{stamp}"')) == [
+        {"risk": 2, "tags": ["nsaid"]}]
+    assert aspirin(nx, suffix=f" AS OF VERSION {created}") == [{"risk": 2, "tags": ["nsaid"]}]
+    treats = 'FIND(?s.name) WHERE { ({type: "Drug", name: "Aspirin"}, "treats", ?s) }'
+    assert ok(nx, treats) == []
+    assert ok(nx, treats + f" AS OF VERSION {created}") == ["Headache"]
+    # before the concept existed: a mandatory clause that matches nothing
+    before = err(nx, 'FIND(?a) WHERE { ?a {type: "Drug", name: "Aspirin"} } AS OF VERSION :v',
+                 v=created - 1)
+    assert before["code"] == "KIP_3002"
+    assert ok(nx, 'FIND(COUNT(?d)) WHERE { ?d {type: "Drug"} } AS OF VERSION :v',
+              v=created - 1) == 0
+    # the current graph is untouched by reading the past
+    assert aspirin(nx) == [{"risk": 3}]
+
+
+def test_as_of_errors_name_the_problem(nx):
+    ok(nx, DRUGS)
+    bad = err(nx, 'FIND(?a) WHERE { ?a {type: "Drug"} } AS OF "last tuesday"')
+    assert bad["code"] == "KIP_1001" and "ISO 8601" in bad["message"]
+    beyond = err(nx, 'FIND(?a) WHERE { ?a {type: "Drug"} } AS OF VERSION 99999')
+    assert beyond["code"] == "KIP_3002" and "latest is" in beyond["message"]
+    assert err(nx, 'FIND(?a) WHERE { ?a {type: "Drug"} } AS OF VERSION 0')["code"] == "KIP_1001"
+
+
+def test_describe_history_of_an_element_newest_first_with_what_changed(nx):
+    ok(nx, DRUGS)
+    ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 3, '
+           'dose: "81mg" } } }')
+    ok(nx, 'DELETE ATTRIBUTES {"tags"} FROM ?a WHERE { ?a {type: "Drug", name: "Aspirin"} }')
+    cid = ok(nx, 'FIND(?a) WHERE { ?a {type: "Drug", name: "Aspirin"} }')[0]["id"]
+    history = ok(nx, "DESCRIBE HISTORY {id: :id}", id=cid)
+    assert history["id"] == cid
+    versions = history["versions"]
+    assert [v["version"] for v in versions] == [3, 2, 1]
+    assert [v["kind"] for v in versions] == ["DELETE", "UPSERT", "UPSERT"]
+    assert versions[0]["change"] == {"attributes": {"removed": ["tags"]}}
+    assert versions[1]["change"] == {"attributes": {"added": {"dose": "81mg"},
+                                                    "changed": {"risk": [2, 3]}}}
+    assert versions[2]["change"]["created"] is True
+    assert versions[2]["text"].startswith("UPSERT")
+    # paged
+    first = nx.execute_kip({"command": "DESCRIBE HISTORY {id: :id} LIMIT 2",
+                            "parameters": {"id": cid}})
+    assert [v["version"] for v in first["result"]["versions"]] == [3, 2]
+    rest = ok(nx, "DESCRIBE HISTORY {id: :id} LIMIT 2 CURSOR :c", id=cid,
+              c=first["next_cursor"])
+    assert [v["version"] for v in rest["versions"]] == [1]
+    # a link's history, and the log itself
+    link = ok(nx, 'FIND(?l) WHERE { ?l ({type: "Drug", name: "Aspirin"}, "treats", ?s) }')[0]
+    assert ok(nx, "DESCRIBE HISTORY (id: :id)", id=link["id"])["versions"][0]["change"] == {
+        "created": True}
+    log = ok(nx, "DESCRIBE HISTORY LIMIT 2")
+    assert [e["kind"] for e in log] == ["DELETE", "UPSERT"] and log[0]["seq"] > log[1]["seq"]
+    assert err(nx, 'DESCRIBE HISTORY {id: "P:3:treats"}')["code"] == "KIP_1001"
+
+
+def test_revert_command_restores_what_it_changed_and_records_the_reason(nx):
+    ok(nx, DRUGS)
+    ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 9 } } }')
+    bad = last_seq(nx)
+    result = ok(nx, 'REVERT COMMAND :s REASON "risk was a typo"', s=bad)
+    assert result == {"reverted": bad, "restored": 1, "removed": 0}
+    assert aspirin(nx) == [{"risk": 2, "tags": ["nsaid"]}]
+    assert aspirin(nx, "metadata._version") == [3]          # versions move forward
+    entry = ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]
+    assert entry["kind"] == "REVERT" and entry["reason"] == "risk was a typo"
+    assert entry["reverts"] == bad
+
+
+def test_revert_of_a_creation_removes_it_with_its_links(nx):
+    ok(nx, DRUGS)
+    seq = last_seq(nx)
+    assert ok(nx, 'REVERT COMMAND :s REASON "wrong import"', s=seq)["removed"] == 3
+    assert ok(nx, 'FIND(COUNT(?d)) WHERE { ?d {type: "Drug"} }') == 0
+    assert nx.check()["ok"]
+
+
+def test_revert_refuses_when_later_commands_changed_the_element_unless_force(nx):
+    ok(nx, DRUGS)
+    ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 9 } } }')
+    bad = last_seq(nx)
+    ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { dose: 1 } } }')
+    conflict = err(nx, 'REVERT COMMAND :s REASON "typo"', s=bad)
+    assert conflict["code"] == "KIP_3005" and conflict["data"]["changed_by"] == bad + 1
+    assert "FORCE" in conflict["hint"]
+    assert aspirin(nx) == [{"risk": 9, "tags": ["nsaid"], "dose": 1}]       # nothing changed
+    ok(nx, 'REVERT COMMAND :s REASON "typo" FORCE', s=bad)
+    # only what the reverted command changed comes back; the later key stays
+    assert aspirin(nx) == [{"risk": 2, "tags": ["nsaid"], "dose": 1}]
+
+
+def test_revert_an_element_to_a_version(nx):
+    ok(nx, DRUGS)
+    for risk in (3, 4, 5):
+        ok(nx, f'UPSERT {{ CONCEPT ?a {{ {{type: "Drug", name: "Aspirin"}} SET ATTRIBUTES '
+               f'{{ risk: {risk} }} }} }}')
+    cid = ok(nx, 'FIND(?a) WHERE { ?a {type: "Drug", name: "Aspirin"} }')[0]["id"]
+    result = ok(nx, 'REVERT {id: :id} TO VERSION 2 REASON "back to 3"', id=cid)
+    assert result["reverted"] == cid and result["version"] == 5
+    assert aspirin(nx) == [{"risk": 3, "tags": ["nsaid"]}]
+    missing = err(nx, 'REVERT {id: :id} TO VERSION 40 REASON "x"', id=cid)
+    assert missing["code"] == "KIP_3002"
+
+
+def test_revert_of_protected_elements_is_refused(nx):
+    first = ok(nx, "DESCRIBE HISTORY LIMIT 200")[-1]["seq"]        # the bootstrap's genesis
+    refused = err(nx, 'REVERT COMMAND :s REASON "x" FORCE', s=first)
+    assert refused["code"] == "KIP_3004"
+    assert nx.check()["ok"]
+
+
+def test_reason_is_mandatory_and_revert_is_a_write():
+    with Nexus.open(None) as nx:
+        ok(nx, SCHEMA)
+        seq = last_seq(nx)
+        assert err(nx, 'REVERT COMMAND :s REASON ""', s=seq)["code"] == "KIP_1001"
+        assert nx.execute_kip({"command": "REVERT COMMAND 1"})["error"]["code"] == "KIP_1001"
+        readonly = nx.execute_kip_readonly({"command": f'REVERT COMMAND {seq} REASON "x"'})
+        assert readonly["error"]["code"] == "KIP_1001"
+        assert "result" in nx.execute_kip_readonly({"command": "DESCRIBE HISTORY LIMIT 1"})
+        assert "result" in nx.execute_kip_readonly(
+            {"command": f'FIND(?t.name) WHERE {{ ?t {{type: "$ConceptType"}} }} '
+                        f'AS OF VERSION {seq}'})
+        dry = nx.execute_kip({"command": f'REVERT COMMAND {seq} REASON "x"', "dry_run": True})
+        assert dry["result"]["removed"] == 0 and last_seq(nx) == seq
+
+
+def test_history_can_be_turned_off_per_database(tmp_path):
+    path = str(tmp_path / "db")
+    with Nexus.open(path) as nx:
+        ok(nx, SCHEMA)
+        nx.set_history(False)
+        before = nx.execute_kip({"command": "DESCRIBE HISTORY"})
+        assert before["error"]["code"] == "KIP_1001"
+    with Nexus.open(path) as nx:                          # the database remembers
+        assert not nx.history_enabled
+        ok(nx, DRUGS)
+        assert err(nx, 'FIND(?a) WHERE { ?a {type: "Drug"} } AS OF VERSION 1')["code"] == \
+            "KIP_1001"
+        primer = ok(nx, "DESCRIBE PRIMER")
+        assert primer["extensions"]["history"]["enabled"] is False
+        nx.set_history(True)
+        ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 7 } } }')
+        assert ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["kind"] == "UPSERT"
+
+
+def test_the_log_survives_reopening(tmp_path):
+    path = str(tmp_path / "db")
+    with Nexus.open(path) as nx:
+        ok(nx, SCHEMA)
+        ok(nx, DRUGS)
+        seq = last_seq(nx)
+        ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 8 } } }')
+    with Nexus.open(path) as nx:
+        assert aspirin(nx, suffix=f" AS OF VERSION {seq}") == [{"risk": 2, "tags": ["nsaid"]}]
+        assert nx.check()["history"]["ok"]
+
+
+def test_compact_drops_old_records_and_says_so(nx):
+    ok(nx, DRUGS)
+    seq = last_seq(nx)
+    time.sleep(0.01)
+    report = nx.compact_history(0.005)
+    assert report["dropped"] >= seq and report["kept"] == 0
+    # the state after the last dropped record is still known; the one before it is not
+    assert "result" in nx.execute_kip({"command": f'FIND(?a) WHERE {{ ?a {{type: "Drug"}} }} '
+                                                  f'AS OF VERSION {seq}'})
+    gone = err(nx, 'FIND(?a) WHERE { ?a {type: "Drug"} } AS OF VERSION :s', s=seq - 1)
+    assert gone["code"] == "KIP_3002" and "retention" in gone["message"]
+    ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 8 } } }')
+    assert aspirin(nx, suffix=f" AS OF VERSION {seq}") == [{"risk": 2, "tags": ["nsaid"]}]
+    assert aspirin(nx, suffix=f" AS OF VERSION {seq + 1}") == [{"risk": 8, "tags": ["nsaid"]}]
+    assert nx.check()["ok"]
