@@ -437,6 +437,39 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if repaired["ok"] else 1
 
 
+# --- version history (docs/history.md) -----------------------------------------------------
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(text: str) -> float:
+    """`30d`, `12h`, `90m`, `45s`, `2w` → seconds."""
+    value, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        amount = float(value)
+    except ValueError:
+        amount = -1.0
+    if unit not in _UNITS or not value or amount < 0:
+        raise CliError(f"--keep {text!r}: give a duration like 30d, 12h, 90m, 45s or 2w")
+    return amount * _UNITS[unit]
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    keep = _duration(args.keep)
+    with _open(args, create=False, bootstrap=False) as nexus:
+        report = nexus.compact_history(keep)
+    _emit(report)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with _open(args, create=False, bootstrap=False) as nexus:
+        if args.switch in ("on", "off"):
+            nexus.set_history(args.switch == "on")
+        _emit({"history": "on" if nexus.history_enabled else "off"})
+    return 0
+
+
 # --- argument parsing ---------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -546,6 +579,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "one transaction, then the search indexes); exit status 0 when nothing "
                    "is left")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("compact", help="drop version-history records older than --keep",
+                       description="Retention for the version log (docs/history.md): drop "
+                       "the records older than --keep. FIND … AS OF and REVERT reach no "
+                       "further back afterwards. Prints {dropped, kept}.")
+    _add_db(p)
+    p.add_argument("--keep", required=True, metavar="AGE",
+                   help="how much history to keep: 30d, 12h, 90m, 45s or 2w")
+    p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("history", help="turn the version history on or off (or show it)",
+                       description="The per-database switch of the version log "
+                       "(docs/history.md); on by default. Records already kept stay "
+                       "readable until `kip compact` drops them.")
+    _add_db(p)
+    p.add_argument("switch", nargs="?", choices=("on", "off", "status"), default="status")
+    p.set_defaults(func=cmd_history)
     return parser
 
 
