@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .. import history
+from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
 from .context import ExecContext
@@ -44,7 +45,7 @@ def as_of_context(ctx: ExecContext, as_of: A.AsOf, params: Params) -> ExecContex
                            "DESCRIBE HISTORY lists the records with their `seq`.")
         if seq < horizon_seq:
             raise _compacted(f"VERSION {seq}")
-        past = history.past_state(txn, seq=seq)
+        past = _past(txn, "seq", seq)
     else:
         try:
             ts = history.iso_ms(point)
@@ -54,8 +55,27 @@ def as_of_context(ctx: ExecContext, as_of: A.AsOf, params: Params) -> ExecContex
                            '"2026-11-20T12:00:00+02:00".') from None
         if horizon_seq and ts < horizon_ts:
             raise _compacted(repr(point))
-        past = history.past_state(txn, ts=ts)
+        past = _past(txn, "ts", ts)
     return ctx.reading(history.AsOfTxn(txn, past))
+
+
+# Past states by (store, snapshot, point): an agent asking several questions about the same
+# moment reads the log once. Weighed by the changes they hold (~200 bytes each).
+_PAST: WeightedLRU[history.PastState] = WeightedLRU(64 << 20, 32)
+
+
+def _past(txn: Any, kind: str, point: int) -> history.PastState:
+    snapshot = txn.snapshot_id()
+    key = (txn.store_token(), snapshot, kind, point)
+    if snapshot is not None:
+        hit = _PAST.get(key)
+        if hit is not None:
+            return hit
+    past = (history.past_state(txn, seq=point) if kind == "seq"
+            else history.past_state(txn, ts=point))
+    if snapshot is not None:
+        _PAST.put(key, past, 512 + 200 * sum(len(c) for c in past.chains.values()))
+    return past
 
 
 def _compacted(point: str) -> KipError:
