@@ -105,7 +105,7 @@ def test_http_status_by_error_class(server, command, code, http):
 def test_status_table_covers_every_code():
     expected = {"KIP_1001": 400, "KIP_1002": 400, "KIP_2001": 400, "KIP_2002": 400,
                 "KIP_2003": 400, "KIP_3001": 400, "KIP_3002": 404, "KIP_3003": 409,
-                "KIP_3004": 403, "KIP_4001": 408, "KIP_4002": 400, "KIP_4003": 500}
+                "KIP_3004": 403, "KIP_3005": 409, "KIP_4001": 408, "KIP_4002": 400, "KIP_4003": 500}
     for code in ErrorCode:
         assert http_status({"error": {"code": code.value}}) == expected[code.value]
     assert http_status({"result": [{"error": {"code": "KIP_3002"}}]}) == 200
