@@ -142,7 +142,9 @@ class WriteSession:
                 err.with_position(text, err.line, err.column or 1)
             raise
         finally:
-            ctx.text = saved
+            # A session opened without a text of its own (a capsule load) keeps its last
+            # command's: the version log labels the session by it.
+            ctx.text = saved if saved is not None else text
 
     def stage(self) -> None:
         """Give the commit hooks what was written so far, then forget those ids."""
