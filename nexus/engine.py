@@ -134,6 +134,7 @@ class WriteSession:
         saved = ctx.text
         ctx.text = text
         ctx.deadline = time.monotonic() + limits.query_timeout    # each command its own
+        ctx.versioned = set()                   # each command bumps an element's _version once
         try:
             result, _ = executor_for(type(command))(ctx, command, parameters or {})
             return result

@@ -120,10 +120,13 @@ class WriteContext(ExecContext):
     the PRIMER cache) consume them.
     """
 
-    __slots__ = ("touched", "removed")
+    __slots__ = ("touched", "removed", "versioned")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, **kw: object) -> None:
         super().__init__(txn, limits, deadline, **kw)  # type: ignore[arg-type]
         self.touched: set[int] = set()
         self.removed: set[int] = set()
+        # Elements whose `_version` this command already advanced (or created): a command
+        # bumps each element once, however many blocks or clauses write it (CONTRACT §3).
+        self.versioned: set[int] = set()

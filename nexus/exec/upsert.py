@@ -134,12 +134,14 @@ class _Statement:
         bare = attributes is None and own_meta is None
         if match.id is not None:
             n = self.concept_by_id(match.id, match.pos)
+            self.expect(block, n)
             self.write_existing(n, attributes, effective, block.pos, bare)
         else:
             type_name, name = literal(match.type), literal(match.name)
             type_id = self.schema.concept_type(
                 type_name, match.pos, defining=name if type_name == CONCEPT_TYPE else None)
             found = txn.concept_id(type_id, name)
+            self.expect(block, found)
             if found is None:
                 check_definition_name(type_name, name, match.pos)
                 n = writes.create_concept(ctx, type_id, name, attributes, effective)
@@ -151,10 +153,36 @@ class _Statement:
                 self.set_proposition(n, entry, effective, own_meta is None)
         return n
 
+    def expect(self, block: A.ConceptBlock | A.PropositionBlock, n: int | None) -> None:
+        """EXPECT VERSION (RC11 §2.11.2): the block runs only on that `_version` of its
+        element (0: the element must not exist yet); otherwise the whole command aborts."""
+        if block.expect is None:
+            return
+        expected = literal(block.expect)
+        current = 0 if n is None else self.txn.metadata(n).get("_version", 0)
+        if current != expected:
+            ident = None if n is None else _ident(self.txn, n)
+            err = KipError(
+                ErrorCode.KIP_3005,
+                f"EXPECT VERSION {expected}"
+                + (" (create-only)" if expected == 0 else "") + ": "
+                + (f"{ident} does not exist yet" if n is None
+                   else f"{ident} already exists at _version {current}" if expected == 0
+                   else f"{ident} is at _version {current}")
+                + "; nothing of this command was written",
+                "Re-read the element (FIND its metadata._version), apply your change to what "
+                "is there now, and retry with the new version" + (
+                    "; EXPECT VERSION 0 means create-only" if expected == 0 else "") + ".",
+                **pos_kw(block.pos))
+            err.data = {**(err.data or {}), "id": ident, "expected": expected,
+                        "current": current}
+            raise err
+
     def write_existing(self, n: int, attributes: dict | None, effective: dict | None,
                        pos: Any, bare: bool) -> None:
         """Write an element a block named. `bare`: the block (or entry) has neither SET
-        ATTRIBUTES nor WITH METADATA of its own."""
+        ATTRIBUTES nor WITH METADATA of its own. (A bare block is still a write — CONTRACT
+        §3 — but one command advances an element's `_version` once: `writes.advance`.)"""
         head = self.txn.head(n)
         if bare and protect.is_immutable(self.txn, head):
             return      # a bare reference to a core element: not a write
@@ -183,6 +211,7 @@ class _Statement:
         bare = attributes is None and own_meta is None
         if isinstance(match, A.PropositionIdMatch):
             n = self.link_by_id(match.id, match.pos)
+            self.expect(block, n)
             self.write_existing(n, attributes, effective, block.pos, bare)
             head = self.txn.known_head(n)
             assert isinstance(head, LinkHead)
@@ -192,6 +221,7 @@ class _Statement:
         pid = self.schema.predicate(predicate, match.predicate.pos or match.pos)
         obj = self.resolve(match.object)
         found = self.txn.link_id(subject, pid, obj)
+        self.expect(block, found)
         if found is None:
             n = writes.create_link(self.ctx, subject, pid, obj, attributes, effective)
         else:
@@ -255,6 +285,13 @@ class _Statement:
                 return parsed[1]
         raise not_found(f"No proposition has the id {text!r}" + (
             "" if parsed is not None else " (proposition ids look like \"P:13:treats\")"), pos)
+
+
+def _ident(txn: Any, n: int) -> str:
+    head = txn.head(n)
+    if type(head) is ConceptHead:
+        return f"C:{n}"
+    return f"P:{n}:{txn.symbol_text(head.predicate_id)}"
 
 
 def _ref(txn: Any, n: int) -> str:

@@ -54,6 +54,7 @@ def create_concept(ctx: WriteContext, type_id: int, name: str, attributes: dict 
     txn.create_concept(n, type_id, name, dict(attributes) if attributes else {},
                        new_metadata(metadata, ctx.now))
     ctx.touched.add(n)
+    ctx.versioned.add(n)
     return n
 
 
@@ -64,6 +65,7 @@ def create_link(ctx: WriteContext, subject: int, predicate_id: int, obj: int,
     txn.create_link(n, subject, predicate_id, obj, dict(attributes) if attributes else {},
                     new_metadata(metadata, ctx.now))
     ctx.touched.add(n)
+    ctx.versioned.add(n)
     return n
 
 
@@ -87,8 +89,18 @@ def update(ctx: WriteContext, n: int, attributes: dict | None, metadata: dict | 
     meta = txn.metadata(n)
     if metadata:
         meta.update(metadata)
-    txn.set_metadata(n, bump(meta, ctx.now))
+    txn.set_metadata(n, advance(ctx, n, meta))
     ctx.touched.add(n)
+
+
+def advance(ctx: WriteContext, n: int, meta: dict) -> dict:
+    """`bump`, once per command and element: a second write of `n` by the same command
+    only refreshes `_updated_at` (CONTRACT §3: one command bumps `_version` once)."""
+    if n in ctx.versioned:
+        meta["_updated_at"] = ctx.now
+        return meta
+    ctx.versioned.add(n)
+    return bump(meta, ctx.now)
 
 
 def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
@@ -110,7 +122,7 @@ def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
         meta = txn.metadata(n)
     else:
         meta = target
-    txn.set_metadata(n, bump(meta, ctx.now))
+    txn.set_metadata(n, advance(ctx, n, meta))
     ctx.touched.add(n)
     return True
 

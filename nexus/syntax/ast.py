@@ -41,6 +41,7 @@ EXPECT_ANY = "any"
 EXPECT_STRING = "string"
 EXPECT_OBJECT = "object"
 EXPECT_POSITIVE_INT = "positive integer"
+EXPECT_VERSION = "non-negative integer"                                   # EXPECT VERSION n
 EXPECT_ARRAY = "array"
 EXPECT_PRIMITIVE = "primitive value (string, number, boolean or null)"   # FILTER operands
 EXPECT_KEY = "key name (a string that is an identifier)"                 # DELETE ... {keys}
@@ -270,6 +271,7 @@ class ConceptBlock:
     propositions: tuple[SetProposition, ...] | None = None   # None: no SET PROPOSITIONS
     metadata: Value | None = None
     pos: Pos | None = _pos()
+    expect: Value | None = None         # EXPECT VERSION n (RC11 §2.11.2); 0: create-only
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +281,7 @@ class PropositionBlock:
     attributes: Value | None = None
     metadata: Value | None = None
     pos: Pos | None = _pos()
+    expect: Value | None = None         # EXPECT VERSION n (RC11 §2.11.2); 0: create-only
 
 
 UpsertBlock = Union[ConceptBlock, PropositionBlock]

@@ -202,6 +202,8 @@ def _bind_param(param: A.Param, value: Any) -> A.Literal:
         ok = isinstance(value, list)
     elif expect == A.EXPECT_POSITIVE_INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    elif expect == A.EXPECT_VERSION:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
     elif expect == A.EXPECT_PRIMITIVE:
         ok = not isinstance(value, (list, dict))
     elif expect == A.EXPECT_KEY:

@@ -225,6 +225,8 @@ class _Printer:
             lines = [f"  CONCEPT{handle} {{", f"    {self.concept_match(b.match)}"]
         else:
             lines = [f"  PROPOSITION{handle} {{", f"    {self.term(b.match)}"]
+        if b.expect is not None:
+            lines.append(f"    EXPECT VERSION {self.value(b.expect)}")
         if b.attributes is not None:
             lines.append(f"    SET ATTRIBUTES {self.value(b.attributes)}")
         if isinstance(b, A.ConceptBlock) and b.propositions is not None:

@@ -162,6 +162,8 @@ def check_expect(value: Any, expect: str, where: Where, what: str) -> None:
         ok = isinstance(value, list)
     elif expect == A.EXPECT_POSITIVE_INT:
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    elif expect == A.EXPECT_VERSION:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
     elif expect == A.EXPECT_PRIMITIVE:
         ok = not isinstance(value, (list, dict))
     elif expect == A.EXPECT_KEY:
@@ -513,6 +515,7 @@ class KipTransformer(Transformer[Token, A.Command]):
     def concept_block(self, meta: Meta, children: Children) -> A.ConceptBlock:
         handle, rest = _handle(children)
         match: A.ConceptMatch = rest[0]
+        expect, rest = _expect(rest)
         clauses, metadata = _split_metadata(rest[1:])
         if match.id is None and (match.type is None or match.name is None):
             raise fail(match.pos, "A CONCEPT block identifies its concept by "
@@ -531,11 +534,13 @@ class KipTransformer(Transformer[Token, A.Command]):
                 if propositions is not None:
                     raise fail(where, "SET PROPOSITIONS is given twice in one CONCEPT block")
                 propositions = value
-        return A.ConceptBlock(handle, match, attributes, propositions, metadata, _pos(meta))
+        return A.ConceptBlock(handle, match, attributes, propositions, metadata, _pos(meta),
+                              expect)
 
     def proposition_block(self, meta: Meta, children: Children) -> A.PropositionBlock:
         handle, rest = _handle(children)
         match: A.PropositionMatch | A.PropositionIdMatch = rest[0]
+        expect, rest = _expect(rest)
         clauses, metadata = _split_metadata(rest[1:])
         _check_kml_term(match)
         attributes: A.Value | None = None
@@ -547,7 +552,10 @@ class KipTransformer(Transformer[Token, A.Command]):
             if attributes is not None:
                 raise fail(where, "SET ATTRIBUTES is given twice in one PROPOSITION block")
             attributes = value
-        return A.PropositionBlock(handle, match, attributes, metadata, _pos(meta))
+        return A.PropositionBlock(handle, match, attributes, metadata, _pos(meta), expect)
+
+    def expect_version(self, meta: Meta, children: Children) -> Tagged:
+        return ("expect", token_value(children[0], A.EXPECT_VERSION, "EXPECT VERSION"), meta)
 
     def set_attributes(self, meta: Meta, children: Children) -> Tagged:
         return ("attributes", _map_slot(children[0], "SET ATTRIBUTES"), meta)
@@ -815,6 +823,13 @@ def _check_kml_term(term: A.Term) -> A.Term:
         _check_kml_term(term.subject)
         _check_kml_term(term.object)
     return term
+
+
+def _expect(rest: list[Any]) -> tuple[A.Value | None, list[Any]]:
+    """The EXPECT VERSION guard right after a block's identity clause, if any."""
+    if len(rest) > 1 and isinstance(rest[1], tuple) and rest[1][0] == "expect":
+        return rest[1][1], [rest[0], *rest[2:]]
+    return None, rest
 
 
 def _pages(children: list[Tagged]) -> tuple[A.Value | None, A.Value | None]:
