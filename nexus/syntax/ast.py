@@ -392,6 +392,38 @@ class Search:
     pos: Pos | None = _pos()
 
 
+# --- UPDATE (RC11 §4.3) ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class UpdateCall:
+    """`ADD(a, b)`, `MUL(a, b)`, `CLAMP(x, lo, hi)`, `COALESCE(x, default)`."""
+    func: str
+    args: tuple["UpdateValue", ...]
+    pos: Pos | None = _pos()
+
+
+UpdateValue = Union[Value, UpdateCall, Path]
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateEntry:
+    key: str
+    value: UpdateValue
+    pos: Pos | None = _pos()
+
+
+@statement(StatementKind.WRITE, "UPDATE")
+@dataclass(frozen=True, slots=True)
+class Update:
+    """`UPDATE ?target SET ATTRIBUTES {…} SET METADATA {…} WHERE {…} [LIMIT n]`."""
+    target: str
+    attributes: tuple[UpdateEntry, ...] | None
+    metadata: tuple[UpdateEntry, ...] | None
+    where: tuple[Pattern, ...]
+    limit: Value | None = None
+    pos: Pos | None = _pos()
+
+
 # --- version history: a nexus extension beyond KIP 1.x (docs/history.md) -------------------
 
 @dataclass(frozen=True, slots=True)
@@ -437,7 +469,7 @@ class Revert:
 Command = Union[Find, Explain, Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions,
                 DeleteConcept, DescribePrimer, DescribeDomains, DescribeConceptTypes,
                 DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search,
-                DescribeHistory, Revert]
+                DescribeHistory, Revert, Update]
 
 
 

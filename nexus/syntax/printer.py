@@ -182,6 +182,26 @@ class _Printer:
             out.append(self.as_of(c.as_of))
         return "\n".join(out)
 
+    # --- UPDATE (RC11 §4.3) -------------------------------------------------------------------
+    def update_value(self, v: Any) -> str:
+        if isinstance(v, A.UpdateCall):
+            return f"{v.func}({', '.join(self.update_value(a) for a in v.args)})"
+        if isinstance(v, A.Path):
+            return "?" + ".".join((v.var, *v.segments))
+        return self.value(v)
+
+    def cmd_Update(self, c: A.Update) -> str:
+        out = [f"UPDATE ?{c.target}"]
+        for label, entries in (("ATTRIBUTES", c.attributes), ("METADATA", c.metadata)):
+            if entries is not None:
+                body = ", ".join(f"{_key(e.key)}: {self.update_value(e.value)}"
+                                 for e in entries)
+                out.append(f"SET {label} {{ {body} }}")
+        out.append("WHERE " + self.patterns(c.where))
+        if c.limit is not None:
+            out.append(f"LIMIT {self.value(c.limit)}")
+        return "\n".join(out)
+
     # --- version history (nexus extension) ---------------------------------------------------
     def as_of(self, a: A.AsOf) -> str:
         return f"AS OF {'VERSION ' if a.version else ''}{self.value(a.point)}"

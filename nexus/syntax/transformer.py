@@ -572,6 +572,65 @@ class KipTransformer(Transformer[Token, A.Command]):
     def with_metadata(self, meta: Meta, children: Children) -> _MetadataMark:
         return _MetadataMark(_map_slot(children[0], "WITH METADATA"))
 
+    # --- UPDATE (RC11 §4.3) ---------------------------------------------------------------
+    def update_cmd(self, meta: Meta, children: Children) -> A.Update:
+        target = _plain_var(children[0])
+        attributes: tuple[A.UpdateEntry, ...] | None = None
+        metadata: tuple[A.UpdateEntry, ...] | None = None
+        rest = list(children[1:])
+        limit: A.Value | None = None
+        if rest and isinstance(rest[-1], tuple) and rest[-1] and rest[-1][0] == "limit":
+            limit = rest.pop()[1]
+        where: tuple[A.Pattern, ...] = rest.pop()
+        for tag, entries, where_ in rest:
+            if tag == "attributes":
+                if attributes is not None:
+                    raise fail(where_, "SET ATTRIBUTES is given twice in one UPDATE")
+                attributes = entries
+            else:
+                if metadata is not None:
+                    raise fail(where_, "SET METADATA is given twice in one UPDATE")
+                metadata = entries
+        for entry in (attributes or ()) + (metadata or ()):
+            _check_update_paths(entry.value, target)
+        return A.Update(target, attributes, metadata, where, limit, _pos(meta))
+
+    def update_attributes(self, meta: Meta, children: Children) -> Tagged:
+        return ("attributes", children[0], meta)
+
+    def update_metadata(self, meta: Meta, children: Children) -> Tagged:
+        return ("metadata", children[0], meta)
+
+    def update_map(self, meta: Meta, children: Children) -> tuple[A.UpdateEntry, ...]:
+        entries = tuple(c for c in children if c is not None)
+        seen: set[str] = set()
+        for entry in entries:
+            if entry.key in seen:
+                raise fail(entry.pos, f"The key '{entry.key}' is given twice in one SET",
+                           "Give each key once.")
+            seen.add(entry.key)
+        return entries
+
+    def update_entry(self, meta: Meta, children: Children) -> A.UpdateEntry:
+        tok: Token = children[0]
+        key = self._key(tok, "key")
+        check_identifier(key, tok, "an attribute or metadata key")
+        return A.UpdateEntry(key, children[1], _tpos(tok))
+
+    def update_path(self, meta: Meta, children: Children) -> A.Path:
+        tok: Token = children[0]
+        var, segments = split_var(tok)
+        return A.Path(var, tuple(segments), _tpos(tok))
+
+    def update_call(self, meta: Meta, children: Children) -> A.UpdateCall:
+        func = str(children[0])
+        args = tuple(c for c in children[1:] if c is not None)
+        arity = {"ADD": 2, "MUL": 2, "CLAMP": 3, "COALESCE": 2}[func]
+        if len(args) != arity:
+            raise fail(meta, f"{func} takes {arity} arguments, got {len(args)}",
+                       "ADD(a, b), MUL(a, b), CLAMP(x, lo, hi), COALESCE(x, default).")
+        return A.UpdateCall(func, args, _pos(meta))
+
     def delete_attributes(self, meta: Meta, children: Children) -> A.DeleteAttributes:
         keys: tuple[A.Value, ...] = children[0]
         where: tuple[A.Pattern, ...] = children[2]
@@ -798,6 +857,24 @@ def _plain_var(tok: Token) -> str:
         raise fail(tok, f"Expected a plain variable here, not the dot path {tok}",
                    f"Write ?{var}.")
     return var
+
+
+def _check_update_paths(value: Any, target: str) -> None:
+    """RC11 §4.3: update expressions read only ?target's own state."""
+    if isinstance(value, A.Path):
+        if value.var != target:
+            raise fail(value.pos, f"?{value.var} in an UPDATE expression: only paths on the "
+                       f"target ?{target} are allowed",
+                       f"Each element's new value is computed from its own state: write "
+                       f"?{target}.attributes.<key> or ?{target}.metadata.<key>.")
+        if not value.segments or value.segments[0] not in ("attributes", "metadata") or \
+                len(value.segments) < 2:
+            raise fail(value.pos, f"?{value.var}{''.join('.' + s for s in value.segments)}: "
+                       "an UPDATE expression reads attributes or metadata",
+                       f"Write ?{target}.attributes.<key> or ?{target}.metadata.<key>.")
+    elif isinstance(value, A.UpdateCall):
+        for arg in value.args:
+            _check_update_paths(arg, target)
 
 
 def _map_slot(value: A.Value, what: str) -> A.Value:
