@@ -155,6 +155,7 @@ class WriteSession:
                 hook.stage(ctx)
             ctx.touched = set()
             ctx.removed = set()
+            ctx.unsearched = set()
 
     def abort(self) -> None:
         """Roll the session back when it ends (nothing it wrote is kept)."""

@@ -120,7 +120,7 @@ class WriteContext(ExecContext):
     the PRIMER cache) consume them.
     """
 
-    __slots__ = ("touched", "removed", "versioned")
+    __slots__ = ("touched", "removed", "versioned", "unsearched")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, **kw: object) -> None:
@@ -130,3 +130,6 @@ class WriteContext(ExecContext):
         # Elements whose `_version` this command already advanced (or created): a command
         # bumps each element once, however many blocks or clauses write it (CONTRACT §3).
         self.versioned: set[int] = set()
+        # Touched ids whose searchable text cannot have changed (only metadata was
+        # written): the search indexes skip them.
+        self.unsearched: set[int] = set()

@@ -56,12 +56,14 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
         head = txn.head(n)
         if head is None:
             continue
-        attributes = _values(command.attributes, txn.attributes(n), txn.metadata(n))
-        metadata = _values(command.metadata, txn.attributes(n), txn.metadata(n))
+        stored_attributes, stored_meta = txn.attributes(n), txn.metadata(n)
+        attributes = _values(command.attributes, stored_attributes, stored_meta)
+        metadata = _values(command.metadata, stored_attributes, stored_meta)
         protect.check_write(ctx, head, attributes or None, command.pos)
         if not attributes and not metadata:
             continue
-        writes.update(ctx, n, attributes or None, metadata or None)
+        writes.update_known(ctx, n, stored_attributes, stored_meta, attributes or None,
+                            metadata or None)
         updated += 1
     if ctx.dry_run:
         return {"updated": 0, "matched": 0}, None

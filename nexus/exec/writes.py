@@ -82,14 +82,25 @@ def update(ctx: WriteContext, n: int, attributes: dict | None, metadata: dict | 
     """Write an existing element: shallow-merge `attributes` (if given) and `metadata` onto
     what is stored, bump `_version` / `_updated_at`. A `None` value is stored as null."""
     txn = ctx.txn
+    update_known(ctx, n, txn.attributes(n) if attributes else None, txn.metadata(n),
+                 attributes, metadata)
+
+
+def update_known(ctx: WriteContext, n: int, stored_attributes: dict | None, stored_meta: dict,
+                 attributes: dict | None, metadata: dict | None) -> None:
+    """`update` for a caller that has just read the element's maps (fresh dicts it hands
+    over: they are modified): UPDATE reads them anyway to compute its expressions."""
+    txn = ctx.txn
     if attributes:
-        stored = txn.attributes(n)
-        stored.update(attributes)
-        txn.set_attributes(n, stored)
-    meta = txn.metadata(n)
+        assert stored_attributes is not None
+        stored_attributes.update(attributes)
+        txn.set_attributes(n, stored_attributes)
+        ctx.unsearched.discard(n)
+    elif n not in ctx.touched:
+        ctx.unsearched.add(n)           # metadata only: nothing searchable changed
     if metadata:
-        meta.update(metadata)
-    txn.set_metadata(n, advance(ctx, n, meta))
+        stored_meta.update(metadata)
+    txn.set_metadata(n, advance(ctx, n, stored_meta))
     ctx.touched.add(n)
 
 
@@ -120,8 +131,11 @@ def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
     if field == "attributes":
         txn.set_attributes(n, target)
         meta = txn.metadata(n)
+        ctx.unsearched.discard(n)
     else:
         meta = target
+        if n not in ctx.touched:
+            ctx.unsearched.add(n)
     txn.set_metadata(n, advance(ctx, n, meta))
     ctx.touched.add(n)
     return True

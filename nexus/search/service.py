@@ -131,7 +131,7 @@ class SearchService:
             st = self._stages[id(ctx)] = _Stage(ctx.txn)
         if not ctx.touched and not ctx.removed:
             return
-        changed, gone = lexical.write(ctx.txn, ctx.touched, ctx.removed)
+        changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed)
         st.changed.extend(changed)
         st.gone.extend(gone)
 
@@ -144,7 +144,7 @@ class SearchService:
         if st is None and not ctx.touched and not ctx.removed:
             return
         if st is None:          # one KML command: no copies of its (small) sets
-            changed, gone = lexical.write(ctx.txn, ctx.touched, ctx.removed)
+            changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed)
         else:
             self._stages[id(ctx)] = st
             self.stage(ctx)
@@ -308,3 +308,10 @@ def attach_search(host: Host) -> SearchService:
     service = SearchService(host)
     service.open()
     return service
+
+
+def _searchable(ctx: Any) -> Any:
+    """The touched ids whose searchable text may have changed: writes of metadata alone
+    (an UPDATE decay sweep) change no document, so they are not re-derived."""
+    unsearched = getattr(ctx, "unsearched", None)
+    return ctx.touched - unsearched if unsearched else ctx.touched

@@ -1,0 +1,89 @@
+"""Memory-metabolism benchmark (RC11 §4.3): an UPDATE decay sweep over N links.
+
+    python bench/metabolism.py [--n 100000] [--record bench/RESULTS.md]
+
+A fresh on-disk database (durable) gets `--n` Item concepts chained by `--n - 1` `next`
+links (bulk import), then one statement decays every link's memory strength:
+
+    UPDATE ?l SET METADATA { memory_strength: CLAMP(MUL(COALESCE(?l.metadata.memory_strength,
+        0.7), 0.9), 0.0, 1.0), decay_applied_at: :t } WHERE { ?l (?a, "next", ?b) }
+
+timed end to end through `execute_kip` (match, compute, write, commit), with the version log
+on (the default) and off. The target (issue 16): ≤ 2 s for 100k links. `--record` replaces the
+`## Memory metabolism` section of the results file.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
+
+from bench.results_md import replace_section  # noqa: E402
+from nexus import Nexus  # noqa: E402
+
+SECTION = "## Memory metabolism"
+SCHEMA = '''UPSERT {
+  CONCEPT ?t { {type: "$ConceptType", name: "Item"} SET ATTRIBUTES { description: "an item" } }
+  CONCEPT ?p { {type: "$PropositionType", name: "next"} SET ATTRIBUTES { description: "n" } }
+}'''
+SWEEP = ('UPDATE ?l SET METADATA { memory_strength: CLAMP(MUL(COALESCE('
+         '?l.metadata.memory_strength, 0.7), 0.9), 0.0, 1.0), decay_applied_at: :t } '
+         'WHERE { ?l (?a, "next", ?b) }')
+
+
+def sweep(path: str, n: int, history: bool) -> tuple[float, dict]:
+    with Nexus.open(path) as nx:
+        if not history:
+            nx.set_history(False)
+        nx.execute_kip({"command": SCHEMA})
+        nx.bulk_import(({"type": "Item", "name": f"item{i}"} for i in range(n)),
+                       ({"subject": {"type": "Item", "name": f"item{i}"}, "predicate": "next",
+                         "object": {"type": "Item", "name": f"item{i + 1}"}}
+                        for i in range(n - 1)))
+        started = time.perf_counter()
+        response = nx.execute_kip({"command": SWEEP, "parameters": {"t": "2026-11-25"}})
+        seconds = time.perf_counter() - started
+        assert "result" in response, response
+        return seconds, response["result"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--record", metavar="RESULTS_MD")
+    args = ap.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="nexus-metabolism-")
+    try:
+        on, result = sweep(os.path.join(work, "on"), args.n, True)
+        off, _ = sweep(os.path.join(work, "off"), args.n, False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    command = "python bench/metabolism.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = "\n".join([
+        SECTION, "",
+        f"`{command.strip()}` — {datetime.now(timezone.utc):%Y-%m-%d}, {platform.machine()} "
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, LMDB on disk, durable. "
+        f"{args.n:,} items chained by {args.n - 1:,} `next` links; one UPDATE decays every "
+        f"link (answer {result}).", "",
+        "| UPDATE decay sweep | seconds | links/s | target |", "|---|---:|---:|---|",
+        f"| version log on (default) | {on:.2f} | {result['updated'] / on:,.0f} | ≤ 2 s |",
+        f"| version log off | {off:.2f} | {result['updated'] / off:,.0f} | ≤ 2 s |",
+    ]) + "\n"
+    print(text)
+    if args.record:
+        replace_section(args.record, SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
