@@ -17,7 +17,7 @@ Owns the execution of `UPDATE ?target SET ATTRIBUTES {…} SET METADATA {…} WH
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
@@ -28,7 +28,6 @@ from .registry import executes
 from .upsert import literal
 
 Params = Mapping[str, Any]
-_SKIP = object()            # an expression that yielded null: the key is not written
 
 
 @executes(A.Update)
@@ -51,14 +50,16 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
             break
     txn = ctx.txn
     updated = 0
+    set_attributes = _compile_entries(command.attributes)
+    set_metadata = _compile_entries(command.metadata)
     for n in targets:
         ctx.check_deadline()
         head = txn.head(n)
         if head is None:
             continue
         stored_attributes, stored_meta = txn.attributes(n), txn.metadata(n)
-        attributes = _values(command.attributes, stored_attributes, stored_meta)
-        metadata = _values(command.metadata, stored_attributes, stored_meta)
+        attributes = _values(set_attributes, stored_attributes, stored_meta)
+        metadata = _values(set_metadata, stored_attributes, stored_meta)
         protect.check_write(ctx, head, attributes or None, command.pos)
         if not attributes and not metadata:
             continue
@@ -70,51 +71,74 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
     return {"updated": updated, "matched": len(targets)}, None
 
 
-def _values(entries: tuple[A.UpdateEntry, ...] | None, attributes: dict, metadata: dict
-            ) -> dict[str, Any]:
+Compiled = Callable[[dict, dict], Any]
+
+
+def _compile_entries(entries: tuple[A.UpdateEntry, ...] | None
+                     ) -> list[tuple[str, Compiled | None, Any]]:
+    """(key, compiled expression or None, plain value) per entry: expressions become
+    closures once per command, not a tree walked per element."""
+    return [(e.key, _compile(e.value), None) if isinstance(e.value, (A.UpdateCall, A.Path))
+            else (e.key, None, literal(e.value)) for e in entries or ()]
+
+
+def _values(entries: list[tuple[str, Compiled | None, Any]], attributes: dict,
+            metadata: dict) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for entry in entries or ():
-        value = entry.value
-        if isinstance(value, (A.UpdateCall, A.Path)):
-            result = _eval(value, attributes, metadata)
-            if result is None:
-                continue                    # null-yielding expression: key skipped
-            out[entry.key] = result
-        else:
-            out[entry.key] = literal(value)
+    for key, expression, plain in entries:
+        if expression is None:
+            out[key] = plain
+            continue
+        result = expression(attributes, metadata)
+        if result is not None:              # null-yielding expression: key skipped
+            out[key] = result
     return out
 
 
 def _number(value: Any) -> int | float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return value
+    if value.__class__ is int or value.__class__ is float:
+        return value
+    return None                             # bool (an int subclass), str, null, objects
 
 
-def _eval(value: Any, attributes: dict, metadata: dict) -> Any:
-    """An update expression over one element's own state; None when it yields null."""
+def _compile(value: Any) -> Compiled:
+    """An update expression as a function of one element's (attributes, metadata); it
+    returns None when the expression yields null."""
     if isinstance(value, A.Path):
-        source = attributes if value.segments[0] == "attributes" else metadata
-        current: Any = source
-        for segment in value.segments[1:]:
-            current = current.get(segment) if isinstance(current, dict) else None
-        return current
+        field = 0 if value.segments[0] == "attributes" else 1
+        first, rest = value.segments[1], value.segments[2:]
+
+        def path(attributes: dict, metadata: dict) -> Any:
+            current = (attributes if field == 0 else metadata).get(first)
+            for segment in rest:
+                current = current.get(segment) if isinstance(current, dict) else None
+            return current
+        return path
     if isinstance(value, A.UpdateCall):
+        args = [_compile(a) for a in value.args]
         if value.func == "COALESCE":
-            first = _eval(value.args[0], attributes, metadata)
-            return first if first is not None else _eval(value.args[1], attributes, metadata)
-        args = [_number(_eval(a, attributes, metadata)) for a in value.args]
-        if any(a is None for a in args):
-            return None
-        if value.func == "ADD":
-            out = args[0] + args[1]         # type: ignore[operator]
-        elif value.func == "MUL":
-            out = args[0] * args[1]         # type: ignore[operator]
-        else:
-            x, lo, hi = args
-            out = min(max(x, lo), hi)       # type: ignore[type-var]
-        return _number(out) if _representable(out) else None
-    return literal(value)
+            x, default = args
+
+            def coalesce(attributes: dict, metadata: dict) -> Any:
+                found = x(attributes, metadata)
+                return found if found is not None else default(attributes, metadata)
+            return coalesce
+        op = value.func
+
+        def arithmetic(attributes: dict, metadata: dict) -> Any:
+            nums = [_number(a(attributes, metadata)) for a in args]
+            if None in nums:
+                return None
+            if op == "ADD":
+                out = nums[0] + nums[1]     # type: ignore[operator]
+            elif op == "MUL":
+                out = nums[0] * nums[1]     # type: ignore[operator]
+            else:
+                out = min(max(nums[0], nums[1]), nums[2])   # type: ignore[type-var]
+            return out if _representable(out) else None
+        return arithmetic
+    constant = literal(value)
+    return lambda attributes, metadata: constant
 
 
 def _representable(value: Any) -> bool:

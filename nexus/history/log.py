@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgpack
 
-from nexus.history.recording import PreImage, RecordingTxn, pre_image
+from nexus.history.recording import Before, PreImage, RecordingTxn, pre_image
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
@@ -120,6 +120,23 @@ def make_change(n: int, pre: PreImage | None, post: PreImage | None) -> list[Any
             post.metadata.get("_version")]
 
 
+def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
+    """The log's change for `n`, from what the session kept of it and its state now (only
+    the maps the session wrote are read and compared)."""
+    if before is None:
+        return make_change(n, None, pre_image(inner, n))
+    head = inner.head(n)
+    if head is None:
+        assert before.attributes is not None and before.metadata is not None
+        return make_change(n, PreImage(before.head, before.attributes, before.metadata), None)
+    meta = inner.metadata(n)
+    return [n, "u", None if before.head == head else encode_head(before.head),
+            None if before.attributes is None else _delta(before.attributes,
+                                                          inner.attributes(n)),
+            None if before.metadata is None else _delta(before.metadata, meta),
+            meta.get("_version")]
+
+
 def undo(change: list[Any], after: PreImage | None) -> PreImage | None:
     """The element's state before `change`, given its state after it."""
     n, op = change[0], change[1]
@@ -200,7 +217,7 @@ def append(ctx: "WriteContext") -> int | None:
         if pre is None and created_many:
             loose_created.append(n)
             continue
-        change = make_change(n, pre, pre_image(inner, n))
+        change = _change(inner, n, pre)
         if change is not None:
             changes.append(change)
     fresh.extend(_runs(loose_created))

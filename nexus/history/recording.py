@@ -37,22 +37,55 @@ def pre_image(txn: ReadTxn, n: int) -> PreImage | None:
     return PreImage(head, txn.attributes(n), txn.metadata(n))
 
 
-class RecordingTxn:
-    """A `WriteTxn` that keeps the pre-image of every element it changes (see module doc).
+class Before:
+    """What a session knew of an element before its first change: its head, and each of
+    its maps once the session was about to write that map (None: never written, so
+    unchanged — a metadata-only sweep reads no attributes)."""
 
-    `before` maps each changed id to its pre-image (None: it did not exist before this
-    session). `notes` carries what the session's commands want in the log record (REVERT's
-    reason and target)."""
+    __slots__ = ("head", "attributes", "metadata")
+
+    def __init__(self, head: Head) -> None:
+        self.head = head
+        self.attributes: JsonMap | None = None
+        self.metadata: JsonMap | None = None
+
+
+class RecordingTxn:
+    """A `WriteTxn` that keeps the prior state of every element it changes (module doc).
+
+    `before` maps each changed id to what it was (`Before`; None: it did not exist before
+    this session). `notes` carries what the session's commands want in the log record
+    (REVERT's reason and target)."""
 
     def __init__(self, inner: WriteTxn) -> None:
         self.inner = inner
-        self.before: dict[int, PreImage | None] = {}
+        self.before: dict[int, Before | None] = {}
         self.fresh: list[range] = []        # ids a bulk path created, as ranges
         self.notes: dict[str, Any] = {}
 
+    def _entry(self, n: int) -> Before | None:
+        before = self.before
+        if n in before:
+            return before[n]
+        if any(n in r for r in self.fresh):
+            before[n] = None
+            return None
+        head = self.inner.head(n)
+        entry = before[n] = None if head is None else Before(head)
+        return entry
+
     def _keep(self, n: int) -> None:
-        if n not in self.before and not any(n in r for r in self.fresh):
-            self.before[n] = pre_image(self.inner, n)
+        self._entry(n)
+
+    def _keep_attributes(self, n: int) -> None:
+        entry = self._entry(n)
+        if entry is not None and entry.attributes is None:
+            entry.attributes = self.inner.attributes(n)
+
+    def _keep_metadata(self, n: int) -> None:
+        entry = self._entry(n)
+        if entry is not None and entry.metadata is None:
+            entry.metadata = self.inner.metadata(n)
 
     def _fresh(self, ids: Sequence[int]) -> None:
         if isinstance(ids, range):
@@ -61,13 +94,6 @@ class RecordingTxn:
         before = self.before
         for n in ids:
             before.setdefault(n, None)
-
-    def created(self) -> list[int]:
-        """Ids that did not exist before this session (whether they exist now or not)."""
-        out = [n for n, pre in self.before.items() if pre is None]
-        for r in self.fresh:
-            out.extend(r)
-        return out
 
     # --- writes: remembered ------------------------------------------------------------
     def create_concept(self, n: int, type_id: int, name: str, attributes: JsonMap,
@@ -81,15 +107,16 @@ class RecordingTxn:
         self.inner.create_link(n, subject, predicate_id, object, attributes, metadata)
 
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
-        self._keep(n)
+        self._keep_attributes(n)
         self.inner.set_attributes(n, attributes)
 
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
-        self._keep(n)
+        self._keep_metadata(n)
         self.inner.set_metadata(n, metadata)
 
     def delete(self, n: int) -> bool:
-        self._keep(n)
+        self._keep_attributes(n)        # a deletion is logged with the element's whole state
+        self._keep_metadata(n)
         return self.inner.delete(n)
 
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
@@ -230,4 +257,4 @@ def _check_protocol(txn: RecordingTxn) -> WriteTxn:
     return txn          # mypy: RecordingTxn is a WriteTxn
 
 
-__all__ = ["PreImage", "RecordingTxn", "pre_image"]
+__all__ = ["Before", "PreImage", "RecordingTxn", "pre_image"]
