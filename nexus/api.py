@@ -11,7 +11,9 @@ audit log, info). Adapters import this module, `nexus.language`, `nexus.errors` 
 """
 from __future__ import annotations
 
+import atexit
 import os
+import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from . import history
@@ -30,6 +32,22 @@ __all__ = ["Nexus", "AuditLog", "CommitHook", "WriteSession", "Progress", "audit
 audit_entry = _audit.entry
 # A progress callback: (label, done, total) — a file, phase or capsule, and two counts.
 Progress = Callable[[str, int, int], None]
+
+
+# Every open Nexus, closed at interpreter exit if its owner did not: the vector indexer's
+# thread and its native index must stop before the interpreter tears threads down (a
+# script that forgot close() otherwise ended in "terminate called without an active
+# exception", SIGABRT).
+_OPEN: "weakref.WeakSet[Nexus]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_databases() -> None:
+    for nexus in list(_OPEN):
+        try:
+            nexus.close()
+        except Exception:  # noqa: BLE001 - exiting: a failing close must not stop the others
+            pass
 
 
 class Nexus(Engine):
@@ -60,6 +78,7 @@ class Nexus(Engine):
         store = open_store("memory://" if location is None else location,
                            durable=config.durable)
         nexus = cls(store, config)
+        _OPEN.add(nexus)
         if mode is not None:
             nexus.columnar = mode
         try:

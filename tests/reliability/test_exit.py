@@ -1,0 +1,36 @@
+"""A program that exits without closing its Nexus ends cleanly: exit status 0, nothing on
+stderr, the data there on the next open (the vector indexer's thread stops at exit; before,
+a busy indexer ended such a program with "terminate called without an active exception")."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from nexus import Nexus
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    from nexus import Nexus
+    nx = Nexus.open(sys.argv[1])
+    nx.execute_kip({"command": 'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Item"} '
+                   'SET ATTRIBUTES { description: "i" } } CONCEPT ?p { {type: '
+                   '"$PropositionType", name: "next"} SET ATTRIBUTES { description: "n" } } }'})
+    nx.bulk_import(({"type": "Item", "name": f"item{i}"} for i in range(20000)),
+                   ({"subject": {"type": "Item", "name": f"item{i}"}, "predicate": "next",
+                     "object": {"type": "Item", "name": f"item{i + 1}"}} for i in range(19999)))
+    nx.execute_kip({"command": 'UPDATE ?l SET METADATA { s: 1 } WHERE { ?l (?a, "next", ?b) }'})
+    print("done")                                   # and exit, never calling close()
+''')
+
+
+def test_exit_without_close_is_clean(tmp_path):
+    db = tmp_path / "db"
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(db)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done"
+    assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr
+    with Nexus.open(str(db)) as nx:
+        count = nx.execute_kip({"command": 'FIND(COUNT(?l)) WHERE { ?l (?a, "next", ?b) }'})
+        assert count["result"] == 19999
