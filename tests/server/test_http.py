@@ -26,7 +26,7 @@ def kip_error(data, code):
 def test_root_describes_the_server(server):
     status, data, headers = server.request("GET", "/")
     assert status == 200
-    assert data["name"] == "nexus" and data["kip_version"] == KIP_VERSION == "1.0-RC6"
+    assert data["name"] == "nexus" and data["kip_version"] == KIP_VERSION == "1.0-RC11"
     assert isinstance(data["version"], str) and data["version"]
     assert headers["content-type"] == "application/json"
 
