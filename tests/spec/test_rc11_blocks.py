@@ -17,8 +17,7 @@ from .rc11_blocks import READS, SHARED, TEXTS, Block, blocks
 
 _PREDVAR = "predicate variables `(?s, ?p, ?o)` (RC9), helper issue-predvars"
 _MODE = "SEARCH … MODE / THRESHOLD (RC9), helper issue-searchmode"
-_UPDATE = "UPDATE statement (RC9), helper issue-update"
-_EXPECT = "UPSERT … EXPECT VERSION (RC9), helper issue-update"
+_UPDATE_PREDVAR = "an UPDATE sweep over a predicate variable `?link (?s, ?p, ?o)` (RC9)"
 _MERGE = "MERGE CONCEPT … INTO (RC9), helper issue-merge"
 _EXPORT = "EXPORT statement (RC9), helper issue-merge"
 
@@ -28,12 +27,8 @@ EXPECTED_FAILURES: dict[str, str] = {
     "KIPSyntax:131": _PREDVAR,
     "KIP-SPECIFICATION:1193": _MODE,
     "KIP-SPECIFICATION:1196": _MODE,
-    "SystemInstructions:320": _EXPECT,
-    "KIP-SPECIFICATION:967": _UPDATE,
-    "KIP-SPECIFICATION:993": _UPDATE,
-    "KIPSyntax:332": _UPDATE,
-    "KIPSyntax:350": _UPDATE,
-    "SystemInstructions:235": _UPDATE,
+    "KIP-SPECIFICATION:967": _UPDATE_PREDVAR,
+    "KIPSyntax:332": _UPDATE_PREDVAR,
     "KIP-SPECIFICATION:1031": _MERGE,
     "KIPSyntax:360": _MERGE,
     "SystemInstructions:219": _MERGE,
