@@ -39,7 +39,12 @@ __all__ = ["BUNDLED", "bootstrap", "load_capsules", "split_statements", "counts"
 
 BUNDLED_PACKAGE = "nexus.bundled"
 # Application order: each capsule needs the definitions of the ones before it.
-BUNDLED = ("genesis.kip", "person.kip", "event.kip", "sleep_task.kip",
+# The RC11 types and shared predicate capsules (copied as published) follow sleep_task.
+RC11_CAPSULES = ("Preference.kip", "Insight.kip", "Commitment.kip", "Experience.kip",
+                 "ExperienceStep.kip", "Skill.kip", "caused_by.kip", "compiled_to.kip",
+                 "derived_insight.kip", "has_step.kip")
+# (involves, mentions, consolidated_to, derived_from stay defined by event.kip.)
+BUNDLED = ("genesis.kip", "person.kip", "event.kip", "sleep_task.kip", *RC11_CAPSULES,
            "persons/system.kip", "persons/self.kip")
 # Capsules that create an actor: applied once, when the actor is absent, never again.
 ACTOR_CAPSULES = {"persons/system.kip": "$system", "persons/self.kip": "$self"}

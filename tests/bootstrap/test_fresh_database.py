@@ -20,6 +20,12 @@ CONCEPTS = {
     ("Domain", "CoreSchema"), ("Domain", "Unsorted"), ("Domain", "Archived"),
     ("Domain", "System"),
     ("Person", "$self"), ("Person", "$system"),
+    # RC11: the memory types and the shared predicate capsules
+    *(("$ConceptType", t) for t in ("Preference", "Insight", "Commitment", "Experience",
+                                    "ExperienceStep", "Skill")),
+    *(("$PropositionType", p) for p in ("caused_by", "committed_to", "compiled_to",
+                                        "derived_insight", "has_step", "learned", "owed_to",
+                                        "prefers")),
 }
 # Every type and predicate definition belongs to CoreSchema; nothing else is linked.
 LINKS = {((t, n), "belongs_to_domain", ("Domain", "CoreSchema"))
@@ -46,8 +52,8 @@ def test_fresh_database_holds_exactly_the_bundled_capsules(nx):
     assert concepts == CONCEPTS
     assert links == LINKS
     with nx.store.read() as t:
-        assert (t.count_concepts(), t.count_links()) == (18, 12)
-        assert t.max_id() == 30
+        assert (t.count_concepts(), t.count_links()) == (len(CONCEPTS), len(LINKS))
+        assert t.max_id() == len(CONCEPTS) + len(LINKS)
         stored = dict(t.aux("engine").scan(b"capsule:"))
     assert stored == {f"capsule:{name}".encode():
                       hashlib.sha256(bundled_text(name).encode()).hexdigest().encode()
@@ -146,7 +152,7 @@ def test_changed_capsule_is_reapplied(open_nexus, store_kind):
         assert t.metadata(t.concept_id(ct, "Person"))["_version"] == 1
         assert t.aux("engine").get(b"capsule:event.kip") == hashlib.sha256(
             bundled_text("event.kip").encode()).hexdigest().encode()
-        assert (t.count_concepts(), t.count_links()) == (18, 12)
+        assert (t.count_concepts(), t.count_links()) == (len(CONCEPTS), len(LINKS))
 
 
 def test_self_id_is_set_at_creation_only(open_nexus, store_kind):
