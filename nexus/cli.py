@@ -165,7 +165,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      access_log=None if args.access_log == "off" else args.access_log,
                      log_level=args.log_level, bootstrap=not args.no_bootstrap,
                      threads=args.threads, audit=not args.no_audit, http=args.http,
-                     loop=args.loop, max_memory=_memory_option(args))
+                     loop=args.loop, max_memory=_memory_option(args),
+                     spaces=args.spaces, auto_create=args.auto_create,
+                     max_open_spaces=args.max_open_spaces, keys=args.keys)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
@@ -173,6 +175,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from exc
     except KipError as exc:
         raise CliError(f"cannot open {args.db or _default_db()}: {exc.message}") from exc
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    """`kip space create|list|drop [NAME] --spaces DIR`."""
+    from .spaces import Spaces
+    registry = Spaces(args.spaces, max_open=1)
+    try:
+        if args.action == "list":
+            for name in registry.names():
+                print(name)
+            return 0
+        if args.name is None:
+            raise CliError(f"kip space {args.action} needs a space NAME")
+        if args.action == "create":
+            done = registry.create(args.name)
+            print(f"{'created' if done else 'exists'}: {args.name}")
+        else:
+            done = registry.drop(args.name)
+            print(f"{'dropped' if done else 'no such space'}: {args.name}")
+            if not done:
+                return 1
+        return 0
+    except KipError as exc:
+        raise CliError(exc.message) from exc
+    finally:
+        registry.close()
 
 
 # --- shell --------------------------------------------------------------------------------
@@ -480,7 +508,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's own log level (default warning)")
+    p.add_argument("--spaces", default=None, metavar="DIR",
+                   help="serve POST /v1/{space}/kip over the spaces in DIR (one store each) "
+                        "instead of --db")
+    p.add_argument("--auto-create", action="store_true",
+                   help="with --spaces: a request to a missing space creates it")
+    p.add_argument("--max-open-spaces", type=int, default=64, metavar="N",
+                   help="with --spaces: spaces kept open at once (LRU; default 64)")
+    p.add_argument("--keys", default=None, metavar="FILE",
+                   help="with --spaces: JSON keys file {KEY: {spaces, mode}}, reread on SIGHUP")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("space", help="create, list or drop spaces of a --spaces directory")
+    p.add_argument("action", choices=["create", "list", "drop"])
+    p.add_argument("name", nargs="?", default=None)
+    p.add_argument("--spaces", required=True, metavar="DIR", help="the spaces directory")
+    p.set_defaults(func=cmd_space)
 
     sub.add_parser("shell", help="the interactive KIP shell (see `kip shell --help`)",
                    add_help=False)
