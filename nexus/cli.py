@@ -41,13 +41,32 @@ def _default_db() -> str:
     return os.environ.get("KIP_DB") or DEFAULT_DB
 
 
-def _add_db(p: argparse.ArgumentParser, creates: bool = False) -> None:
+def _add_db(p: argparse.ArgumentParser, creates: bool = False, spaces: bool = True) -> None:
     p.add_argument("--db", default=None, metavar="DIR",
                    help=f"database directory (default: $KIP_DB or {DEFAULT_DB})")
+    if spaces:
+        p.add_argument("--space", default=None, metavar="NAME",
+                       help="a space of --spaces DIR instead of --db (docs/server.md)")
+        p.add_argument("--spaces", default=None, metavar="DIR",
+                       help="the spaces directory of --space")
     if creates:
         p.add_argument("--no-bootstrap", action="store_true",
                        help="do not apply the bundled capsules (Genesis, Person, Event, "
                        "$self, $system) when opening the database")
+
+
+def _resolve_space(args: argparse.Namespace) -> None:
+    """`--space NAME --spaces DIR` becomes `--db DIR/NAME` (the name checked first)."""
+    space = getattr(args, "space", None)
+    if space is None or getattr(args, "func", None) is cmd_space:
+        return
+    if not args.spaces or args.db:
+        raise CliError("--space NAME needs --spaces DIR (and no --db)")
+    from .spaces import check_name
+    try:
+        args.db = os.path.join(args.spaces, check_name(space))
+    except KipError as exc:
+        raise CliError(exc.message) from exc
 
 
 def _progress(what: str, **options: Any) -> Any:
@@ -478,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve the JSON-RPC endpoint POST /kip",
                        description="Serve POST /kip (execute_kip, execute_kip_readonly, "
                        "list_logs), GET / and GET /healthz until SIGTERM/SIGINT (graceful).")
-    _add_db(p, creates=True)
+    _add_db(p, creates=True, spaces=False)
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free)")
     p.add_argument("--api-key", default=None,
@@ -602,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        _resolve_space(args)
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"kip: {exc}", file=sys.stderr)

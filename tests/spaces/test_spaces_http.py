@@ -149,3 +149,21 @@ def test_churn_through_many_spaces_keeps_each_its_own(spaces_server, count, max_
         names = [r[0] if isinstance(r, list) else r for r in body["result"]]
         assert f"p{i}" in names and not any(n.startswith("p") and n != f"p{i}"
                                             for n in names if n not in ("$self", "$system"))
+
+
+def test_cli_commands_take_a_space_of_a_spaces_directory(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    root = tmp_path / "d"
+
+    def kip(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nexus.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert kip("space", "create", "one", "--spaces", str(root)).returncode == 0
+    assert kip("space", "create", "two", "--spaces", str(root)).returncode == 0
+    wrote = kip("exec", "--space", "one", "--spaces", str(root), UPSERT)
+    assert wrote.returncode == 0, wrote.stderr
+    one = kip("exec", "--space", "one", "--spaces", str(root), FIND)
+    two = kip("exec", "--space", "two", "--spaces", str(root), FIND)
+    assert "Ada" in one.stdout and "KIP_3002" in two.stdout
+    bad = kip("exec", "--space", "../one", "--spaces", str(root), FIND)
+    assert bad.returncode == 2 and "Invalid space name" in bad.stderr
