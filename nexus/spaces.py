@@ -122,17 +122,20 @@ class Spaces:
                     self._open.move_to_end(name)
                     self._busy[name] = self._busy.get(name, 0) + 1
                     return nexus
-            if not os.path.isdir(path):
-                if not create:
-                    raise unknown_space(name)
-                os.makedirs(path)
-            nexus = Nexus.open(path, **self.options)
-            with self._lock:
-                self._open[name] = nexus
-                self._busy[name] = self._busy.get(name, 0) + 1
-                self._opening.pop(name, None)
-                self._evict()
-            return nexus
+            try:
+                if not os.path.isdir(path):
+                    if not create:
+                        raise unknown_space(name)
+                    os.makedirs(path)
+                nexus = Nexus.open(path, **self.options)
+                with self._lock:
+                    self._open[name] = nexus
+                    self._busy[name] = self._busy.get(name, 0) + 1
+                    self._evict()
+                return nexus
+            finally:
+                with self._lock:        # bounded: only names being opened right now
+                    self._opening.pop(name, None)
 
     def _evict(self) -> None:
         """Close idle spaces, oldest first, while more than `max_open` are open (lock held)."""
