@@ -41,13 +41,32 @@ def _default_db() -> str:
     return os.environ.get("KIP_DB") or DEFAULT_DB
 
 
-def _add_db(p: argparse.ArgumentParser, creates: bool = False) -> None:
+def _add_db(p: argparse.ArgumentParser, creates: bool = False, spaces: bool = True) -> None:
     p.add_argument("--db", default=None, metavar="DIR",
                    help=f"database directory (default: $KIP_DB or {DEFAULT_DB})")
+    if spaces:
+        p.add_argument("--space", default=None, metavar="NAME",
+                       help="a space of --spaces DIR instead of --db (docs/server.md)")
+        p.add_argument("--spaces", default=None, metavar="DIR",
+                       help="the spaces directory of --space")
     if creates:
         p.add_argument("--no-bootstrap", action="store_true",
                        help="do not apply the bundled capsules (Genesis, Person, Event, "
                        "$self, $system) when opening the database")
+
+
+def _resolve_space(args: argparse.Namespace) -> None:
+    """`--space NAME --spaces DIR` becomes `--db DIR/NAME` (the name checked first)."""
+    space = getattr(args, "space", None)
+    if space is None or getattr(args, "func", None) is cmd_space:
+        return
+    if not args.spaces or args.db:
+        raise CliError("--space NAME needs --spaces DIR (and no --db)")
+    from .spaces import check_name
+    try:
+        args.db = os.path.join(args.spaces, check_name(space))
+    except KipError as exc:
+        raise CliError(exc.message) from exc
 
 
 def _progress(what: str, **options: Any) -> Any:
@@ -165,7 +184,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      access_log=None if args.access_log == "off" else args.access_log,
                      log_level=args.log_level, bootstrap=not args.no_bootstrap,
                      threads=args.threads, audit=not args.no_audit, http=args.http,
-                     loop=args.loop, max_memory=_memory_option(args))
+                     loop=args.loop, max_memory=_memory_option(args),
+                     spaces=args.spaces, auto_create=args.auto_create,
+                     max_open_spaces=args.max_open_spaces, keys=args.keys)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
@@ -173,6 +194,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from exc
     except KipError as exc:
         raise CliError(f"cannot open {args.db or _default_db()}: {exc.message}") from exc
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    """`kip space create|list|drop [NAME] --spaces DIR`."""
+    from .spaces import Spaces
+    registry = Spaces(args.spaces, max_open=1)
+    try:
+        if args.action == "list":
+            for name in registry.names():
+                print(name)
+            return 0
+        if args.name is None:
+            raise CliError(f"kip space {args.action} needs a space NAME")
+        if args.action == "create":
+            done = registry.create(args.name)
+            print(f"{'created' if done else 'exists'}: {args.name}")
+        else:
+            done = registry.drop(args.name)
+            print(f"{'dropped' if done else 'no such space'}: {args.name}")
+            if not done:
+                return 1
+        return 0
+    except KipError as exc:
+        raise CliError(exc.message) from exc
+    finally:
+        registry.close()
 
 
 # --- shell --------------------------------------------------------------------------------
@@ -483,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve the JSON-RPC endpoint POST /kip",
                        description="Serve POST /kip (execute_kip, execute_kip_readonly, "
                        "list_logs), GET / and GET /healthz until SIGTERM/SIGINT (graceful).")
-    _add_db(p, creates=True)
+    _add_db(p, creates=True, spaces=False)
     p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free)")
     p.add_argument("--api-key", default=None,
@@ -513,7 +560,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's own log level (default warning)")
+    p.add_argument("--spaces", default=None, metavar="DIR",
+                   help="serve POST /v1/{space}/kip over the spaces in DIR (one store each) "
+                        "instead of --db")
+    p.add_argument("--auto-create", action="store_true",
+                   help="with --spaces: a request to a missing space creates it")
+    p.add_argument("--max-open-spaces", type=int, default=64, metavar="N",
+                   help="with --spaces: spaces kept open at once (LRU; default 64)")
+    p.add_argument("--keys", default=None, metavar="FILE",
+                   help="with --spaces: JSON keys file {KEY: {spaces, mode}}, reread on SIGHUP")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("space", help="create, list or drop spaces of a --spaces directory")
+    p.add_argument("action", choices=["create", "list", "drop"])
+    p.add_argument("name", nargs="?", default=None)
+    p.add_argument("--spaces", required=True, metavar="DIR", help="the spaces directory")
+    p.set_defaults(func=cmd_space)
 
     sub.add_parser("shell", help="the interactive KIP shell (see `kip shell --help`)",
                    add_help=False)
@@ -609,6 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        _resolve_space(args)
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"kip: {exc}", file=sys.stderr)

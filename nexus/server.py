@@ -40,6 +40,8 @@ import orjson
 
 from .api import KIP_VERSION, AuditLog, Nexus, __version__, audit_entry, iso_time
 from .config import DEFAULT_DB       # ./nexus-data, the one documented default
+from .config import Config
+from .spaces import DEFAULT_MAX_OPEN, Spaces, check_name, unknown_space
 from .errors import ErrorCode, KipError
 from .language import command_label
 
@@ -168,9 +170,11 @@ class _Disconnected(Exception):
 class _Call:
     """What one JSON-RPC call did, for the access log and the audit."""
 
-    __slots__ = ("method", "kinds", "batch", "status", "error", "errors")
+    __slots__ = ("method", "kinds", "batch", "status", "error", "errors", "nexus", "read_only")
 
     def __init__(self) -> None:
+        self.nexus: Any = None          # the space's Nexus on /v1/{space}/kip
+        self.read_only = False          # a `read` key: execute_kip runs as the readonly method
         self.method: str | None = None
         self.kinds: list[str] = []
         self.batch = False
@@ -186,16 +190,23 @@ class KipApp:
     def __init__(self, nexus: Any, *, api_key: str | None = None,
                  max_body: int | None = None, request_timeout: float | None = None,
                  access_log: BinaryIO | None = None, audit: AuditLog | None | bool = True,
-                 threads: int | None = None, owns_nexus: bool = False) -> None:
+                 threads: int | None = None, owns_nexus: bool = False,
+                 spaces: Spaces | None = None, keys: Keys | None = None) -> None:
+        """`nexus` may be None when `spaces` is given (then only /v1/{space}/kip serves)."""
+        self.spaces, self.keys = spaces, keys
         self.nexus = nexus
-        limits = nexus.config.limits
+        config = (nexus.config if nexus is not None
+                  else Config.from_options(**(spaces.options if spaces else {})))
+        limits = self.limits = config.limits
         self.api_key = _api_key(api_key)
         self.max_body = max_body if max_body is not None else limits.max_body_bytes
         self.request_timeout = (request_timeout if request_timeout is not None
                                 else max(60.0, 2 * limits.query_timeout))
         self.access_log = access_log
-        self.audit: AuditLog | None = nexus.audit_log() if audit is True else (audit or None)
-        self.audit_chars = nexus.config.audit_command_chars
+        if audit is True:
+            audit = nexus.audit_log() if nexus is not None else None
+        self.audit: AuditLog | None = audit or None
+        self.audit_chars = config.audit_command_chars
         self.pool = ThreadPoolExecutor(max_workers=threads or DEFAULT_THREADS,
                                        thread_name_prefix="nexus-kip")
         self.owns_nexus = owns_nexus
@@ -214,10 +225,14 @@ class KipApp:
         self.pool.shutdown(wait=True)
         if self.audit is not None:
             self.audit.close()
-        if self.owns_nexus:
+        if self.owns_nexus and self.nexus is not None:
             self.nexus.close()
+        if self.owns_nexus and self.spaces is not None:
+            self.spaces.close()
 
     def warm_up(self) -> None:
+        if self.nexus is None:
+            return
         self.nexus.execute_kip_readonly(
             {"command": 'FIND(?t.name) WHERE { ?t {type: "$ConceptType"} } LIMIT 1'})
 
@@ -283,7 +298,7 @@ class KipApp:
     async def _route(self, scope: dict, receive: Callable, call: _Call
                      ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
         path, verb = scope["path"], scope["method"]
-        if path in ("/kip", "/kip/"):
+        if path in ("/kip", "/kip/") and self.nexus is not None:
             if verb != "POST":
                 raise _Reject(405, _kip_error(ErrorCode.KIP_1001,
                                               f"{verb} /kip is not allowed",
@@ -298,6 +313,12 @@ class KipApp:
             body = await self._read_body(scope, receive)
             status, payload = await self._handle_body(body, call)
             return status, payload, []
+        if self.spaces is not None and (path == "/v1/admin/spaces"
+                                        or path.startswith("/v1/admin/spaces/")):
+            return await self._route_admin(path[len("/v1/admin/spaces/"):], scope, receive)
+        space = _SPACE_ROUTE.fullmatch(path)
+        if space is not None and self.spaces is not None:
+            return await self._route_space(space.group(1), scope, receive, call)
         if verb not in ("GET", "HEAD") or path not in ("/", "/healthz"):
             raise _Reject(404, _kip_error(ErrorCode.KIP_1001, f"No route {verb} {path}",
                                           "KIP requests go to POST /kip; GET / describes the "
@@ -307,6 +328,102 @@ class KipApp:
                 return 503, {"status": "shutting_down"}, []
             return 200, {"status": "ok"}, []
         return 200, {"name": "nexus", "version": __version__, "kip_version": KIP_VERSION}, []
+
+    async def _route_admin(self, name: str, scope: dict, receive: Callable
+                           ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        """GET /v1/admin/spaces (list), POST /v1/admin/spaces {"name"} (create),
+        DELETE /v1/admin/spaces/{name} (drop). With --keys only an `admin` key may create or
+        drop, and a list shows only the key's spaces."""
+        spaces = self.spaces
+        assert spaces is not None
+        verb = scope["method"]
+        grant: Grant | None = None
+        if self.keys is not None:
+            grant = self.keys.grant(_bearer(scope))
+            if grant is None:
+                raise _Reject(401, _kip_error(ErrorCode.KIP_4003,
+                                              "Unauthorized: missing or invalid API key",
+                                              "Send `Authorization: Bearer <key>`."))
+        else:
+            self._check_auth(scope)
+        loop = asyncio.get_running_loop()
+        if verb == "GET" and not name:
+            names = await loop.run_in_executor(self.pool, spaces.names)
+            return 200, {"result": [n for n in names if grant is None or grant.covers(n)]}, []
+        if grant is not None and grant.mode != "admin":
+            raise _Reject(403, _kip_error(ErrorCode.KIP_4003,
+                                          "Forbidden: creating and dropping spaces needs an "
+                                          "admin key", "Use a key whose mode is \"admin\"."))
+        try:
+            if verb == "POST" and not name:
+                body = await self._read_body(scope, receive)
+                try:
+                    request = _loads(body)
+                except ValueError as exc:
+                    raise _Reject(400, _kip_error(ErrorCode.KIP_1001, f"Invalid JSON: {exc}",
+                                                  'Send {"name": "SPACE"}.')) from None
+                new = check_name(request.get("name") if isinstance(request, dict) else None)
+                created = await loop.run_in_executor(self.pool, spaces.create, new)
+                return 200, {"result": {"name": new, "created": created}}, []
+            if verb == "DELETE" and name:
+                check_name(name)
+                if grant is not None and not grant.covers(name):
+                    raise unknown_space(name)
+                dropped = await loop.run_in_executor(self.pool, spaces.drop, name)
+                if not dropped:
+                    raise unknown_space(name)
+                return 200, {"result": {"name": name, "dropped": True}}, []
+        except KipError as exc:
+            status = 404 if exc.message.startswith("No space") else exc.code.http_status
+            raise _Reject(status, exc.to_dict()) from None
+        raise _Reject(405, _kip_error(ErrorCode.KIP_1001, f"{verb} {scope['path']} is not "
+                                      f"allowed", "GET or POST /v1/admin/spaces, DELETE "
+                                      "/v1/admin/spaces/NAME."))
+
+    async def _route_space(self, name: str, scope: dict, receive: Callable, call: _Call
+                           ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        """POST /v1/{space}/kip: the /kip handling over the space's own store. A key that
+        does not cover the space gets exactly the answer of a space that does not exist."""
+        if scope["method"] != "POST":
+            raise _Reject(405, _kip_error(ErrorCode.KIP_1001,
+                                          f"{scope['method']} {scope['path']} is not allowed",
+                                          "Send requests as POST with a JSON body."),
+                          [(b"allow", b"POST")])
+        if self.shutting_down:
+            raise _Reject(503, _kip_error(ErrorCode.KIP_4003, "The server is shutting down",
+                                          "Retry the request in a moment."),
+                          [(b"connection", b"close"), (b"retry-after", b"1")])
+        spaces = self.spaces
+        assert spaces is not None
+        try:
+            check_name(name)
+        except KipError as exc:
+            raise _Reject(400, exc.to_dict()) from None
+        if self.keys is not None:
+            grant = self.keys.grant(_bearer(scope))
+            if grant is None:
+                raise _Reject(401, _kip_error(ErrorCode.KIP_4003,
+                                              "Unauthorized: missing or invalid API key",
+                                              "Send `Authorization: Bearer <key>`."))
+            if not grant.covers(name):
+                raise _Reject(404, unknown_space(name).to_dict())
+            call.read_only = grant.mode == "read"
+            create = spaces.auto_create and not call.read_only
+        else:
+            self._check_auth(scope)
+            create = spaces.auto_create
+        body = await self._read_body(scope, receive)
+        loop = asyncio.get_running_loop()
+        held = spaces.acquire(name, create=create)
+        try:
+            call.nexus = await loop.run_in_executor(self.pool, held.__enter__)
+        except KipError as exc:
+            raise _Reject(404, exc.to_dict()) from None
+        try:
+            status, payload = await self._handle_body(body, call)
+        finally:
+            await loop.run_in_executor(self.pool, held.__exit__, None, None, None)
+        return status, payload, []
 
     def _check_auth(self, scope: dict) -> None:
         if self.api_key is None:
@@ -383,7 +500,7 @@ class KipApp:
             # commands count against `max_batch` together, and they share one
             # `request_timeout` (calls that cannot start in time are answered KIP_4001).
             total = sum(_command_count(item) for item in payload)
-            limit = self.nexus.config.limits.max_batch
+            limit = self.limits.max_batch
             if total > limit:
                 call.error = "KIP_4002"
                 return 400, _rpc_error(None, INVALID_REQUEST, _kip_error(
@@ -466,8 +583,9 @@ class KipApp:
         texts, batch = commands_of(params)
         call.kinds = [command_kind(t) for t in texts]
         call.batch = batch
-        fn = (self.nexus.execute_kip if method == "execute_kip"
-              else self.nexus.execute_kip_readonly)
+        nexus = call.nexus if call.nexus is not None else self.nexus
+        fn = (nexus.execute_kip if method == "execute_kip" and not call.read_only
+              else nexus.execute_kip_readonly)
         arg = params if params is not None else {}
         started_wall, started = time.time(), time.perf_counter()
         response = await self._in_pool(fn, arg, deadline)
@@ -558,6 +676,69 @@ class KipApp:
 
 
 _NOT_STARTED = object()
+_SPACE_ROUTE = re.compile(r"/v1/([^/]*)/kip/?")
+_MODES = ("read", "write", "admin")
+
+
+def _bearer(scope: dict) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            return token.strip() if scheme.lower() == b"bearer" else b""
+    return b""
+
+
+class Grant:
+    """What one key may do: its spaces (a set, or None for all) and its mode."""
+
+    def __init__(self, spaces: frozenset[str] | None, mode: str) -> None:
+        self.spaces, self.mode = spaces, mode
+
+    def covers(self, name: str) -> bool:
+        return self.spaces is None or name in self.spaces
+
+
+class Keys:
+    """The `--keys FILE` table, `{"<key>": {"spaces": [...] | "*", "mode": ...}}`;
+    `reload()` rereads it (SIGHUP), keeping the old table if the file is now invalid."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.table: dict[bytes, Grant] = {}
+        self.reload(strict=True)
+
+    def reload(self, strict: bool = False) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                raw = json.loads(f.read())
+            table: dict[bytes, Grant] = {}
+            if not isinstance(raw, dict):
+                raise ValueError("the keys file must be a JSON object")
+            for key, entry in raw.items():
+                if not isinstance(entry, dict) or not key.strip():
+                    raise ValueError(f"bad entry for a key in {self.path}")
+                spaces, mode = entry.get("spaces"), entry.get("mode", "read")
+                if mode not in _MODES:
+                    raise ValueError(f"mode must be one of {_MODES}, not {mode!r}")
+                if spaces == "*":
+                    table[key.strip().encode()] = Grant(None, mode)
+                elif isinstance(spaces, list) and all(isinstance(s, str) for s in spaces):
+                    table[key.strip().encode()] = Grant(frozenset(spaces), mode)
+                else:
+                    raise ValueError('"spaces" must be a list of names or "*"')
+        except (OSError, ValueError) as exc:
+            if strict:
+                raise ValueError(f"cannot read the keys file {self.path}: {exc}") from None
+            sys.stderr.write(f"nexus: keys not reloaded, {self.path}: {exc}\n")
+            return
+        self.table = table
+
+    def grant(self, given: bytes) -> Grant | None:
+        found = None
+        for key, grant in self.table.items():
+            if hmac.compare_digest(given, key):
+                found = grant
+        return found
 
 
 def _command_count(item: Any) -> int:
@@ -629,8 +810,14 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
           log_level: str = "warning", bootstrap: bool = True, durable: bool = True,
           threads: int | None = None, audit: bool = True, http: str = "auto",
           loop: str = "auto", announce: BinaryIO | None = None,
-          max_memory: int | None = None) -> int:
+          max_memory: int | None = None, spaces: str | None = None,
+          auto_create: bool = False, max_open_spaces: int = DEFAULT_MAX_OPEN,
+          keys: str | None = None) -> int:
     """Open the nexus at `db` and serve it until SIGTERM/SIGINT; returns the exit status.
+
+    With `spaces` (a directory) it serves `POST /v1/{space}/kip` over the spaces in it
+    instead (`nexus.spaces`; `auto_create`: a write to a missing space creates it; at most
+    `max_open_spaces` open at once); `keys` is a keys file (docs/server.md), reread on SIGHUP.
 
     `max_memory` (bytes; None: `default_memory_budget()`, 0: none) caps the process's
     heap (RLIMIT_DATA, see `set_memory_budget`): a request that would pass it fails alone
@@ -646,7 +833,8 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     import uvicorn
 
     _api_key(api_key)       # a key of only whitespace stops the start (ValueError)
-    if not api_key and not allow_remote and not is_loopback(host):
+    key_table = Keys(keys) if keys else None
+    if not api_key and not key_table and not allow_remote and not is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without an API key: set --api-key "
                          f"(or KIP_API_KEY), or pass --allow-remote to serve it unauthenticated")
     options: dict[str, Any] = {"bootstrap": bootstrap, "durable": durable, **(limits or {})}
@@ -659,15 +847,26 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     # behind a running slow one gets it sooner (bench/hol.py), for a few % of throughput.
     sys.setswitchinterval(SWITCH_INTERVAL)
     set_memory_budget(default_memory_budget() if max_memory is None else max_memory)
-    os.makedirs(db, exist_ok=True)
-    nexus = Nexus.open(db, **options)
+    registry: Spaces | None = None
+    nexus: Nexus | None = None
+    if spaces:
+        registry = Spaces(spaces, max_open=max_open_spaces, auto_create=auto_create,
+                          **options)
+        db = spaces
+    else:
+        os.makedirs(db, exist_ok=True)
+        nexus = Nexus.open(db, **options)
     log_stream: BinaryIO | None = None
     if access_log == "-":
         log_stream = sys.stderr.buffer
     elif access_log:
         log_stream = open(access_log, "ab")
     app = KipApp(nexus, api_key=api_key, request_timeout=request_timeout,
-                 access_log=log_stream, threads=threads, audit=audit, owns_nexus=True)
+                 access_log=log_stream, threads=threads, audit=audit, owns_nexus=True,
+                 spaces=registry, keys=key_table)
+    if key_table is not None:
+        import signal
+        signal.signal(signal.SIGHUP, lambda *_: key_table.reload())
     config = uvicorn.Config(app, lifespan="on", access_log=False, log_level=log_level,
                             http=_http_protocol(http), loop=loop,
                             server_header=False, timeout_graceful_shutdown=int(max(
@@ -677,7 +876,8 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     out = announce or sys.stderr.buffer
     out.write(f"nexus {__version__}: serving {os.path.abspath(db)} on "
-              f"http://{shown}:{bound_port}/kip\n".encode())
+              f"http://{shown}:{bound_port}"
+              f"{'/v1/{space}/kip' if registry else '/kip'}\n".encode())
     out.flush()
     try:
         server.run(sockets=[sock])

@@ -1,0 +1,93 @@
+"""A real `kip serve --spaces DIR` subprocess on a free loopback port, driven over HTTP."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+_LISTENING = re.compile(rb"serving .* on http://([^/]+)/")
+REPO = Path(__file__).resolve().parents[2]
+
+
+class SpacesServer:
+    def __init__(self, proc: subprocess.Popen, host: str, port: int, root: Path) -> None:
+        self.proc, self.host, self.port, self.root = proc, host, port, root
+
+    def request(self, verb: str, path: str, payload: Any = None,
+                key: str | None = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        try:
+            body = None if payload is None else json.dumps(payload).encode()
+            conn.request(verb, path, body=body, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw else None)
+        finally:
+            conn.close()
+
+    def kip(self, space: str, command: str, *, readonly: bool = False,
+            key: str | None = None) -> tuple[int, Any]:
+        method = "execute_kip_readonly" if readonly else "execute_kip"
+        return self.request("POST", f"/v1/{space}/kip",
+                            {"method": method, "params": {"command": command}}, key)
+
+
+def start(root: Path, *args: str, wait: float = 60.0) -> SpacesServer:
+    log = root.parent / f"{root.name}.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "nexus.cli", "serve", "--spaces", str(root), "--port", "0",
+           "--access-log", "off", "--no-audit", *args]
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, env=env)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        m = _LISTENING.search(log.read_bytes())
+        if m:
+            host, _, port = m.group(1).decode().rpartition(":")
+            server = SpacesServer(proc, host.strip("[]"), int(port), root)
+            try:
+                if server.request("GET", "/healthz")[0] == 200:
+                    return server
+            except OSError:
+                pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"kip serve did not start: {log.read_text(errors='replace')}")
+
+
+def stop(server: SpacesServer) -> None:
+    if server.proc.poll() is None:
+        server.proc.terminate()
+        try:
+            server.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+
+
+@pytest.fixture
+def spaces_server(tmp_path: Path) -> Iterator[Any]:
+    """A factory: `spaces_server(*flags)` starts a server over tmp_path/spaces."""
+    started: list[SpacesServer] = []
+
+    def make(*args: str) -> SpacesServer:
+        server = start(tmp_path / "spaces", *args)
+        started.append(server)
+        return server
+    yield make
+    for server in started:
+        stop(server)
