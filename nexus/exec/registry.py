@@ -22,7 +22,7 @@ Outcome = tuple[Any, "str | None"]
 Executor = Callable[[Any, Any, Mapping[str, Any]], Outcome]
 F = TypeVar("F", bound=Executor)
 
-EXECUTOR_MODULES = ("kql", "meta", "upsert", "delete")
+EXECUTOR_MODULES = ("kql", "meta", "upsert", "delete", "merge", "export")
 
 _EXECUTORS: dict[type, Executor] = {}
 _loaded = False

@@ -388,9 +388,33 @@ class Search:
     pos: Pos | None = _pos()
 
 
+# --- RC11: MERGE (spec §4.4) and EXPORT (spec §5.3) -----------------------------------------
+
+@statement(StatementKind.WRITE, "MERGE")
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """`MERGE CONCEPT ?source INTO ?target WHERE {...}`: consolidate two concept nodes."""
+    source: str
+    target: str
+    where: tuple[Pattern, ...]
+    pos: Pos | None = _pos()
+
+
+@statement(StatementKind.META, "EXPORT")
+@dataclass(frozen=True, slots=True)
+class Export:
+    """`EXPORT ?x WHERE {...} [LIMIT n] [CURSOR "..."]`: the matched elements as a capsule."""
+    target: str
+    where: tuple[Pattern, ...]
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
 Command = Union[Find, Explain, Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions,
                 DeleteConcept, DescribePrimer, DescribeDomains, DescribeConceptTypes,
-                DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search]
+                DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search,
+                Merge, Export]
 
 
 
