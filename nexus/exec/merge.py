@@ -170,7 +170,7 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[set[int], 
         touching += [link for _, _, link in txn.in_links(old)]
         for link in dict.fromkeys(touching):
             ctx.check_deadline()
-            head = txn.head(link)
+            head = txn.head(link)       # (not known_head: an earlier step may have moved it)
             if not isinstance(head, LinkHead):
                 continue
             s = new if head.subject == old else head.subject
