@@ -177,9 +177,14 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[set[int], 
             o = new if head.object == old else head.object
             if (s, o) == (head.subject, head.object):
                 continue
-            survivor = txn.link_id(s, head.predicate_id, o)
-            if survivor is None:
+            try:                        # the store refuses a taken triple (KIP_3003)
                 txn.repoint_link(link, s, o)
+                survivor = None
+            except KipError as e:
+                if e.code is not ErrorCode.KIP_3003:
+                    raise
+                survivor = txn.link_id(s, head.predicate_id, o)
+            if survivor is None:
                 writes.update(ctx, link, None, None)        # _version +1, reindexed
                 repointed.add(link)
             else:

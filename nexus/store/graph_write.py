@@ -348,15 +348,10 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         """Move the ends of link `n` (MERGE): same id, predicate, attributes and metadata;
         its index entries follow. A missing link is KIP_3002; a taken (s, p, o) KIP_3003."""
         self._flush_links()
-        try:
-            nk = pack_n(n)
-        except struct.error:
-            nk = None
-        d = self.tables
-        v = None if nk is None else self._get(nk, None, d.head)
-        h = None if v is None else codec.decode_head(n, v)
-        if nk is None or not isinstance(h, LinkHead):
+        h = self.head(n)
+        if not isinstance(h, LinkHead):
             raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+        d, nk = self.tables, pack_n(n)
         s, p, o = h.subject, h.predicate_id, h.object
         if (s, o) == (subject, object):
             return
