@@ -22,7 +22,8 @@ Outcome = tuple[Any, "str | None"]
 Executor = Callable[[Any, Any, Mapping[str, Any]], Outcome]
 F = TypeVar("F", bound=Executor)
 
-EXECUTOR_MODULES = ("kql", "meta", "upsert", "delete", "history", "update")
+EXECUTOR_MODULES = ("kql", "meta", "upsert", "delete", "history", "update", "merge",
+                    "export")
 
 _EXECUTORS: dict[type, Executor] = {}
 _loaded = False

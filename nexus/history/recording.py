@@ -106,6 +106,10 @@ class RecordingTxn:
         self._keep(n)
         self.inner.create_link(n, subject, predicate_id, object, attributes, metadata)
 
+    def repoint_link(self, n: int, subject: int, object: int) -> None:
+        self._keep(n)                   # the old head: the log keeps where the link was
+        self.inner.repoint_link(n, subject, object)
+
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         self._keep_attributes(n)
         self.inner.set_attributes(n, attributes)

@@ -1,18 +1,19 @@
 """`kip export`: the graph, or one domain, as a `.kip` capsule that `kip load` re-imports.
 
-Owns the choice and order of what is written; the text of values is `nexus.syntax`'s
-(`value_text`). Reads one consistent snapshot through the store protocol.
+Owns the choice of what is written (the whole graph, or a domain with what it needs); how
+it prints and in which order is `nexus.exec.capsule`'s, the same code as the `EXPORT`
+statement's. Reads one consistent snapshot through the store protocol.
 
 What the capsule holds:
 * every concept as a `CONCEPT` block identified by `{type, name}`, with `SET ATTRIBUTES` and
   its own `WITH METADATA`; every link as a `PROPOSITION` block `(subject, "predicate",
-  object)` whose ends are `{type, name}` clauses or, for higher-order links, nested
-  `(s, "p", o)` clauses — so ids never appear and a load gets fresh ones;
+  object)` whose ends are local handles (an element of the same statement), `{type, name}`
+  clauses or, for higher-order links, nested `(s, "p", o)` clauses — so ids never appear
+  and a load gets fresh ones;
 * engine metadata (`_version`, `_created_at`, `_updated_at`, any `_` key) is left out: the
   loading engine stamps its own;
-* order: concept types, then predicates, then domains, then the other concepts, then links in
-  creation order (a link can only refer to links older than itself) — every definition comes
-  before its first use;
+* order: concept types, then predicates, then domains, then the other concepts, then links,
+  each after the links it refers to — every definition comes before its first use;
 * left out: the protected Genesis core (the definitions of `$ConceptType`,
   `$PropositionType`, `Domain`, `belongs_to_domain`, the `CoreSchema` domain and their links
   to it — every nexus database has them and KML may not rewrite them) and the protected
@@ -29,17 +30,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
-from ..store.protocol import ConceptHead, LinkHead
+from ..exec.capsule import CapsuleWriter
+from ..store.protocol import ConceptHead
 from ..syntax import value_text
 from ..version import KIP_VERSION, __version__
 
 STATEMENT_BLOCKS = 200
-CORE_NODES = frozenset({("$ConceptType", "$ConceptType"), ("$ConceptType", "$PropositionType"),
-                        ("$ConceptType", "Domain"), ("$PropositionType", "belongs_to_domain"),
-                        ("Domain", "CoreSchema")})
-ACTORS = frozenset({("Person", "$self"), ("Person", "$system")})
-ACTOR_PROTECTED = "core_directives"
-SELF_ID = "id"          # set from configuration at creation: identity, not memory
 
 
 Progress = Callable[[str, int, int], None]
@@ -68,18 +64,12 @@ def export_lines(nexus: Any, domain: str | None = None, progress: Progress | Non
         if progress is not None:
             progress("elements", 0, total)
         for chunk in _chunks(concepts):
-            yield "\nUPSERT {\n"
-            for n in chunk:
-                yield snap.concept_block(n)
-            yield "}\n"
+            yield "\n" + snap.statement(chunk, [])
             done += len(chunk)
             if progress is not None:
                 progress("elements", done, total)
         for chunk in _chunks(links):
-            yield "\nUPSERT {\n"
-            for n in chunk:
-                yield snap.link_block(n)
-            yield "}\n"
+            yield "\n" + snap.statement([], chunk)
             done += len(chunk)
             if progress is not None:
                 progress("elements", done, total)
@@ -90,31 +80,8 @@ def _chunks(items: list[int]) -> Iterator[list[int]]:
         yield items[i:i + STATEMENT_BLOCKS]
 
 
-class _Snapshot:
-    """Classification and printing of elements in one read transaction."""
-
-    def __init__(self, txn: Any) -> None:
-        self.txn = txn
-        self._sym: dict[int, str] = {}
-        self._ident: dict[int, str] = {}
-
-    def sym(self, sid: int) -> str:
-        text = self._sym.get(sid)
-        if text is None:
-            text = self._sym[sid] = self.txn.symbol_text(sid)
-        return text
-
-    def key(self, head: ConceptHead) -> tuple[str, str]:
-        return self.sym(head.type_id), head.name
-
-    def is_core(self, head: Any) -> bool:
-        if type(head) is ConceptHead:
-            return self.key(head) in CORE_NODES
-        if self.sym(head.predicate_id) != "belongs_to_domain":
-            return False
-        s, o = self.txn.known_head(head.subject), self.txn.known_head(head.object)
-        return (type(s) is ConceptHead and self.key(s) in CORE_NODES
-                and type(o) is ConceptHead and self.key(o) == ("Domain", "CoreSchema"))
+class _Snapshot(CapsuleWriter):
+    """What to export from one read transaction; the printing is `CapsuleWriter`'s."""
 
     # --- selection ------------------------------------------------------------------------
     def whole_graph(self) -> tuple[list[int], list[int]]:
@@ -125,12 +92,7 @@ class _Snapshot:
             if self.is_core(head):
                 continue
             (concepts if type(head) is ConceptHead else links).append(n)
-        return self._order(concepts), links
-
-    def _order(self, concepts: list[int]) -> list[int]:
-        rank = {"$ConceptType": 0, "$PropositionType": 1, "Domain": 2}
-        return sorted(concepts, key=lambda n: (
-            rank.get(self.sym(self.txn.known_head(n).type_id), 3), n))
+        return self.order(concepts + links)
 
     def domain(self, name: str) -> tuple[list[int], list[int]]:
         """The domain node, its members, the definitions of every type and predicate they
@@ -165,8 +127,7 @@ class _Snapshot:
                                 chosen.add(obj)
             if len(chosen) == before:
                 break
-        concepts = [n for n in chosen if not self.is_core(txn.known_head(n))]
-        return self._order(concepts), [n for n in links if not self.is_core(txn.known_head(n))]
+        return self.order([n for n in [*chosen, *links] if not self.is_core(txn.known_head(n))])
 
     def _links_within(self, concepts: set[int]) -> list[int]:
         """Links whose ends are in `concepts` or are such links, in id order."""
@@ -188,42 +149,3 @@ class _Snapshot:
             found |= new
             frontier = new
         return sorted(found)
-
-    # --- printing -------------------------------------------------------------------------
-    def ident(self, n: int) -> str:
-        """`{type, name}` of a concept, `(s, "p", o)` of a link (recursively)."""
-        text = self._ident.get(n)
-        if text is not None:
-            return text
-        head = self.txn.known_head(n)
-        if type(head) is ConceptHead:
-            t, name = self.key(head)
-            text = f"{{type: {value_text(t)}, name: {value_text(name)}}}"
-        else:
-            text = (f"({self.ident(head.subject)}, {value_text(self.sym(head.predicate_id))}, "
-                    f"{self.ident(head.object)})")
-        if len(self._ident) < 200_000:
-            self._ident[n] = text
-        return text
-
-    def _tail(self, n: int, attributes: dict) -> str:
-        out = ""
-        if attributes:
-            out += f"    SET ATTRIBUTES {value_text(attributes)}\n"
-        metadata = {k: v for k, v in self.txn.metadata(n).items() if not k.startswith("_")}
-        out += "  }"
-        if metadata:
-            out += f" WITH METADATA {value_text(metadata)}"
-        return out + "\n"
-
-    def concept_block(self, n: int) -> str:
-        head = self.txn.known_head(n)
-        attributes = self.txn.attributes(n)
-        if self.key(head) in ACTORS:
-            attributes.pop(ACTOR_PROTECTED, None)
-            attributes.pop(SELF_ID, None)     # the deployment's principal (Config.self_id)
-        return f"  CONCEPT {{\n    {self.ident(n)}\n" + self._tail(n, attributes)
-
-    def link_block(self, n: int) -> str:
-        assert type(self.txn.known_head(n)) is LinkHead
-        return f"  PROPOSITION {{\n    {self.ident(n)}\n" + self._tail(n, self.txn.attributes(n))

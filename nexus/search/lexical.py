@@ -146,12 +146,17 @@ class Entry:
         self.terms = dict(zip(flat[0::2], flat[1::2]))
 
 
+def _vcrc(doc: Doc) -> int:
+    """The checksum of what the vector index embeds for `doc`."""
+    return zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
+
+
 def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str]) -> bytes:
     flat: list[Any] = []
     for t in sorted(terms):
         flat.append(t)
         flat.append(terms[t])
-    vcrc = zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
+    vcrc = _vcrc(doc)
     # Single floats: 5 bytes a weight, and the same bytes for the same document every time
     # (write() skips documents whose entry is unchanged).
     return msgpack.packb([doc.kind, doc.group, names, vcrc, flat], use_bin_type=True,
@@ -191,15 +196,22 @@ class _Writer:
                 append((b"n" + kb + nn.encode() + b"\x00" + idb,
                         _NAMEV.pack(group, 1 if i else 0)))
 
-    def remove(self, n: int, entry: Entry) -> None:
+    def remove(self, n: int, entry: Entry, keep: frozenset[str] = frozenset(),
+               names: bool = True) -> None:
+        """Drop `n` from the postings of its old terms, except `keep` (unchanged ones), and
+        (unless `names` is False: they stay) its name keys."""
         kb = KIND_BYTES[entry.kind]
         ops = self.ops
         for t in entry.terms:
+            if t in keep:
+                continue
             tb = kb + t.encode()
             per = ops.get(tb)
             if per is None:
                 per = ops[tb] = {}
             per.setdefault(n, None)
+        if not names:
+            return
         idb = _U64.pack(n)
         delete = self.lex.delete
         for nn in entry.names:
@@ -275,9 +287,18 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
             continue
         if raw is not None:
             old = Entry(raw)
-            w.remove(n, old)
+            # Terms whose posting stays the same (a repointed link keeps its predicate's and
+            # its other end's terms) are neither removed nor re-added: each costs a rewrite
+            # of that term's postings list.
+            keep = _unchanged(old, doc, terms)
+            same_names = old.kind == doc.kind and old.group == doc.group and old.names == names
+            w.remove(n, old, keep, not same_names)
             w.count[old.kind] -= 1
-            vec_changed = old.vcrc != Entry(new).vcrc
+            vec_changed = old.vcrc != _vcrc(doc)
+            if keep:
+                terms = {t: v for t, v in terms.items() if t not in keep}
+            if same_names:
+                names = []
         else:
             vec_changed = True
         w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
@@ -287,6 +308,19 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
             changed.append(n)
     w.flush()
     return changed, gone
+
+
+_F32 = struct.Struct("<f")
+
+
+def _unchanged(old: Entry, doc: Doc, terms: dict[str, float]) -> frozenset[str]:
+    """The terms whose stored posting (weight as a single float, group) would not change."""
+    if old.kind != doc.kind or old.group != doc.group:
+        return frozenset()
+    before = old.terms
+    f32 = _F32
+    return frozenset(t for t, v in terms.items()
+                     if t in before and before[t] == f32.unpack(f32.pack(v))[0])
 
 
 def clear(txn: Any, progress: Callable[[int], None] | None = None) -> None:

@@ -58,6 +58,7 @@ class StoreBase(Generic[Db]):
                  head_cache_mb: float | None = None) -> None:
         self.tables = tables
         self.head_cache: dict[int, Head] = {}
+        self.moved_heads: set[int] = set()    # links whose ends MERGE moved: never cached
         self.symbol_ids: dict[str, int] = {}
         self.symbol_texts: dict[int, str] = {}
         self.cache_cap = head_cache_entries(head_cache_size, head_cache_mb)

@@ -5,7 +5,8 @@ aux tables, and how the process-wide caches are consulted. Byte layouts are `cod
 write transaction is `graph_write`'s; the lifecycle (locks, commit, abort) is `base`'s; how a
 backend opens, snapshots or commits is `lmdb_store`'s and `memory_store`'s.
 
-Caches: heads and symbols are immutable and ids are never reused, so one dict per store
+Caches: heads (but for links MERGE moved: `moved_heads`) and symbols are immutable and ids are
+never reused, so one dict per store
 (n -> head, text <-> sid) serves every transaction. `head()` returns a cached head only
 after the calling snapshot confirmed that `n` exists (one B-tree get, needed anyway to
 answer existence; the cache saves the decoding); `known_head()` skips that get, for ids the
@@ -44,6 +45,7 @@ class TxnHost(Protocol[Db]):
 
     tables: Tables[Db]
     head_cache: dict[int, Head]
+    moved_heads: set[int]           # ids whose head changed (MERGE repointing): not cached
     symbol_ids: dict[str, int]
     symbol_texts: dict[int, str]
     cache_cap: int                  # the head cache is emptied when it reaches this size
@@ -177,6 +179,8 @@ class GraphReadTxn(Generic[Db]):
         h = self._heads.get(n)
         if h is None:
             h = codec.decode_head(n, v)
+            if n in self._host.moved_heads:     # its head differs between snapshots
+                return h
             heads = self._heads
             if len(heads) >= self._host.cache_cap:
                 heads.clear()

@@ -21,7 +21,7 @@ from nexus.store import bulk, codec
 from nexus.store.codec import OPS, PSO, SPO, SPO3, decode_count, pack_n, pack_sid
 from nexus.store.graph import Aux, GraphReadTxn, TxnHost, internal, used_after_end
 from nexus.store.kv import DeleteFn, KvWrite, PutFn
-from nexus.store.model import ConceptHead, Head, JsonMap, MapColumn
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
 from nexus.store.tables import Db
 
 
@@ -52,7 +52,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
     package only: the lifecycle (`base`) and the integrity check use them."""
 
     __slots__ = ("_put", "_del", "_max_id", "_max_id0", "_max_sym", "_max_sym0", "_dstats",
-                 "_new_heads", "_new_sids", "_new_stexts", "_deleted", "_aborted", "_links_todo")
+                 "_new_heads", "_new_sids", "_new_stexts", "_deleted", "_aborted", "_links_todo",
+                 "_repointed")
 
     kv: KvWrite[Db]
     _host: WriteHost[Db]
@@ -71,6 +72,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         self._new_sids: dict[str, int] = {}
         self._new_stexts: dict[int, str] = {}
         self._deleted: list[int] = []
+        self._repointed: list[int] = []
         self._aborted = False
         # bulk-created links whose ops/pso entries wait: (s, p, o, n) column arrays
         self._links_todo: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -125,6 +127,9 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         for n in self._deleted:
             heads.pop(n, None)
         new = self._new_heads
+        for n in self._repointed:       # older snapshots still see the old head: not cached
+            heads.pop(n, None)
+            new.pop(n, None)
         if new:
             cap = self._host.cache_cap
             if len(heads) + len(new) > cap:
@@ -338,6 +343,39 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         self._new_heads.pop(n, None)
         self._deleted.append(n)
         return True
+
+    def repoint_link(self, n: int, subject: int, object: int) -> None:
+        """Move the ends of link `n` (MERGE): same id, predicate, attributes and metadata;
+        its index entries follow. A missing link is KIP_3002; a taken (s, p, o) KIP_3003."""
+        self._flush_links()
+        h = self.head(n)
+        if not isinstance(h, LinkHead):
+            raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+        d, nk = self.tables, pack_n(n)
+        s, p, o = h.subject, h.predicate_id, h.object
+        if (s, o) == (subject, object):
+            return
+        if self.link_id(subject, p, object) is not None:
+            raise KipError(ErrorCode.KIP_3003,
+                           f"a proposition ({subject}, {self.symbol_text(p)!r}, {object}) "
+                           f"already exists")
+        host = self._host
+        host.moved_heads.add(n)         # first: from now on no reader caches its head
+        if len(host.moved_heads) > host.cache_cap:
+            host.moved_heads.clear()
+            host.moved_heads.add(n)
+            self._heads.clear()
+        self._heads.pop(n, None)
+        dele, put = self._del, self._put
+        dele(SPO.pack(s, p, o, n), db=d.spo)
+        dele(OPS.pack(o, p, s, n), db=d.ops)
+        dele(PSO.pack(p, s, o, n), db=d.pso)
+        put(nk, codec.link_head_value(subject, p, object), db=d.head)
+        put(SPO.pack(subject, p, object, n), b"", db=d.spo)
+        put(OPS.pack(object, p, subject, n), b"", db=d.ops)
+        put(PSO.pack(p, subject, object, n), b"", db=d.pso)
+        self._new_heads[n] = LinkHead(n, subject, p, object)
+        self._repointed.append(n)
 
     # --- bulk writes (entries built by nexus.store.bulk) -----------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,

@@ -15,8 +15,10 @@ Model
     concept: `ConceptHead(n, type_id, name)`
     link:    `LinkHead(n, subject, predicate_id, object)`
   (subject/object are element ids: concepts or, for higher-order links, other links).
-  Because heads never change and ids are never reused, implementations may cache heads
-  across transactions; *existence* must still be answered by the transaction's snapshot.
+  The one exception: MERGE moves the ends of a link and keeps its id
+  (`WriteTxn.repoint_link`). Because heads otherwise never change and ids are never reused,
+  implementations may cache heads across transactions (a moved link's head excepted);
+  *existence* must still be answered by the transaction's snapshot.
 * `attributes` and `metadata` are JSON-like dicts (str keys; values None/bool/int/float/str/
   list/dict) stored separately from the head and decoded only when asked for. Engine metadata
   (`_version`, `_created_at`, `_updated_at`) lives in the metadata dict like any other key;
@@ -214,6 +216,12 @@ class WriteTxn(ReadTxn, Protocol):
                     attributes: JsonMap, metadata: JsonMap) -> None:
         """Insert a link; the caller guarantees (s, p, o) is not taken (a taken triple is
         still caught: KIP_3003). The store does not check that s and o exist."""
+        ...
+    def repoint_link(self, n: int, subject: int, object: int) -> None:
+        """Move the ends of an existing link to (subject, object), keeping its id, predicate,
+        attributes and metadata; every index follows (MERGE). A missing link is KIP_3002,
+        a taken (subject, predicate, object) KIP_3003. Snapshots older than the commit
+        still see the old ends."""
         ...
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         """Replace the whole attribute map of an existing element ({} removes it).

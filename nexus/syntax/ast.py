@@ -453,6 +453,31 @@ class DescribeHistory:
     pos: Pos | None = _pos()
 
 
+# --- RC11: MERGE (spec §4.4) and EXPORT (spec §5.3) -----------------------------------------
+
+@statement(StatementKind.WRITE, "MERGE")
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """`MERGE CONCEPT ?source INTO ?target WHERE {...}`: consolidate two concept nodes."""
+    source: str
+    target: str
+    where: tuple[Pattern, ...]
+    pos: Pos | None = _pos()
+
+
+@statement(StatementKind.META, "EXPORT")
+@dataclass(frozen=True, slots=True)
+class Export:
+    """`EXPORT ?x WHERE {...} [LIMIT n] [CURSOR "..."]`: the matched elements as a capsule."""
+    target: str
+    where: tuple[Pattern, ...]
+    limit: Value | None = None
+    cursor: Value | None = None
+    pos: Pos | None = _pos()
+
+
+# --- version history (continued) -------------------------------------------------------------
+
 @statement(StatementKind.WRITE, "REVERT")
 @dataclass(frozen=True, slots=True)
 class Revert:
@@ -469,7 +494,7 @@ class Revert:
 Command = Union[Find, Explain, Upsert, DeleteAttributes, DeleteMetadata, DeletePropositions,
                 DeleteConcept, DescribePrimer, DescribeDomains, DescribeConceptTypes,
                 DescribeConceptType, DescribePropositionTypes, DescribePropositionType, Search,
-                DescribeHistory, Revert, Update]
+                DescribeHistory, Revert, Update, Merge, Export]
 
 
 

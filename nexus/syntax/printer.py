@@ -314,5 +314,12 @@ class _Printer:
             out += f" LIMIT {self.value(c.limit)}"
         return out
 
+    # --- RC11: MERGE (spec §4.4) and EXPORT (spec §5.3) ---------------------------------
+    def cmd_Merge(self, c: A.Merge) -> str:
+        return f"MERGE CONCEPT ?{c.source} INTO ?{c.target}\nWHERE {self.patterns(c.where)}"
+
+    def cmd_Export(self, c: A.Export) -> str:
+        return self._pages(f"EXPORT ?{c.target}\nWHERE {self.patterns(c.where)}", c)
+
 
 _PRINTER = _Printer()      # stateless between calls of expr()

@@ -704,6 +704,16 @@ class KipTransformer(Transformer[Token, A.Command]):
     def with_type(self, meta: Meta, children: Children) -> Tagged:
         return ("type", token_value(children[0], A.EXPECT_STRING, "WITH TYPE"), meta)
 
+    # --- RC11: MERGE (spec §4.4) and EXPORT (spec §5.3) ---------------------------------
+    def merge_cmd(self, meta: Meta, children: Children) -> A.Merge:
+        where: tuple[A.Pattern, ...] = children[2]
+        return A.Merge(_plain_var(children[0]), _plain_var(children[1]), where, _pos(meta))
+
+    def export_cmd(self, meta: Meta, children: Children) -> A.Export:
+        where: tuple[A.Pattern, ...] = children[1]
+        limit, cursor = _pages(children[2:])
+        return A.Export(_plain_var(children[0]), where, limit, cursor, _pos(meta))
+
     # --- JSON values ----------------------------------------------------------------------
     def string(self, meta: Meta, children: Children) -> A.Literal:
         tok: Token = children[0]

@@ -18,8 +18,6 @@ from .rc11_blocks import READS, SHARED, TEXTS, Block, blocks
 _PREDVAR = "predicate variables `(?s, ?p, ?o)` (RC9), helper issue-predvars"
 _MODE = "SEARCH … MODE / THRESHOLD (RC9), helper issue-searchmode"
 _UPDATE_PREDVAR = "an UPDATE sweep over a predicate variable `?link (?s, ?p, ?o)` (RC9)"
-_MERGE = "MERGE CONCEPT … INTO (RC9), helper issue-merge"
-_EXPORT = "EXPORT statement (RC9), helper issue-merge"
 
 EXPECTED_FAILURES: dict[str, str] = {
     "KIP-SPECIFICATION:394": _PREDVAR,
@@ -29,10 +27,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "KIP-SPECIFICATION:1196": _MODE,
     "KIP-SPECIFICATION:967": _UPDATE_PREDVAR,
     "KIPSyntax:332": _UPDATE_PREDVAR,
-    "KIP-SPECIFICATION:1031": _MERGE,
-    "KIPSyntax:360": _MERGE,
-    "SystemInstructions:219": _MERGE,
-    "KIP-SPECIFICATION:1235": _EXPORT,
 }
 
 _ALL = blocks()

@@ -1,0 +1,84 @@
+"""MERGE (spec §4.4) where the language cases cannot look: link ids, higher-order
+collisions several levels deep, the search index, and concurrent readers.
+
+Both stores (conftest.py). The language cases (tests/cases/kml/merge.kiptest) cover the
+result shape, the errors and the attribute / provenance rules.
+"""
+from __future__ import annotations
+
+from kml_support import MEDICAL_SCHEMA
+
+MERGE = ('MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Drug", name: :s} '
+         '?t {type: "Drug", name: :t} }')
+
+
+def run(nx, command, **params):
+    out = nx.execute_kip({"command": command, "parameters": params})
+    assert "error" not in out, out
+    return out["result"]
+
+
+def find(nx, command, **params):
+    out = nx.execute_kip_readonly({"command": command, "parameters": params})
+    assert "error" not in out, out
+    return out["result"]
+
+
+def setup(nx):
+    run(nx, MEDICAL_SCHEMA)
+    return run(nx, """UPSERT {
+      CONCEPT ?a { {type: "Drug", name: "ASA"} }
+      CONCEPT ?b { {type: "Drug", name: "Aspirin"} }
+      CONCEPT ?h { {type: "Symptom", name: "Headache"} }
+      CONCEPT ?f { {type: "Symptom", name: "Fever"} }
+      CONCEPT ?s { {type: "Source", name: "Trial"} }
+      CONCEPT ?r { {type: "Source", name: "Review"} }
+      PROPOSITION ?t1 { (?a, "treats", ?h) }
+      PROPOSITION ?t2 { (?b, "treats", ?h) }
+      PROPOSITION ?t3 { (?a, "treats", ?f) }
+      PROPOSITION ?e1 { (?t1, "supported_by", ?s) SET ATTRIBUTES { from_source: 1 } }
+      PROPOSITION ?e2 { (?t2, "supported_by", ?s) SET ATTRIBUTES { from_target: 2 } }
+      PROPOSITION ?g1 { (?e1, "reviewed_by", ?r) }
+    }""")["upsert_proposition_links"]
+
+
+def test_repointed_links_keep_their_ids_and_duplicates_collapse_at_every_level(nx):
+    t1, t2, t3, e1, e2, g1 = setup(nx)
+    result = run(nx, MERGE, s="ASA", t="Aspirin")
+    # t3 repointed; t1 collides with t2 → e1 moved onto t2 collides with e2 → g1 moved onto e2
+    assert result == {"merged": True, "links_repointed": 2, "links_deduplicated": 2,
+                      "attributes_filled": 1}
+    fever = find(nx, 'FIND(?l) WHERE { ?l ({type: "Drug", name: "Aspirin"}, "treats", '
+                     '{type: "Symptom", name: "Fever"}) }')
+    assert [link["id"] for link in fever] == [t3]
+    assert fever[0]["metadata"]["_version"] == 2
+    evidence = find(nx, 'FIND(?e) WHERE { ?e (?t, "supported_by", {type: "Source", '
+                        'name: "Trial"}) }')
+    assert [(e["id"], e["subject"], e["attributes"]) for e in evidence] == \
+        [(e2, t2, {"from_target": 2, "from_source": 1})]
+    review = find(nx, 'FIND(?g) WHERE { ?g (?e, "reviewed_by", ?r) }')
+    assert [(g["id"], g["subject"]) for g in review] == [(g1, e2)]
+    assert find(nx, 'FIND(?d.name) WHERE { ?d {type: "Drug"} }') == ["Aspirin"]
+
+
+def test_search_forgets_the_source_and_finds_the_target_by_its_old_name(nx):
+    setup(nx)
+    run(nx, MERGE, s="ASA", t="Aspirin")
+    out = nx.execute_kip_readonly({"command": 'SEARCH CONCEPT "ASA" WITH TYPE "Drug"'})
+    names = [hit["name"] for hit in out["result"]]
+    assert "ASA" not in names
+    assert names[:1] == ["Aspirin"]       # the alias the merge added
+
+
+def test_a_reader_open_before_the_merge_sees_the_old_graph(nx):
+    setup(nx)
+    with nx.store.read() as before:
+        ids = list(before.elements())
+        heads = {n: before.head(n) for n in ids}
+        run(nx, MERGE, s="ASA", t="Aspirin")
+        assert {n: before.head(n) for n in ids} == heads
+        assert {n: before.known_head(n) for n in ids} == heads
+    with nx.store.read() as after:
+        moved = [n for n in ids if after.head(n) is not None and after.head(n) != heads[n]]
+        assert len(moved) == 2
+        assert nx.store.check_tables(after).report["ok"]

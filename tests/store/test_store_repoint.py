@@ -1,0 +1,91 @@
+"""`WriteTxn.repoint_link` (MERGE, spec §4.4): a link's ends move, its id stays.
+
+Every test runs against every registered backend (conftest.py). What the protocol says:
+same id, predicate, attributes and metadata; every index follows; a taken (s, p, o) is
+KIP_3003 and a missing link KIP_3002; snapshots older than the commit keep the old ends,
+newer ones (and the writing transaction itself) see the new ones.
+"""
+from __future__ import annotations
+
+import pytest
+
+from nexus.errors import ErrorCode, KipError
+from nexus.store import LinkHead
+
+
+def test_repoint_moves_the_ends_and_every_index(graph):
+    g = graph
+    with g.store.write() as w:
+        # Aspirin -treats-> Fever becomes Ibuprofen -treats-> Fever
+        w.repoint_link(g.l2, g.ibu, g.fever)
+        assert w.head(g.l2) == LinkHead(g.l2, g.ibu, g.treats, g.fever)
+        assert w.link_id(g.ibu, g.treats, g.fever) == g.l2
+    with g.store.read() as r:
+        assert r.head(g.l2) == LinkHead(g.l2, g.ibu, g.treats, g.fever)
+        assert r.known_head(g.l2) == LinkHead(g.l2, g.ibu, g.treats, g.fever)
+        assert r.link_id(g.aspirin, g.treats, g.fever) is None
+        assert r.link_id(g.ibu, g.treats, g.fever) == g.l2
+        assert (g.treats, g.fever, g.l2) in list(r.out_links(g.ibu))
+        assert (g.treats, g.fever, g.l2) not in list(r.out_links(g.aspirin))
+        assert (g.treats, g.ibu, g.l2) in list(r.in_links(g.fever))
+        assert (g.ibu, g.fever, g.l2) in list(r.links_of_predicate(g.treats))
+        assert (g.aspirin, g.fever, g.l2) not in list(r.links_of_predicate(g.treats))
+        assert r.count_predicate(g.treats) == 3 and r.count_links() == 5
+        assert r.attributes(g.l1) == {"confidence": 0.9}
+        report = g.store.check_tables(r).report
+        assert report["ok"], report
+
+
+def test_repoint_keeps_attributes_and_metadata(graph):
+    g = graph
+    with g.store.write() as w:
+        w.repoint_link(g.l1, g.ibu, g.fever)
+    with g.store.read() as r:
+        assert r.attributes(g.l1) == {"confidence": 0.9}
+        # the higher-order link still refers to the same id
+        assert r.head(g.meta_link).subject == g.l1
+
+
+def test_an_older_snapshot_keeps_the_old_ends(graph):
+    g = graph
+    with g.store.read() as before:
+        assert before.head(g.l3) == LinkHead(g.l3, g.ibu, g.treats, g.headache)
+        with g.store.write() as w:
+            w.repoint_link(g.l3, g.ibu, g.fever)
+        assert before.head(g.l3) == LinkHead(g.l3, g.ibu, g.treats, g.headache)
+        assert before.known_head(g.l3) == LinkHead(g.l3, g.ibu, g.treats, g.headache)
+        with g.store.read() as after:
+            assert after.head(g.l3) == LinkHead(g.l3, g.ibu, g.treats, g.fever)
+            assert after.known_head(g.l3) == LinkHead(g.l3, g.ibu, g.treats, g.fever)
+        # the old reader reading again does not put the old head back for newer readers
+        assert before.head(g.l3).object == g.headache
+        with g.store.read() as after:
+            assert after.known_head(g.l3).object == g.fever
+
+
+def test_an_aborted_repoint_leaves_nothing(graph, snapshot_of):
+    g = graph
+    with g.store.read() as r:
+        r.head(g.l2)
+    before = snapshot_of(g.store)
+    with pytest.raises(RuntimeError):
+        with g.store.write() as w:
+            w.repoint_link(g.l2, g.ibu, g.fever)
+            raise RuntimeError("abort")
+    assert snapshot_of(g.store) == before
+    with g.store.read() as r:
+        assert r.known_head(g.l2) == LinkHead(g.l2, g.aspirin, g.treats, g.fever)
+
+
+def test_a_taken_triple_and_a_missing_link_are_refused(graph, snapshot_of):
+    g = graph
+    before = snapshot_of(g.store)
+    with pytest.raises(KipError) as e:
+        with g.store.write() as w:
+            w.repoint_link(g.l2, g.aspirin, g.headache)   # = l1
+    assert e.value.code is ErrorCode.KIP_3003
+    with pytest.raises(KipError) as e:
+        with g.store.write() as w:
+            w.repoint_link(g.aspirin, g.ibu, g.fever)     # a concept, not a link
+    assert e.value.code is ErrorCode.KIP_3002
+    assert snapshot_of(g.store) == before
