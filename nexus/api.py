@@ -122,6 +122,22 @@ class Nexus(Engine):
             self.write_wrappers.remove(history.RecordingTxn)
             self._history_hook = None
 
+    def set_history_retention(self, keep_seconds: float | None) -> None:
+        """The database's retention policy: keep `keep_seconds` of history (None: all).
+        Applied by the writes themselves, at most once an hour, and at once here."""
+        if keep_seconds is not None and keep_seconds < 0:
+            raise KipError(ErrorCode.KIP_1001, "A retention is a positive duration",
+                           "Give the seconds of history to keep, or None to keep all.")
+        with self.write_session(privileged=True) as session:
+            history.set_retention(session.txn, keep_seconds)
+        if keep_seconds is not None:
+            self.compact_history(keep_seconds)
+
+    @property
+    def history_retention(self) -> float | None:
+        with self.read_session() as ctx:
+            return history.retention(ctx.txn)
+
     def compact_history(self, keep_seconds: float) -> dict[str, int]:
         """Drop version-log records older than `keep_seconds` (retention): AS OF and REVERT
         reach no further back afterwards. Returns {"dropped": n, "kept": m}."""

@@ -510,10 +510,17 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    keep: float | None = None
+    if args.keep is not None and args.keep.lower() not in ("all", "none"):
+        keep = _duration(args.keep)
     with _open(args, create=False, bootstrap=False) as nexus:
         if args.switch in ("on", "off"):
             nexus.set_history(args.switch == "on")
-        _emit({"history": "on" if nexus.history_enabled else "off"})
+        if args.keep is not None:
+            nexus.set_history_retention(keep)
+        retention = nexus.history_retention
+        _emit({"history": "on" if nexus.history_enabled else "off",
+               "keep_seconds": retention})
     return 0
 
 
@@ -657,6 +664,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "readable until `kip compact` drops them.")
     _add_db(p)
     p.add_argument("switch", nargs="?", choices=("on", "off", "status"), default="status")
+    p.add_argument("--keep", metavar="AGE",
+                   help="the retention policy: keep this much history (30d, 12h, 90m, 45s, "
+                   "2w; `all` to keep everything) — applied now and by later writes, at "
+                   "most once an hour")
     p.set_defaults(func=cmd_history)
     return parser
 

@@ -24,6 +24,7 @@ keys. The log only grows otherwise.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator
@@ -244,14 +245,44 @@ def _runs(ids: list[int]) -> list[list[int]]:
     return out
 
 
+KEEP = b"history.keep"
+PRUNE_EVERY = 3600.0            # seconds between two applications of the retention policy
+
+
+def retention(txn: ReadTxn) -> float | None:
+    """The database's retention policy: seconds of history to keep (None: keep all)."""
+    raw = txn.aux("engine").get(KEEP)
+    return None if raw is None else float(raw.decode())
+
+
+def set_retention(txn: WriteTxn, seconds: float | None) -> None:
+    if seconds is None:
+        txn.aux("engine").delete(KEEP)
+    else:
+        txn.aux("engine").put(KEEP, repr(float(seconds)).encode())
+
+
 class HistoryHook:
-    """The commit hook that appends the log record (`nexus.engine.CommitHook`)."""
+    """The commit hook that appends the log record (`nexus.engine.CommitHook`), and
+    applies the retention policy (`retention`) in a write's own transaction, at most once
+    per `PRUNE_EVERY` seconds of this process."""
+
+    def __init__(self) -> None:
+        self.next_prune = 0.0
 
     def stage(self, ctx: "WriteContext") -> None:
         pass
 
     def before_commit(self, ctx: "WriteContext") -> None:
-        append(ctx)
+        if append(ctx) is None:
+            return
+        now = time.monotonic()
+        if now < self.next_prune:
+            return
+        self.next_prune = now + PRUNE_EVERY
+        keep = retention(ctx.txn)
+        if keep is not None:
+            compact(ctx.txn, int((time.time() - keep) * 1000))
 
     def after_commit(self, ctx: "WriteContext") -> None:
         pass

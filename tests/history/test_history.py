@@ -232,3 +232,25 @@ def test_compact_drops_old_records_and_says_so(nx):
     assert aspirin(nx, suffix=f" AS OF VERSION {seq}") == [{"risk": 2, "tags": ["nsaid"]}]
     assert aspirin(nx, suffix=f" AS OF VERSION {seq + 1}") == [{"risk": 8, "tags": ["nsaid"]}]
     assert nx.check()["ok"]
+
+
+def test_a_retention_policy_is_kept_by_the_database_and_applied_by_writes(tmp_path):
+    path = str(tmp_path / "db")
+    with Nexus.open(path) as nx:
+        ok(nx, SCHEMA)
+        ok(nx, DRUGS)
+        old = last_seq(nx)
+        time.sleep(0.05)
+        nx.set_history_retention(0.04)                # applied at once: everything is older
+        assert nx.history_retention == 0.04
+        assert ok(nx, "DESCRIBE HISTORY") == []
+    with Nexus.open(path) as nx:                      # the policy is the database's
+        assert nx.history_retention == 0.04
+        ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 5 } } }')
+        time.sleep(0.05)
+    with Nexus.open(path) as nx:                      # a new process's first write prunes
+        ok(nx, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET ATTRIBUTES { risk: 6 } } }')
+        log = ok(nx, "DESCRIBE HISTORY")
+        assert [e["seq"] for e in log] == [old + 2]
+        nx.set_history_retention(None)
+        assert nx.history_retention is None
