@@ -32,7 +32,7 @@ from . import protect, writes
 from .context import WriteContext
 from .registry import executes
 from .schema import CONCEPT_TYPE, Schema, check_definition_name
-from .values import parse_id
+from .values import id_of, parse_id
 from .writes import pos_kw
 
 _NOT_FOUND_HINT = ("Target may have been deleted or never created. UPSERT links only to "
@@ -161,7 +161,7 @@ class _Statement:
         expected = literal(block.expect)
         current = 0 if n is None else self.txn.metadata(n).get("_version", 0)
         if current != expected:
-            ident = None if n is None else _ident(self.txn, n)
+            ident = None if n is None else id_of(self.txn, n)
             err = KipError(
                 ErrorCode.KIP_3005,
                 f"EXPECT VERSION {expected}"
@@ -285,13 +285,6 @@ class _Statement:
                 return parsed[1]
         raise not_found(f"No proposition has the id {text!r}" + (
             "" if parsed is not None else " (proposition ids look like \"P:13:treats\")"), pos)
-
-
-def _ident(txn: Any, n: int) -> str:
-    head = txn.head(n)
-    if type(head) is ConceptHead:
-        return f"C:{n}"
-    return f"P:{n}:{txn.symbol_text(head.predicate_id)}"
 
 
 def _ref(txn: Any, n: int) -> str:
