@@ -279,6 +279,14 @@ class _Statement:
     def link_by_id(self, value: Any, pos: Any) -> int:
         text = literal(value)
         parsed = parse_id(text)
+        if parsed is not None and parsed[0] == "C":
+            # A concept id where the syntax asks for a proposition is a malformed command,
+            # not a missing element: (id: …) always names a proposition.
+            raise KipError(ErrorCode.KIP_1001,
+                           f"A proposition id is required in (id: …), got the concept id "
+                           f"{text!r}",
+                           "Write (id: \"P:<n>:<predicate>\") for a proposition; a concept is "
+                           "referenced with {id: \"C:<n>\"} in curly braces.", **pos_kw(pos))
         if parsed is not None and parsed[0] == "P":
             head = self.txn.head(parsed[1])
             if type(head) is LinkHead and self.txn.symbol_text(head.predicate_id) == parsed[2]:

@@ -130,9 +130,14 @@ class _Binder:
         self.hidden += 1
         return f"#{self.hidden}"
 
-    def group(self, body: Iterable[A.Pattern], kind: str) -> Group:
+    def group(self, body: Iterable[A.Pattern], kind: str,
+              mandatory: bool | None = None) -> Group:
+        body = tuple(body)
+        split = _union_split(body)
+        if split is not None:
+            return self.continued_union(*split, kind=kind)
         g = Group(kind=kind)
-        mandatory = kind == "main"
+        mandatory = kind == "main" if mandatory is None else mandatory
         for p in body:
             if isinstance(p, A.ConceptPattern):
                 var = p.var if p.var is not None else self.fresh()
@@ -149,6 +154,26 @@ class _Binder:
                 g.unions.append(self.group(p.body, "union"))
             else:  # pragma: no cover - closed union
                 raise TypeError(p)
+        return g
+
+    def continued_union(self, prefix: tuple[A.Pattern, ...], unions: tuple[A.UnionPattern, ...],
+                        suffix: tuple[A.Pattern, ...], kind: str) -> Group:
+        """`prefix UNION {b1} … UNION {bn} suffix` → the branches `prefix suffix`, `b1 suffix`,
+        …, `bn suffix` (CONTRACT §5: clauses after a UNION apply to the combined rows of
+        every branch). Joins, FILTERs, OPTIONAL and NOT distribute over a union, so each
+        branch runs the suffix on its own rows; a suffix FILTER reading a variable that only
+        another branch binds reads it as null there, as it would on a null-padded row."""
+        bodies = ([prefix + suffix] if prefix else []) + [u.body + suffix for u in unions]
+        everywhere = set().union(*(_bound_vars(b) for b in bodies))
+        suffix_filters = {id(p) for p in suffix if isinstance(p, A.FilterPattern)}
+        g = Group(kind=kind)
+        for n, body in enumerate(bodies):
+            absent = everywhere - _bound_vars(body)
+            body = tuple(_null_filter(p, absent) if id(p) in suffix_filters and absent else p
+                         for p in body)
+            # The prefix keeps its block's rule for a constant clause matching nothing.
+            mandatory = kind == "main" and bool(prefix) and n == 0
+            g.unions.append(self.group(body, "union", mandatory))
         return g
 
     def concept(self, g: Group, var: str, m: A.ConceptMatch, mandatory: bool) -> None:
@@ -179,6 +204,67 @@ class _Binder:
             return var or ""
         g.atoms.append(LinkAtom(var, subject, pred.names, obj, m.pos))
         return var or ""
+
+
+def _union_split(body: tuple[A.Pattern, ...]) -> tuple[
+        tuple[A.Pattern, ...], tuple[A.UnionPattern, ...], tuple[A.Pattern, ...]] | None:
+    """(clauses before the first UNION run, that run, the clauses after it) when anything
+    follows a UNION block; None when every UNION is at the end (no continuation)."""
+    start = next((i for i, p in enumerate(body) if isinstance(p, A.UnionPattern)), None)
+    if start is None:
+        return None
+    end = start
+    while end < len(body) and isinstance(body[end], A.UnionPattern):
+        end += 1
+    if end == len(body):
+        return None
+    unions = tuple(p for p in body[start:end] if isinstance(p, A.UnionPattern))
+    return body[:start], unions, body[end:]
+
+
+def _bound_vars(body: Iterable[A.Pattern]) -> set[str]:
+    """The variables a block's clauses bind and export (OPTIONAL and UNION bodies export
+    theirs, NOT bodies nothing), read from the syntax."""
+    out: set[str] = set()
+    for p in body:
+        if isinstance(p, A.ConceptPattern):
+            if p.var is not None:
+                out.add(p.var)
+        elif isinstance(p, A.PropositionPattern):
+            if p.var is not None:
+                out.add(p.var)
+            out |= _term_vars(p.match)
+        elif isinstance(p, (A.OptionalPattern, A.UnionPattern)):
+            out |= _bound_vars(p.body)
+    return out
+
+
+def _term_vars(t: A.Term) -> set[str]:
+    if isinstance(t, A.VarTerm):
+        return {t.name}
+    if isinstance(t, A.PropositionMatch):
+        return _term_vars(t.subject) | _term_vars(t.object)
+    return set()
+
+
+def _null_filter(p: A.Pattern, absent: set[str]) -> A.Pattern:
+    assert isinstance(p, A.FilterPattern)
+    return A.FilterPattern(_null_vars(p.expr, absent), p.pos)
+
+
+def _null_vars(e: A.Expr, absent: set[str]) -> A.Expr:
+    """`e` with every path over a variable in `absent` replaced by a null literal."""
+    if isinstance(e, A.Path):
+        return A.Literal(None, e.pos) if e.var in absent else e
+    if isinstance(e, A.Compare):
+        return A.Compare(e.op, _null_vars(e.left, absent), _null_vars(e.right, absent), e.pos)
+    if isinstance(e, A.BoolOp):
+        return A.BoolOp(e.op, tuple(_null_vars(x, absent) for x in e.operands), e.pos)
+    if isinstance(e, A.NotOp):
+        return A.NotOp(_null_vars(e.operand, absent), e.pos)
+    if isinstance(e, A.Call):
+        return A.Call(e.func, tuple(_null_vars(x, absent) for x in e.args), e.pos)
+    return e
 
 
 def bind_where(where: Iterable[A.Pattern]) -> LogicalQuery:
