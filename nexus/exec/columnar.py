@@ -61,7 +61,8 @@ from ..store.columns import LinkColumns, TxnColumns
 from .batch import Batch
 from .env import Env
 from .filters import Test, compile_filter
-from .operators import Stage, compile_step, merge_union_row, step_layouts, union_map
+from .operators import (Stage, compile_group, compile_step, merge_union_row, step_layouts,
+                        union_map)
 from .rows import Row, Rows
 
 MAX_BATCH = 1_000_000          # rows of an intermediate batch before the run streams
@@ -118,6 +119,9 @@ class GroupProgram:
                 self.filters[i] = (compile_filter(step.expr, layout), positions)
         self.unions = [GroupProgram(u) for u in plan.unions]
         self.union_maps = [union_map(plan, u) for u in plan.unions]
+        # Clauses after the last UNION run: the row path's, on each combined row.
+        self.then = None if plan.then is None else compile_group(plan.then)
+        self.head = None if plan.then is None else GroupProgram(P.without_then(plan))
 
     def stage(self, i: int) -> Stage:
         """The row path's stage for step i (compiled on first use)."""
@@ -133,6 +137,11 @@ def execute(env: Env, cx: TxnColumns, prog: GroupProgram) -> Batch | Rows:
     """The top-level group's solutions: a Batch laid out as `plan.out_layout`, or — when a
     step had to stream — an iterator of row tuples in the same layout and order."""
     plan = prog.plan
+    if prog.then is not None and prog.head is not None:
+        then = prog.then
+        head = execute(env, cx, prog.head)
+        rows = head.rows() if isinstance(head, Batch) else head
+        return (out for row in rows for out in then(env, row))
     width = len(plan.out_layout)
     parts: list[Batch | Rows] = []
     if not plan.main_empty:

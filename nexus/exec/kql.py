@@ -46,7 +46,7 @@ from .operators import compile_group
 from .rows import Row, Rows
 from .registry import executes
 from .shape import (Answer, FindShape, RowSolutions, Solutions, check_row_cap, decode_cursor,
-                    distinct, empty_result, limited, shape_find)
+                    distinct, empty_result, limited, point_answer, shape_find)
 
 Params = Mapping[str, Any]
 
@@ -139,6 +139,8 @@ def _path_ranges(group: Group) -> Iterator[tuple[int, int | None]]:
         yield from _path_ranges(sub)
     for sub in group.unions:
         yield from _path_ranges(sub)
+    if group.then is not None:
+        yield from _path_ranges(group.then)
 
 
 def check_hops(ctx: ExecContext, prep: Prepared) -> None:
@@ -150,11 +152,19 @@ def check_hops(ctx: ExecContext, prep: Prepared) -> None:
 
 def _mandatory_atoms(logical: LogicalQuery) -> list[ConceptAtom | LinkIdAtom]:
     out: list[ConceptAtom | LinkIdAtom] = []
-    for atom in logical.root.atoms:
-        if isinstance(atom, ConceptAtom) and atom.mandatory and atom.is_constant:
-            out.append(atom)
-        elif isinstance(atom, LinkIdAtom) and atom.mandatory:
-            out.append(atom)
+    # Mandatory clauses are the main block's; after a UNION they sit in the block's
+    # continuation, or in the branch that holds what came before a later UNION run.
+    groups = [logical.root]
+    while groups:
+        group = groups.pop(0)
+        for atom in group.atoms:
+            if isinstance(atom, ConceptAtom) and atom.mandatory and atom.is_constant:
+                out.append(atom)
+            elif isinstance(atom, LinkIdAtom) and atom.mandatory:
+                out.append(atom)
+        groups += group.unions
+        if group.then is not None:
+            groups.append(group.then)
     return out
 
 
@@ -182,6 +192,14 @@ def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> An
     offset = decode_cursor(env.value(find.cursor), prep.shape, params) if find.cursor else 0
     if ctx.dry_run:
         return empty_result(find), None
+    if prep.point is not None and offset == 0 and not find.order_by \
+            and not prep.shape.aggregated:
+        # One constant concept (Q1, the commonest command): at most one solution, which is
+        # its own first page — shaped directly, as shape_find would.
+        n = env.const_concept(prep.point)
+        rows: list[Row] = [] if n is None else [(n,)]
+        check_row_cap(ctx, len(rows), True)
+        return point_answer(env, prep.shape, rows), None
     return shape_find(env, prep.shape, _run(env, prep), limit, offset, params)
 
 

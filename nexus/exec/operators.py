@@ -24,6 +24,8 @@ Stage = Callable[["Env", Rows], Rows]
 
 def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
     """A function (env, input_row) -> output rows laid out as `plan.out_layout`."""
+    if plan.then is not None:
+        return _continued(plan)
     stages = _compile_steps(plan)
     unions = [compile_group(u) for u in plan.unions]
     union_maps = [union_map(plan, u) for u in plan.unions]
@@ -56,10 +58,23 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
     return run
 
 
+def _continued(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
+    """A group with a continuation: its rows (main branch and UNIONs, laid out as
+    `union_layout`), each joined with the continuation's rows."""
+    assert plan.then is not None
+    head = compile_group(P.without_then(plan))
+    then = compile_group(plan.then)
+
+    def run(env: Env, row: Row) -> Rows:
+        for combined in head(env, row):
+            yield from then(env, combined)
+    return run
+
+
 def union_map(plan: P.GroupPlan, union: P.GroupPlan) -> list[tuple[int, int]]:
-    """(position in the union row, position in the group's output row) per shared name."""
-    return [(i, plan.out_layout.index(v)) for i, v in enumerate(union.out_layout)
-            if v in plan.out_layout]
+    """(position in the union row, position in the group's combined row) per shared name."""
+    layout = plan.union_layout or plan.out_layout
+    return [(i, layout.index(v)) for i, v in enumerate(union.out_layout) if v in layout]
 
 
 def merge_union_row(row: Row, urow: Row, mapping: list[tuple[int, int]], n_inputs: int,

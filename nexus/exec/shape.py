@@ -109,6 +109,13 @@ def shape_find(env: Env, shape: FindShape, sols: Solutions, limit: int | None, o
     return one_or_list(columns), (encode_cursor(end, shape, params) if n > end else None)
 
 
+def point_answer(env: Env, shape: FindShape, rows: list[Row]) -> Any:
+    """The answer over at most one solution row, with no ORDER BY, aggregate or offset:
+    what `shape_find` gives for it (one row is distinct and fits any LIMIT)."""
+    layout = shape.layout
+    return one_or_list([project_column(env, layout, path, rows) for path in shape.paths])
+
+
 def _shape_groups(env: Env, shape: FindShape, sols: Solutions, limit: int | None,
                   offset: int, params: Params) -> Answer:
     """Implicit GROUP BY: the plain FIND expressions are the key, the aggregates are

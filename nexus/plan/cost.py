@@ -138,9 +138,13 @@ def executor_costs(plan: P.GroupPlan, est: Estimator,
     `cached(("T", tid))` tell whether the snapshot's column cache already holds a
     predicate's link arrays / a type's ids (then the columnar run need not build them)."""
     costs = ExecutorCosts()
-    _walk(plan, 1.0, {}, costs, est, cached)
+    rows = _walk(plan, 1.0, {}, costs, est, cached)
     for u in plan.unions:
-        _walk(u, 1.0, {}, costs, est, cached)
+        rows += _walk(u, 1.0, {}, costs, est, cached)
+    if plan.then is not None:         # run by the row path on each combined row
+        then = executor_costs(plan.then, est, cached)
+        costs.row += rows * then.row
+        costs.col += rows * then.row
     return costs
 
 

@@ -104,6 +104,8 @@ def plan_json(plan: P.GroupPlan) -> dict[str, Any]:
         out["unions"] = [plan_json(u) for u in plan.unions]
     if plan.main_empty:
         out["main_branch"] = "empty (rows come from UNION only)"
+    if plan.then is not None:
+        out["after_unions"] = plan_json(plan.then)
     return out
 
 
@@ -119,6 +121,9 @@ def plan_text(plan: dict[str, Any], indent: int = 0) -> list[str]:
     for j, union in enumerate(plan.get("unions", ()), 1):
         lines.append(f"{pad}UNION branch {j}:")
         lines.extend(plan_text(union, indent + 1))
+    if "after_unions" in plan:
+        lines.append(f"{pad}then, on every row of the branches above:")
+        lines.extend(plan_text(plan["after_unions"], indent + 1))
     return lines
 
 

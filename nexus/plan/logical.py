@@ -8,7 +8,9 @@ Binding resolves what the syntax leaves open, and nothing that depends on data:
       → ConceptAtom(#1, type="Symptom", name=:s) ∧ LinkAtom(None, ?d, ["treats"], #1)
 * scoping (spec §3.4.7, CONTRACT §5): each `NOT`/`OPTIONAL`/`UNION` body is a nested
   `Group`; OPTIONAL sees outer variables and exports its own; NOT sees outer variables and
-  exports nothing; UNION sees nothing outside and exports its own;
+  exports nothing; UNION sees nothing outside and exports its own; the clauses written after
+  a block's last UNION run are its continuation (`Group.then`), joined with every row of the
+  main branch and the UNION branches (CONTRACT §5);
 * `KIP_3001` for a variable used (FIND, FILTER, ORDER BY) but bound nowhere it is visible.
 
 Values stay `ast.Value` nodes (Literal or Param): parameters are read at execution, so one
@@ -98,7 +100,10 @@ class Group:
     filters: list[A.Expr] = field(default_factory=list)
     nested: list[tuple[str, Group]] = field(default_factory=list)   # ("optional"|"not", …)
     unions: list[Group] = field(default_factory=list)
-    kind: str = "main"                                    # main | optional | not | union
+    kind: str = "main"                            # main | optional | not | union | then
+    # The clauses written after the block's last UNION run: joined with every row the
+    # block gives (main branch and UNION branches alike), seeing those rows' variables.
+    then: Group | None = None
 
     def atom_vars(self) -> set[str]:
         return {v for a in self.atoms for v in a.vars}
@@ -111,6 +116,8 @@ class Group:
                 out |= sub.exported()
         for sub in self.unions:
             out |= sub.exported()
+        if self.then is not None:
+            out |= self.then.exported()
         return out
 
 
@@ -133,9 +140,9 @@ class _Binder:
     def group(self, body: Iterable[A.Pattern], kind: str,
               mandatory: bool | None = None) -> Group:
         body = tuple(body)
-        split = _union_split(body)
+        split = _continuation(body)
         if split is not None:
-            return self.continued_union(*split, kind=kind)
+            return self.continued(body, *split, kind=kind, mandatory=mandatory)
         g = Group(kind=kind)
         mandatory = kind == "main" if mandatory is None else mandatory
         for p in body:
@@ -156,24 +163,23 @@ class _Binder:
                 raise TypeError(p)
         return g
 
-    def continued_union(self, prefix: tuple[A.Pattern, ...], unions: tuple[A.UnionPattern, ...],
-                        suffix: tuple[A.Pattern, ...], kind: str) -> Group:
-        """`prefix UNION {b1} … UNION {bn} suffix` → the branches `prefix suffix`, `b1 suffix`,
-        …, `bn suffix` (CONTRACT §5: clauses after a UNION apply to the combined rows of
-        every branch). Joins, FILTERs, OPTIONAL and NOT distribute over a union, so each
-        branch runs the suffix on its own rows; a suffix FILTER reading a variable that only
-        another branch binds reads it as null there, as it would on a null-padded row."""
-        bodies = ([prefix + suffix] if prefix else []) + [u.body + suffix for u in unions]
-        everywhere = set().union(*(_bound_vars(b) for b in bodies))
-        suffix_filters = {id(p) for p in suffix if isinstance(p, A.FilterPattern)}
-        g = Group(kind=kind)
-        for n, body in enumerate(bodies):
-            absent = everywhere - _bound_vars(body)
-            body = tuple(_null_filter(p, absent) if id(p) in suffix_filters and absent else p
-                         for p in body)
-            # The prefix keeps its block's rule for a constant clause matching nothing.
-            mandatory = kind == "main" and bool(prefix) and n == 0
-            g.unions.append(self.group(body, "union", mandatory))
+    def continued(self, body: tuple[A.Pattern, ...], start: int, end: int, kind: str,
+                  mandatory: bool | None) -> Group:
+        """`… UNION {…} tail`, `body[start:end]` being the last run of UNION blocks and the
+        tail (no UNION) after it: the tail is the block's continuation (`Group.then`), run
+        on each combined row (CONTRACT §5: clauses after a UNION apply to the rows of every
+        branch). Before the run, `before`: plain clauses become the main branch; when they
+        hold a UNION continued themselves, their value is one more branch."""
+        before = body[:start]
+        main = kind == "main" if mandatory is None else mandatory
+        if _continuation(before) is None:
+            g = self.group(body[:end], kind, mandatory)
+        else:
+            g = Group(kind=kind)
+            g.unions.append(self.group(before, "union", main))
+            g.unions.extend(self.group(u.body, "union")
+                            for u in body[start:end] if isinstance(u, A.UnionPattern))
+        g.then = self.group(body[end:], "then", main)
         return g
 
     def concept(self, g: Group, var: str, m: A.ConceptMatch, mandatory: bool) -> None:
@@ -206,65 +212,16 @@ class _Binder:
         return var or ""
 
 
-def _union_split(body: tuple[A.Pattern, ...]) -> tuple[
-        tuple[A.Pattern, ...], tuple[A.UnionPattern, ...], tuple[A.Pattern, ...]] | None:
-    """(clauses before the first UNION run, that run, the clauses after it) when anything
-    follows a UNION block; None when every UNION is at the end (no continuation)."""
-    start = next((i for i, p in enumerate(body) if isinstance(p, A.UnionPattern)), None)
-    if start is None:
+def _continuation(body: tuple[A.Pattern, ...]) -> tuple[int, int] | None:
+    """(start, end) of the last run of UNION blocks that clauses follow, or None when no
+    clause follows any UNION."""
+    last = max((i for i, p in enumerate(body) if isinstance(p, A.UnionPattern)), default=None)
+    if last is None or last == len(body) - 1:
         return None
-    end = start
-    while end < len(body) and isinstance(body[end], A.UnionPattern):
-        end += 1
-    if end == len(body):
-        return None
-    unions = tuple(p for p in body[start:end] if isinstance(p, A.UnionPattern))
-    return body[:start], unions, body[end:]
-
-
-def _bound_vars(body: Iterable[A.Pattern]) -> set[str]:
-    """The variables a block's clauses bind and export (OPTIONAL and UNION bodies export
-    theirs, NOT bodies nothing), read from the syntax."""
-    out: set[str] = set()
-    for p in body:
-        if isinstance(p, A.ConceptPattern):
-            if p.var is not None:
-                out.add(p.var)
-        elif isinstance(p, A.PropositionPattern):
-            if p.var is not None:
-                out.add(p.var)
-            out |= _term_vars(p.match)
-        elif isinstance(p, (A.OptionalPattern, A.UnionPattern)):
-            out |= _bound_vars(p.body)
-    return out
-
-
-def _term_vars(t: A.Term) -> set[str]:
-    if isinstance(t, A.VarTerm):
-        return {t.name}
-    if isinstance(t, A.PropositionMatch):
-        return _term_vars(t.subject) | _term_vars(t.object)
-    return set()
-
-
-def _null_filter(p: A.Pattern, absent: set[str]) -> A.Pattern:
-    assert isinstance(p, A.FilterPattern)
-    return A.FilterPattern(_null_vars(p.expr, absent), p.pos)
-
-
-def _null_vars(e: A.Expr, absent: set[str]) -> A.Expr:
-    """`e` with every path over a variable in `absent` replaced by a null literal."""
-    if isinstance(e, A.Path):
-        return A.Literal(None, e.pos) if e.var in absent else e
-    if isinstance(e, A.Compare):
-        return A.Compare(e.op, _null_vars(e.left, absent), _null_vars(e.right, absent), e.pos)
-    if isinstance(e, A.BoolOp):
-        return A.BoolOp(e.op, tuple(_null_vars(x, absent) for x in e.operands), e.pos)
-    if isinstance(e, A.NotOp):
-        return A.NotOp(_null_vars(e.operand, absent), e.pos)
-    if isinstance(e, A.Call):
-        return A.Call(e.func, tuple(_null_vars(x, absent) for x in e.args), e.pos)
-    return e
+    start = last
+    while start > 0 and isinstance(body[start - 1], A.UnionPattern):
+        start -= 1
+    return start, last + 1
 
 
 def bind_where(where: Iterable[A.Pattern]) -> LogicalQuery:
@@ -291,6 +248,8 @@ def _check_filters(g: Group, outer: set[str]) -> None:
         _check_filters(sub, inner_outer)
     for sub in g.unions:
         _check_filters(sub, set())
+    if g.then is not None:
+        _check_filters(g.then, visible)
 
 
 def expr_vars(expr: A.Expr) -> list[tuple[str, A.Pos | None]]:

@@ -15,7 +15,7 @@ beside each step below are the planner's guesses of what a step keeps, which EXP
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Union
 
 from ..syntax import ast as A
@@ -158,9 +158,13 @@ class GroupPlan:
     steps: list[Step]
     layout: list[str]                       # after steps (main branch)
     unions: list["GroupPlan"] = field(default_factory=list)
-    out_layout: list[str] = field(default_factory=list)   # layout + union-only variables
+    out_layout: list[str] = field(default_factory=list)   # the rows the group gives
     main_empty: bool = False                # top-level group with no atoms: no main rows
     estimates: list[float] = field(default_factory=list)  # estimated rows after each step
+    # The continuation (clauses after the last UNION run), run on each row laid out as
+    # `union_layout` (layout + union-only variables); its out_layout is the group's.
+    then: "GroupPlan | None" = None
+    union_layout: list[str] = field(default_factory=list)
 
 
 # --- the planner -------------------------------------------------------------------------
@@ -241,7 +245,15 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
     # branch only, then have nothing to filter). Without UNIONs a block of FILTERs alone
     # keeps its main branch: `NOT { FILTER(...) }` tests the outer row.
     main_empty = bool(group.unions) and not group.atoms and not group.nested
-    return GroupPlan(tuple(inputs), steps, layout, unions, out_layout, main_empty, estimates)
+    then = None if group.then is None else plan_group(group.then, tuple(out_layout), est)
+    return GroupPlan(tuple(inputs), steps, layout, unions,
+                     out_layout if then is None else list(then.out_layout), main_empty,
+                     estimates, then, out_layout)
+
+
+def without_then(plan: GroupPlan) -> GroupPlan:
+    """The plan of a group's rows before its continuation (laid out as `union_layout`)."""
+    return replace(plan, then=None, out_layout=list(plan.union_layout))
 
 
 def group_uses(group: Group) -> set[str]:
@@ -255,6 +267,8 @@ def group_uses(group: Group) -> set[str]:
         out |= group_uses(sub)
     for sub in group.unions:
         out |= sub.exported()
+    if group.then is not None:
+        out |= group_uses(group.then)
     return out
 
 
@@ -263,7 +277,7 @@ def may_repeat(plan: GroupPlan) -> bool:
     variable (they then differ only in hidden variables of anonymous clauses, or come from
     different UNION branches / predicate alternatives). A solution is an assignment of the
     named variables (see nexus.exec.kql), so aggregates must deduplicate such rows."""
-    if plan.unions:
+    if plan.unions or plan.then is not None:
         return True
     if any(v.startswith("#") for v in plan.layout[len(plan.inputs):]):
         return True

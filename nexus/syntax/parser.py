@@ -23,7 +23,7 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF,
 from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError, caret_snippet
 from . import ast as A
-from .statements import StatementKind, kind_of
+from .statements import StatementKind, info, kind_of
 from .transformer import KipTransformer, PositionedError, safe_text
 
 # Limits on what the parser accepts; the engine's configuration may lower them.
@@ -46,6 +46,9 @@ class ParsedCommand:
     command: A.Command
     kind: StatementKind           # from the statement registry (nexus.syntax.statements)
     parameters: frozenset[str]    # placeholder names used anywhere in the command
+    # Read on every execution of a cached command: looked up once here rather than per run.
+    writes: bool = False          # kind.writes
+    late_binding: bool = False    # the executor binds parameters itself (StatementInfo)
 
 
 # --- the nesting budget -----------------------------------------------------------------
@@ -222,7 +225,10 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
         raise KipError(ErrorCode.KIP_1001, f"Invalid KIP command: {exc}") from None
     finally:
         _reset_depth(max_nesting)
-    return ParsedCommand(command, kind_of(command), frozenset(placeholder_names(command)))
+    kind = kind_of(command)
+    found = info(command)
+    return ParsedCommand(command, kind, frozenset(placeholder_names(command)), kind.writes,
+                         found is not None and found.late_binding)
 
 
 _PARSED: WeightedLRU[ParsedCommand] = WeightedLRU(CACHE_MAX_BYTES, 4096)

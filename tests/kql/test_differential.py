@@ -15,7 +15,9 @@ documented in the engine's module docstrings):
 * main-block clauses and FILTERs are one conjunction; OPTIONAL / NOT blocks run after them
   in text order with the outer bindings visible; UNION branches are evaluated with no outer
   binding and joined with the outer row on shared names by equality; a block whose only
-  patterns are UNIONs has no main branch; main-block FILTERs filter the main branch only;
+  patterns are UNIONs has no main branch; the clauses after a UNION run apply to the rows of
+  the main branch and of every UNION before them (padded with null), those before it to the
+  main branch only;
 * a variable padded with null by OPTIONAL matches no clause;
 * mandatory `{type, name}` / `{id}` / `(id:)` clauses of the main block that match nothing →
   KIP_3002 (checked before anything else);
@@ -404,7 +406,14 @@ class Gen:
                             exported.append(v)
         for _ in range(self.rng.choice([0, 0, 0, 1, 1, 2]) if visible else 0):
             patterns.append(("filter", self.expr(visible, 0)))
-        self.rng.shuffle(patterns) if self.rng.random() < 0.2 else None
+        if self.rng.random() < 0.2:
+            self.rng.shuffle(patterns)
+            last = max((i for i, p in enumerate(patterns) if p[0] == "union"), default=None)
+            if last is not None and last < len(patterns) - 1:
+                # Clauses follow a UNION (CONTRACT §5): a FILTER before it could name a
+                # variable bound only after it (KIP_3001); FILTERs last see everything.
+                patterns = [p for p in patterns if p[0] != "filter"] + \
+                    [p for p in patterns if p[0] == "filter"]
         return patterns, exported
 
     def operand(self, visible: list[str]):
@@ -562,6 +571,54 @@ class Reference:
         return e if e is not None and e.kind == "P" and e.p == m.group(2) else None
 
     def group(self, patterns: list, inputs: dict, kind: str) -> list[dict]:
+        """CONTRACT §5, as a left fold: a UNION's rows are appended to the rows of what
+        precedes it, and the clauses after a UNION run apply to all those rows (padded with
+        null for what they do not bind)."""
+        last = max((i for i, p in enumerate(patterns) if p[0] == "union"), default=None)
+        if last is None:
+            return self.block(patterns, inputs, kind)
+        if last < len(patterns) - 1:            # clauses follow the last UNION run
+            head, tail = patterns[:last + 1], patterns[last + 1:]
+            rows = []
+            for r in self.group(head, inputs, kind):
+                rows.extend(self.block(tail, self.padded(r, head, inputs), kind))
+            return self.distinct([self.padded(r, patterns, inputs) for r in rows])
+        start = last
+        while start > 0 and patterns[start - 1][0] == "union":
+            start -= 1
+        before = patterns[:start]
+        if not any(p[0] == "union" for p in before):
+            return self.block(patterns, inputs, kind)
+        rows = self.group(before, inputs, kind)     # a continued UNION: one more branch
+        rows += self.union_rows(patterns[start:], inputs)
+        return self.distinct([self.padded(r, patterns, inputs) for r in rows])
+
+    def padded(self, row: dict, patterns: list, inputs: dict) -> dict:
+        row = dict(row)
+        for v in self.exported(patterns, inputs):
+            row.setdefault(v, None)
+        return row
+
+    def union_rows(self, unions: list, inputs: dict) -> list[dict]:
+        """Each UNION branch's rows (no outer binding inside) joined with `inputs`."""
+        out = []
+        for u in unions:
+            for urow in self.group(u[1], {}, "union"):
+                merged = dict(inputs)
+                ok = True
+                for k, v in urow.items():
+                    if k in inputs:
+                        if inputs[k] != v:
+                            ok = False
+                            break
+                    else:
+                        merged[k] = v
+                if ok:
+                    out.append(merged)
+        return out
+
+    def block(self, patterns: list, inputs: dict, kind: str) -> list[dict]:
+        """A block whose UNIONs, if any, are its last clauses (no continuation)."""
         atoms = [p for p in patterns if p[0] in ("concept", "link", "linkid", "path")]
         nested = [p for p in patterns if p[0] in ("not", "optional")]
         filters = [p[1] for p in patterns if p[0] == "filter"]
@@ -577,19 +634,7 @@ class Reference:
                 rows = self.nested(p, rows, inputs)
             rows = [r for r in rows if all(self.test(f, r) for f in filters)]
             out.extend(rows)
-        for u in unions:
-            for urow in self.group(u, {}, "union"):
-                merged = dict(inputs)
-                ok = True
-                for k, v in urow.items():
-                    if k in inputs:
-                        if inputs[k] != v:
-                            ok = False
-                            break
-                    else:
-                        merged[k] = v
-                if ok:
-                    out.append(merged)
+        out += self.union_rows([p for p in patterns if p[0] == "union"], inputs)
         full = []
         for r in out:
             r = dict(r)
