@@ -52,19 +52,24 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
     updated = 0
     set_attributes = _compile_entries(command.attributes)
     set_metadata = _compile_entries(command.metadata)
-    for n in targets:
-        ctx.check_deadline()
+    # A metadata sweep (the decay pattern) never needs the stored attributes: not read.
+    read_attributes = bool(set_attributes) or _reads_attributes(command.metadata)
+    no_attributes: dict = {}
+    for i, n in enumerate(targets):
+        if not i & 63:
+            ctx.check_deadline()
         head = txn.head(n)
         if head is None:
             continue
-        stored_attributes, stored_meta = txn.attributes(n), txn.metadata(n)
+        stored_meta = txn.metadata(n)
+        stored_attributes = txn.attributes(n) if read_attributes else no_attributes
         attributes = _values(set_attributes, stored_attributes, stored_meta)
         metadata = _values(set_metadata, stored_attributes, stored_meta)
         protect.check_write(ctx, head, attributes or None, command.pos)
         if not attributes and not metadata:
             continue
-        writes.update_known(ctx, n, stored_attributes, stored_meta, attributes or None,
-                            metadata or None)
+        writes.update_known(ctx, n, stored_attributes if read_attributes else None,
+                            stored_meta, attributes or None, metadata or None)
         updated += 1
     if ctx.dry_run:
         return {"updated": 0, "matched": 0}, None
@@ -80,6 +85,19 @@ def _compile_entries(entries: tuple[A.UpdateEntry, ...] | None
     closures once per command, not a tree walked per element."""
     return [(e.key, _compile(e.value), None) if isinstance(e.value, (A.UpdateCall, A.Path))
             else (e.key, None, literal(e.value)) for e in entries or ()]
+
+
+def _reads_attributes(entries: tuple[A.UpdateEntry, ...] | None) -> bool:
+    """Whether an expression among `entries` reads a path under `attributes`."""
+    stack: list[Any] = [e.value for e in entries or ()]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, A.Path):
+            if value.segments[:1] == ("attributes",):
+                return True
+        elif isinstance(value, A.UpdateCall):
+            stack.extend(value.args)
+    return False
 
 
 def _values(entries: list[tuple[str, Compiled | None, Any]], attributes: dict,
@@ -123,18 +141,28 @@ def _compile(value: Any) -> Compiled:
                 found = x(attributes, metadata)
                 return found if found is not None else default(attributes, metadata)
             return coalesce
-        op = value.func
+        # One closure per operator: this runs once per element of a sweep.
+        if value.func == "CLAMP":
+            x, lo, hi = args
+
+            def clamp(attributes: dict, metadata: dict) -> Any:
+                a = _number(x(attributes, metadata))
+                b = _number(lo(attributes, metadata))
+                c = _number(hi(attributes, metadata))
+                if a is None or b is None or c is None:
+                    return None
+                out = min(max(a, b), c)
+                return out if _representable(out) else None
+            return clamp
+        left, right = args
+        multiply = value.func == "MUL"
 
         def arithmetic(attributes: dict, metadata: dict) -> Any:
-            nums = [_number(a(attributes, metadata)) for a in args]
-            if None in nums:
+            a = _number(left(attributes, metadata))
+            b = _number(right(attributes, metadata))
+            if a is None or b is None:
                 return None
-            if op == "ADD":
-                out = nums[0] + nums[1]     # type: ignore[operator]
-            elif op == "MUL":
-                out = nums[0] * nums[1]     # type: ignore[operator]
-            else:
-                out = min(max(nums[0], nums[1]), nums[2])   # type: ignore[type-var]
+            out = a * b if multiply else a + b
             return out if _representable(out) else None
         return arithmetic
     constant = literal(value)
@@ -143,6 +171,6 @@ def _compile(value: Any) -> Compiled:
 
 def _representable(value: Any) -> bool:
     """JSON can hold it exactly: a finite float, an integer within 64 bits (CONTRACT §3)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
+    if value.__class__ is float:
+        return -math.inf < value < math.inf
     return isinstance(value, int) and -(1 << 63) <= value < (1 << 64)

@@ -130,10 +130,18 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
     if head is None:
         assert before.attributes is not None and before.metadata is not None
         return make_change(n, PreImage(before.head, before.attributes, before.metadata), None)
-    meta = inner.metadata(n)
+    # The maps as the session left them: kept by the recorder as it wrote them, else read.
+    meta = before.metadata_now
+    if meta is None:
+        meta = inner.metadata(n)
+    attributes_delta = None
+    if before.attributes is not None:
+        attributes = before.attributes_now
+        if attributes is None:
+            attributes = inner.attributes(n)
+        attributes_delta = _delta(before.attributes, attributes)
     return [n, "u", None if before.head == head else encode_head(before.head),
-            None if before.attributes is None else _delta(before.attributes,
-                                                          inner.attributes(n)),
+            attributes_delta,
             None if before.metadata is None else _delta(before.metadata, meta),
             meta.get("_version")]
 

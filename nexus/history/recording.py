@@ -42,12 +42,16 @@ class Before:
     its maps once the session was about to write that map (None: never written, so
     unchanged — a metadata-only sweep reads no attributes)."""
 
-    __slots__ = ("head", "attributes", "metadata")
+    __slots__ = ("head", "attributes", "metadata", "attributes_now", "metadata_now")
 
     def __init__(self, head: Head) -> None:
         self.head = head
         self.attributes: JsonMap | None = None
         self.metadata: JsonMap | None = None
+        # The maps as the session last wrote them (None: not written, or written by a path
+        # that does not say — then the log reads them back at commit).
+        self.attributes_now: JsonMap | None = None
+        self.metadata_now: JsonMap | None = None
 
 
 class RecordingTxn:
@@ -62,6 +66,23 @@ class RecordingTxn:
         self.before: dict[int, Before | None] = {}
         self.fresh: list[range] = []        # ids a bulk path created, as ranges
         self.notes: dict[str, Any] = {}
+        # The element a writer last read through this transaction, and what it read (maps
+        # as unshared copies): a writer reads an element, then changes it, and the prior
+        # state it read is the one to keep — a sweep then decodes each element once.
+        self.bulk = False       # a bulk path wrote: maps are read back at commit
+        self._read_n = -1
+        self._read_head: Head | None = None
+        self._read_attributes: JsonMap | None = None
+        self._read_metadata: JsonMap | None = None
+
+    def _reading(self, n: int) -> None:
+        if n != self._read_n:
+            self._read_n = n
+            self._read_head = self._read_attributes = self._read_metadata = None
+
+    def _forget(self, n: int) -> None:
+        if n == self._read_n:
+            self._read_n = -1
 
     def _entry(self, n: int) -> Before | None:
         before = self.before
@@ -70,7 +91,9 @@ class RecordingTxn:
         if any(n in r for r in self.fresh):
             before[n] = None
             return None
-        head = self.inner.head(n)
+        head = self._read_head if n == self._read_n else None
+        if head is None:
+            head = self.inner.head(n)
         entry = before[n] = None if head is None else Before(head)
         return entry
 
@@ -80,14 +103,22 @@ class RecordingTxn:
     def _keep_attributes(self, n: int) -> None:
         entry = self._entry(n)
         if entry is not None and entry.attributes is None:
-            entry.attributes = self.inner.attributes(n)
+            read = self._read_attributes if n == self._read_n else None
+            entry.attributes = self.inner.attributes(n) if read is None else read
+        if n == self._read_n:
+            self._read_attributes = None        # about to change
 
     def _keep_metadata(self, n: int) -> None:
         entry = self._entry(n)
         if entry is not None and entry.metadata is None:
-            entry.metadata = self.inner.metadata(n)
+            read = self._read_metadata if n == self._read_n else None
+            entry.metadata = self.inner.metadata(n) if read is None else read
+        if n == self._read_n:
+            self._read_metadata = None
 
     def _fresh(self, ids: Sequence[int]) -> None:
+        self._read_n = -1
+        self.bulk = True
         if isinstance(ids, range):
             self.fresh.append(ids)
             return
@@ -99,33 +130,53 @@ class RecordingTxn:
     def create_concept(self, n: int, type_id: int, name: str, attributes: JsonMap,
                        metadata: JsonMap) -> None:
         self._keep(n)
+        self._forget(n)
+        self._unknown_now(n)
         self.inner.create_concept(n, type_id, name, attributes, metadata)
 
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
                     attributes: JsonMap, metadata: JsonMap) -> None:
         self._keep(n)
+        self._forget(n)
+        self._unknown_now(n)
         self.inner.create_link(n, subject, predicate_id, object, attributes, metadata)
 
     def repoint_link(self, n: int, subject: int, object: int) -> None:
         self._keep(n)                   # the old head: the log keeps where the link was
+        self._forget(n)
         self.inner.repoint_link(n, subject, object)
 
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         self._keep_attributes(n)
         self.inner.set_attributes(n, attributes)
+        entry = self.before.get(n)
+        if entry is not None and not self.bulk:
+            entry.attributes_now = dict(attributes)
 
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
         self._keep_metadata(n)
         self.inner.set_metadata(n, metadata)
+        entry = self.before.get(n)
+        if entry is not None and not self.bulk:
+            entry.metadata_now = dict(metadata)
 
     def delete(self, n: int) -> bool:
         self._keep_attributes(n)        # a deletion is logged with the element's whole state
         self._keep_metadata(n)
+        self._forget(n)
+        self._unknown_now(n)
         return self.inner.delete(n)
+
+    def _unknown_now(self, n: int) -> None:
+        entry = self.before.get(n)
+        if entry is not None:
+            entry.attributes_now = entry.metadata_now = None
 
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
                                                    JsonMap | None]]) -> int:
         before = self.before
+        self._read_n = -1
+        self.bulk = True
 
         def noted() -> Iterator[tuple[int, int, str, JsonMap | None, JsonMap | None]]:
             for row in rows:
@@ -137,6 +188,8 @@ class RecordingTxn:
                                                 JsonMap | None]],
                      known_new: bool = False) -> int:
         before = self.before
+        self._read_n = -1
+        self.bulk = True
 
         def noted() -> Iterator[tuple[int, int, int, int, JsonMap | None, JsonMap | None]]:
             for row in rows:
@@ -189,16 +242,25 @@ class RecordingTxn:
         return self.inner.symbol_text(sid)
 
     def head(self, n: int) -> Head | None:
-        return self.inner.head(n)
+        head = self.inner.head(n)
+        self._reading(n)
+        self._read_head = head
+        return head
 
     def known_head(self, n: int) -> Head:
         return self.inner.known_head(n)
 
     def attributes(self, n: int) -> JsonMap:
-        return self.inner.attributes(n)
+        attributes = self.inner.attributes(n)
+        self._reading(n)
+        self._read_attributes = dict(attributes)    # the caller may change its own copy
+        return attributes
 
     def metadata(self, n: int) -> JsonMap:
-        return self.inner.metadata(n)
+        metadata = self.inner.metadata(n)
+        self._reading(n)
+        self._read_metadata = dict(metadata)
+        return metadata
 
     def max_id(self) -> int:
         return self.inner.max_id()
