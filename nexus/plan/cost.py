@@ -101,6 +101,15 @@ class Estimator:
         count = self.predicate_count(values)
         return 0.0 if count == 0 else self.spread(count)
 
+    def link_count(self) -> float:
+        """Every link of the store (a predicate-variable clause with no end bound)."""
+        return float(self.txn.count_links())
+
+    def any_fanout(self) -> float:
+        """Average links per endpoint over all predicates (a predicate-variable clause)."""
+        count = self.link_count()
+        return 0.0 if count == 0 else self.spread(count)
+
 
 # --- choosing the executor ---------------------------------------------------------------
 

@@ -88,7 +88,25 @@ class PathAtom:
         return (self.subject, self.object)
 
 
-Atom = ConceptAtom | LinkAtom | LinkIdAtom | PathAtom
+# --- RC11 §3.4.2: predicate variables ------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class AnyLinkAtom:
+    """`?link (?s, ?p, ?o)` — one hop over any predicate; `pred` binds the predicate name
+    (held in rows as the negated symbol id, see nexus.exec.env)."""
+    link: str | None
+    subject: str
+    pred: str
+    object: str
+    pos: A.Pos | None = None
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        base = (self.subject, self.object, self.pred)
+        return base + (self.link,) if self.link else base
+
+
+Atom = ConceptAtom | LinkAtom | LinkIdAtom | PathAtom | AnyLinkAtom
 
 
 @dataclass
@@ -118,6 +136,7 @@ class Group:
 class LogicalQuery:
     root: Group
     hidden: int                         # number of hidden variables created
+    predicate_vars: frozenset[str] = frozenset()   # variables in a predicate position
 
 
 # --- the binder --------------------------------------------------------------------------
@@ -125,6 +144,7 @@ class LogicalQuery:
 class _Binder:
     def __init__(self) -> None:
         self.hidden = 0
+        self.predicate_vars: dict[str, A.Pos | None] = {}
 
     def fresh(self) -> str:
         self.hidden += 1
@@ -173,6 +193,10 @@ class _Binder:
         subject = self.term(g, m.subject, mandatory)
         obj = self.term(g, m.object, mandatory)
         pred = m.predicate
+        if isinstance(pred, A.PredicateVar):
+            self.predicate_vars.setdefault(pred.name, pred.pos)
+            g.atoms.append(AnyLinkAtom(var, subject, pred.name, obj, m.pos))
+            return var or ""
         if pred.hops is not None:
             lo, hi = pred.hops
             g.atoms.append(PathAtom(subject, pred.names[0], lo, hi, obj, m.pos))
@@ -185,7 +209,60 @@ def bind_where(where: Iterable[A.Pattern]) -> LogicalQuery:
     b = _Binder()
     root = b.group(where, "main")
     _check_filters(root, set())
-    return LogicalQuery(root, b.hidden)
+    preds = frozenset(b.predicate_vars)
+    if preds:
+        _check_predicate_vars(root, b.predicate_vars)
+    return LogicalQuery(root, b.hidden, preds)
+
+
+def _check_predicate_vars(root: Group, preds: dict[str, A.Pos | None]) -> None:
+    """KIP_1001 for a predicate variable also used as a node or link (it binds a string,
+    RC11 §3.4.2) or read through a dot path in a FILTER."""
+    stack = [root]
+    while stack:
+        g = stack.pop()
+        for atom in g.atoms:
+            element_vars = [v for v in atom.vars
+                            if not (isinstance(atom, AnyLinkAtom) and v == atom.pred)]
+            for v in element_vars:
+                if v in preds:
+                    raise predicate_var_misuse(v, atom.pos or preds[v],
+                                               "a concept or proposition in another clause")
+        for expr in g.filters:
+            check_predicate_paths(expr, preds)
+        stack += [sub for _, sub in g.nested] + list(g.unions)
+
+
+def check_predicate_paths(expr: A.Expr, preds: dict[str, A.Pos | None] | frozenset[str]
+                          ) -> None:
+    """KIP_1001 for `?p.field` where ?p is a predicate variable (a string has no fields)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, A.Path):
+            if e.segments and e.var in preds:
+                raise predicate_var_misuse(e.var, e.pos, f"?{e.var}.{'.'.join(e.segments)}")
+        elif isinstance(e, A.Aggregate):
+            stack.append(e.arg)
+        elif isinstance(e, A.Compare):
+            stack += [e.left, e.right]
+        elif isinstance(e, A.BoolOp):
+            stack += list(e.operands)
+        elif isinstance(e, A.NotOp):
+            stack.append(e.operand)
+        elif isinstance(e, A.Call):
+            stack += list(e.args)
+
+
+def predicate_var_misuse(var: str, pos: A.Pos | None, used_as: str) -> KipError:
+    return KipError(
+        ErrorCode.KIP_1001,
+        f"?{var} is a predicate variable (it binds the predicate name, a string) and is "
+        f"also used as {used_as}",
+        f"Use ?{var} itself where a string fits (FIND, FILTER(?{var} == \"treats\"), "
+        f"IN(?{var}, [...]), ORDER BY ?{var}); to read the link, name it: "
+        f"?link (?s, ?{var}, ?o) and use ?link.metadata.<key>.",
+        line=pos.line if pos else None, column=pos.column if pos else None)
 
 
 def _check_filters(g: Group, outer: set[str]) -> None:
