@@ -284,9 +284,13 @@ class Env:
                 "variable bound by an earlier clause), name the predicate "
                 "((?s, \"prefers\", ?o)), or shard the sweep per predicate, endpoint type or "
                 "domain; add LIMIT.")
+        return self.link_predicate_ids()
+
+    def link_predicate_ids(self) -> list[int]:
+        """The predicates that have links, ascending (read once per execution)."""
         if self._link_preds is None:
             self._link_preds = list(self.txn.link_predicates())
-        self.tick(len(self._link_preds) + 1)
+            self.tick(len(self._link_preds) + 1)
         return self._link_preds
 
     # --- budget ---------------------------------------------------------------------------

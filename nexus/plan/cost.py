@@ -47,12 +47,19 @@ class Estimator:
     """Cardinality guesses from store statistics, for one snapshot; `sid` resolves a type or
     predicate value (a literal or a `:param`) to its symbol id (None: never interned)."""
 
-    __slots__ = ("txn", "sid", "concepts")
+    __slots__ = ("txn", "sid", "concepts", "_link_pids")
 
     def __init__(self, txn: ReadTxn, sid: SymbolOf) -> None:
         self.txn = txn
         self.sid = sid
         self.concepts = max(1, txn.count_concepts())
+        self._link_pids: list[int] | None = None
+
+    def link_pids(self) -> list[int]:
+        """Every predicate that has links (a predicate variable expands over them all)."""
+        if self._link_pids is None:
+            self._link_pids = list(self.txn.link_predicates())
+        return self._link_pids
 
     @classmethod
     def for_planning(cls, txn: ReadTxn, resolve: Callable[[A.Value], object]) -> Estimator:
@@ -195,6 +202,15 @@ def _walk(plan: P.GroupPlan, rows: float, domain: dict[str, float], costs: Execu
                 rows *= KEEP_LINK_CHECK
             else:
                 rows *= count
+        elif isinstance(step, P.ExpandAny) and not (step.pred_bound or step.end_bound):
+            count = 0.0
+            for pid in est.link_pids():
+                links = est.txn.count_predicate(pid)
+                count += links
+                need(("L", pid), links, KEY_SCAN + (KEY_SORT if step.direction == "in" else 0.0))
+            costs.row += before * ROW_SEEK
+            d = domain.get(step.start)
+            rows = rows * (count / d if d else est.spread(count))
         elif isinstance(step, P.Filter):
             rows *= KEEP_FILTER
         elif isinstance(step, P.OptionalJoin):
