@@ -222,12 +222,12 @@ def _check_predicate_vars(root: Group, preds: dict[str, A.Pos | None]) -> None:
     while stack:
         g = stack.pop()
         for atom in g.atoms:
-            element_vars = [v for v in atom.vars
-                            if not (isinstance(atom, AnyLinkAtom) and v == atom.pred)]
+            element_vars = ([atom.subject, atom.object] + ([atom.link] if atom.link else [])
+                            if isinstance(atom, AnyLinkAtom) else list(atom.vars))
             for v in element_vars:
                 if v in preds:
                     raise predicate_var_misuse(v, atom.pos or preds[v],
-                                               "a concept or proposition in another clause")
+                                               "an element (a subject, object or link variable)")
         for expr in g.filters:
             check_predicate_paths(expr, preds)
         stack += [sub for _, sub in g.nested] + list(g.unions)
