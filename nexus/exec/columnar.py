@@ -356,7 +356,9 @@ def _v_expand_any(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
     with_link = step.link is not None
     parts = []
     total = 0
-    for pid in env.link_predicate_ids():
+    pids = (env.narrow_pids(step.narrow) if step.narrow is not None
+            else env.link_predicate_ids())
+    for pid in pids:
         links = cx.links(pid)
         if step.direction == "out":
             keys, ends, ns = links.s, links.o, links.n

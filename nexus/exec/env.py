@@ -286,6 +286,14 @@ class Env:
                 "domain; add LIMIT.")
         return self.link_predicate_ids()
 
+    def narrow_pids(self, v: A.Value) -> list[int]:
+        """The known predicate ids a narrowing value names (a string or an array of
+        strings; anything else names none), ascending — the order of a full expansion."""
+        text = self.value(v)
+        names = text if isinstance(text, list) else [text]
+        return sorted({sid for t in names if isinstance(t, str)
+                       and (sid := self.txn.symbol_id(t)) is not None})
+
     def link_predicate_ids(self) -> list[int]:
         """The predicates that have links, ascending (read once per execution)."""
         if self._link_preds is None:

@@ -8,7 +8,7 @@ Budgets: scans and walks tick the execution's deadline; path ranges are capped b
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from ..errors import ErrorCode, KipError
 from ..plan import physical as P
@@ -549,6 +549,7 @@ def _c_expand_any(step: P.ExpandAny, layout: list[str]) -> Stage:
     def expand(env: Env, rows: Rows) -> Rows:
         links = env.txn.out_links if step.direction == "out" else env.txn.in_links
         tick = env.tick
+        only = env.narrow_pids(step.narrow) if step.narrow is not None else None
         for row in rows:
             start = row[i]
             if start is None:
@@ -557,7 +558,9 @@ def _c_expand_any(step: P.ExpandAny, layout: list[str]) -> Stage:
                 p = row[pi]
                 if p is None:
                     continue
-                found = links(start, -p)
+                found: Iterable[tuple[int, int, int]] = links(start, -p)
+            elif only is not None:
+                found = (t for pid in only for t in links(start, pid))
             else:
                 found = links(start)
             want = row[ei] if ei is not None else None
@@ -589,12 +592,15 @@ def _c_scan_any_links(step: P.ScanAnyLinks, layout: list[str]) -> Stage:
     def scan(env: Env, rows: Rows) -> Rows:
         scan_links = env.txn.links_of_predicate
         tick = env.tick
+        only = env.narrow_pids(step.narrow) if step.narrow is not None else None
         for row in rows:
             if pi is not None:
                 p = row[pi]
                 if p is None:
                     continue
                 pids = [-p]
+            elif only is not None:
+                pids = only
             else:
                 pids = env.all_link_predicates()
             k = 0

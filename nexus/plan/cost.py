@@ -55,6 +55,12 @@ class Estimator:
         self.concepts = max(1, txn.count_concepts())
         self._link_pids: list[int] | None = None
 
+    def narrow_pids(self, value: A.Value) -> list[int]:
+        """The predicates a narrowing value names (`AnyLinkAtom.narrow`): a string's, or
+        none when the value is an array or unknown (an estimate, not the execution's list)."""
+        sid = self.sid(value)
+        return [sid] if sid else []
+
     def link_pids(self) -> list[int]:
         """Every predicate that has links (a predicate variable expands over them all)."""
         if self._link_pids is None:
@@ -204,7 +210,7 @@ def _walk(plan: P.GroupPlan, rows: float, domain: dict[str, float], costs: Execu
                 rows *= count
         elif isinstance(step, P.ExpandAny) and not (step.pred_bound or step.end_bound):
             count = 0.0
-            for pid in est.link_pids():
+            for pid in (est.link_pids() if step.narrow is None else est.narrow_pids(step.narrow)):
                 links = est.txn.count_predicate(pid)
                 count += links
                 need(("L", pid), links, KEY_SCAN + (KEY_SORT if step.direction == "in" else 0.0))

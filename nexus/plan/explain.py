@@ -97,12 +97,16 @@ def _describe_any(step: P.ExpandAny | P.ScanAnyLinks | P.AnyLinkFromVar) -> dict
     with `(bound)` when an earlier step bound it."""
     pred = f"?{step.pred}" + ("" if isinstance(step, P.AnyLinkFromVar) or not step.pred_bound
                               else " (bound)")
+    narrowed = not isinstance(step, P.AnyLinkFromVar) and step.narrow is not None
+    if narrowed and not isinstance(step, P.AnyLinkFromVar) and step.narrow is not None:
+        pred += f" in {_v(step.narrow)}"
     if isinstance(step, P.AnyLinkFromVar):
         return {"op": "LinkEnds", "index": "element head",
                 "detail": f"?{step.link} = (?{step.subject}, ?{step.pred}, ?{step.object})"}
     link = f" as ?{step.link}" if step.link else ""
     if isinstance(step, P.ScanAnyLinks):
         index = ("predicate-subject-object (the bound predicate)" if step.pred_bound else
+                 "predicate-subject-object (the FILTER's predicates)" if narrowed else
                  "predicate-subject-object (every predicate, capped by max_link_scan)")
         return {"op": "ScanLinks", "index": index,
                 "detail": f"?{step.subject} -[{pred}]-> ?{step.object}{link}"}
@@ -110,7 +114,8 @@ def _describe_any(step: P.ExpandAny | P.ScanAnyLinks | P.AnyLinkFromVar) -> dict
     arrow = (f"?{step.start} -[{pred}]-> ?{step.end}" if out else
              f"?{step.end} -[{pred}]-> ?{step.start}")
     index = ("subject-predicate-object" if out else "object-predicate-subject") + \
-        (" (point)" if step.pred_bound else " (every predicate of the bound end)")
+        (" (point)" if step.pred_bound else " (the FILTER's predicates)" if narrowed
+         else " (every predicate of the bound end)")
     op = ("ExpandOut" if out else "ExpandIn") + (" (check end)" if step.end_bound else "")
     return {"op": op, "index": index, "detail": arrow + link}
 

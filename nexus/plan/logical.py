@@ -16,7 +16,7 @@ logical/physical plan serves every execution of a prepared command.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from ..errors import ErrorCode, KipError
@@ -99,6 +99,10 @@ class AnyLinkAtom:
     pred: str
     object: str
     pos: A.Pos | None = None
+    # A value (a string, or an array of strings) that a FILTER of the same block requires
+    # ?p to equal (`?p == v`) or be in (`IN(?p, v)`): only those predicates are read. The
+    # FILTER still runs; this only narrows what the indexes are asked for.
+    narrow: A.Value | None = None
 
     @property
     def vars(self) -> tuple[str, ...]:
@@ -212,7 +216,44 @@ def bind_where(where: Iterable[A.Pattern]) -> LogicalQuery:
     preds = frozenset(b.predicate_vars)
     if preds:
         _check_predicate_vars(root, b.predicate_vars)
+        _narrow_predicate_vars(root)
     return LogicalQuery(root, b.hidden, preds)
+
+
+def _narrow_predicate_vars(root: Group) -> None:
+    """Give each predicate-variable clause the `narrow` value of a FILTER of its own block
+    that pins the variable: `?p == "x"` / `"x" == ?p` / `?p == :param`, or
+    `IN(?p, [...])` / `IN(?p, :param)`, alone or as a conjunct of `&&`."""
+    stack = [root]
+    while stack:
+        g = stack.pop()
+        stack += [sub for _, sub in g.nested] + list(g.unions)
+        for i, atom in enumerate(g.atoms):
+            if isinstance(atom, AnyLinkAtom):
+                value = _pinning_value(g.filters, atom.pred)
+                if value is not None:
+                    g.atoms[i] = replace(atom, narrow=value)
+
+
+def _pinning_value(filters: list[A.Expr], var: str) -> A.Value | None:
+    conjuncts = list(filters)
+    while conjuncts:
+        e = conjuncts.pop(0)
+        if isinstance(e, A.BoolOp) and e.op == "&&":
+            conjuncts += list(e.operands)
+        elif isinstance(e, A.Compare) and e.op == "==":
+            for this, other in ((e.left, e.right), (e.right, e.left)):
+                if _is_var(this, var) and isinstance(other, (A.Literal, A.Param)):
+                    return other
+        elif isinstance(e, A.Call) and e.func == "IN" and len(e.args) == 2 \
+                and _is_var(e.args[0], var) \
+                and isinstance(e.args[1], (A.Literal, A.Param, A.ArrayValue)):
+            return e.args[1]
+    return None
+
+
+def _is_var(e: A.Expr, var: str) -> bool:
+    return isinstance(e, A.Path) and e.var == var and not e.segments
 
 
 def _check_predicate_vars(root: Group, preds: dict[str, A.Pos | None]) -> None:

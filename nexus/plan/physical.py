@@ -164,6 +164,7 @@ class ExpandAny:
     end: str
     end_bound: bool
     link: str | None
+    narrow: A.Value | None = None       # only these predicates (AnyLinkAtom.narrow)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ class ScanAnyLinks:
     pred_bound: bool
     object: str
     link: str | None
+    narrow: A.Value | None = None       # only these predicates: no scan of every link
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,7 +344,7 @@ def _score(atom: Atom, bound: set[str], est: Estimator) -> tuple[int, float]:
     if isinstance(atom, AnyLinkAtom):
         if atom.link and atom.link in bound:
             return (1, 1.0)
-        narrow = 0.5 if atom.pred in bound else 1.0
+        narrow = 0.5 if atom.pred in bound or atom.narrow is not None else 1.0
         if atom.subject in bound or atom.object in bound:
             return (3, est.any_fanout() * narrow)
         return (4, est.link_count() * narrow)
@@ -410,12 +412,14 @@ def _any_link_step(atom: AnyLinkAtom, bound: set[str], est: Estimator
     if link and link in bound:
         return (AnyLinkFromVar(link, s, p, o, s not in bound, p not in bound, o not in bound),
                 [s, o, p], 1.0)
-    fan = est.any_fanout() * (0.5 if p in bound else 1.0)
+    narrowed = p in bound or atom.narrow is not None
+    narrow = None if p in bound else atom.narrow
+    fan = est.any_fanout() * (0.5 if narrowed else 1.0)
     if s in bound:
-        return (ExpandAny("out", s, p, p in bound, o, o in bound, link), [o, p] + tail,
-                fan * (0.3 if o in bound else 1.0))
+        return (ExpandAny("out", s, p, p in bound, o, o in bound, link, narrow),
+                [o, p] + tail, fan * (0.3 if o in bound else 1.0))
     if o in bound:
-        return ExpandAny("in", o, p, p in bound, s, False, link), [s, p] + tail, fan
+        return ExpandAny("in", o, p, p in bound, s, False, link, narrow), [s, p] + tail, fan
     ends = [s] if s == o else [s, o]
-    return (ScanAnyLinks(s, p, p in bound, o, link), ends + [p] + tail,
-            est.link_count() * (0.5 if p in bound else 1.0))
+    return (ScanAnyLinks(s, p, p in bound, o, link, narrow), ends + [p] + tail,
+            est.link_count() * (0.5 if narrowed else 1.0))

@@ -46,6 +46,8 @@ def test_only_an_unconstrained_clause_scans_links(kql_db, store):
     out = plan_of(nx, 'FIND(?p) WHERE { (?s, ?p, ?o) }')
     assert out == [("ScanLinks",
                     "predicate-subject-object (every predicate, capped by max_link_scan)")]
+    pinned = plan_of(nx, 'FIND(?p) WHERE { (?s, ?p, ?o) FILTER(IN(?p, ["treats"])) }')
+    assert pinned[0] == ("ScanLinks", "predicate-subject-object (the FILTER's predicates)")
 
 
 def _random_graph(nx: Nexus, n: int = 120, seed: int = 15) -> None:
@@ -75,6 +77,7 @@ def _random_graph(nx: Nexus, n: int = 120, seed: int = 15) -> None:
     'FIND(?x.name, ?p, ?y.name) WHERE { ?x {type: "N"} (?x, ?p, ?y) }',
     'FIND(?x.name, ?p, ?y.name, ?l.id) WHERE { ?x {type: "N"} ?l (?y, ?p, ?x) }',
     'FIND(?p, COUNT(?y)) WHERE { ?x {type: "N"} (?x, ?p, ?y) }',
+    'FIND(?x.name, ?p, ?y.name) WHERE { ?x {type: "N"} (?x, ?p, ?y) FILTER(IN(?p, ["c", "a"])) }',
     'FIND(?x.name, ?p) WHERE { ?x {type: "N"} OPTIONAL { (?x, ?p, ?y) } }',
     'FIND(?x.name) WHERE { ?x {type: "N"} NOT { (?x, ?p, ?y) FILTER(?p == "a") } }',
 ])
