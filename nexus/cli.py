@@ -121,6 +121,8 @@ LIMIT_FLAGS = {   # Limits field → (flag, type, help)
     "max_hops": ("--max-hops", int, "upper bound of a path range {m,n} (KIP_4002; default 20)"),
     "max_path_visits": ("--max-path-visits", int, "nodes the path walks of one query may "
                         "visit (KIP_4002; default 2000000)"),
+    "max_link_scan": ("--max-link-scan", int, "links a predicate-variable pattern "
+                      "(?s, ?p, ?o) with nothing bound may scan (KIP_4002; default 100000)"),
     "max_regex_length": ("--max-regex-length", int, "characters of a REGEX pattern "
                          "(KIP_1001; default 1000)"),
     "regex_timeout": ("--regex-timeout", float, "seconds one REGEX match may take "

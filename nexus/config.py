@@ -25,6 +25,7 @@ class Limits:
     max_rows: int = 1_000_000                  # solutions a query may produce (KIP_4002)
     max_hops: int = 20                         # upper bound of a path range {m,n}
     max_path_visits: int = 2_000_000           # nodes a path walk may visit per query
+    max_link_scan: int = 100_000               # links a (?s, ?p, ?o) with nothing bound may scan
     max_regex_length: int = 1000               # characters of a REGEX pattern
     regex_timeout: float = 0.25                # seconds per REGEX match
     max_search_limit: int = 100                # SEARCH ... LIMIT n cap

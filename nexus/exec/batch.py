@@ -177,12 +177,13 @@ class BatchSelection:
 # --- numpy passes ------------------------------------------------------------------------
 
 def _row_keys(cols: list[np.ndarray]) -> np.ndarray:
-    """One comparable key per row of `cols` (ids are below 2**31, so two pack into one
-    int64; more are compared as raw bytes)."""
+    """One comparable key per row of `cols` (ids are below 2**31 — a predicate variable's
+    negated symbol id above -2**31 — so two pack into one int64; more are compared as raw
+    bytes)."""
     if len(cols) == 1:
         return cols[0]
     if len(cols) == 2:
-        pairs: np.ndarray = (cols[0] << 32) | cols[1]
+        pairs: np.ndarray = (cols[0] << 32) | (cols[1] & 0xFFFFFFFF)
         return pairs
     stacked = np.ascontiguousarray(np.stack(cols, axis=1))
     return stacked.view(np.dtype((np.void, 8 * len(cols)))).ravel()

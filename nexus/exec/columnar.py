@@ -15,6 +15,8 @@ null (no element has id 0) — using the snapshot's column views (`nexus.store.c
 * Expand: `searchsorted` ranges over the predicate's links sorted by subject (out) or by
   object (in), then `np.repeat`; several predicates are concatenated and stably sorted back
   into row order;
+* ExpandAny (a predicate variable from a bound end): Expand over every predicate that has
+  links, the predicate column holding each link's negated symbol id;
 * LinkCheck: membership of (s << 32 | o) in the predicate's sorted pair keys;
 * ScanLinks: the predicate's arrays crossed with the incoming rows;
 * OPTIONAL / NOT: the block's plan is run over the whole batch at once with each output row
@@ -350,6 +352,41 @@ def _v_expand(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
     return _merge_parts(parts)
 
 
+def _v_expand_any(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
+                  step: P.ExpandAny, batch: Batch) -> Result | _NotVector:
+    """A predicate variable from a bound end (RC11 §3.4.2): `_v_expand` over every
+    predicate that has links, binding the predicate column (its negated symbol id) — in the
+    row path's order (per row: predicate ascending, then the index order). A bound
+    predicate or end, or a link variable already bound, runs the row stage."""
+    layout = prog.layouts[i]
+    if step.pred_bound or step.end_bound or (step.link is not None and step.link in layout):
+        return _NOT_VECTOR
+    col = batch.cols[layout.index(step.start)]
+    with_link = step.link is not None
+    parts = []
+    total = 0
+    pids = (env.narrow_pids(step.narrow) if step.narrow is not None
+            else env.link_predicate_ids())
+    for pid in pids:
+        links = cx.links(pid)
+        if step.direction == "out":
+            keys, ends, ns = links.s, links.o, links.n
+        else:
+            keys, ends, ns = links.by_object()
+        lo, counts = links.ranges(keys, col)
+        k = int(counts.sum())
+        if not k:
+            continue
+        total += k
+        _cap(total)
+        take, pos = _ranges(lo, counts, k)
+        pred = np.full(k, -pid, dtype=np.int64)
+        parts.append((take, ends[pos], pred, ns[pos]) if with_link else (take, ends[pos], pred))
+    if not parts:
+        return _empty()
+    return _merge_parts(parts)
+
+
 def _pair_lookup(links: LinkColumns, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(found mask, link id where found) of the pair keys `q` in one predicate."""
     keys = links.pair_keys()
@@ -523,6 +560,7 @@ _VECTOR: dict[type, Callable[..., Result | _NotVector]] = {
     P.Filter: _v_filter,
     P.OptionalJoin: _v_optional,
     P.AntiJoin: _v_anti,
+    P.ExpandAny: _v_expand_any,
 }
 
 

@@ -45,7 +45,8 @@ def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
 
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
-                 "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes")
+                 "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
+                 "_link_preds")
 
     def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
@@ -63,6 +64,7 @@ class Env:
         self._ticks = 0
         self._next_check = _CHECK_EVERY
         self._regexes: dict[tuple[str, str], regex.Pattern[str]] = {}
+        self._link_preds: list[int] | None = None
 
     # --- values ---------------------------------------------------------------------------
     def value(self, v: A.Value) -> Any:
@@ -183,6 +185,8 @@ class Env:
         their heads come from `known_head` (no B-tree probe)."""
         if n is None:
             return None
+        if n < 0:                       # a predicate variable: the predicate name
+            return None if segments else self.txn.symbol_text(-n)
         field = segments[0] if segments else "id"
         if field == "attributes" or field == "metadata":
             value: Any = self.attributes(n) if field == "attributes" else self.metadata(n)
@@ -210,10 +214,13 @@ class Env:
             return self.path_value(head.subject if field == "subject" else head.object, ())
         return None
 
-    def element(self, n: int | None) -> dict[str, Any] | None:
-        """The full wire object of element n (what `FIND(?x)` projects)."""
+    def element(self, n: int | None) -> dict[str, Any] | str | None:
+        """The full wire object of element n (what `FIND(?x)` projects); for a predicate
+        variable (a negated symbol id, see nexus.exec.operators) the predicate name."""
         if n is None:
             return None
+        if n < 0:
+            return self.txn.symbol_text(-n)
         head = self.txn.known_head(n)
         if head is None:
             return None
@@ -261,6 +268,38 @@ class Env:
                            "budget allows",
                            "Bind one end of the path (e.g. ?c {type: \"T\", name: \"n\"}).")
         return starts
+
+    def all_link_predicates(self) -> list[int]:
+        """Every predicate with links, for a predicate-variable clause with nothing bound:
+        `KIP_4002` when the store holds more links than `Limits.max_link_scan` (RC11
+        §3.4.2 lets engines refuse such a scan; CONTRACT §10)."""
+        cap = self.ctx.limits.max_link_scan
+        count = self.txn.count_links()
+        if count > cap:
+            raise KipError(
+                ErrorCode.KIP_4002,
+                f"The pattern (?s, ?p, ?o) has no end, predicate or type bound: it would scan "
+                f"all {count} links, over the limit of {cap}",
+                "Constrain an end (e.g. ({type: \"Person\", name: \"Alice\"}, ?p, ?o) or a "
+                "variable bound by an earlier clause), name the predicate "
+                "((?s, \"prefers\", ?o)), or shard the sweep per predicate, endpoint type or "
+                "domain; add LIMIT.")
+        return self.link_predicate_ids()
+
+    def narrow_pids(self, v: A.Value) -> list[int]:
+        """The known predicate ids a narrowing value names (a string or an array of
+        strings; anything else names none), ascending — the order of a full expansion."""
+        text = self.value(v)
+        names = text if isinstance(text, list) else [text]
+        return sorted({sid for t in names if isinstance(t, str)
+                       and (sid := self.txn.symbol_id(t)) is not None})
+
+    def link_predicate_ids(self) -> list[int]:
+        """The predicates that have links, ascending (read once per execution)."""
+        if self._link_preds is None:
+            self._link_preds = list(self.txn.link_predicates())
+            self.tick(len(self._link_preds) + 1)
+        return self._link_preds
 
     # --- budget ---------------------------------------------------------------------------
     def tick(self, work: int = 1) -> None:

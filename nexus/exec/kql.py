@@ -31,7 +31,7 @@ from ..errors import ErrorCode, KipError
 from ..plan.cost import Estimator, anchored
 from ..plan.explain import explain_plan
 from ..plan.logical import (ConceptAtom, Group, LinkIdAtom, LogicalQuery, PathAtom, bind_where,
-                            unbound)
+                            check_predicate_paths, predicate_var_misuse, unbound)
 from ..plan.physical import ConstConcept, GroupPlan, may_repeat, plan_query
 from ..syntax import ast as A
 from ..syntax import to_text
@@ -99,6 +99,8 @@ def prepare(ctx: ExecContext, find: A.Find, params: Params, *, cache: bool = Tru
         if path.var not in layout:
             where = "ORDER BY" if item not in find.items else "FIND"
             raise unbound(path.var, path.pos, where)
+        if logical.predicate_vars:
+            check_predicate_paths(A.item_path(item), logical.predicate_vars)
     unpaged = replace(find, limit=None, cursor=None)
     named_idx = tuple(i for i, v in enumerate(layout) if not v.startswith("#"))
     repeats = may_repeat(plan)
@@ -292,6 +294,9 @@ def solutions(ctx: ExecContext, where: tuple[A.Pattern, ...], variables: Sequenc
     find = A.Find(items, tuple(where))
     params = params or {}
     prep = prepare(ctx, find, params, cache=False)
+    for v in variables:
+        if v in prep.logical.predicate_vars:
+            raise predicate_var_misuse(v, None, "the statement's target (an element)")
     env = Env(ctx, params)
     env.check_mandatory(prep.mandatory)
     key_idx = tuple(prep.layout.index(v) for v in variables)

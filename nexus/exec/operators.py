@@ -8,7 +8,7 @@ Budgets: scans and walks tick the execution's deadline; path ranges are capped b
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from ..errors import ErrorCode, KipError
 from ..plan import physical as P
@@ -156,6 +156,18 @@ def _binds(step: P.Step, layout: list[str]) -> list[str]:
         return [step.subject] if step.subject == step.object else [step.subject, step.object]
     if isinstance(step, P.OptionalJoin):
         return [step.plan.out_layout[i] for i in step.exports]
+    if isinstance(step, P.ExpandAny):
+        return (([] if step.end_bound else [step.end]) + ([] if step.pred_bound else [step.pred])
+                + ([step.link] if step.link else []))
+    if isinstance(step, P.ScanAnyLinks):
+        ends = [step.subject] if step.subject == step.object else [step.subject, step.object]
+        return (ends + ([] if step.pred_bound else [step.pred])
+                + ([step.link] if step.link else []))
+    if isinstance(step, P.AnyLinkFromVar):
+        out = [step.subject] if step.bind_subject else []
+        if step.bind_object and step.object not in out:
+            out.append(step.object)
+        return out + ([step.pred] if step.bind_pred else [])
     return []
 
 
@@ -537,6 +549,128 @@ def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
     return run
 
 
+# --- RC11 §3.4.2: predicate variables ------------------------------------------------------
+# A predicate variable's row value is its symbol id negated (element ids are positive, 0 is
+# null in columns): unification and deduplication compare integers, and `Env.path_value` /
+# `Env.element` turn it into the predicate name.
+
+def _c_expand_any(step: P.ExpandAny, layout: list[str]) -> Stage:
+    i = layout.index(step.start)
+    pi = layout.index(step.pred) if step.pred_bound else None
+    ei = layout.index(step.end) if step.end_bound else None
+    new_pred = pi is None
+    with_link = step.link is not None
+
+    def expand(env: Env, rows: Rows) -> Rows:
+        links = env.txn.out_links if step.direction == "out" else env.txn.in_links
+        tick = env.tick
+        only = env.narrow_pids(step.narrow) if step.narrow is not None else None
+        for row in rows:
+            start = row[i]
+            if start is None:
+                continue
+            if pi is not None:
+                p = row[pi]
+                if p is None:
+                    continue
+                found: Iterable[tuple[int, int, int]] = links(start, -p)
+            elif only is not None:
+                found = (t for pid in only for t in links(start, pid))
+            else:
+                found = links(start)
+            want = row[ei] if ei is not None else None
+            k = 0
+            for pid, end, link in found:
+                k += 1
+                if not k & 1023:
+                    tick(1024)
+                if ei is not None:
+                    if end != want:
+                        continue
+                    tail: Row = ()
+                else:
+                    tail = (end,)
+                if new_pred:
+                    tail += (-pid,)
+                if with_link:
+                    tail += (link,)
+                yield row + tail
+            tick((k & 1023) + 1)
+    return expand
+
+
+def _c_scan_any_links(step: P.ScanAnyLinks, layout: list[str]) -> Stage:
+    pi = layout.index(step.pred) if step.pred_bound else None
+    same = step.subject == step.object
+    with_link = step.link is not None
+
+    def scan(env: Env, rows: Rows) -> Rows:
+        scan_links = env.txn.links_of_predicate
+        tick = env.tick
+        only = env.narrow_pids(step.narrow) if step.narrow is not None else None
+        for row in rows:
+            if pi is not None:
+                p = row[pi]
+                if p is None:
+                    continue
+                pids = [-p]
+            elif only is not None:
+                pids = only
+            else:
+                pids = env.all_link_predicates()
+            k = 0
+            for pid in pids:
+                for s, o, link in scan_links(pid):
+                    k += 1
+                    if not k & 1023:
+                        tick(1024)
+                    if same:
+                        if s != o:
+                            continue
+                        out = row + (s,)
+                    else:
+                        out = row + (s, o)
+                    if pi is None:
+                        out += (-pid,)
+                    yield out + (link,) if with_link else out
+            tick((k & 1023) + 1)
+    return scan
+
+
+def _c_any_link_from_var(step: P.AnyLinkFromVar, layout: list[str]) -> Stage:
+    li = layout.index(step.link)
+    si = None if step.bind_subject else layout.index(step.subject)
+    oi = None if step.bind_object else layout.index(step.object)
+    pi = None if step.bind_pred else layout.index(step.pred)
+    same_new = step.bind_subject and step.bind_object and step.subject == step.object
+
+    def bind(env: Env, rows: Rows) -> Rows:
+        head = env.txn.known_head
+        for row in rows:
+            n = row[li]
+            h = head(n) if n is not None and n > 0 else None
+            if type(h) is not LinkHead:
+                continue
+            if pi is not None and row[pi] != -h.predicate_id:
+                continue
+            if si is not None and row[si] != h.subject:
+                continue
+            if oi is not None and row[oi] != h.object:
+                continue
+            out = row
+            if same_new:
+                if h.subject != h.object:
+                    continue
+                out = out + (h.subject,)
+            else:
+                if step.bind_subject:
+                    out = out + (h.subject,)
+                if step.bind_object:
+                    out = out + (h.object,)
+            yield out + (-h.predicate_id,) if step.bind_pred else out
+    return bind
+
+
 # Dispatch by the step's class (each compiler takes that class of step).
 _COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
     P.ConstConcept: _c_const_concept,
@@ -553,4 +687,7 @@ _COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
     P.Filter: _c_filter,
     P.OptionalJoin: _c_optional,
     P.AntiJoin: _c_anti,
+    P.ExpandAny: _c_expand_any,
+    P.ScanAnyLinks: _c_scan_any_links,
+    P.AnyLinkFromVar: _c_any_link_from_var,
 }

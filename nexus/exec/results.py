@@ -220,7 +220,10 @@ class Aggregator:
         self._agg_fns: list[tuple[A.Aggregate, Callable[[Row], Any]]] = []
         for item in items:
             if isinstance(item, A.Aggregate):
-                self._agg_fns.append((item, self._value_fn(layout, item.arg)))
+                fn = self._value_fn(layout, item.arg)
+                if item.func != "COUNT" and not item.arg.segments:
+                    fn = self._named(fn)
+                self._agg_fns.append((item, fn))
             else:
                 self._key_fns.append((item, self._value_fn(layout, item),
                                       layout.index(item.var)))
@@ -239,6 +242,16 @@ class Aggregator:
         if not segs:
             return lambda row: row[i]        # identity (COUNT(?x) counts bound solutions)
         return lambda row: env.path_value(row[i], segs)
+
+    def _named(self, fn: Callable[[Row], Any]) -> Callable[[Row], Any]:
+        """MIN/MAX/SUM/AVG of a bare predicate variable (RC11 §3.4.2) see its name (a row
+        holds the negated symbol id); element identities are passed as they are."""
+        env = self.env
+
+        def value(row: Row) -> Any:
+            v = fn(row)
+            return env.path_value(v, ()) if v is not None and v < 0 else v
+        return value
 
     def add(self, row: Row) -> None:
         """Phase 1: accumulate by the identities of the key variables (cheap integer keys);

@@ -217,6 +217,7 @@ class _Statement:
             assert isinstance(head, LinkHead)
             return n, self.txn.symbol_text(head.predicate_id)
         subject = self.resolve(match.subject)
+        assert isinstance(match.predicate, A.Predicate)     # the parser refused a ?variable
         predicate = literal(match.predicate.names[0])
         pid = self.schema.predicate(predicate, match.predicate.pos or match.pos)
         obj = self.resolve(match.object)

@@ -218,6 +218,11 @@ class AsOfTxn:
         return heapq.merge((r for r in self.base.links_of_predicate(predicate_id)
                             if not moved(r[2])), self._index().by_pred.get(predicate_id, []))
 
+    def link_predicates(self) -> Iterator[int]:
+        mine = self._index().by_pred
+        return iter(sorted(set(self.base.link_predicates()) | {p for p, rows in mine.items()
+                                                              if rows}))
+
     # --- statistics ----------------------------------------------------------------------------
     def _delta(self) -> dict[str, dict[int, int]]:
         """Count corrections: minus the moved elements as they are now, plus as they were."""

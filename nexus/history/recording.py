@@ -291,6 +291,9 @@ class RecordingTxn:
     def links_of_predicate(self, predicate_id: int) -> Iterator[tuple[int, int, int]]:
         return self.inner.links_of_predicate(predicate_id)
 
+    def link_predicates(self) -> Iterator[int]:
+        return self.inner.link_predicates()
+
     def count_type(self, type_id: int) -> int:
         return self.inner.count_type(type_id)
 

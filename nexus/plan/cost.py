@@ -47,12 +47,25 @@ class Estimator:
     """Cardinality guesses from store statistics, for one snapshot; `sid` resolves a type or
     predicate value (a literal or a `:param`) to its symbol id (None: never interned)."""
 
-    __slots__ = ("txn", "sid", "concepts")
+    __slots__ = ("txn", "sid", "concepts", "_link_pids")
 
     def __init__(self, txn: ReadTxn, sid: SymbolOf) -> None:
         self.txn = txn
         self.sid = sid
         self.concepts = max(1, txn.count_concepts())
+        self._link_pids: list[int] | None = None
+
+    def narrow_pids(self, value: A.Value) -> list[int]:
+        """The predicates a narrowing value names (`AnyLinkAtom.narrow`): a string's, or
+        none when the value is an array or unknown (an estimate, not the execution's list)."""
+        sid = self.sid(value)
+        return [sid] if sid else []
+
+    def link_pids(self) -> list[int]:
+        """Every predicate that has links (a predicate variable expands over them all)."""
+        if self._link_pids is None:
+            self._link_pids = list(self.txn.link_predicates())
+        return self._link_pids
 
     @classmethod
     def for_planning(cls, txn: ReadTxn, resolve: Callable[[A.Value], object]) -> Estimator:
@@ -99,6 +112,15 @@ class Estimator:
     def fanout(self, values: tuple[A.Value, ...]) -> float:
         """Average links per endpoint of the predicates (0 when they have no links)."""
         count = self.predicate_count(values)
+        return 0.0 if count == 0 else self.spread(count)
+
+    def link_count(self) -> float:
+        """Every link of the store (a predicate-variable clause with no end bound)."""
+        return float(self.txn.count_links())
+
+    def any_fanout(self) -> float:
+        """Average links per endpoint over all predicates (a predicate-variable clause)."""
+        count = self.link_count()
         return 0.0 if count == 0 else self.spread(count)
 
 
@@ -190,6 +212,15 @@ def _walk(plan: P.GroupPlan, rows: float, domain: dict[str, float], costs: Execu
                 rows *= KEEP_LINK_CHECK
             else:
                 rows *= count
+        elif isinstance(step, P.ExpandAny) and not (step.pred_bound or step.end_bound):
+            count = 0.0
+            for pid in (est.link_pids() if step.narrow is None else est.narrow_pids(step.narrow)):
+                links = est.txn.count_predicate(pid)
+                count += links
+                need(("L", pid), links, KEY_SCAN + (KEY_SORT if step.direction == "in" else 0.0))
+            costs.row += before * ROW_SEEK
+            d = domain.get(step.start)
+            rows = rows * (count / d if d else est.spread(count))
         elif isinstance(step, P.Filter):
             rows *= KEEP_FILTER
         elif isinstance(step, P.OptionalJoin):

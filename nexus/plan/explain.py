@@ -81,6 +81,8 @@ def describe_step(step: P.Step) -> dict[str, Any]:
         return {"op": "PathScan", "index": "predicate-object-subject + breadth-first",
                 "detail": f"?{step.subject} -[{_v(step.predicate)}"
                           f"{_range(step.lo, step.hi)}]-> ?{step.object}"}
+    if isinstance(step, (P.ExpandAny, P.ScanAnyLinks, P.AnyLinkFromVar)):
+        return _describe_any(step)
     if isinstance(step, P.Filter):
         return {"op": "Filter", "index": None, "detail": expr_text(step.expr)}
     if isinstance(step, P.OptionalJoin):
@@ -88,6 +90,34 @@ def describe_step(step: P.Step) -> dict[str, Any]:
     if isinstance(step, P.AntiJoin):
         return {"op": "Not", "index": None, "detail": "anti join (drop rows that match)"}
     raise TypeError(step)  # pragma: no cover
+
+
+def _describe_any(step: P.ExpandAny | P.ScanAnyLinks | P.AnyLinkFromVar) -> dict[str, Any]:
+    """A predicate-variable clause (RC11 §3.4.2): `?p` shown in the predicate position,
+    with `(bound)` when an earlier step bound it."""
+    pred = f"?{step.pred}" + ("" if isinstance(step, P.AnyLinkFromVar) or not step.pred_bound
+                              else " (bound)")
+    narrowed = not isinstance(step, P.AnyLinkFromVar) and step.narrow is not None
+    if narrowed and not isinstance(step, P.AnyLinkFromVar) and step.narrow is not None:
+        pred += f" in {_v(step.narrow)}"
+    if isinstance(step, P.AnyLinkFromVar):
+        return {"op": "LinkEnds", "index": "element head",
+                "detail": f"?{step.link} = (?{step.subject}, ?{step.pred}, ?{step.object})"}
+    link = f" as ?{step.link}" if step.link else ""
+    if isinstance(step, P.ScanAnyLinks):
+        index = ("predicate-subject-object (the bound predicate)" if step.pred_bound else
+                 "predicate-subject-object (the FILTER's predicates)" if narrowed else
+                 "predicate-subject-object (every predicate, capped by max_link_scan)")
+        return {"op": "ScanLinks", "index": index,
+                "detail": f"?{step.subject} -[{pred}]-> ?{step.object}{link}"}
+    out = step.direction == "out"
+    arrow = (f"?{step.start} -[{pred}]-> ?{step.end}" if out else
+             f"?{step.end} -[{pred}]-> ?{step.start}")
+    index = ("subject-predicate-object" if out else "object-predicate-subject") + \
+        (" (point)" if step.pred_bound else " (the FILTER's predicates)" if narrowed
+         else " (every predicate of the bound end)")
+    op = ("ExpandOut" if out else "ExpandIn") + (" (check end)" if step.end_bound else "")
+    return {"op": op, "index": index, "detail": arrow + link}
 
 
 def plan_json(plan: P.GroupPlan) -> dict[str, Any]:

@@ -18,7 +18,7 @@ logical/physical plan serves every execution of a prepared command.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from ..errors import ErrorCode, KipError
@@ -90,7 +90,29 @@ class PathAtom:
         return (self.subject, self.object)
 
 
-Atom = ConceptAtom | LinkAtom | LinkIdAtom | PathAtom
+# --- RC11 §3.4.2: predicate variables ------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class AnyLinkAtom:
+    """`?link (?s, ?p, ?o)` — one hop over any predicate; `pred` binds the predicate name
+    (held in rows as the negated symbol id, see nexus.exec.env)."""
+    link: str | None
+    subject: str
+    pred: str
+    object: str
+    pos: A.Pos | None = None
+    # A value (a string, or an array of strings) that a FILTER of the same block requires
+    # ?p to equal (`?p == v`) or be in (`IN(?p, v)`): only those predicates are read. The
+    # FILTER still runs; this only narrows what the indexes are asked for.
+    narrow: A.Value | None = None
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        base = (self.subject, self.object, self.pred)
+        return base + (self.link,) if self.link else base
+
+
+Atom = ConceptAtom | LinkAtom | LinkIdAtom | PathAtom | AnyLinkAtom
 
 
 @dataclass
@@ -125,6 +147,7 @@ class Group:
 class LogicalQuery:
     root: Group
     hidden: int                         # number of hidden variables created
+    predicate_vars: frozenset[str] = frozenset()   # variables in a predicate position
 
 
 # --- the binder --------------------------------------------------------------------------
@@ -132,6 +155,7 @@ class LogicalQuery:
 class _Binder:
     def __init__(self) -> None:
         self.hidden = 0
+        self.predicate_vars: dict[str, A.Pos | None] = {}
 
     def fresh(self) -> str:
         self.hidden += 1
@@ -204,6 +228,10 @@ class _Binder:
         subject = self.term(g, m.subject, mandatory)
         obj = self.term(g, m.object, mandatory)
         pred = m.predicate
+        if isinstance(pred, A.PredicateVar):
+            self.predicate_vars.setdefault(pred.name, pred.pos)
+            g.atoms.append(AnyLinkAtom(var, subject, pred.name, obj, m.pos))
+            return var or ""
         if pred.hops is not None:
             lo, hi = pred.hops
             g.atoms.append(PathAtom(subject, pred.names[0], lo, hi, obj, m.pos))
@@ -228,7 +256,97 @@ def bind_where(where: Iterable[A.Pattern]) -> LogicalQuery:
     b = _Binder()
     root = b.group(where, "main")
     _check_filters(root, set())
-    return LogicalQuery(root, b.hidden)
+    preds = frozenset(b.predicate_vars)
+    if preds:
+        _check_predicate_vars(root, b.predicate_vars)
+        _narrow_predicate_vars(root)
+    return LogicalQuery(root, b.hidden, preds)
+
+
+def _narrow_predicate_vars(root: Group) -> None:
+    """Give each predicate-variable clause the `narrow` value of a FILTER of its own block
+    that pins the variable: `?p == "x"` / `"x" == ?p` / `?p == :param`, or
+    `IN(?p, [...])` / `IN(?p, :param)`, alone or as a conjunct of `&&`."""
+    stack = [root]
+    while stack:
+        g = stack.pop()
+        stack += [sub for _, sub in g.nested] + list(g.unions)
+        for i, atom in enumerate(g.atoms):
+            if isinstance(atom, AnyLinkAtom):
+                value = _pinning_value(g.filters, atom.pred)
+                if value is not None:
+                    g.atoms[i] = replace(atom, narrow=value)
+
+
+def _pinning_value(filters: list[A.Expr], var: str) -> A.Value | None:
+    conjuncts = list(filters)
+    while conjuncts:
+        e = conjuncts.pop(0)
+        if isinstance(e, A.BoolOp) and e.op == "&&":
+            conjuncts += list(e.operands)
+        elif isinstance(e, A.Compare) and e.op == "==":
+            for this, other in ((e.left, e.right), (e.right, e.left)):
+                if _is_var(this, var) and isinstance(other, (A.Literal, A.Param)):
+                    return other
+        elif isinstance(e, A.Call) and e.func == "IN" and len(e.args) == 2 \
+                and _is_var(e.args[0], var) \
+                and isinstance(e.args[1], (A.Literal, A.Param, A.ArrayValue)):
+            return e.args[1]
+    return None
+
+
+def _is_var(e: A.Expr, var: str) -> bool:
+    return isinstance(e, A.Path) and e.var == var and not e.segments
+
+
+def _check_predicate_vars(root: Group, preds: dict[str, A.Pos | None]) -> None:
+    """KIP_1001 for a predicate variable also used as a node or link (it binds a string,
+    RC11 §3.4.2) or read through a dot path in a FILTER."""
+    stack = [root]
+    while stack:
+        g = stack.pop()
+        for atom in g.atoms:
+            element_vars = ([atom.subject, atom.object] + ([atom.link] if atom.link else [])
+                            if isinstance(atom, AnyLinkAtom) else list(atom.vars))
+            for v in element_vars:
+                if v in preds:
+                    raise predicate_var_misuse(v, atom.pos or preds[v],
+                                               "an element (a subject, object or link variable)")
+        for expr in g.filters:
+            check_predicate_paths(expr, preds)
+        stack += [sub for _, sub in g.nested] + list(g.unions)
+
+
+def check_predicate_paths(expr: A.Expr, preds: dict[str, A.Pos | None] | frozenset[str]
+                          ) -> None:
+    """KIP_1001 for `?p.field` where ?p is a predicate variable (a string has no fields)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, A.Path):
+            if e.segments and e.var in preds:
+                raise predicate_var_misuse(e.var, e.pos, f"?{e.var}.{'.'.join(e.segments)}")
+        elif isinstance(e, A.Aggregate):
+            stack.append(e.arg)
+        elif isinstance(e, A.Compare):
+            stack += [e.left, e.right]
+        elif isinstance(e, A.BoolOp):
+            stack += list(e.operands)
+        elif isinstance(e, A.NotOp):
+            stack.append(e.operand)
+        elif isinstance(e, A.Call):
+            stack += list(e.args)
+
+
+def predicate_var_misuse(var: str, pos: A.Pos | None, used_as: str) -> KipError:
+    return KipError(
+        ErrorCode.KIP_1001,
+        f"?{var} is a predicate variable (it binds the predicate name, a string) and is "
+        f"also used as {used_as}",
+        f"Use ?{var} itself where a string fits (FIND, FILTER(?{var} == \"treats\"), "
+        f"IN(?{var}, [...]), ORDER BY ?{var}); to read the link, name it: "
+        f"?link (?s, ?{var}, ?o) and use ?link.metadata.<key>.",
+        line=pos.line if pos else None, column=pos.column if pos else None)
 
 
 def _check_filters(g: Group, outer: set[str]) -> None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol, Union
 
 from ..syntax import ast as A
-from .logical import (Atom, ConceptAtom, Group, LinkAtom, LinkIdAtom, LogicalQuery, PathAtom,
-                      expr_vars)
+from .logical import (AnyLinkAtom, Atom, ConceptAtom, Group, LinkAtom, LinkIdAtom, LogicalQuery,
+                      PathAtom, expr_vars)
 
 class Estimator(Protocol):
     """The cardinalities the planner asks of the cost model (`nexus.plan.cost.Estimator`,
@@ -29,6 +29,8 @@ class Estimator(Protocol):
     def type_count(self, value: A.Value | None) -> float: ...
     def predicate_count(self, values: tuple[A.Value, ...]) -> float: ...
     def fanout(self, values: tuple[A.Value, ...]) -> float: ...
+    def link_count(self) -> float: ...
+    def any_fanout(self) -> float: ...
 
 
 # --- physical steps ----------------------------------------------------------------------
@@ -147,8 +149,51 @@ class AntiJoin:
     correlated: bool = True         # False: same answer for every outer row
 
 
+# --- RC11 §3.4.2: predicate variables (`pred` holds the predicate; see AnyLinkAtom) ------
+
+@dataclass(frozen=True, slots=True)
+class ExpandAny:
+    """Follow the links of every predicate from the bound `start` ('out': start is the
+    subject; one prefix range of the s-p-o / o-p-s index) — or of the predicate `pred`
+    holds when it is already bound. Binds (or checks, when bound) `end`, binds `pred` when
+    new, and the link variable, if named."""
+    direction: str
+    start: str
+    pred: str
+    pred_bound: bool
+    end: str
+    end_bound: bool
+    link: str | None
+    narrow: A.Value | None = None       # only these predicates (AnyLinkAtom.narrow)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanAnyLinks:
+    """Neither end bound: the links of the predicate `pred` holds (bound), or of every
+    predicate — refused past `Limits.max_link_scan` links (KIP_4002)."""
+    subject: str
+    pred: str
+    pred_bound: bool
+    object: str
+    link: str | None
+    narrow: A.Value | None = None       # only these predicates: no scan of every link
+
+
+@dataclass(frozen=True, slots=True)
+class AnyLinkFromVar:
+    """The link variable is bound: read its head, bind or check its ends and predicate."""
+    link: str
+    subject: str
+    pred: str
+    object: str
+    bind_subject: bool
+    bind_pred: bool
+    bind_object: bool
+
+
 Step = Union[ConstConcept, ScanType, ScanName, CheckConcept, Expand, LinkCheck, ScanLinks,
-             LinkFromVar, LinkById, PathWalk, PathScan, Filter, OptionalJoin, AntiJoin]
+             LinkFromVar, LinkById, PathWalk, PathScan, Filter, OptionalJoin, AntiJoin,
+             ExpandAny, ScanAnyLinks, AnyLinkFromVar]
 
 
 @dataclass
@@ -310,6 +355,13 @@ def _score(atom: Atom, bound: set[str], est: Estimator) -> tuple[int, float]:
         if atom.subject in bound or atom.object in bound:
             return (3, est.fanout(atom.predicates))
         return (4, est.predicate_count(atom.predicates))
+    if isinstance(atom, AnyLinkAtom):
+        if atom.link and atom.link in bound:
+            return (1, 1.0)
+        narrow = 0.5 if atom.pred in bound or atom.narrow is not None else 1.0
+        if atom.subject in bound or atom.object in bound:
+            return (3, est.any_fanout() * narrow)
+        return (4, est.link_count() * narrow)
     if isinstance(atom, PathAtom):
         hops = atom.hi if atom.hi is not None else 8
         if atom.subject in bound or atom.object in bound:
@@ -347,6 +399,8 @@ def _step_for(atom: Atom, bound: set[str], est: Estimator) -> tuple[Step, list[s
         new = [s] if s == o else [s, o]
         return (ScanLinks(s, atom.predicates, o, link), new + ([link] if link else []),
                 est.predicate_count(atom.predicates))
+    if isinstance(atom, AnyLinkAtom):
+        return _any_link_step(atom, bound, est)
     if isinstance(atom, PathAtom):
         s, o = atom.subject, atom.object
         fan = est.fanout((atom.predicate,)) * 2
@@ -360,3 +414,26 @@ def _step_for(atom: Atom, bound: set[str], est: Estimator) -> tuple[Step, list[s
         return (PathScan(s, atom.predicate, atom.lo, atom.hi, o), new,
                 est.predicate_count((atom.predicate,)) * 2)
     raise TypeError(atom)  # pragma: no cover
+
+
+def _any_link_step(atom: AnyLinkAtom, bound: set[str], est: Estimator
+                   ) -> tuple[Step, list[str], float]:
+    """A predicate-variable clause on the link indexes: from a bound end (or the bound
+    link) it never scans more than that element's links; only a clause with nothing bound
+    scans the link table (capped at execution)."""
+    s, o, p, link = atom.subject, atom.object, atom.pred, atom.link
+    tail = [link] if link else []
+    if link and link in bound:
+        return (AnyLinkFromVar(link, s, p, o, s not in bound, p not in bound, o not in bound),
+                [s, o, p], 1.0)
+    narrowed = p in bound or atom.narrow is not None
+    narrow = None if p in bound else atom.narrow
+    fan = est.any_fanout() * (0.5 if narrowed else 1.0)
+    if s in bound:
+        return (ExpandAny("out", s, p, p in bound, o, o in bound, link, narrow),
+                [o, p] + tail, fan * (0.3 if o in bound else 1.0))
+    if o in bound:
+        return ExpandAny("in", o, p, p in bound, s, False, link, narrow), [s, p] + tail, fan
+    ends = [s] if s == o else [s, o]
+    return (ScanAnyLinks(s, p, p in bound, o, link, narrow), ends + [p] + tail,
+            est.link_count() * (0.5 if narrowed else 1.0))

@@ -291,6 +291,17 @@ class GraphReadTxn(Generic[Db]):
         keys = self._keys(self.tables.pso, prefix)
         return map(TAIL_SON, takewhile(methodcaller("startswith", prefix), keys))
 
+    def link_predicates(self) -> Iterator[int]:
+        db = self.tables.pso
+        pid = 0
+        while pid < 1 << 32:
+            k = next(self._keys(db, pack_sid(pid)), None)
+            if k is None:
+                return
+            pid = int.from_bytes(k[:4], "big")
+            yield pid
+            pid += 1
+
     # --- statistics ----------------------------------------------------------------------
     def _stat(self, key: bytes) -> int:
         return decode_count(self._get(key, None, self.tables.stats))

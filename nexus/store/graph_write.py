@@ -189,6 +189,10 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         self._flush_links()
         return super().links_of_predicate(predicate_id)
 
+    def link_predicates(self) -> Iterator[int]:
+        self._flush_links()
+        return super().link_predicates()
+
     def _stat(self, key: bytes) -> int:
         return super()._stat(key) + self._dstats.get(key, 0)
 

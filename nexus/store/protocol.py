@@ -162,6 +162,12 @@ class ReadTxn(Protocol):
         """(subject, object, link) for every link with this predicate, in that tuple order
         (index p-s-o-n)."""
         ...
+    def link_predicates(self) -> Iterator[int]:
+        """The predicate ids that have links, ascending (index p-s-o-n, one seek per
+        predicate): with `links_of_predicate`, every link without a scan of every element
+        (a predicate-variable pattern with neither end bound). A view may also yield a
+        predicate whose links it hides; it never omits one that has a visible link."""
+        ...
 
     # --- statistics (exact, maintained on write) -----------------------------------------
     def count_type(self, type_id: int) -> int: ...

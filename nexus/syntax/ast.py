@@ -162,11 +162,20 @@ class Predicate:
     pos: Pos | None = _pos()
 
 
+# --- RC11 §3.4.2: predicate variables ------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class PredicateVar:
+    """`?p` in the predicate position: binds the predicate name (a string) of each match."""
+    name: str
+    pos: Pos | None = _pos()
+
+
 @dataclass(frozen=True, slots=True)
 class PropositionMatch:
     """`(subject, predicate, object)`."""
     subject: "Term"
-    predicate: Predicate
+    predicate: Predicate | PredicateVar
     object: "Term"
     pos: Pos | None = _pos()
 

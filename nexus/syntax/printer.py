@@ -110,7 +110,9 @@ class _Printer:
                  (("id", m.id), ("type", m.type), ("name", m.name)) if v is not None]
         return "{" + ", ".join(parts) + "}"
 
-    def predicate(self, p: A.Predicate) -> str:
+    def predicate(self, p: A.Predicate | A.PredicateVar) -> str:
+        if isinstance(p, A.PredicateVar):
+            return f"?{p.name}"
         names = " | ".join(self.value(n) for n in p.names)
         if p.hops is None:
             return names

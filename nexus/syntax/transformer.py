@@ -369,7 +369,8 @@ class KipTransformer(Transformer[Token, A.Command]):
             if segments:
                 raise fail(children[0], f"A clause binds a plain variable, not {children[0]}",
                            f"Write ?{var} (...) and use dot paths in FIND/FILTER.")
-        if var is not None and isinstance(match, A.PropositionMatch) and match.predicate.hops:
+        if var is not None and isinstance(match, A.PropositionMatch) \
+                and isinstance(match.predicate, A.Predicate) and match.predicate.hops:
             raise fail(children[0], f"A path pattern cannot bind a link variable (?{var})",
                        "A {m,n} path may cross several links; drop the variable, or match "
                        "one hop to bind the link.")
@@ -412,7 +413,7 @@ class KipTransformer(Transformer[Token, A.Command]):
 
     def triple(self, meta: Meta, children: Children) -> A.PropositionMatch:
         subject: A.Term = children[0]
-        predicate: A.Predicate = children[1]
+        predicate: A.Predicate | A.PredicateVar = children[1]
         obj: A.Term = children[2]
         return A.PropositionMatch(subject, predicate, obj, _pos(meta))
 
@@ -428,11 +429,26 @@ class KipTransformer(Transformer[Token, A.Command]):
                        f"Write ?{var} here and use {tok} in FIND or FILTER.")
         return A.VarTerm(var, _tpos(tok))
 
-    def predicate_alternatives(self, meta: Meta, children: Children) -> A.Predicate:
+    def predicate_alternatives(self, meta: Meta, children: Children
+                               ) -> A.Predicate | A.PredicateVar:
+        if len(children) == 1 and children[0].type == "VAR":
+            return _predicate_var(children[0])
+        for t in children:
+            if t.type == "VAR":
+                raise fail(t, f"A predicate variable cannot be one of several alternatives "
+                           f"({t} among {len(children)})",
+                           f"Alternatives are literal predicates (\"a\" | \"b\"). Bind "
+                           f"{t} alone, (?s, {t}, ?o), and narrow it with "
+                           f"FILTER(IN({t}, [\"a\", \"b\"])).")
         names = tuple(token_value(t, A.EXPECT_STRING, "a predicate") for t in children)
         return A.Predicate(names, None, _pos(meta))
 
     def predicate_path(self, meta: Meta, children: Children) -> A.Predicate:
+        if children[0].type == "VAR":
+            raise fail(children[0], f"A predicate variable cannot carry a path range "
+                       f"({children[0]}{{...}})",
+                       "Path ranges {m,n} apply to literal predicates only, e.g. "
+                       "(?a, \"follows\"{1,3}, ?b); a predicate variable matches one hop.")
         name = token_value(children[0], A.EXPECT_STRING, "a predicate")
         hops: Hops = children[1]
         return A.Predicate((name,), hops, _pos(meta))
@@ -893,6 +909,15 @@ def _map_slot(value: A.Value, what: str) -> A.Value:
     return slot(value, A.EXPECT_OBJECT, what)
 
 
+def _predicate_var(tok: Token) -> A.PredicateVar:
+    """`?p` in the predicate position (RC11 §3.4.2): a plain variable."""
+    var, segments = split_var(tok)
+    if segments:
+        raise fail(tok, f"A predicate variable is a plain variable, not a dot path ({tok})",
+                   f"Write ?{var} in the predicate position; it binds the predicate name.")
+    return A.PredicateVar(var, _tpos(tok))
+
+
 def _check_kml_term(term: A.Term) -> A.Term:
     """KML references name one element: {type, name} or {id}, one predicate, no paths."""
     if isinstance(term, A.ConceptMatch):
@@ -903,6 +928,11 @@ def _check_kml_term(term: A.Term) -> A.Term:
                        "its name, or its id.")
     elif isinstance(term, A.PropositionMatch):
         predicate = term.predicate
+        if isinstance(predicate, A.PredicateVar):
+            raise fail(predicate.pos, f"A proposition in KML names its predicate, not a "
+                       f"variable (?{predicate.name})",
+                       "Write the predicate as a string, e.g. (?a, \"treats\", ?b); "
+                       "predicate variables are for FIND, UPDATE, DELETE and EXPORT patterns.")
         if predicate.hops is not None or len(predicate.names) != 1:
             raise fail(predicate.pos, "A proposition in KML names exactly one predicate",
                        "Path ranges {m,n} and alternatives \"a\" | \"b\" are only allowed "

@@ -39,6 +39,7 @@ CASES = {
     "max_hops": (2, _request('FIND(?a, ?b) WHERE { (?a, "treats"{1,3}, ?b) }'), "KIP_4002", 400),
     "max_path_visits": (3, _request('FIND(?a, ?b) WHERE { (?a, "belongs_to_domain"{0,5}, ?b) }'),
                         "KIP_4002", 400),
+    "max_link_scan": (3, _request('FIND(?p) WHERE { (?s, ?p, ?o) } LIMIT 5'), "KIP_4002", 400),
     "max_regex_length": (5, _request('FIND(?d) WHERE { ?d {type: "Drug"} '
                                      'FILTER(REGEX(?d.name, "Aspirin|Ibuprofen")) }'),
                          "KIP_1001", 400),
@@ -93,7 +94,7 @@ def test_limits_are_a_dataclass_the_table_covers():
 
 # Limits that do not get in each other's way, one server each.
 SERVERS = (("query_timeout", "regex_timeout", "max_search_limit", "max_batch", "max_hops",
-            "max_path_visits"),
+            "max_path_visits", "max_link_scan"),
            ("max_command_bytes", "max_nesting", "max_rows", "max_regex_length",
             "max_search_chars", "max_result_bytes"))
 

@@ -28,6 +28,7 @@ def test_empty_store(store):
         assert list(r.concepts_of_type(1)) == []
         assert list(r.out_links(1)) == [] and list(r.in_links(1)) == []
         assert list(r.links_of_predicate(1)) == []
+        assert list(r.link_predicates()) == []
 
 
 def test_heads(graph):
@@ -116,6 +117,19 @@ def test_link_indexes(graph):
             (g.aspirin, g.headache, g.l1), (g.aspirin, g.fever, g.l2),
             (g.ibu, g.headache, g.l3)]
         assert list(r.links_of_predicate(g.interacts)) == [(g.aspirin, g.ibu, g.l4)]
+        # link_predicates: the predicates that have links, ascending.
+        assert list(r.link_predicates()) == sorted({g.treats, g.interacts, g.source})
+
+
+def test_link_predicates_follow_writes(graph):
+    """A predicate whose last link is deleted is no longer listed, in the write transaction
+    and after it; an empty store lists none."""
+    g = graph
+    with g.store.write() as w:
+        w.delete(g.l4)
+        assert list(w.link_predicates()) == sorted({g.treats, g.source})
+    with g.store.read() as r:
+        assert list(r.link_predicates()) == sorted({g.treats, g.source})
 
 
 def test_scans_do_not_leak_into_neighbouring_ids(store):

@@ -160,3 +160,20 @@ def test_value_text(value, text):
 def test_value_text_refuses_non_json(bad):
     with pytest.raises((TypeError, ValueError)):
         value_text(bad)
+
+
+# --- RC11 §3.4.2: predicate variables ------------------------------------------------------
+
+def test_predicate_variable_canonical_form():
+    text = ('FIND(?p,?n)WHERE{?l({type:"Drug",name:"Aspirin"},?p,?n)'
+            '(?u,"stated",(?d,?q,?n))FILTER(?p!="belongs_to_domain")}ORDER BY ?p')
+    assert canonical(text) == '''\
+FIND(?p, ?n)
+WHERE {
+  ?l ({type: "Drug", name: "Aspirin"}, ?p, ?n)
+  (?u, "stated", (?d, ?q, ?n))
+  FILTER(?p != "belongs_to_domain")
+}
+ORDER BY ?p ASC'''
+    match = parse(text).command.where[0].match
+    assert match.predicate == A.PredicateVar("p")
