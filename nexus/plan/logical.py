@@ -19,7 +19,7 @@ logical/physical plan serves every execution of a prepared command.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
@@ -129,6 +129,12 @@ class Group:
 
     def atom_vars(self) -> set[str]:
         return {v for a in self.atoms for v in a.vars}
+
+    def children(self) -> list[Group]:
+        """Every block directly inside this one: OPTIONAL/NOT bodies, UNION branches and
+        the continuation."""
+        return [sub for _, sub in self.nested] + self.unions + (
+            [] if self.then is None else [self.then])
 
     def exported(self) -> set[str]:
         """Variables this group binds that are visible outside it."""
@@ -270,7 +276,7 @@ def _narrow_predicate_vars(root: Group) -> None:
     stack = [root]
     while stack:
         g = stack.pop()
-        stack += [sub for _, sub in g.nested] + list(g.unions)
+        stack += g.children()
         for i, atom in enumerate(g.atoms):
             if isinstance(atom, AnyLinkAtom):
                 value = _pinning_value(g.filters, atom.pred)
@@ -314,28 +320,15 @@ def _check_predicate_vars(root: Group, preds: dict[str, A.Pos | None]) -> None:
                                                "an element (a subject, object or link variable)")
         for expr in g.filters:
             check_predicate_paths(expr, preds)
-        stack += [sub for _, sub in g.nested] + list(g.unions)
+        stack += g.children()
 
 
 def check_predicate_paths(expr: A.Expr, preds: dict[str, A.Pos | None] | frozenset[str]
                           ) -> None:
     """KIP_1001 for `?p.field` where ?p is a predicate variable (a string has no fields)."""
-    stack = [expr]
-    while stack:
-        e = stack.pop()
-        if isinstance(e, A.Path):
-            if e.segments and e.var in preds:
-                raise predicate_var_misuse(e.var, e.pos, f"?{e.var}.{'.'.join(e.segments)}")
-        elif isinstance(e, A.Aggregate):
-            stack.append(e.arg)
-        elif isinstance(e, A.Compare):
-            stack += [e.left, e.right]
-        elif isinstance(e, A.BoolOp):
-            stack += list(e.operands)
-        elif isinstance(e, A.NotOp):
-            stack.append(e.operand)
-        elif isinstance(e, A.Call):
-            stack += list(e.args)
+    for e in sub_expressions(expr):
+        if isinstance(e, A.Path) and e.segments and e.var in preds:
+            raise predicate_var_misuse(e.var, e.pos, f"?{e.var}.{'.'.join(e.segments)}")
 
 
 def predicate_var_misuse(var: str, pos: A.Pos | None, used_as: str) -> KipError:
@@ -370,15 +363,14 @@ def _check_filters(g: Group, outer: set[str]) -> None:
         _check_filters(g.then, visible)
 
 
-def expr_vars(expr: A.Expr) -> list[tuple[str, A.Pos | None]]:
-    out: list[tuple[str, A.Pos | None]] = []
-    stack = [expr]
+def sub_expressions(expr: A.Expr | A.Aggregate) -> Iterator[A.Expr | A.Aggregate]:
+    """`expr` and every expression inside it (an aggregate's argument included)."""
+    stack: list[A.Expr | A.Aggregate] = [expr]
     while stack:
         e = stack.pop()
-        if isinstance(e, A.Path):
-            out.append((e.var, e.pos))
-        elif isinstance(e, A.Aggregate):
-            out.append((e.arg.var, e.arg.pos))
+        yield e
+        if isinstance(e, A.Aggregate):
+            stack.append(e.arg)
         elif isinstance(e, A.Compare):
             stack += [e.left, e.right]
         elif isinstance(e, A.BoolOp):
@@ -387,7 +379,11 @@ def expr_vars(expr: A.Expr) -> list[tuple[str, A.Pos | None]]:
             stack.append(e.operand)
         elif isinstance(e, A.Call):
             stack += list(e.args)
-    return out
+
+
+def expr_vars(expr: A.Expr) -> list[tuple[str, A.Pos | None]]:
+    """The variables an expression reads, with where (an aggregate's argument once)."""
+    return [(e.var, e.pos) for e in sub_expressions(expr) if isinstance(e, A.Path)]
 
 
 def unbound(var: str, pos: A.Pos | None, where: str) -> KipError:
