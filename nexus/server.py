@@ -43,7 +43,7 @@ from .config import DEFAULT_DB       # ./nexus-data, the one documented default
 from .config import Config
 from .spaces import DEFAULT_MAX_OPEN, Spaces, check_name, unknown_space
 from .errors import ErrorCode, KipError
-from .language import command_label
+from .language import command_label, kind_of_text
 
 METHODS = ("execute_kip", "execute_kip_readonly", "list_logs")
 _ENVELOPE = frozenset(("method", "params"))
@@ -76,6 +76,23 @@ def commands_of(params: Any) -> tuple[list[str], bool]:
         return texts, True
     command = params.get("command")
     return ([command] if isinstance(command, str) else []), False
+
+
+def asks_to_write(body: bytes) -> bool:
+    """Whether a request body holds a command that writes (an `execute_kip` call with a KML
+    or ADMIN command, alone, in `commands` or in a JSON-RPC batch). Unreadable bodies and
+    unknown commands do not: they create nothing and get their error from the space."""
+    try:
+        payload = _loads(body)
+    except (ValueError, MemoryError):
+        return False
+    for call in payload if isinstance(payload, list) else [payload]:
+        if isinstance(call, dict) and call.get("method") == "execute_kip":
+            for text in commands_of(call.get("params"))[0]:
+                kind = kind_of_text(text)
+                if kind is not None and kind.writes:
+                    return True
+    return False
 
 
 def http_status(response: dict[str, Any]) -> int:
@@ -413,6 +430,9 @@ class KipApp:
             self._check_auth(scope)
             create = spaces.auto_create
         body = await self._read_body(scope, receive)
+        # --auto-create: only a request that writes creates its missing space; a read of a
+        # missing space answers as missing (and leaves no trace on disk).
+        create = create and not spaces.exists(name) and asks_to_write(body)
         loop = asyncio.get_running_loop()
         held = spaces.acquire(name, create=create)
         try:

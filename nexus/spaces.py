@@ -4,22 +4,51 @@ Owns the space name rule (a short ASCII slug; anything else is KIP_1001 and touc
 file), creating, listing and dropping spaces, and a bounded set of open ones: a space opens
 on first use and the least recently used idle space closes once more than `max_open` are
 open. A space with requests in flight (`acquire`) is never closed.
+
+A new space is a copy of a *template*: a store bootstrapped once under
+`DIR/.templates/<key>`, where the key digests the bundled capsules' names and texts, the
+nexus version and the options the spaces are opened with — so a change to the bundled set
+(or an upgrade) builds a new template instead of copying a stale one, and creating a space
+costs a file copy, not a bootstrap. (Opening the copy still runs the bootstrap's check,
+which applies nothing when the template is current.) Older templates are removed when a new
+one is built. The copy carries the template's random database epoch (the vector files'
+owner mark, `nexus.search.vectors`): the files copied with it are its own.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import secrets
 import shutil
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from .api import Nexus
+from .api import Nexus, __version__
 from .errors import ErrorCode, KipError
+from .ops.capsules import BUNDLED, bundled_text
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 DEFAULT_MAX_OPEN = 64
+TEMPLATES = ".templates"
+# Files of a store directory that a copy leaves out: LMDB's lock file (per environment,
+# made at open) and any other lock file.
+_NOT_COPIED = re.compile(r"(?:lock\.mdb|.*\.lock|LOCK|.*\.tmp)")
+
+
+def template_key(options: dict[str, Any]) -> str:
+    """The digest that names the template for spaces opened with `options`: the bundled
+    capsules (names and texts), the nexus version and the options themselves."""
+    h = hashlib.sha256(f"nexus {__version__}\n".encode())
+    h.update(json.dumps(sorted(options.items()), default=repr).encode())
+    for name in BUNDLED:
+        text = bundled_text(name).encode("utf-8")
+        h.update(f"\n{name} {len(text)}\n".encode())
+        h.update(text)
+    return h.hexdigest()[:32]
 
 
 def check_name(name: Any) -> str:
@@ -52,6 +81,8 @@ class Spaces:
         self._open: OrderedDict[str, Nexus] = OrderedDict()   # LRU order, newest last
         self._busy: dict[str, int] = {}
         self._opening: dict[str, threading.Lock] = {}
+        self._template_lock = threading.Lock()
+        self._key: str | None = None        # template_key(options), computed once
 
     def path(self, name: str) -> str:
         return os.path.join(self.root, check_name(name))
@@ -68,13 +99,57 @@ class Spaces:
             return len(self._open)
 
     def create(self, name: str) -> bool:
-        """Create (and bootstrap) space `name`; False if it existed already."""
+        """Create space `name` (a copy of the template); False if it existed already."""
         path = self.path(name)
         if os.path.isdir(path):
             return False
-        with self.acquire(name, create=True):
-            pass
-        return True
+        return self._copy_template(name, path)
+
+    def template(self) -> str:
+        """The directory of the current template, built first if it is missing."""
+        key = self._key = self._key or template_key(self.options)
+        base = os.path.join(self.root, TEMPLATES)
+        final = os.path.join(base, key)
+        if os.path.isdir(final):
+            return final
+        with self._template_lock:
+            if os.path.isdir(final):
+                return final
+            os.makedirs(base, exist_ok=True)
+            building = os.path.join(base, f".build-{secrets.token_hex(6)}")
+            try:
+                Nexus.open(building, **self.options).close()
+                try:
+                    os.rename(building, final)
+                except OSError:
+                    if not os.path.isdir(final):    # not another process that was faster
+                        raise
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
+            for old in os.listdir(base):        # stale templates (another bundled set)
+                if old != key and not old.startswith("."):
+                    shutil.rmtree(os.path.join(base, old), ignore_errors=True)
+        return final
+
+    def _copy_template(self, name: str, path: str) -> bool:
+        """Copy the template to `path` (through a temporary directory, renamed into place:
+        a space is never seen half copied); False if `path` appeared meanwhile."""
+        source = self.template()
+        staging = os.path.join(self.root, TEMPLATES, f".new-{name}-{secrets.token_hex(6)}")
+        os.makedirs(staging)
+        try:
+            for entry in os.listdir(source):
+                if not _NOT_COPIED.fullmatch(entry):
+                    shutil.copyfile(os.path.join(source, entry), os.path.join(staging, entry))
+            try:
+                os.rename(staging, path)
+            except OSError:
+                if os.path.isdir(path):
+                    return False
+                raise
+            return True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def drop(self, name: str) -> bool:
         """Close and delete space `name`; False if it does not exist. Refused (KIP_3002)
@@ -95,8 +170,9 @@ class Spaces:
     @contextmanager
     def acquire(self, name: str, *, create: bool = False) -> Iterator[Nexus]:
         """The open `Nexus` of space `name`, held open for the `with` block. A missing space
-        is KIP_1001 (`unknown_space`) unless `create` or the registry auto-creates."""
-        nexus = self._get(name, create or self.auto_create)
+        is KIP_1001 (`unknown_space`) unless `create` (`auto_create` is the server's policy:
+        it asks for `create` on a write)."""
+        nexus = self._get(name, create)
         try:
             yield nexus
         finally:
@@ -126,7 +202,7 @@ class Spaces:
                 if not os.path.isdir(path):
                     if not create:
                         raise unknown_space(name)
-                    os.makedirs(path)
+                    self._copy_template(name, path)
                 nexus = Nexus.open(path, **self.options)
                 with self._lock:
                     self._open[name] = nexus

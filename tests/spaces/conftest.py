@@ -4,17 +4,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-_LISTENING = re.compile(rb"serving .* on http://([^/]+)/")
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from serving import launch  # noqa: E402
 
 
 class SpacesServer:
@@ -44,29 +43,12 @@ class SpacesServer:
 
 
 def start(root: Path, *args: str, wait: float = 60.0) -> SpacesServer:
-    log = root.parent / f"{root.name}.log"
+    """`kip serve --spaces ROOT ARGS` on a free port (stderr in ROOT.log), up and answering."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "nexus.cli", "serve", "--spaces", str(root), "--port", "0",
-           "--access-log", "off", "--no-audit", *args]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, env=env)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        m = _LISTENING.search(log.read_bytes())
-        if m:
-            host, _, port = m.group(1).decode().rpartition(":")
-            server = SpacesServer(proc, host.strip("[]"), int(port), root)
-            try:
-                if server.request("GET", "/healthz")[0] == 200:
-                    return server
-            except OSError:
-                pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"kip serve did not start: {log.read_text(errors='replace')}")
+    proc, host, port = launch(None, ["--access-log", "off", "--no-audit", *args],
+                              log=root.parent / f"{root.name}.log", env=env, wait=wait,
+                              spaces=root)
+    return SpacesServer(proc, host, port, root)
 
 
 def stop(server: SpacesServer) -> None:
