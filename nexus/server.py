@@ -187,10 +187,12 @@ class _Disconnected(Exception):
 class _Call:
     """What one JSON-RPC call did, for the access log and the audit."""
 
-    __slots__ = ("method", "kinds", "batch", "status", "error", "errors", "nexus", "read_only")
+    __slots__ = ("method", "kinds", "batch", "status", "error", "errors", "nexus", "read_only",
+                 "audit")
 
     def __init__(self) -> None:
         self.nexus: Any = None          # the space's Nexus on /v1/{space}/kip
+        self.audit: AuditLog | None = None      # ... and its audit log
         self.read_only = False          # a `read` key: execute_kip runs as the readonly method
         self.method: str | None = None
         self.kinds: list[str] = []
@@ -439,6 +441,7 @@ class KipApp:
             call.nexus = await loop.run_in_executor(self.pool, held.__enter__)
         except KipError as exc:
             raise _Reject(404, exc.to_dict()) from None
+        call.audit = spaces.audit_log(name)
         try:
             status, payload = await self._handle_body(body, call)
         finally:
@@ -531,7 +534,8 @@ class KipApp:
             deadline = asyncio.get_running_loop().time() + self.request_timeout
             answers = []
             for item in payload:
-                sub = _Call()
+                sub = _Call()       # the same space, key mode and audit log as the body's
+                sub.nexus, sub.read_only, sub.audit = call.nexus, call.read_only, call.audit
                 _, answer = await self._handle_call(item, sub, deadline)
                 call.kinds += sub.kinds
                 call.errors += ([sub.error] if sub.error else []) + sub.errors
@@ -593,10 +597,11 @@ class KipApp:
         loop = asyncio.get_running_loop()
         response: dict[str, Any]
         if method == "list_logs":
-            if self.audit is None:
+            audit = call.audit if call.nexus is not None else self.audit
+            if audit is None:
                 response = {"result": []}
             else:
-                response = await loop.run_in_executor(self.pool, self.audit.list_logs, params)
+                response = await loop.run_in_executor(self.pool, audit.list_logs, params)
             if "error" in response:
                 call.error = response["error"]["code"]
             return response
@@ -629,8 +634,9 @@ class KipApp:
         elif batch:
             call.errors = [r["error"].get("code") for r in response.get("result", [])
                            if isinstance(r, dict) and "error" in r]
-        if self.audit is not None:
-            self.audit.record(audit_entry(
+        audit = call.audit if call.nexus is not None else self.audit
+        if audit is not None:
+            audit.record(audit_entry(
                 method=method, kinds=call.kinds, commands=texts, duration=duration,
                 status=http_status(response), response=response,
                 batch=batch and "error" not in response, chars=self.audit_chars,
@@ -871,7 +877,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     nexus: Nexus | None = None
     if spaces:
         registry = Spaces(spaces, max_open=max_open_spaces, auto_create=auto_create,
-                          **options)
+                          audit=audit, **options)
         db = spaces
     else:
         os.makedirs(db, exist_ok=True)

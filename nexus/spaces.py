@@ -5,6 +5,11 @@ file), creating, listing and dropping spaces, and a bounded set of open ones: a 
 on first use and the least recently used idle space closes once more than `max_open` are
 open. A space with requests in flight (`acquire`) is never closed.
 
+With `audit`, each open space keeps its own audit log (`Nexus.audit_log()`, in its own
+store: `list_logs` on `/v1/{space}/kip` lists that space's requests only); one flusher
+thread writes the buffered entries of every open space, and a space's log is flushed as
+it closes — no thread per space.
+
 A new space is a copy of a *template*: a store bootstrapped once under
 `DIR/.templates/<key>`, where the key digests the bundled capsules' names and texts, the
 nexus version and the options the spaces are opened with — so a change to the bundled set
@@ -27,12 +32,13 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from .api import Nexus, __version__
+from .api import AuditLog, Nexus, __version__
 from .errors import ErrorCode, KipError
 from .ops.capsules import BUNDLED, bundled_text
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 DEFAULT_MAX_OPEN = 64
+AUDIT_FLUSH_SECONDS = 0.5
 TEMPLATES = ".templates"
 # Files of a store directory that a copy leaves out: LMDB's lock file (per environment,
 # made at open) and any other lock file.
@@ -71,7 +77,7 @@ class Spaces:
     """The spaces under `root`. Thread-safe; `options` go to every `Nexus.open`."""
 
     def __init__(self, root: str, *, max_open: int = DEFAULT_MAX_OPEN,
-                 auto_create: bool = False, **options: Any) -> None:
+                 auto_create: bool = False, audit: bool = False, **options: Any) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
         self.max_open = max(1, max_open)
@@ -83,6 +89,10 @@ class Spaces:
         self._opening: dict[str, threading.Lock] = {}
         self._template_lock = threading.Lock()
         self._key: str | None = None        # template_key(options), computed once
+        self.audit = audit
+        self._audits: dict[str, AuditLog] = {}      # of the open spaces, with `audit`
+        self._flusher: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def path(self, name: str) -> str:
         return os.path.join(self.root, check_name(name))
@@ -160,6 +170,9 @@ class Spaces:
                 raise KipError(ErrorCode.KIP_3002, f"Space {name!r} is in use",
                                "Retry the drop when its requests have finished.")
             nexus = self._open.pop(name, None)
+            audit = self._audits.pop(name, None)
+        if audit is not None:
+            audit.close()
         if nexus is not None:
             nexus.close()
         if not os.path.isdir(path):
@@ -206,6 +219,9 @@ class Spaces:
                 nexus = Nexus.open(path, **self.options)
                 with self._lock:
                     self._open[name] = nexus
+                    if self.audit:
+                        self._audits[name] = nexus.audit_log()
+                        self._start_flusher()
                     self._busy[name] = self._busy.get(name, 0) + 1
                     self._evict()
                 return nexus
@@ -221,10 +237,49 @@ class Spaces:
             if len(self._open) <= self.max_open:
                 break
             if not self._busy.get(name):
-                self._open.pop(name).close()
+                self._close(name, self._open.pop(name))
+
+    def _close(self, name: str, nexus: Nexus) -> None:
+        audit = self._audits.pop(name, None)
+        try:
+            if audit is not None:
+                audit.close()           # writes what it buffered
+        finally:
+            nexus.close()
+
+    def audit_log(self, name: str) -> AuditLog | None:
+        """The audit log of open space `name` (held by the caller), None without `audit`."""
+        with self._lock:
+            return self._audits.get(name)
+
+    def _start_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                             name="nexus-spaces-audit")
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stopping.wait(AUDIT_FLUSH_SECONDS):
+            self.flush_audits()
+
+    def flush_audits(self) -> None:
+        """Write the buffered audit entries of every open space."""
+        with self._lock:
+            logs = list(self._audits.items())
+        for name, audit in logs:
+            try:
+                audit.flush()
+            except Exception:  # noqa: BLE001 - a space closed meanwhile flushed itself;
+                # the audit must never take the server down
+                import logging
+                logging.getLogger("nexus.spaces").debug("audit flush of %s failed", name,
+                                                        exc_info=True)
 
     def close(self) -> None:
+        self._stopping.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=10)
         with self._lock:
-            opened, self._open = list(self._open.values()), OrderedDict()
-        for nexus in opened:
-            nexus.close()
+            opened, self._open = list(self._open.items()), OrderedDict()
+        for name, nexus in opened:
+            self._close(name, nexus)

@@ -42,10 +42,12 @@ class SpacesServer:
                             {"method": method, "params": {"command": command}}, key)
 
 
-def start(root: Path, *args: str, wait: float = 60.0) -> SpacesServer:
-    """`kip serve --spaces ROOT ARGS` on a free port (stderr in ROOT.log), up and answering."""
+def start(root: Path, *args: str, wait: float = 60.0, audit: bool = False) -> SpacesServer:
+    """`kip serve --spaces ROOT ARGS` on a free port (stderr in ROOT.log), up and answering;
+    without an audit log unless `audit`."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc, host, port = launch(None, ["--access-log", "off", "--no-audit", *args],
+    flags = ["--access-log", "off", *([] if audit else ["--no-audit"]), *args]
+    proc, host, port = launch(None, flags,
                               log=root.parent / f"{root.name}.log", env=env, wait=wait,
                               spaces=root)
     return SpacesServer(proc, host, port, root)
@@ -66,8 +68,8 @@ def spaces_server(tmp_path: Path) -> Iterator[Any]:
     """A factory: `spaces_server(*flags)` starts a server over tmp_path/spaces."""
     started: list[SpacesServer] = []
 
-    def make(*args: str) -> SpacesServer:
-        server = start(tmp_path / "spaces", *args)
+    def make(*args: str, audit: bool = False) -> SpacesServer:
+        server = start(tmp_path / "spaces", *args, audit=audit)
         started.append(server)
         return server
     yield make

@@ -165,3 +165,32 @@ def test_cli_commands_take_a_space_of_a_spaces_directory(tmp_path):
     assert "Ada" in one.stdout and "KIP_3002" in two.stdout
     bad = kip("exec", "--space", "../one", "--spaces", str(root), FIND)
     assert bad.returncode == 2 and "Invalid space name" in bad.stderr
+
+
+def test_each_space_keeps_its_own_audit_log(spaces_server):
+    server = spaces_server("--auto-create", audit=True)
+    assert server.kip("a", UPSERT)[0] == 200
+    assert server.kip("b", UPSERT.replace("Ada", "Bob"))[0] == 200
+    assert server.kip("a", FIND, readonly=True)[0] == 200
+
+    def logged(space: str) -> list[str]:
+        status, body = server.request("POST", f"/v1/{space}/kip",
+                                      {"method": "list_logs", "params": {"limit": 50}})
+        assert status == 200 and "error" not in body, body
+        return [entry["command"] for entry in body["result"]]
+    in_a, in_b = logged("a"), logged("b")
+    assert len(in_a) == 2 and all("Ada" in c for c in in_a), in_a
+    assert len(in_b) == 1 and "Bob" in in_b[0], in_b
+
+
+def test_a_json_rpc_batch_runs_in_its_space(spaces_server):
+    server = spaces_server("--auto-create")
+    assert server.kip("a", UPSERT)[0] == 200
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "execute_kip_readonly",
+              "params": {"command": FIND}},
+             {"jsonrpc": "2.0", "id": 2, "method": "execute_kip",
+              "params": {"command": UPSERT.replace("Ada", "Cy")}}]
+    status, body = server.request("POST", "/v1/a/kip", batch)
+    assert status == 200, body
+    assert "Ada" in json.dumps(body[0]["result"]) and "error" not in body[1]["result"], body
+    assert "Cy" in json.dumps(server.kip("a", FIND.replace("Ada", "Cy"), readonly=True)[1])
