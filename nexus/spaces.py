@@ -86,7 +86,8 @@ class Spaces:
         self._lock = threading.Lock()
         self._open: OrderedDict[str, Nexus] = OrderedDict()   # LRU order, newest last
         self._busy: dict[str, int] = {}
-        self._opening: dict[str, threading.Lock] = {}
+        self._opening: dict[str, threading.Event] = {}     # being opened, set when done
+        self._closing: dict[str, threading.Event] = {}     # evicted, store still closing
         self._template_lock = threading.Lock()
         self._key: str | None = None        # template_key(options), computed once
         self.audit = audit
@@ -171,6 +172,9 @@ class Spaces:
                                "Retry the drop when its requests have finished.")
             nexus = self._open.pop(name, None)
             audit = self._audits.pop(name, None)
+            closing = self._closing.get(name)
+        if closing is not None:
+            closing.wait()
         if audit is not None:
             audit.close()
         if nexus is not None:
@@ -193,54 +197,77 @@ class Spaces:
                 self._busy[name] -= 1
                 if not self._busy[name]:
                     del self._busy[name]
-                self._evict()
+                victims = self._evict()
+            self._close_evicted(victims)
 
     def _get(self, name: str, create: bool) -> Nexus:
         path = self.path(name)
-        with self._lock:
-            nexus = self._open.get(name)
-            if nexus is not None:
-                self._open.move_to_end(name)
-                self._busy[name] = self._busy.get(name, 0) + 1
-                return nexus
-            opening = self._opening.setdefault(name, threading.Lock())
-        with opening:       # one opener per space; others wait for it
+        while True:
             with self._lock:
                 nexus = self._open.get(name)
                 if nexus is not None:
                     self._open.move_to_end(name)
                     self._busy[name] = self._busy.get(name, 0) + 1
                     return nexus
-            try:
-                if not os.path.isdir(path):
-                    if not create:
-                        raise unknown_space(name)
-                    self._copy_template(name, path)
-                nexus = Nexus.open(path, **self.options)
-                with self._lock:
-                    self._open[name] = nexus
-                    if self.audit:
-                        self._audits[name] = nexus.audit_log()
-                        self._start_flusher()
-                    self._busy[name] = self._busy.get(name, 0) + 1
-                    self._evict()
-                return nexus
-            finally:
-                with self._lock:        # bounded: only names being opened right now
-                    self._opening.pop(name, None)
+                # Evicted a moment ago and still closing, or being opened by another
+                # thread: wait for that, then look again (one store per space at a time).
+                wait_for = self._closing.get(name) or self._opening.get(name)
+                if wait_for is None:
+                    opened = self._opening[name] = threading.Event()
+            if wait_for is not None:
+                wait_for.wait()
+                continue
+            break
+        victims: list[tuple[str, Nexus]] = []
+        try:
+            if not os.path.isdir(path):
+                if not create:
+                    raise unknown_space(name)
+                self._copy_template(name, path)
+            nexus = Nexus.open(path, **self.options)
+            with self._lock:
+                self._open[name] = nexus
+                if self.audit:
+                    self._audits[name] = nexus.audit_log()
+                    self._start_flusher()
+                self._busy[name] = self._busy.get(name, 0) + 1
+                victims = self._evict()
+        finally:
+            with self._lock:        # bounded: only names being opened right now
+                self._opening.pop(name, None)
+            opened.set()
+        self._close_evicted(victims)
+        return nexus
 
-    def _evict(self) -> None:
-        """Close idle spaces, oldest first, while more than `max_open` are open (lock held)."""
+    def _evict(self) -> list[tuple[str, Nexus]]:
+        """Take idle spaces out, oldest first, while more than `max_open` are open (lock
+        held); the caller closes them with `_close_evicted` once the lock is released, so
+        that closing one space (draining and saving its vector index) holds up no request
+        to another."""
+        victims: list[tuple[str, Nexus]] = []
         if len(self._open) <= self.max_open:
-            return
+            return victims
         for name in list(self._open):
             if len(self._open) <= self.max_open:
                 break
             if not self._busy.get(name):
-                self._close(name, self._open.pop(name))
+                victims.append((name, self._open.pop(name)))
+                self._closing[name] = threading.Event()
+        return victims
+
+    def _close_evicted(self, victims: list[tuple[str, Nexus]]) -> None:
+        for name, nexus in victims:
+            try:
+                self._close(name, nexus)
+            finally:
+                with self._lock:
+                    done = self._closing.pop(name, None)
+                if done is not None:
+                    done.set()
 
     def _close(self, name: str, nexus: Nexus) -> None:
-        audit = self._audits.pop(name, None)
+        with self._lock:
+            audit = self._audits.pop(name, None)
         try:
             if audit is not None:
                 audit.close()           # writes what it buffered

@@ -71,3 +71,31 @@ def test_a_changed_bundled_set_builds_a_new_template(tmp_path, monkeypatch):
         [description] = _run(after, EVENT)
         assert description.startswith("A changed episode")
     registry.close()
+
+
+def test_threads_churning_through_few_open_spaces_each_see_their_own(tmp_path):
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+    registry = Spaces(str(tmp_path / "d"), max_open=2)
+    names = [f"s{i}" for i in range(8)]
+    for name in names:
+        registry.create(name)
+        with registry.acquire(name) as nexus:
+            assert "error" not in nexus.execute_kip({"command": (
+                f'UPSERT {{ CONCEPT ?p {{ {{type: "Person", name: "{name}"}} '
+                f'SET ATTRIBUTES {{ person_class: "Human" }} }} }}')})
+
+    def visit(seed: int) -> list[str]:
+        rng, wrong = random.Random(seed), []
+        for _ in range(15):
+            name = rng.choice(names)
+            with registry.acquire(name) as nexus:
+                found = nexus.execute_kip_readonly({"command": (
+                    'FIND(?p.name) WHERE { ?p {type: "Person"} }')})["result"]
+                if [n for n in found if n.startswith("s")] != [name]:
+                    wrong.append(name)
+        return wrong
+    with ThreadPoolExecutor(6) as pool:
+        assert [w for ws in pool.map(visit, range(6)) for w in ws] == []
+    assert registry.open_count() <= 2
+    registry.close()
