@@ -338,6 +338,12 @@ class KipApp:
         space = _SPACE_ROUTE.fullmatch(path)
         if space is not None and self.spaces is not None:
             return await self._route_space(space.group(1), scope, receive, call)
+        if self.spaces is not None and path.startswith("/v1/") and path.rstrip("/").endswith(
+                "/kip"):            # a name with a slash (or a decoded %2F): not a space
+            raise _Reject(400, _kip_error(
+                ErrorCode.KIP_1001, f"Invalid space name {path.rstrip('/')[4:-4][:80]!r}",
+                "A space name is 1-63 characters of a-z, 0-9, '_' and '-', starting with a "
+                "letter or a digit."))
         if verb not in ("GET", "HEAD") or path not in ("/", "/healthz"):
             raise _Reject(404, _kip_error(ErrorCode.KIP_1001, f"No route {verb} {path}",
                                           "KIP requests go to POST /kip; GET / describes the "
