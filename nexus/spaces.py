@@ -88,6 +88,9 @@ class Spaces:
         self._busy: dict[str, int] = {}
         self._opening: dict[str, threading.Event] = {}     # being opened, set when done
         self._closing: dict[str, threading.Event] = {}     # evicted, store still closing
+        self._to_close: list[tuple[str, Nexus]] = []        # evicted, for the closer thread
+        self._closer: threading.Thread | None = None
+        self._close_wake = threading.Event()
         self._template_lock = threading.Lock()
         self._key: str | None = None        # template_key(options), computed once
         self.audit = audit
@@ -256,14 +259,39 @@ class Spaces:
         return victims
 
     def _close_evicted(self, victims: list[tuple[str, Nexus]]) -> None:
-        for name, nexus in victims:
-            try:
-                self._close(name, nexus)
-            finally:
+        """Hand evicted spaces to the closer thread: closing (draining and saving the vector
+        index, closing the store) is no part of the request that evicted them."""
+        if not victims:
+            return
+        with self._lock:
+            self._to_close.extend(victims)
+            if self._closer is None:
+                self._closer = threading.Thread(target=self._close_loop, daemon=True,
+                                                name="nexus-spaces-closer")
+                self._closer.start()
+        self._close_wake.set()
+
+    def _close_loop(self) -> None:
+        while True:
+            self._close_wake.wait()
+            self._close_wake.clear()
+            while True:
                 with self._lock:
-                    done = self._closing.pop(name, None)
-                if done is not None:
-                    done.set()
+                    if not self._to_close:
+                        break
+                    name, nexus = self._to_close.pop(0)
+                try:
+                    self._close(name, nexus)
+                except Exception:  # noqa: BLE001 - one failing close must not stop the rest
+                    import logging
+                    logging.getLogger("nexus.spaces").exception("closing space %s", name)
+                finally:
+                    with self._lock:
+                        done = self._closing.pop(name, None)
+                    if done is not None:
+                        done.set()
+            if self._stopping.is_set():
+                return
 
     def _close(self, name: str, nexus: Nexus) -> None:
         with self._lock:
@@ -306,6 +334,9 @@ class Spaces:
         self._stopping.set()
         if self._flusher is not None:
             self._flusher.join(timeout=10)
+        if self._closer is not None:        # it finishes the closes handed to it, then ends
+            self._close_wake.set()
+            self._closer.join()
         with self._lock:
             opened, self._open = list(self._open.items()), OrderedDict()
         for name, nexus in opened:
