@@ -12,9 +12,9 @@ it closes — no thread per space.
 
 A new space is a copy of a *template*: a store bootstrapped once under
 `DIR/.templates/<key>`, where the key digests the bundled capsules' names and texts, the
-nexus version and the options the spaces are opened with — so a change to the bundled set
-(or an upgrade) builds a new template instead of copying a stale one, and creating a space
-costs a file copy, not a bootstrap. (Opening the copy still runs the bootstrap's check,
+nexus version and the options that shape a new store (bootstrap, self_id, embedder) — so
+a change to the bundled set (or an upgrade) builds a new template instead of copying a
+stale one, and creating a space costs a file copy, not a bootstrap. (Opening the copy still runs the bootstrap's check,
 which applies nothing when the template is current.) Older templates are removed when a new
 one is built. The copy carries the template's random database epoch (the vector files'
 owner mark, `nexus.search.vectors`): the files copied with it are its own.
@@ -45,11 +45,17 @@ TEMPLATES = ".templates"
 _NOT_COPIED = re.compile(r"(?:lock\.mdb|.*\.lock|LOCK|.*\.tmp)")
 
 
+# The options that change what a new store holds (the rest — limits, durability — do not,
+# so `kip space create` and `kip serve` with other limits share one template).
+CONTENT_OPTIONS = {"bootstrap": True, "self_id": None, "embedder": None}
+
+
 def template_key(options: dict[str, Any]) -> str:
     """The digest that names the template for spaces opened with `options`: the bundled
-    capsules (names and texts), the nexus version and the options themselves."""
+    capsules (names and texts), the nexus version and the options that shape the content."""
     h = hashlib.sha256(f"nexus {__version__}\n".encode())
-    h.update(json.dumps(sorted(options.items()), default=repr).encode())
+    shaping = {k: options.get(k, default) for k, default in CONTENT_OPTIONS.items()}
+    h.update(json.dumps(shaping, sort_keys=True, default=repr).encode())
     for name in BUNDLED:
         text = bundled_text(name).encode("utf-8")
         h.update(f"\n{name} {len(text)}\n".encode())

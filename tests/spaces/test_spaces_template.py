@@ -99,3 +99,11 @@ def test_threads_churning_through_few_open_spaces_each_see_their_own(tmp_path):
         assert [w for ws in pool.map(visit, range(6)) for w in ws] == []
     assert registry.open_count() <= 2
     registry.close()
+
+
+def test_the_template_depends_on_what_shapes_a_store_not_on_limits():
+    from nexus.spaces import template_key
+    plain = template_key({})
+    assert template_key({"durable": False, "query_timeout": 5, "bootstrap": True}) == plain
+    assert template_key({"self_id": "principal-1"}) != plain
+    assert template_key({"bootstrap": False}) != plain
