@@ -1,10 +1,12 @@
 """`python -m bench.spaces [--count N] [--max-open K]` — many spaces behind one server.
 
 Starts `kip serve --spaces DIR --max-open-spaces K` on a free loopback port, creates N spaces
-through the admin endpoint (each bootstrapped), then touches every space once through
+through the admin endpoint (each a copy of the bootstrapped template; the first create
+builds the template), then touches every space once through
 `POST /v1/{space}/kip` in an order that makes every touch a cold open (the LRU holds K,
 spaces are touched in creation order after more than K others), and reports the creation
-time, the cold-request latency (median, p99) and the server's RSS afterwards.
+time, the cold-request latency (median, p99) and the server's RSS, data size (VmData: what
+RLIMIT_DATA counts) and threads afterwards.
 """
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ from conftest import start, stop  # noqa: E402
 QUERY = 'FIND(?t.name) WHERE { ?t {type: "$ConceptType"} } LIMIT 1'
 
 
-def rss_mb(pid: int) -> float:
+def status(pid: int, key: str) -> float:
+    """A /proc/PID/status figure, in MB for sizes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+        if line.startswith(key + ":"):
+            value = int(line.split()[1])
+            return round(value / 1024, 1) if line.rstrip().endswith("kB") else value
     return float("nan")
 
 
@@ -38,25 +42,32 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = start(Path(tmp) / "spaces", "--max-open-spaces", str(args.max_open))
         try:
+            t = time.perf_counter()
+            code, body = server.request("POST", "/v1/admin/spaces", {"name": "s0"})
+            assert code == 200, body
+            template = time.perf_counter() - t
             started = time.perf_counter()
-            for i in range(args.count):
-                status, body = server.request("POST", "/v1/admin/spaces", {"name": f"s{i}"})
-                assert status == 200, body
+            for i in range(1, args.count):
+                code, body = server.request("POST", "/v1/admin/spaces", {"name": f"s{i}"})
+                assert code == 200, body
             created = time.perf_counter() - started
             cold = []
             for i in range(args.count):
                 t = time.perf_counter()
-                status, body = server.kip(f"s{i}", QUERY, readonly=True)
+                code, body = server.kip(f"s{i}", QUERY, readonly=True)
                 cold.append((time.perf_counter() - t) * 1000)
-                assert status == 200 and "error" not in body, body
+                assert code == 200 and "error" not in body, body
             cold.sort()
             report = {
                 "spaces": args.count, "max_open": args.max_open,
+                "first_create_with_template_s": round(template, 2),
                 "create_s": round(created, 1),
-                "create_ms_each": round(created * 1000 / args.count, 1),
+                "create_ms_each": round(created * 1000 / max(1, args.count - 1), 2),
                 "cold_ms_median": round(statistics.median(cold), 2),
                 "cold_ms_p99": round(cold[min(len(cold) - 1, int(len(cold) * 0.99))], 2),
-                "rss_mb": round(rss_mb(server.proc.pid), 1),
+                "rss_mb": status(server.proc.pid, "VmRSS"),
+                "vmdata_mb": status(server.proc.pid, "VmData"),
+                "threads": status(server.proc.pid, "Threads"),
             }
         finally:
             stop(server)

@@ -60,8 +60,12 @@ def _resolve_space(args: argparse.Namespace) -> None:
     space = getattr(args, "space", None)
     if space is None or getattr(args, "func", None) is cmd_space:
         return
+    if getattr(args, "url", None):
+        if args.spaces or args.db:
+            raise CliError("--space NAME takes --url or --spaces DIR, not both (nor --db)")
+        return                  # cmd_exec posts to URL/v1/NAME/kip
     if not args.spaces or args.db:
-        raise CliError("--space NAME needs --spaces DIR (and no --db)")
+        raise CliError("--space NAME needs --spaces DIR or --url (and no --db)")
     from .spaces import check_name
     try:
         args.db = os.path.join(args.spaces, check_name(space))
@@ -252,13 +256,25 @@ def parse_param(text: str) -> tuple[str, Any]:
     return key.lstrip(":"), value
 
 
+def space_url(url: str, space: str) -> str:
+    """The endpoint of `space` on the spaces server at `url` (`URL/v1/SPACE/kip`); the name
+    is URL-quoted, so it cannot leave its path segment (the server checks it)."""
+    import urllib.parse
+    base = url.rstrip("/")
+    base = base[:-len("/kip")] if base.endswith("/kip") else base
+    return f"{base}/v1/{urllib.parse.quote(space, safe='')}/kip"
+
+
 def post_kip(url: str, method: str, params: Any, api_key: str | None = None,
-             timeout: float = 300.0) -> dict[str, Any]:
-    """POST one call to a `kip serve` endpoint (stdlib only); returns the KIP response.
-    HTTP error statuses still carry a KIP response body, which is returned as is."""
+             timeout: float = 300.0, space: str | None = None) -> dict[str, Any]:
+    """POST one call to a `kip serve` endpoint (stdlib only; `space`: a space of a spaces
+    server); returns the KIP response. HTTP error statuses still carry a KIP response
+    body, which is returned as is."""
     import urllib.error
     import urllib.request
-    if not url.rstrip("/").endswith("/kip"):
+    if space is not None:
+        url = space_url(url, space)
+    elif not url.rstrip("/").endswith("/kip"):
         url = url.rstrip("/") + "/kip"
     body = json.dumps({"method": method, "params": params}).encode("utf-8")
     req = urllib.request.Request(url, data=body, method="POST",
@@ -301,7 +317,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     method = "execute_kip_readonly" if args.readonly else "execute_kip"
     if args.url:
         api_key = args.api_key or os.environ.get("KIP_API_KEY")
-        response = post_kip(args.url, method, request, api_key)
+        response = post_kip(args.url, method, request, api_key, space=args.space)
     else:
         with _open(args) as nexus:
             response = getattr(nexus, method)(request)

@@ -43,7 +43,7 @@ from .config import DEFAULT_DB       # ./nexus-data, the one documented default
 from .config import Config
 from .spaces import DEFAULT_MAX_OPEN, Spaces, check_name, unknown_space
 from .errors import ErrorCode, KipError
-from .language import command_label
+from .language import command_label, kind_of_text
 
 METHODS = ("execute_kip", "execute_kip_readonly", "list_logs")
 _ENVELOPE = frozenset(("method", "params"))
@@ -76,6 +76,23 @@ def commands_of(params: Any) -> tuple[list[str], bool]:
         return texts, True
     command = params.get("command")
     return ([command] if isinstance(command, str) else []), False
+
+
+def asks_to_write(body: bytes) -> bool:
+    """Whether a request body holds a command that writes (an `execute_kip` call with a KML
+    or ADMIN command, alone, in `commands` or in a JSON-RPC batch). Unreadable bodies and
+    unknown commands do not: they create nothing and get their error from the space."""
+    try:
+        payload = _loads(body)
+    except (ValueError, MemoryError):
+        return False
+    for call in payload if isinstance(payload, list) else [payload]:
+        if isinstance(call, dict) and call.get("method") == "execute_kip":
+            for text in commands_of(call.get("params"))[0]:
+                kind = kind_of_text(text)
+                if kind is not None and kind.writes:
+                    return True
+    return False
 
 
 def http_status(response: dict[str, Any]) -> int:
@@ -170,10 +187,12 @@ class _Disconnected(Exception):
 class _Call:
     """What one JSON-RPC call did, for the access log and the audit."""
 
-    __slots__ = ("method", "kinds", "batch", "status", "error", "errors", "nexus", "read_only")
+    __slots__ = ("method", "kinds", "batch", "status", "error", "errors", "nexus", "read_only",
+                 "audit")
 
     def __init__(self) -> None:
         self.nexus: Any = None          # the space's Nexus on /v1/{space}/kip
+        self.audit: AuditLog | None = None      # ... and its audit log
         self.read_only = False          # a `read` key: execute_kip runs as the readonly method
         self.method: str | None = None
         self.kinds: list[str] = []
@@ -319,6 +338,12 @@ class KipApp:
         space = _SPACE_ROUTE.fullmatch(path)
         if space is not None and self.spaces is not None:
             return await self._route_space(space.group(1), scope, receive, call)
+        if self.spaces is not None and path.startswith("/v1/") and path.rstrip("/").endswith(
+                "/kip"):            # a name with a slash (or a decoded %2F): not a space
+            raise _Reject(400, _kip_error(
+                ErrorCode.KIP_1001, f"Invalid space name {path.rstrip('/')[4:-4][:80]!r}",
+                "A space name is 1-63 characters of a-z, 0-9, '_' and '-', starting with a "
+                "letter or a digit."))
         if verb not in ("GET", "HEAD") or path not in ("/", "/healthz"):
             raise _Reject(404, _kip_error(ErrorCode.KIP_1001, f"No route {verb} {path}",
                                           "KIP requests go to POST /kip; GET / describes the "
@@ -413,12 +438,16 @@ class KipApp:
             self._check_auth(scope)
             create = spaces.auto_create
         body = await self._read_body(scope, receive)
+        # --auto-create: only a request that writes creates its missing space; a read of a
+        # missing space answers as missing (and leaves no trace on disk).
+        create = create and not spaces.exists(name) and asks_to_write(body)
         loop = asyncio.get_running_loop()
         held = spaces.acquire(name, create=create)
         try:
             call.nexus = await loop.run_in_executor(self.pool, held.__enter__)
         except KipError as exc:
             raise _Reject(404, exc.to_dict()) from None
+        call.audit = spaces.audit_log(name)
         try:
             status, payload = await self._handle_body(body, call)
         finally:
@@ -511,7 +540,8 @@ class KipApp:
             deadline = asyncio.get_running_loop().time() + self.request_timeout
             answers = []
             for item in payload:
-                sub = _Call()
+                sub = _Call()       # the same space, key mode and audit log as the body's
+                sub.nexus, sub.read_only, sub.audit = call.nexus, call.read_only, call.audit
                 _, answer = await self._handle_call(item, sub, deadline)
                 call.kinds += sub.kinds
                 call.errors += ([sub.error] if sub.error else []) + sub.errors
@@ -573,10 +603,11 @@ class KipApp:
         loop = asyncio.get_running_loop()
         response: dict[str, Any]
         if method == "list_logs":
-            if self.audit is None:
+            audit = call.audit if call.nexus is not None else self.audit
+            if audit is None:
                 response = {"result": []}
             else:
-                response = await loop.run_in_executor(self.pool, self.audit.list_logs, params)
+                response = await loop.run_in_executor(self.pool, audit.list_logs, params)
             if "error" in response:
                 call.error = response["error"]["code"]
             return response
@@ -609,8 +640,9 @@ class KipApp:
         elif batch:
             call.errors = [r["error"].get("code") for r in response.get("result", [])
                            if isinstance(r, dict) and "error" in r]
-        if self.audit is not None:
-            self.audit.record(audit_entry(
+        audit = call.audit if call.nexus is not None else self.audit
+        if audit is not None:
+            audit.record(audit_entry(
                 method=method, kinds=call.kinds, commands=texts, duration=duration,
                 status=http_status(response), response=response,
                 batch=batch and "error" not in response, chars=self.audit_chars,
@@ -851,7 +883,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     nexus: Nexus | None = None
     if spaces:
         registry = Spaces(spaces, max_open=max_open_spaces, auto_create=auto_create,
-                          **options)
+                          audit=audit, **options)
         db = spaces
     else:
         os.makedirs(db, exist_ok=True)

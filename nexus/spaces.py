@@ -4,22 +4,63 @@ Owns the space name rule (a short ASCII slug; anything else is KIP_1001 and touc
 file), creating, listing and dropping spaces, and a bounded set of open ones: a space opens
 on first use and the least recently used idle space closes once more than `max_open` are
 open. A space with requests in flight (`acquire`) is never closed.
+
+With `audit`, each open space keeps its own audit log (`Nexus.audit_log()`, in its own
+store: `list_logs` on `/v1/{space}/kip` lists that space's requests only); one flusher
+thread writes the buffered entries of every open space, and a space's log is flushed as
+it closes — no thread per space.
+
+A new space is a copy of a *template*: a store bootstrapped once under
+`DIR/.templates/<key>`, where the key digests the bundled capsules' names and texts, the
+nexus version and the options that shape a new store (bootstrap, self_id, embedder) — so
+a change to the bundled set (or an upgrade) builds a new template instead of copying a
+stale one, and creating a space costs a file copy, not a bootstrap. (Opening the copy still runs the bootstrap's check,
+which applies nothing when the template is current.) Older templates are removed when a new
+one is built. The copy carries the template's random database epoch (the vector files'
+owner mark, `nexus.search.vectors`): the files copied with it are its own.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import secrets
 import shutil
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from .api import Nexus
+from .api import AuditLog, Nexus, __version__
 from .errors import ErrorCode, KipError
+from .ops.capsules import BUNDLED, bundled_text
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 DEFAULT_MAX_OPEN = 64
+AUDIT_FLUSH_SECONDS = 0.5
+TEMPLATES = ".templates"
+# Files of a store directory that a copy leaves out: LMDB's lock file (per environment,
+# made at open) and any other lock file.
+_NOT_COPIED = re.compile(r"(?:lock\.mdb|.*\.lock|LOCK|.*\.tmp)")
+
+
+# The options that change what a new store holds (the rest — limits, durability — do not,
+# so `kip space create` and `kip serve` with other limits share one template).
+CONTENT_OPTIONS = {"bootstrap": True, "self_id": None, "embedder": None}
+
+
+def template_key(options: dict[str, Any]) -> str:
+    """The digest that names the template for spaces opened with `options`: the bundled
+    capsules (names and texts), the nexus version and the options that shape the content."""
+    h = hashlib.sha256(f"nexus {__version__}\n".encode())
+    shaping = {k: options.get(k, default) for k, default in CONTENT_OPTIONS.items()}
+    h.update(json.dumps(shaping, sort_keys=True, default=repr).encode())
+    for name in BUNDLED:
+        text = bundled_text(name).encode("utf-8")
+        h.update(f"\n{name} {len(text)}\n".encode())
+        h.update(text)
+    return h.hexdigest()[:32]
 
 
 def check_name(name: Any) -> str:
@@ -42,7 +83,7 @@ class Spaces:
     """The spaces under `root`. Thread-safe; `options` go to every `Nexus.open`."""
 
     def __init__(self, root: str, *, max_open: int = DEFAULT_MAX_OPEN,
-                 auto_create: bool = False, **options: Any) -> None:
+                 auto_create: bool = False, audit: bool = False, **options: Any) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
         self.max_open = max(1, max_open)
@@ -51,7 +92,17 @@ class Spaces:
         self._lock = threading.Lock()
         self._open: OrderedDict[str, Nexus] = OrderedDict()   # LRU order, newest last
         self._busy: dict[str, int] = {}
-        self._opening: dict[str, threading.Lock] = {}
+        self._opening: dict[str, threading.Event] = {}     # being opened, set when done
+        self._closing: dict[str, threading.Event] = {}     # evicted, store still closing
+        self._to_close: list[tuple[str, Nexus]] = []        # evicted, for the closer thread
+        self._closer: threading.Thread | None = None
+        self._close_wake = threading.Event()
+        self._template_lock = threading.Lock()
+        self._key: str | None = None        # template_key(options), computed once
+        self.audit = audit
+        self._audits: dict[str, AuditLog] = {}      # of the open spaces, with `audit`
+        self._flusher: threading.Thread | None = None
+        self._stopping = threading.Event()
 
     def path(self, name: str) -> str:
         return os.path.join(self.root, check_name(name))
@@ -68,13 +119,57 @@ class Spaces:
             return len(self._open)
 
     def create(self, name: str) -> bool:
-        """Create (and bootstrap) space `name`; False if it existed already."""
+        """Create space `name` (a copy of the template); False if it existed already."""
         path = self.path(name)
         if os.path.isdir(path):
             return False
-        with self.acquire(name, create=True):
-            pass
-        return True
+        return self._copy_template(name, path)
+
+    def template(self) -> str:
+        """The directory of the current template, built first if it is missing."""
+        key = self._key = self._key or template_key(self.options)
+        base = os.path.join(self.root, TEMPLATES)
+        final = os.path.join(base, key)
+        if os.path.isdir(final):
+            return final
+        with self._template_lock:
+            if os.path.isdir(final):
+                return final
+            os.makedirs(base, exist_ok=True)
+            building = os.path.join(base, f".build-{secrets.token_hex(6)}")
+            try:
+                Nexus.open(building, **self.options).close()
+                try:
+                    os.rename(building, final)
+                except OSError:
+                    if not os.path.isdir(final):    # not another process that was faster
+                        raise
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
+            for old in os.listdir(base):        # stale templates (another bundled set)
+                if old != key and not old.startswith("."):
+                    shutil.rmtree(os.path.join(base, old), ignore_errors=True)
+        return final
+
+    def _copy_template(self, name: str, path: str) -> bool:
+        """Copy the template to `path` (through a temporary directory, renamed into place:
+        a space is never seen half copied); False if `path` appeared meanwhile."""
+        source = self.template()
+        staging = os.path.join(self.root, TEMPLATES, f".new-{name}-{secrets.token_hex(6)}")
+        os.makedirs(staging)
+        try:
+            for entry in os.listdir(source):
+                if not _NOT_COPIED.fullmatch(entry):
+                    shutil.copyfile(os.path.join(source, entry), os.path.join(staging, entry))
+            try:
+                os.rename(staging, path)
+            except OSError:
+                if os.path.isdir(path):
+                    return False
+                raise
+            return True
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
     def drop(self, name: str) -> bool:
         """Close and delete space `name`; False if it does not exist. Refused (KIP_3002)
@@ -85,6 +180,12 @@ class Spaces:
                 raise KipError(ErrorCode.KIP_3002, f"Space {name!r} is in use",
                                "Retry the drop when its requests have finished.")
             nexus = self._open.pop(name, None)
+            audit = self._audits.pop(name, None)
+            closing = self._closing.get(name)
+        if closing is not None:
+            closing.wait()
+        if audit is not None:
+            audit.close()
         if nexus is not None:
             nexus.close()
         if not os.path.isdir(path):
@@ -95,8 +196,9 @@ class Spaces:
     @contextmanager
     def acquire(self, name: str, *, create: bool = False) -> Iterator[Nexus]:
         """The open `Nexus` of space `name`, held open for the `with` block. A missing space
-        is KIP_1001 (`unknown_space`) unless `create` or the registry auto-creates."""
-        nexus = self._get(name, create or self.auto_create)
+        is KIP_1001 (`unknown_space`) unless `create` (`auto_create` is the server's policy:
+        it asks for `create` on a write)."""
+        nexus = self._get(name, create)
         try:
             yield nexus
         finally:
@@ -104,51 +206,144 @@ class Spaces:
                 self._busy[name] -= 1
                 if not self._busy[name]:
                     del self._busy[name]
-                self._evict()
+                victims = self._evict()
+            self._close_evicted(victims)
 
     def _get(self, name: str, create: bool) -> Nexus:
         path = self.path(name)
-        with self._lock:
-            nexus = self._open.get(name)
-            if nexus is not None:
-                self._open.move_to_end(name)
-                self._busy[name] = self._busy.get(name, 0) + 1
-                return nexus
-            opening = self._opening.setdefault(name, threading.Lock())
-        with opening:       # one opener per space; others wait for it
+        while True:
             with self._lock:
                 nexus = self._open.get(name)
                 if nexus is not None:
                     self._open.move_to_end(name)
                     self._busy[name] = self._busy.get(name, 0) + 1
                     return nexus
-            try:
-                if not os.path.isdir(path):
-                    if not create:
-                        raise unknown_space(name)
-                    os.makedirs(path)
-                nexus = Nexus.open(path, **self.options)
-                with self._lock:
-                    self._open[name] = nexus
-                    self._busy[name] = self._busy.get(name, 0) + 1
-                    self._evict()
-                return nexus
-            finally:
-                with self._lock:        # bounded: only names being opened right now
-                    self._opening.pop(name, None)
+                # Evicted a moment ago and still closing, or being opened by another
+                # thread: wait for that, then look again (one store per space at a time).
+                wait_for = self._closing.get(name) or self._opening.get(name)
+                if wait_for is None:
+                    opened = self._opening[name] = threading.Event()
+            if wait_for is not None:
+                wait_for.wait()
+                continue
+            break
+        victims: list[tuple[str, Nexus]] = []
+        try:
+            if not os.path.isdir(path):
+                if not create:
+                    raise unknown_space(name)
+                self._copy_template(name, path)
+            nexus = Nexus.open(path, **self.options)
+            with self._lock:
+                self._open[name] = nexus
+                if self.audit:
+                    self._audits[name] = nexus.audit_log()
+                    self._start_flusher()
+                self._busy[name] = self._busy.get(name, 0) + 1
+                victims = self._evict()
+        finally:
+            with self._lock:        # bounded: only names being opened right now
+                self._opening.pop(name, None)
+            opened.set()
+        self._close_evicted(victims)
+        return nexus
 
-    def _evict(self) -> None:
-        """Close idle spaces, oldest first, while more than `max_open` are open (lock held)."""
+    def _evict(self) -> list[tuple[str, Nexus]]:
+        """Take idle spaces out, oldest first, while more than `max_open` are open (lock
+        held); the caller closes them with `_close_evicted` once the lock is released, so
+        that closing one space (draining and saving its vector index) holds up no request
+        to another."""
+        victims: list[tuple[str, Nexus]] = []
         if len(self._open) <= self.max_open:
-            return
+            return victims
         for name in list(self._open):
             if len(self._open) <= self.max_open:
                 break
             if not self._busy.get(name):
-                self._open.pop(name).close()
+                victims.append((name, self._open.pop(name)))
+                self._closing[name] = threading.Event()
+        return victims
+
+    def _close_evicted(self, victims: list[tuple[str, Nexus]]) -> None:
+        """Hand evicted spaces to the closer thread: closing (draining and saving the vector
+        index, closing the store) is no part of the request that evicted them."""
+        if not victims:
+            return
+        with self._lock:
+            self._to_close.extend(victims)
+            if self._closer is None:
+                self._closer = threading.Thread(target=self._close_loop, daemon=True,
+                                                name="nexus-spaces-closer")
+                self._closer.start()
+        self._close_wake.set()
+
+    def _close_loop(self) -> None:
+        while True:
+            self._close_wake.wait()
+            self._close_wake.clear()
+            while True:
+                with self._lock:
+                    if not self._to_close:
+                        break
+                    name, nexus = self._to_close.pop(0)
+                try:
+                    self._close(name, nexus)
+                except Exception:  # noqa: BLE001 - one failing close must not stop the rest
+                    import logging
+                    logging.getLogger("nexus.spaces").exception("closing space %s", name)
+                finally:
+                    with self._lock:
+                        done = self._closing.pop(name, None)
+                    if done is not None:
+                        done.set()
+            if self._stopping.is_set():
+                return
+
+    def _close(self, name: str, nexus: Nexus) -> None:
+        with self._lock:
+            audit = self._audits.pop(name, None)
+        try:
+            if audit is not None:
+                audit.close()           # writes what it buffered
+        finally:
+            nexus.close()
+
+    def audit_log(self, name: str) -> AuditLog | None:
+        """The audit log of open space `name` (held by the caller), None without `audit`."""
+        with self._lock:
+            return self._audits.get(name)
+
+    def _start_flusher(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                             name="nexus-spaces-audit")
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._stopping.wait(AUDIT_FLUSH_SECONDS):
+            self.flush_audits()
+
+    def flush_audits(self) -> None:
+        """Write the buffered audit entries of every open space."""
+        with self._lock:
+            logs = list(self._audits.items())
+        for name, audit in logs:
+            try:
+                audit.flush()
+            except Exception:  # noqa: BLE001 - a space closed meanwhile flushed itself;
+                # the audit must never take the server down
+                import logging
+                logging.getLogger("nexus.spaces").debug("audit flush of %s failed", name,
+                                                        exc_info=True)
 
     def close(self) -> None:
+        self._stopping.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=10)
+        if self._closer is not None:        # it finishes the closes handed to it, then ends
+            self._close_wake.set()
+            self._closer.join()
         with self._lock:
-            opened, self._open = list(self._open.values()), OrderedDict()
-        for nexus in opened:
-            nexus.close()
+            opened, self._open = list(self._open.items()), OrderedDict()
+        for name, nexus in opened:
+            self._close(name, nexus)

@@ -1,7 +1,8 @@
 """Starting a real `kip serve` subprocess for the tests that talk HTTP to it (tests/server,
-tests/shell, tests/reliability): `--port 0` picks a free loopback port, which is read from
-the line the server prints when it listens; the server counts as up once `/healthz`
-answers. Standard library only, so the stand-alone reliability scripts can use it too.
+tests/shell, tests/reliability, tests/spaces, bench/spaces.py): `--port 0` picks a free
+loopback port, which is read from the line the server prints when it listens (`... on
+http://HOST:PORT/kip`, or `/v1/{space}/kip` with `--spaces`); the server counts as up once
+`/healthz` answers. Standard library only, so the stand-alone scripts can use it too.
 """
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ import sys
 import time
 from pathlib import Path
 
-_LISTENING = re.compile(rb"serving .* on http://([^/]+)/kip")
+_LISTENING = re.compile(rb"serving .* on http://([^/]+)/(?:kip|v1/\{space\}/kip)\n")
 
 
-def launch(db: Path, args: list[str], *, log: Path, env: dict[str, str],
-           key: str | None = None, wait: float = 60.0) -> tuple[subprocess.Popen, str, int]:
-    """Run `kip serve --db DB --port 0 ARGS [--api-key KEY]` with stderr to `log`; return
-    (process, host, port) once it answers, or kill it and raise RuntimeError with its log."""
-    cmd = [sys.executable, "-m", "nexus.cli", "serve", "--db", str(db), "--port", "0", *args]
+def launch(db: Path | None, args: list[str], *, log: Path, env: dict[str, str],
+           key: str | None = None, wait: float = 60.0, spaces: Path | None = None
+           ) -> tuple[subprocess.Popen, str, int]:
+    """Run `kip serve --db DB --port 0 ARGS [--api-key KEY]` (`--spaces SPACES` instead of
+    `--db` when given) with stderr to `log`; return (process, host, port) once it answers,
+    or kill it and raise RuntimeError with its log."""
+    where = ["--spaces", str(spaces)] if spaces is not None else ["--db", str(db)]
+    cmd = [sys.executable, "-m", "nexus.cli", "serve", *where, "--port", "0", *args]
     if key:
         cmd += ["--api-key", key]
     with open(log, "wb") as fh:

@@ -88,12 +88,25 @@ def _pending(txn: ReadTxn, name: str, digest: bytes) -> bool:
     return txn.aux("engine").get(HASH_PREFIX + name.encode()) != digest
 
 
+_BUNDLED_CACHE: list[Any] = [None, None, ()]   # [bundled_text, BUNDLED read, the triples]
+
+
+def _bundled() -> tuple[tuple[str, str, bytes], ...]:
+    """(name, text, digest) of each bundled capsule, read and hashed once per process (a
+    server opening many spaces checks them on every open; reading them each time was half
+    of a cold open). Read again if `bundled_text` or `BUNDLED` was replaced (tests)."""
+    reader, names, triples = _BUNDLED_CACHE
+    if reader is not bundled_text or names is not BUNDLED:
+        triples = tuple((n, t, _digest(t)) for n in BUNDLED for t in [bundled_text(n)])
+        _BUNDLED_CACHE[:] = [bundled_text, BUNDLED, triples]
+    return triples
+
+
 def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None = None
               ) -> list[str]:
     """Apply the bundled capsules that are missing or changed; returns their names."""
-    capsules = [(name, bundled_text(name)) for name in BUNDLED]
     with engine.store.read() as txn:        # the common case, a reopen: no write at all
-        todo = [(n, t, d) for n, t in capsules if _pending(txn, n, d := _digest(t))]
+        todo = [(n, t, d) for n, t, d in _bundled() if _pending(txn, n, d)]
     applied = []
     for done, (name, text, digest) in enumerate(todo):
         if progress is not None:

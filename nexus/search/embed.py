@@ -18,6 +18,7 @@ rebuild), `dim`, `contextual`, and `embed(texts) -> ndarray (len(texts), dim)`.
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 from typing import Protocol
 
@@ -114,9 +115,23 @@ class SentenceEmbedder:
         return np.asarray(vecs, dtype=np.float32)
 
 
+_SHARED: dict[str, Embedder] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 def make_embedder(spec: str | None) -> Embedder:
-    """The embedder named by `Config.embedder`."""
+    """The embedder named by `Config.embedder`, one per name in the process: every database
+    open in it (the spaces of one server) shares its model and its feature cache, so their
+    memory is paid once, not per open database. Embedders are stateless but for caches."""
     spec = (spec or "hashed-ngrams").strip()
+    with _SHARED_LOCK:
+        found = _SHARED.get(spec)
+        if found is None:
+            found = _SHARED[spec] = _make(spec)
+    return found
+
+
+def _make(spec: str) -> Embedder:
     if spec in ("hashed-ngrams", "hashed", "default"):
         return HashedNgramEmbedder()
     if spec == "minilm":

@@ -287,9 +287,12 @@ class SearchService:
             self.vectors.drain(timeout=CLOSE_DRAIN_SECONDS)
         finally:
             self.vectors.stop()
-        with self.vectors.lock:
-            if self.vectors.applied_seq > self.vectors.saved_seq or self.vectors.unsaved:
-                self.vectors.save()
+        try:
+            with self.vectors.lock:
+                if self.vectors.applied_seq > self.vectors.saved_seq or self.vectors.unsaved:
+                    self.vectors.save()
+        finally:
+            self.vectors.release()
 
 
 class _Stage:

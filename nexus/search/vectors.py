@@ -284,6 +284,16 @@ class VectorIndex:
         if indexer is not None:
             indexer.stop()
 
+    def release(self) -> None:
+        """Free the in-memory indexes (after `stop` and `save`, when the database closes):
+        a usearch index that holds any vector keeps a 16 MB arena mapped, and a closed
+        database may stay reachable (reference cycles) until the cyclic GC runs — many
+        spaces opened and closed in one server must not keep those arenas. Empty
+        replacements map nothing."""
+        with self.lock:
+            self.indexes = [self._new(), self._new()]
+            self.needs_rebuild = True       # nothing in memory is usable any more
+
     def _drop(self, ids: Iterable[int]) -> None:
         keys = (np.fromiter(ids, dtype=np.uint64)[:, None] * SLOTS
                 + np.arange(SLOTS, dtype=np.uint64)[None, :]).ravel()

@@ -13,8 +13,10 @@ import argparse
 import logging
 import os
 import sys
+import urllib.parse
 from typing import TextIO
 
+from ..errors import KipError
 from .backend import Backend, HttpBackend, LocalBackend
 from .commands import run_meta
 from .core import Quit, Shell
@@ -35,6 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"local database directory (default {DEFAULT_DB})")
     where.add_argument("--url", metavar="URL",
                        help="a running `kip serve`, e.g. http://127.0.0.1:8080")
+    where.add_argument("--spaces", metavar="DIR",
+                       help="a spaces directory (`kip serve --spaces`): open --space NAME "
+                            "in it")
+    ap.add_argument("--space", metavar="NAME",
+                    help="a space of --spaces DIR, or of the spaces server at --url "
+                         "(POST URL/v1/NAME/kip)")
     ap.add_argument("--api-key", metavar="KEY",
                     help="Bearer key for --url (default: $KIP_API_KEY)")
     ap.add_argument("--readonly", action="store_true",
@@ -57,9 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def open_backend(args: argparse.Namespace) -> Backend:
+    if args.spaces and not args.space:
+        raise ValueError("--spaces DIR needs --space NAME")
+    if args.space and not (args.url or args.spaces):
+        raise ValueError("--space NAME needs --spaces DIR or the --url of a spaces server")
     if args.url:
         key = args.api_key or os.environ.get("KIP_API_KEY") or None
-        return HttpBackend(args.url, key)
+        url = args.url
+        if args.space:      # quoted: the server checks the name, the URL cannot escape it
+            base = url.rstrip("/")
+            base = base[:-len("/kip")] if base.endswith("/kip") else base
+            url = f"{base}/v1/{urllib.parse.quote(args.space, safe='')}/kip"
+        return HttpBackend(url, key)
+    if args.spaces:
+        from ..spaces import check_name     # a local database loads the engine anyway
+        args.db = os.path.join(args.spaces, check_name(args.space))
+        if not os.path.isdir(args.db):
+            raise ValueError(f"no space named {args.space!r} in {args.spaces} (create it "
+                             f"with `kip space create {args.space} --spaces {args.spaces}`)")
     # The bootstrap of a new database, or the upgrade of an old one: a passing bar.
     with Progress("opening", sys.stderr, per_label=False, leave=False, delay=0.5,
                   tty=sys.stderr.isatty() and sys.stdin.isatty()) as progress:
@@ -86,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backend = open_backend(args)
     except Exception as exc:  # noqa: BLE001 - report any failure to open, then exit 2
-        where = args.url or args.db or DEFAULT_DB
-        print(f"kip shell: cannot open {where}: {exc}", file=sys.stderr)
+        where = args.url or args.spaces or args.db or DEFAULT_DB
+        message = exc.message if isinstance(exc, KipError) else exc
+        print(f"kip shell: cannot open {where}: {message}", file=sys.stderr)
         return 2
     try:
         if interactive:

@@ -4,17 +4,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-_LISTENING = re.compile(rb"serving .* on http://([^/]+)/")
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from serving import launch  # noqa: E402
 
 
 class SpacesServer:
@@ -43,30 +42,15 @@ class SpacesServer:
                             {"method": method, "params": {"command": command}}, key)
 
 
-def start(root: Path, *args: str, wait: float = 60.0) -> SpacesServer:
-    log = root.parent / f"{root.name}.log"
+def start(root: Path, *args: str, wait: float = 60.0, audit: bool = False) -> SpacesServer:
+    """`kip serve --spaces ROOT ARGS` on a free port (stderr in ROOT.log), up and answering;
+    without an audit log unless `audit`."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "nexus.cli", "serve", "--spaces", str(root), "--port", "0",
-           "--access-log", "off", "--no-audit", *args]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, env=env)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        m = _LISTENING.search(log.read_bytes())
-        if m:
-            host, _, port = m.group(1).decode().rpartition(":")
-            server = SpacesServer(proc, host.strip("[]"), int(port), root)
-            try:
-                if server.request("GET", "/healthz")[0] == 200:
-                    return server
-            except OSError:
-                pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"kip serve did not start: {log.read_text(errors='replace')}")
+    flags = ["--access-log", "off", *([] if audit else ["--no-audit"]), *args]
+    proc, host, port = launch(None, flags,
+                              log=root.parent / f"{root.name}.log", env=env, wait=wait,
+                              spaces=root)
+    return SpacesServer(proc, host, port, root)
 
 
 def stop(server: SpacesServer) -> None:
@@ -84,8 +68,8 @@ def spaces_server(tmp_path: Path) -> Iterator[Any]:
     """A factory: `spaces_server(*flags)` starts a server over tmp_path/spaces."""
     started: list[SpacesServer] = []
 
-    def make(*args: str) -> SpacesServer:
-        server = start(tmp_path / "spaces", *args)
+    def make(*args: str, audit: bool = False) -> SpacesServer:
+        server = start(tmp_path / "spaces", *args, audit=audit)
         started.append(server)
         return server
     yield make
