@@ -23,7 +23,7 @@ from typing import Any, Callable
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec
+from nexus.store import codec, lmdb_file, owner
 from nexus.store.base import StoreBase
 from nexus.store.kv import KvRead, KvWrite, LmdbKv, LmdbTable
 from nexus.store.protocol import AUX_TABLES
@@ -59,10 +59,18 @@ def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
                                            isinstance(exc, lmdb.Error)):
         return KipError(ErrorCode.KIP_4003, f"I/O error in the store at {path}: {exc}")
     if isinstance(exc, lmdb.CorruptedError):
-        return KipError(ErrorCode.KIP_4003, f"the store at {path} is corrupted: {exc}")
+        return KipError(ErrorCode.KIP_4003, f"the store at {path} is corrupted: {exc}",
+                        lmdb_file.HINT)
     if isinstance(exc, lmdb.Error):
         return KipError(ErrorCode.KIP_4003, f"storage failure in {path}: {exc}")
     return None
+
+
+def _damage_hint(exc: BaseException) -> str | None:
+    """The restore hint for errors that mean a damaged file (else the code's default)."""
+    damaged = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError,
+               lmdb.VersionMismatchError)
+    return lmdb_file.HINT if isinstance(exc, damaged) else None
 
 
 class LmdbGraphStore(StoreBase[LmdbTable]):
@@ -78,10 +86,15 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                  head_cache_mb: float | None = None) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
+        self._owner = _become_owner(self._path)
         self._options: dict[str, Any] = dict(
             subdir=True, map_size=map_size, max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
             max_readers=max_readers, sync=durable, metasync=durable, create=True, lock=True)
-        env, tables = self._open_env()
+        try:
+            env, tables = self._open_env()
+        except BaseException:
+            owner.release(self._owner)
+            raise
         self._env = env
         # Open read transactions of this process, and the lock under which reads begin and
         # end and the environment is swapped (see the module doc, "Memory").
@@ -93,11 +106,13 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         super().__init__(tables, head_cache_size, head_cache_mb)
 
     def _open_env(self) -> tuple[lmdb.Environment, Tables[LmdbTable]]:
+        lmdb_file.validate(os.path.join(self._path, "data.mdb"))    # before LMDB maps it
         try:
             env = lmdb.open(self._path, **self._options)
         except (lmdb.Error, OSError) as exc:    # OSError: e.g. the parent directory is missing
             raise KipError(ErrorCode.KIP_4003,
-                           f"cannot open the store at {self._path}: {exc}") from None
+                           f"cannot open the store at {self._path}: {exc}",
+                           _damage_hint(exc)) from None
         try:
             handles = _open_tables(env, self._path)
         except BaseException:
@@ -170,6 +185,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 env, tables = self._open_env()
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
+                owner.release(self._owner)
+                self._owner = None
                 raise
             self._env, self.tables = env, tables
             self._release_due = False
@@ -198,7 +215,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
     def _close(self) -> None:
         with self._rlock:
-            self._env.close()
+            try:
+                self._env.close()
+            finally:
+                owner.release(self._owner)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every table's (key, value) pairs in key order (for tests and debugging)."""
@@ -216,16 +236,33 @@ def _check_directory(path: str) -> None:
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {path}: it is not a directory")
         entries = set(os.listdir(path))
-        if entries - {"lock.mdb"} and "data.mdb" not in entries:
+        if entries - {"lock.mdb", owner.LOCK_NAME} and "data.mdb" not in entries:
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {path}: the directory is not empty and "
                            f"holds no LMDB environment (data.mdb)")
 
 
+def _become_owner(path: str) -> tuple[int, int] | None:
+    """Create the directory if needed and take its owner lock (`nexus.store.owner`)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError as exc:      # e.g. the parent directory is missing
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot open the store at {path}: {exc.strerror}",
+                       "Create the parent directory, or give another path.") from None
+    return owner.acquire(path)
+
+
 def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
     """Open (creating on first use) every named database, refusing foreign environments."""
-    with env.begin() as txn:
-        names = set(txn.cursor().iternext(values=False))
+    try:
+        with env.begin() as txn:
+            names = set(txn.cursor().iternext(values=False))
+    except lmdb.Error as exc:
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
     if names and b"meta" not in names:
         raise KipError(ErrorCode.KIP_4003,
                        f"cannot open the store at {path}: it is an LMDB environment but not "
@@ -245,5 +282,5 @@ def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
                                f"{tag[:40]!r} (expected {codec.FORMAT_TAG!r})")
     except lmdb.Error as exc:
         raise KipError(ErrorCode.KIP_4003,
-                       f"cannot open the store at {path}: {exc}") from None
+                       f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
     return handles
