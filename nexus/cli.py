@@ -448,27 +448,43 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(nexus: Any, deep: bool, repair: bool) -> dict[str, Any]:
-    """`Nexus.check` with progress on stderr: its own callback when it takes one, else a
-    phase reported around the call."""
-    import inspect
-    with _progress("check") as progress:
-        if "progress" in inspect.signature(nexus.check).parameters:
-            return dict(nexus.check(deep=deep, repair=repair, progress=progress))
+def _check(nexus: Any, deep: bool, repair: bool, wait: float | None) -> dict[str, Any]:
+    """`Nexus.check` with progress on stderr: a phase reported around the call, and the
+    vector catch-up when the check waits for it."""
+    with _progress("check") as progress, _progress("check") as waiting:
         phase = "verifying" + (" deeply" if deep else "") + (" and repairing" if repair else "")
         progress(phase, 0, 1)
-        report = nexus.check(deep=deep, repair=repair)
+        # Its own reporter: a wait cut short by --wait must not be shown as complete.
+        report = nexus.check(deep=deep, repair=repair, wait=wait, progress=waiting)
+        waiting.close()
         progress(phase, 1, 1)
         return dict(report)
 
 
+def _check_wait(args: argparse.Namespace) -> float | None:
+    """`--wait S` or KIP_CHECK_WAIT: seconds to wait for the vector indexer."""
+    text = args.wait if args.wait is not None else os.environ.get("KIP_CHECK_WAIT")
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise CliError(f"--wait / KIP_CHECK_WAIT must be a number of seconds >= 0 "
+                       f"(got {text!r})")
+    return seconds
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    wait = _check_wait(args)
     if not args.in_process:
         return _check_in_child(args)
     from .api import format_problems
-    with _open(args, create=False, bootstrap=False) as nexus:
+    # A check writes nothing: not even the vector files its catch-up would refresh.
+    with _open(args, create=False, bootstrap=False, save_vectors=args.repair) as nexus:
         try:
-            report = _check(nexus, args.deep, args.repair)
+            report = _check(nexus, args.deep, args.repair, wait)
         except KipError as err:
             # The walk could not read the data (a damaged page, an I/O error): that is a
             # finding of the check, exit status 1.
@@ -478,6 +494,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     _emit(report)
     for line in format_problems(report):
         print(f"kip: {line}", file=sys.stderr)
+    if report.get("pending"):
+        print(f"kip: note: {report['pending']}", file=sys.stderr)
     repaired = report.get("repaired")
     if repaired is None:
         if not report["ok"]:
@@ -512,6 +530,7 @@ def _check_in_child(args: argparse.Namespace) -> int:
     path = args.db or _default_db()
     argv = [sys.executable, "-m", "nexus.cli", "check", "--in-process", "--db", path]
     argv += ["--deep"] * bool(args.deep) + ["--repair"] * bool(args.repair)
+    argv += ["--wait", args.wait] if args.wait is not None else []
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
@@ -720,6 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rebuild the drifted indexes from the base records (the store's in "
                    "one transaction, then the search indexes); exit status 0 when nothing "
                    "is left")
+    p.add_argument("--wait", default=None, metavar="SECONDS",
+                   help="wait at most this long for the vector indexer to catch up "
+                   "(default 60, or $KIP_CHECK_WAIT); what is still queued then is "
+                   "reported as pending, not compared")
     p.add_argument("--in-process", action="store_true",
                    help="walk the database in this process (by default a child process "
                    "walks it, so that a damaged file is reported instead of killing kip)")

@@ -149,3 +149,124 @@ def test_kip_check_writes_nothing_on_a_healthy_database(db):
         proc = kip(*argv, "--db", str(db))
         assert proc.returncode == 0, proc.stderr[-2000:]
     assert snapshot(db) == before
+
+
+# --- the vector catch-up: bounded, reported as pending ------------------------------------------
+
+BULK = 20_000       # the size at which a check once waited > 10 minutes for the vectors
+
+
+@pytest.fixture(scope="module")
+def backlog(tmp_path_factory) -> Path:
+    """A freshly bulk-loaded database whose vectors are all still queued (the loader's
+    indexer held back, as a bulk load does, and the loader closed without waiting)."""
+    db = tmp_path_factory.mktemp("backlog") / "db"
+    with Nexus.open(str(db), durable=False) as nx:
+        nx.execute_kip({"command": 'UPSERT { CONCEPT ?t { {type: "$ConceptType", '
+                        'name: "Item"} SET ATTRIBUTES {description: "an item"} } }'})
+        nx.search.vectors.pause()
+        nx.bulk_import([{"type": "Item", "name": f"bulk item {i}", "attributes": {"k": i}}
+                        for i in range(BULK)])
+    return db
+
+
+def test_check_of_a_fresh_bulk_load_reports_pending_vectors_instead_of_waiting(backlog):
+    import time
+    before = snapshot(backlog)
+    started = time.monotonic()
+    proc = kip("check", "--deep", "--wait", "1", "--db", str(backlog), timeout=120)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = __import__("json").loads(proc.stdout)
+    pending = report["search"]["vector_pending"]
+    assert pending["ids"] > 0 and pending["changes"] > 0, report["search"]
+    assert "catching up" in report["pending"] and "--wait" in report["pending"]
+    assert "vector_missing" not in report["search"]      # not counted as drift
+    assert report["ok"] and report["store"]["ok"]
+    assert "kip: note: the vector indexer is still catching up" in proc.stderr
+    assert elapsed < 60, elapsed        # one second of waiting, plus opening and checking
+    assert snapshot(backlog) == before  # the catch-up stayed in memory: nothing written
+
+
+def test_the_wait_comes_from_the_environment_too(backlog):
+    env_wait = dict(os.environ, KIP_CHECK_WAIT="0")
+    proc = subprocess.run([sys.executable, "-m", "nexus.cli", "check", "--db", str(backlog)],
+                          capture_output=True, text=True, timeout=120, env={
+                              **env_wait, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and "vector_pending" in proc.stdout, proc.stderr[-2000:]
+    bad = kip("check", "--wait", "soon", "--db", str(backlog))
+    assert bad.returncode == 2 and "--wait" in bad.stderr
+
+
+# --- a full disk ----------------------------------------------------------------------------------
+
+FILLER = """
+import json, os, resource, sys
+from nexus.api import Nexus
+db, limit = sys.argv[1], int(sys.argv[2])
+nx = Nexus.open(db, bootstrap=True)
+if limit:       # the file size limit of this process: writes past it fail with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+acked = []
+for i in range(100000):
+    r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?p { {type: "Person", name: :n} '
+                        'SET ATTRIBUTES { person_class: "Human", bio: :b } } }',
+                        "parameters": {"n": f"p{i}", "b": f"{i} " + "x" * 20000}})
+    if "error" in r:
+        print(json.dumps({"acked": acked, "failed": f"p{i}", "error": r["error"]}), flush=True)
+        break
+    acked.append(f"p{i}")
+nx.close()
+"""
+
+
+@pytest.fixture(params=["tmpfs", "fsize"])
+def cramped(request, tmp_path):
+    """(database directory, file size limit or 0): a database on a 4 MiB tmpfs (root only),
+    or one whose writer runs under RLIMIT_FSIZE."""
+    if request.param == "fsize":
+        yield tmp_path / "db", 4 << 20, "file size limit"
+        return
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root): the fsize case covers it")
+    try:
+        yield mount / "db", 0, "is full"
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_a_full_disk_fails_the_write_cleanly_and_leaves_no_trace(cramped):
+    import json
+    db, limit, words = cramped
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    proc = subprocess.run([sys.executable, "-c", FILLER, str(db), str(limit)],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]      # nor at shutdown
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    error = outcome["error"]
+    assert error["code"] == "KIP_4003" and words in error["message"], error
+    assert str(db) in error["message"] and "nothing of it is stored" in error["message"] \
+        or "not committed" in error["message"], error
+    assert "retry" in error["hint"], error
+    assert outcome["acked"], "some writes fit before the disk filled up"
+    assert not [p for p in db.iterdir() if p.name.endswith(".tmp")]   # no half-written file
+    if not limit:
+        # Still full: a check runs, finds nothing wrong and writes nothing.
+        before = snapshot(db)
+        check = kip("check", "--deep", "--db", str(db))
+        assert check.returncode == 0, check.stderr[-2000:]
+        assert "Traceback" not in check.stderr
+        assert snapshot(db) == before
+    with Nexus.open(str(db), bootstrap=False) as nx:
+        names = nx.execute_kip({"command": 'FIND(?p.name) WHERE { ?p {type: "Person"} }'})
+        stored = set(names["result"]) - {"$self", "$system"}
+        assert stored == set(outcome["acked"]), (len(stored), len(outcome["acked"]))
+        assert outcome["failed"] not in stored      # the failed command left no trace
+        report = nx.check(deep=True, wait=120)
+        assert report["ok"], report
