@@ -110,9 +110,11 @@ def _combine(store: dict, search: dict, log: dict) -> dict[str, Any]:
         out["history"] = log
     pending = search.get("vector_pending")
     if pending:
+        what = (f"rebuilding the vector index, about {pending['ids']} ids to go"
+                if pending["rebuild"] else
+                f"{pending['ids']} ids of {pending['changes']} committed changes queued")
         out["pending"] = (
-            f"the vector indexer is still catching up ({pending['ids']} ids of "
-            f"{pending['changes']} committed changes queued after waiting "
+            f"the vector indexer is still catching up ({what} after waiting "
             f"{pending['waited_seconds']:g} s): the vectors were not compared. They are "
             f"applied in the background while the database is open (a server catches up "
             f"by itself); check again later, or wait longer with `kip check --wait SECONDS`")

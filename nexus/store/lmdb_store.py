@@ -1,8 +1,11 @@
 """The on-disk graph store: an LMDB environment with one named sub-database per table.
 
 Owns opening (and refusing) an environment, the LMDB transaction lifecycle and the
-translation of lmdb exceptions into KipError. The graph logic is shared with the memory
-store (`graph`, `graph_write`, `base`).
+translation of lmdb exceptions into KipError (a full disk or file size limit named as such).
+The graph logic is shared with the memory store (`graph`, `graph_write`, `base`). Opening
+first takes the database's owner lock (`owner`: one process per database) and checks
+`data.mdb` against its meta pages before LMDB maps it (`lmdb_file`: a truncated or foreign
+file is refused instead of killing the process with SIGBUS).
 
 Durability: by default every committed write transaction is fsync'd (`sync=True`,
 `metasync=True`); `durable=False` skips the fsyncs (a crash may lose the latest commits but

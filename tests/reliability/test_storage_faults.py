@@ -110,7 +110,7 @@ def test_a_truncated_data_file_is_refused_by_every_command(db, cut):
             "inside_meta": PAGE + 100}[cut]
     os.truncate(path, keep)
     before = snapshot(db)
-    for argv in (["check"], ["check", "--deep"], ["info"], ["export"],
+    for argv in (["check"], ["check", "--deep"], ["info"], ["export"], ["serve", "--port", "0"],
                  ["exec", "FIND(?c) WHERE { ?c {type: \"Item\"} } LIMIT 1"]):
         proc = kip(*argv, "--db", str(db))
         assert_reported(proc, db, "truncated", "backup")
@@ -179,7 +179,7 @@ def test_check_of_a_fresh_bulk_load_reports_pending_vectors_instead_of_waiting(b
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = __import__("json").loads(proc.stdout)
     pending = report["search"]["vector_pending"]
-    assert pending["ids"] > 0 and pending["changes"] > 0, report["search"]
+    assert pending["ids"] > 0 and (pending["changes"] > 0 or pending["rebuild"]), pending
     assert "catching up" in report["pending"] and "--wait" in report["pending"]
     assert "vector_missing" not in report["search"]      # not counted as drift
     assert report["ok"] and report["store"]["ok"]
