@@ -132,18 +132,26 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
     `max_readers` (concurrent read transactions), `head_cache_mb` (memory budget of the
-    head cache, default 64 MB) or `head_cache_size` (its size in heads).
+    head cache, default 64 MB) or `head_cache_size` (its size in heads), `readonly`: open
+    an existing store for reading only — no owner lock (LMDB readers never disturb the
+    owner's writes: tools and tests look at a served database this way), every write
+    refused.
     """
 
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
                  max_readers: int = 1024, head_cache_size: int | None = None,
-                 head_cache_mb: float | None = None) -> None:
+                 head_cache_mb: float | None = None, readonly: bool = False) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
-        self._owner = _become_owner(self._path)
+        self._readonly = readonly
+        if readonly and not os.path.isfile(os.path.join(self._path, "data.mdb")):
+            raise KipError(ErrorCode.KIP_4003, f"no store at {self._path} to read",
+                           "A read-only open needs an existing database.")
+        self._owner = None if readonly else _become_owner(self._path)
         self._options: dict[str, Any] = dict(
             subdir=True, map_size=map_size, max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
-            max_readers=max_readers, sync=durable, metasync=durable, create=True, lock=True)
+            max_readers=max_readers, sync=durable, metasync=durable, create=not readonly,
+            lock=True, readonly=readonly)
         try:
             env, tables = self._open_env()
         except BaseException:
@@ -168,7 +176,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                            f"cannot open the store at {self._path}: {exc}",
                            _damage_hint(exc)) from None
         try:
-            handles = _open_tables(env, self._path)
+            handles = _open_tables(env, self._path, self._readonly)
         except BaseException:
             env.close()
             raise
@@ -201,6 +209,9 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         return LmdbKv(txn), end
 
     def _begin_write(self) -> KvWrite[LmdbTable]:
+        if self._readonly:
+            raise KipError(ErrorCode.KIP_4003, f"the store at {self._path} is open read-only",
+                           "Open it without readonly=True to write (as its one owner).")
         if self._release_due:           # we hold the writer lock: no write is open
             self._release()
         return LmdbKv(self._env.begin(write=True))
@@ -309,7 +320,8 @@ def _become_owner(path: str) -> tuple[int, int] | None:
     return owner.acquire(path)
 
 
-def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
+def _open_tables(env: lmdb.Environment, path: str,
+                 readonly: bool = False) -> dict[str, LmdbTable]:
     """Open (creating on first use) every named database, refusing foreign environments."""
     try:
         with env.begin() as txn:
@@ -322,6 +334,17 @@ def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
                        f"cannot open the store at {path}: it is an LMDB environment but not "
                        f"a nexus store")
     wanted = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
+    if readonly:
+        missing = [name for name in wanted if name.encode() not in names]
+        if missing:
+            raise KipError(ErrorCode.KIP_4003, f"cannot read the store at {path}: it lacks "
+                           f"the tables {', '.join(missing[:5])}",
+                           "Open it once for writing (its owner creates them).")
+        try:
+            return {name: env.open_db(name.encode(), create=False) for name in wanted}
+        except lmdb.Error as exc:
+            raise KipError(ErrorCode.KIP_4003, f"cannot open the store at {path}: {exc}",
+                           _damage_hint(exc)) from None
     try:
         with env.begin(write=True) as txn:
             handles = {name: env.open_db(name.encode(), txn=txn, create=True)

@@ -106,3 +106,20 @@ def test_one_process_reopens_and_releases(tmp_path):
     finally:
         store.close()
     assert kip("info", "--db", db).returncode == 0    # released by close
+
+
+def test_a_read_only_store_reads_beside_the_owner_and_writes_nothing(holder):
+    db, proc = holder
+    store = open_store(str(db), readonly=True)      # no owner lock: LMDB readers coexist
+    try:
+        with store.read() as txn:
+            assert txn.max_id() >= 0
+        with pytest.raises(KipError) as err:
+            with store.write():
+                pass
+        assert "read-only" in err.value.message
+    finally:
+        store.close()
+    assert json.loads((db / "owner.lock").read_text())["pid"] == proc.pid
+    with pytest.raises(KipError):
+        open_store(str(db.parent / "missing"), readonly=True)
