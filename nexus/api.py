@@ -204,10 +204,14 @@ class Nexus(Engine):
         from .ops.export import export_lines
         return export_lines(self, domain, progress)
 
-    def check(self, *, deep: bool = True, repair: bool = False) -> dict[str, Any]:
-        """Verify every index against the data; `repair` rebuilds what drifted."""
+    def check(self, *, deep: bool = True, repair: bool = False, wait: float | None = None,
+              progress: Progress | None = None) -> dict[str, Any]:
+        """Verify every index against the data; `repair` rebuilds what drifted. Waits at
+        most `wait` seconds (default 60) for the vector indexer, reporting
+        `progress("vector catch-up", done, total)`; what it has not applied by then is
+        reported as pending (`"pending"`), not waited for (`nexus.ops.check.verify`)."""
         from .ops.check import verify
-        return verify(self, deep=deep, repair=repair)
+        return verify(self, deep=deep, repair=repair, wait=wait, progress=progress)
 
     def reindex(self, progress: Progress | None = None) -> dict[str, Any]:
         """Rebuild the search indexes from the data."""

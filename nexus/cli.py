@@ -96,8 +96,11 @@ def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
         if create:
             os.makedirs(path, exist_ok=True)
         return Nexus.open(path, progress=progress, **options)
+    except KipError as exc:
+        hint = f"\n  hint: {exc.hint}" if exc.hint else ""
+        raise CliError(f"cannot open {path}: {exc.message}{hint}") from exc
     except Exception as exc:  # noqa: BLE001 - the CLI reports, it does not trace back
-        raise CliError(f"cannot open {args.db or _default_db()}: {exc}") from exc
+        raise CliError(f"cannot open {path}: {exc}") from exc
     finally:
         progress.close()
 
@@ -199,7 +202,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") \
             from exc
     except KipError as exc:
-        raise CliError(f"cannot open {args.db or _default_db()}: {exc.message}") from exc
+        hint = f"\n  hint: {exc.hint}" if exc.hint else ""
+        raise CliError(f"cannot open {args.db or _default_db()}: {exc.message}{hint}") \
+            from exc
 
 
 def cmd_space(args: argparse.Namespace) -> int:
@@ -461,30 +466,54 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check(nexus: Any, deep: bool, repair: bool) -> dict[str, Any]:
-    """`Nexus.check` with progress on stderr: its own callback when it takes one, else a
-    phase reported around the call."""
-    import inspect
-    with _progress("check") as progress:
-        if "progress" in inspect.signature(nexus.check).parameters:
-            return dict(nexus.check(deep=deep, repair=repair, progress=progress))
+def _check(nexus: Any, deep: bool, repair: bool, wait: float | None) -> dict[str, Any]:
+    """`Nexus.check` with progress on stderr: a phase reported around the call, and the
+    vector catch-up when the check waits for it."""
+    with _progress("check") as progress, _progress("check") as waiting:
         phase = "verifying" + (" deeply" if deep else "") + (" and repairing" if repair else "")
         progress(phase, 0, 1)
-        report = nexus.check(deep=deep, repair=repair)
+        # Its own reporter: a wait cut short by --wait must not be shown as complete.
+        report = nexus.check(deep=deep, repair=repair, wait=wait, progress=waiting)
+        waiting.close()
         progress(phase, 1, 1)
         return dict(report)
 
 
+def _check_wait(args: argparse.Namespace) -> float | None:
+    """`--wait S` or KIP_CHECK_WAIT: seconds to wait for the vector indexer."""
+    text = args.wait if args.wait is not None else os.environ.get("KIP_CHECK_WAIT")
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise CliError(f"--wait / KIP_CHECK_WAIT must be a number of seconds >= 0 "
+                       f"(got {text!r})")
+    return seconds
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    wait = _check_wait(args)
+    if not args.in_process:
+        return _check_in_child(args)
     from .api import format_problems
-    with _open(args, create=False, bootstrap=False) as nexus:
+    # A check writes nothing: not even the vector files its catch-up would refresh.
+    with _open(args, create=False, bootstrap=False, save_vectors=args.repair) as nexus:
         try:
-            report = _check(nexus, args.deep, args.repair)
+            report = _check(nexus, args.deep, args.repair, wait)
         except KipError as err:
-            raise CliError(f"check failed: {err.message}") from None
+            # The walk could not read the data (a damaged page, an I/O error): that is a
+            # finding of the check, exit status 1.
+            print(f"kip: check failed on {nexus.path}: {err.message}\n  hint: "
+                  f"{_damage_hint(err)}", file=sys.stderr)
+            return 1
     _emit(report)
     for line in format_problems(report):
         print(f"kip: {line}", file=sys.stderr)
+    if report.get("pending"):
+        print(f"kip: note: {report['pending']}", file=sys.stderr)
     repaired = report.get("repaired")
     if repaired is None:
         if not report["ok"]:
@@ -500,6 +529,69 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"kip: problems remain that cannot be repaired (damaged base records): "
               f"{remaining}", file=sys.stderr)
     return 0 if repaired["ok"] else 1
+
+
+def _damage_hint(err: KipError) -> str:
+    if err.hint and "backup" in err.hint:
+        return err.hint
+    return ("the database cannot be read whole: restore its directory from a backup (an "
+            "export of what is still readable may save recent data)")
+
+
+def _check_in_child(args: argparse.Namespace) -> int:
+    """Run `kip check --in-process` in a child process and relay what it prints: LMDB
+    trusts the file it maps, so a damaged page can kill the reader by a signal (SIGBUS
+    past a truncated end, SIGABRT from an assertion); here that is a reported error."""
+    import signal
+    import subprocess
+    from . import __file__ as package_file
+    path = args.db or _default_db()
+    argv = [sys.executable, "-m", "nexus.cli", "check", "--in-process", "--db", path]
+    argv += ["--deep"] * bool(args.deep) + ["--repair"] * bool(args.repair)
+    argv += ["--wait", args.wait] if args.wait is not None else []
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    streams = [_fd_or_pipe(sys.stdout), _fd_or_pipe(sys.stderr)]
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=streams[0],
+                                stderr=streams[1], env=env)
+    except OSError as exc:
+        raise CliError(f"cannot start the check process: {exc}") from exc
+    try:
+        out, err = proc.communicate()
+    except KeyboardInterrupt:
+        proc.wait()
+        return 130
+    if out:
+        sys.stdout.write(out.decode("utf-8", "replace"))
+    if err:
+        sys.stderr.write(err.decode("utf-8", "replace"))
+    code = proc.returncode
+    if code >= 0:
+        return code
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    print(f"kip: check failed: the check of {os.path.abspath(path)} died by {name} while "
+          f"reading the database: its file is damaged (a page cut short or overwritten)\n"
+          f"  hint: restore the database directory from a backup; "
+          + ("a repair commits whole transactions or nothing" if args.repair
+             else "the check wrote nothing"),
+          file=sys.stderr)
+    return 1
+
+
+def _fd_or_pipe(stream: Any) -> Any:
+    """The stream's file descriptor for a child to inherit, or PIPE when it has none (a
+    captured stream)."""
+    import subprocess
+    try:
+        stream.flush()
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return subprocess.PIPE
 
 
 # --- version history (docs/history.md) -----------------------------------------------------
@@ -665,6 +757,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rebuild the drifted indexes from the base records (the store's in "
                    "one transaction, then the search indexes); exit status 0 when nothing "
                    "is left")
+    p.add_argument("--wait", default=None, metavar="SECONDS",
+                   help="wait at most this long for the vector indexer to catch up "
+                   "(default 60, or $KIP_CHECK_WAIT); what is still queued then is "
+                   "reported as pending, not compared")
+    p.add_argument("--in-process", action="store_true",
+                   help="walk the database in this process (by default a child process "
+                   "walks it, so that a damaged file is reported instead of killing kip)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compact", help="drop version-history records older than --keep",

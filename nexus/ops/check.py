@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import struct
 from collections import Counter
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 from .. import history
 from ..errors import KipError, internal_error
@@ -35,12 +36,19 @@ POSTING_CATEGORIES = ("postings_missing", "postings_orphans", "postings_wrong",
 VECTOR_CATEGORIES = ("vector_slots_wrong", "vector_stale")
 VECTOR_MIN_COSINE = 0.98    # the index stores i8-quantised vectors: equal ones score > 0.999
 VECTOR_CHUNK = 2048         # elements compared per hold of the vector lock
+# How long a check waits, in all, for the vector indexer to cover every committed change
+# (`kip check --wait S`, KIP_CHECK_WAIT). Past it the vectors are reported as pending (not
+# compared), never waited for without end: a freshly bulk-loaded database can have hours
+# of embedding queued.
+CATCH_UP_SECONDS = 60.0
+Progress = Callable[[str, int, int], None]
 
 
 # --- public entry points ----------------------------------------------------------------------
 
 def verify(nexus: Any, *, deep: bool = True, repair: bool = False,
-           examples: int = EXAMPLES) -> dict[str, Any]:
+           examples: int = EXAMPLES, wait: float | None = None,
+           progress: Progress | None = None) -> dict[str, Any]:
     """Check the store's indexes and the search indexes of `nexus` against its base records.
 
     Returns `{"ok", "store": {...}, "search": {...}}`: each part has `"ok"`, a count per
@@ -49,23 +57,32 @@ def verify(nexus: Any, *, deep: bool = True, repair: bool = False,
     derived indexes are rebuilt where they drifted and the result gains `"repaired"`:
     `{"store_fixes", "search_reindexed", "ok", "store", "search"}` — the last three from a
     fresh check after the repair (`ok` is False only when base records are damaged).
+
+    The vector part first waits for the vector indexer, at most `wait` seconds in all
+    (default `CATCH_UP_SECONDS`), calling `progress("vector catch-up", done, total)` (ids)
+    while it waits. If the indexer is still working through its queue then, the vectors
+    are not compared: the search part gets `"vector_pending"` (what is queued) instead of
+    vector counts, and the report a `"pending"` sentence saying so (`ok` covers what was
+    checked). An indexer that is stopped or failing is drift (`vector_lag`), not pending.
     Raises only KipError.
     """
+    budget = _Budget(CATCH_UP_SECONDS if wait is None else max(0.0, wait), progress)
     try:
         if not repair:
             with nexus.store.read() as txn:
                 store = nexus.store.check_tables(txn, examples=examples).report
                 log = history.check_log(txn, examples) if deep else {"ok": True}
-            search = _search_report(nexus, deep, examples)
+            search = _search_report(nexus, deep, examples, budget)
             return _combine(store, search, log)
         before_store, fixes = repair_store(nexus, examples)
-        before_search = _search_report(nexus, deep, examples)
+        before_search = _search_report(nexus, deep, examples, budget)
         reindexed = False
         if not before_search["ok"] or fixes:
             nexus.search.reindex()
             reindexed = True
         report = _combine(before_store, before_search, {"ok": True})
-        after = verify(nexus, deep=deep, examples=examples)
+        after = verify(nexus, deep=deep, examples=examples, wait=budget.left(),
+                       progress=progress)
         report["repaired"] = {"store_fixes": fixes, "search_reindexed": reindexed,
                               "ok": after["ok"], "store": after["store"],
                               "search": after["search"]}
@@ -91,19 +108,84 @@ def _combine(store: dict, search: dict, log: dict) -> dict[str, Any]:
     out = {"ok": store["ok"] and search["ok"] and log["ok"], "store": store, "search": search}
     if len(log) > 1:
         out["history"] = log
+    pending = search.get("vector_pending")
+    if pending:
+        what = (f"rebuilding the vector index, about {pending['ids']} ids to go"
+                if pending["rebuild"] else
+                f"{pending['ids']} ids of {pending['changes']} committed changes queued")
+        out["pending"] = (
+            f"the vector indexer is still catching up ({what} after waiting "
+            f"{pending['waited_seconds']:g} s): the vectors were not compared. They are "
+            f"applied in the background while the database is open (a server catches up "
+            f"by itself); check again later, or wait longer with `kip check --wait SECONDS`")
     return out
 
 
-def _search_report(nexus: Any, deep: bool, examples: int) -> dict[str, Any]:
+class _Budget:
+    """The seconds a check may still wait for the vector indexer, and its progress."""
+
+    def __init__(self, seconds: float, progress: Progress | None) -> None:
+        self.deadline = time.monotonic() + seconds
+        self.progress = progress
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def catch_up(self, vectors: Any) -> bool:
+        """Wait (within the budget) until the vectors cover every committed change;
+        whether they do."""
+        first = None
+        while True:
+            if vectors.drain(timeout=min(1.0, self.left())):
+                if self.progress is not None and first:
+                    self.progress("vector catch-up", first, first)
+                return True
+            backlog = int(vectors.backlog)
+            first = backlog if first is None else max(first, backlog)
+            if self.progress is not None and first:
+                self.progress("vector catch-up", first - backlog, first)
+            if self.left() <= 0:
+                return False
+
+
+def _pending(service: Any, nexus: Any, waited: float) -> dict[str, Any] | None:
+    """What the vector indexer has still to apply, when it is alive and working on it
+    (None when it has caught up, or is stopped or failing: that is drift)."""
+    from ..search.vectors import read_seq
+    v = service.vectors
+    indexer = v.indexer
+    if indexer is None or not indexer.is_alive() or v.error is not None:
+        return None
+    with nexus.store.read() as txn:
+        changes = read_seq(txn) - v.applied_seq
+    if changes <= 0 and not v.needs_rebuild:
+        return None
+    return {"changes": max(0, changes), "ids": int(v.backlog), "rebuild": v.needs_rebuild,
+            "waited_seconds": round(waited, 1)}
+
+
+def _search_report(nexus: Any, deep: bool, examples: int,
+                   budget: _Budget | None = None) -> dict[str, Any]:
     service = getattr(nexus, "search", None)
     if service is None:
         return {"ok": True, "available": False}
-    report = dict(service.check(deep=deep))
+    budget = budget or _Budget(CATCH_UP_SECONDS, None)
+    started = time.monotonic()
+    budget.catch_up(service.vectors)
+    report = dict(service.check(deep=deep, wait=0))
     report.pop("ok", None)
+    pending = _pending(service, nexus, time.monotonic() - started)
+    if pending is not None:
+        # Not caught up: the vector counts say nothing yet (every queued element would
+        # count as missing); report what is queued instead.
+        for key in ("vector_missing", "vector_orphans", "vector_lag"):
+            report.pop(key, None)
+        report["vector_pending"] = pending
     if deep:
         with nexus.store.read() as txn:
             posting = PostingCheck(txn, examples).run()
-        vector = VectorCheck(service.vectors, nexus.store, examples).run()
+        vector = VectorCheck(service.vectors, nexus.store, examples, budget).run() \
+            if pending is None else {}
         examples_found = {**posting.pop("examples", {}), **vector.pop("examples", {})}
         report.update(posting)
         report.update(vector)
@@ -227,11 +309,13 @@ class VectorCheck(Findings):
     waits for the indexer and retries. Elements whose vectors are missing altogether are
     `nexus.search.check`'s `vector_missing`, and not counted again here."""
 
-    def __init__(self, vectors: Any, store: Any, examples: int = EXAMPLES) -> None:
+    def __init__(self, vectors: Any, store: Any, examples: int = EXAMPLES,
+                 budget: _Budget | None = None) -> None:
         super().__init__(examples)
         self.vectors = vectors
         self.store = store
         self.compared = 0
+        self.budget = budget or _Budget(CATCH_UP_SECONDS, None)
 
     def run(self) -> dict[str, Any]:
         with self.store.read() as txn:
@@ -272,7 +356,7 @@ class VectorCheck(Findings):
                         stored.append(((present - np.uint64(n * SLOTS)).tolist(), vecs))
             if in_step:
                 break
-            v.drain(timeout=30)
+            v.drain(timeout=min(30.0, self.budget.left()))
         else:
             self.problem("vector_stale", f"the vector index did not settle on a snapshot "
                          f"for {len(ids)} elements", len(ids))

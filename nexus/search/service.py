@@ -81,6 +81,8 @@ class SearchService:
         self.store = host.store
         self.embedder = make_embedder(getattr(host.config, "embedder", None))
         self.vectors = VectorIndex(self.embedder, self.store.path)
+        # A process that must write nothing (`kip check`) keeps its catch-up in memory.
+        self.vectors.saving = bool(getattr(host.config, "save_vectors", True))
         self.opened = "empty"
         self.wait_seconds = WAIT_SECONDS
         self.wait_backlog = WAIT_BACKLOG
@@ -234,11 +236,11 @@ class SearchService:
         return {"elements": total, "seq": seq}
 
     @kip_only
-    def check(self, deep: bool = False) -> dict:
+    def check(self, deep: bool = False, wait: float = CHECK_DRAIN_SECONDS) -> dict:
         """Drift between the data and the indexes (all counts 0 when in step); waits for
-        the vector indexer to catch up first."""
+        the vector indexer to catch up first (at most `wait` seconds)."""
         # Bounded: a stalled indexer must show up as `vector_lag`, not hang the check.
-        self.vectors.drain(timeout=CHECK_DRAIN_SECONDS)
+        self.vectors.drain(timeout=wait)
         with self.vectors.lock, self.store.read() as txn:
             elements = set(txn.elements())
             indexed = set(lexical.indexed_ids(txn))
@@ -284,13 +286,20 @@ class SearchService:
         try:
             # Bounded, so a failing indexer cannot hang shutdown; whatever is not applied
             # stays in the durable queue and is applied after the next open.
-            self.vectors.drain(timeout=CLOSE_DRAIN_SECONDS)
+            # (Nothing to wait for when the files are not saved: a check's process.)
+            self.vectors.drain(timeout=CLOSE_DRAIN_SECONDS if self.vectors.saving else 0)
         finally:
             self.vectors.stop()
         try:
             with self.vectors.lock:
                 if self.vectors.applied_seq > self.vectors.saved_seq or self.vectors.unsaved:
-                    self.vectors.save()
+                    try:
+                        self.vectors.save()
+                    except KipError as exc:
+                        # (e.g. a full disk) The saved files and the durable queue still
+                        # cover every change: the next open replays what was not saved.
+                        log.warning("the vector index was not saved at close: %s",
+                                    exc.message)
         finally:
             self.vectors.release()
 

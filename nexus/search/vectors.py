@@ -35,6 +35,7 @@ against its own snapshot, so a vector that is ahead of or behind a reader is har
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -103,6 +104,7 @@ class VectorIndex:
         self.indexer: Indexer | None = None
         self.error: BaseException | None = None   # the indexer's last failure (logged)
         self.paused = 0           # > 0 while bulk loads run (see pause())
+        self.saving = True        # False: never write the files (a `kip check` process)
         self.waiters = 0          # readers waiting in wait() (the indexer then starts at once)
         self._pause_lock = threading.Lock()
 
@@ -210,8 +212,10 @@ class VectorIndex:
                 self.needs_rebuild = False
         else:
             for i in range(0, len(ids), chunk):
-                if self.paused and threading.current_thread() is self.indexer:
-                    return False        # stopped part way: resumed from applied_seq later
+                me = threading.current_thread()
+                if isinstance(me, Indexer) and (self.paused or me is not self.indexer):
+                    return False        # paused or stopped part way: resumed from
+                    #                     applied_seq later
                 part = ids[i:i + chunk]
                 with store.read() as txn:
                     upserts = self._docs(txn, part)
@@ -340,7 +344,7 @@ class VectorIndex:
     def save(self) -> None:
         """Write both indexes, then the watermark (an index newer than its watermark is
         harmless: replaying a change twice gives the same vectors)."""
-        if self.dir is None:
+        if self.dir is None or not self.saving:
             return
         files, meta_path = self._paths()
         with self.lock:
@@ -359,6 +363,9 @@ class VectorIndex:
                     os.fsync(f.fileno())
                 os.replace(meta_path + ".tmp", meta_path)
             except (OSError, RuntimeError) as exc:
+                for path in [*files, meta_path]:        # no half-written file stays
+                    with contextlib.suppress(OSError):
+                        os.remove(path + ".tmp")
                 raise KipError(ErrorCode.KIP_4003, f"cannot save the vector index: {exc}",
                                "Check free disk space and permissions beside the store; "
                                "`kip reindex` rebuilds the index.") from None

@@ -1,8 +1,11 @@
 """The on-disk graph store: an LMDB environment with one named sub-database per table.
 
 Owns opening (and refusing) an environment, the LMDB transaction lifecycle and the
-translation of lmdb exceptions into KipError. The graph logic is shared with the memory
-store (`graph`, `graph_write`, `base`).
+translation of lmdb exceptions into KipError (a full disk or file size limit named as such).
+The graph logic is shared with the memory store (`graph`, `graph_write`, `base`). Opening
+first takes the database's owner lock (`owner`: one process per database) and checks
+`data.mdb` against its meta pages before LMDB maps it (`lmdb_file`: a truncated or foreign
+file is refused instead of killing the process with SIGBUS).
 
 Durability: by default every committed write transaction is fsync'd (`sync=True`,
 `metasync=True`); `durable=False` skips the fsyncs (a crash may lose the latest commits but
@@ -23,7 +26,7 @@ from typing import Any, Callable
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec
+from nexus.store import codec, lmdb_file, owner
 from nexus.store.base import StoreBase
 from nexus.store.kv import KvRead, KvWrite, LmdbKv, LmdbTable
 from nexus.store.protocol import AUX_TABLES
@@ -50,7 +53,58 @@ def _malloc_trim() -> Callable[[int], Any] | None:
 _TRIM = _malloc_trim()
 
 
+# Free space under which a failed write is taken for a full disk: LMDB reports a short
+# write as EIO, so the errno alone does not say it.
+DISK_FULL_BYTES = 8 << 20
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _at_size_limit(path: str) -> bool:
+    """Whether data.mdb has reached the process's file size limit (RLIMIT_FSIZE): a
+    write cut short there is reported by LMDB as EIO."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        size = os.path.getsize(os.path.join(path, "data.mdb"))
+    except (ImportError, OSError, ValueError):
+        return False
+    return soft != resource.RLIM_INFINITY and size >= soft - 65536
+
+
+def _disk_error(exc: BaseException, path: str) -> KipError | None:
+    """A write that failed for lack of room (disk full, or the process's file size
+    limit): a KIP error that says so. The transaction did not commit: nothing of it is
+    written."""
+    text = str(exc)
+    free = _free_bytes(path)
+    if "No space left" in text or "Disk quota" in text or (
+            ("Input/output error" in text or isinstance(exc, lmdb.DiskError))
+            and free is not None and free < DISK_FULL_BYTES):
+        return KipError(ErrorCode.KIP_4003,
+                        f"the disk holding the store at {path} is full ({free} bytes free): "
+                        f"the write was not committed, nothing of it is stored",
+                        "Free space on that disk (or move the database to a larger one), "
+                        "then retry the command; the database is intact.")
+    if "File too large" in text or ("Input/output error" in text and _at_size_limit(path)):
+        return KipError(ErrorCode.KIP_4003,
+                        f"the store at {path} cannot grow: the process's file size limit "
+                        f"(ulimit -f) was reached; the write was not committed",
+                        "Raise the file size limit of the process, then retry the command; "
+                        "the database is intact.")
+    return None
+
+
 def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
+    full = _disk_error(exc, path) if isinstance(exc, (lmdb.Error, OSError)) else None
+    if full is not None:
+        return full
     if isinstance(exc, lmdb.MapFullError):
         return KipError(ErrorCode.KIP_4003,
                         f"the store at {path} is full (map_size reached); reopen it with a "
@@ -59,10 +113,18 @@ def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
                                            isinstance(exc, lmdb.Error)):
         return KipError(ErrorCode.KIP_4003, f"I/O error in the store at {path}: {exc}")
     if isinstance(exc, lmdb.CorruptedError):
-        return KipError(ErrorCode.KIP_4003, f"the store at {path} is corrupted: {exc}")
+        return KipError(ErrorCode.KIP_4003, f"the store at {path} is corrupted: {exc}",
+                        lmdb_file.HINT)
     if isinstance(exc, lmdb.Error):
         return KipError(ErrorCode.KIP_4003, f"storage failure in {path}: {exc}")
     return None
+
+
+def _damage_hint(exc: BaseException) -> str | None:
+    """The restore hint for errors that mean a damaged file (else the code's default)."""
+    damaged = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError,
+               lmdb.VersionMismatchError)
+    return lmdb_file.HINT if isinstance(exc, damaged) else None
 
 
 class LmdbGraphStore(StoreBase[LmdbTable]):
@@ -70,18 +132,31 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
     `max_readers` (concurrent read transactions), `head_cache_mb` (memory budget of the
-    head cache, default 64 MB) or `head_cache_size` (its size in heads).
+    head cache, default 64 MB) or `head_cache_size` (its size in heads), `readonly`: open
+    an existing store for reading only — no owner lock (LMDB readers never disturb the
+    owner's writes: tools and tests look at a served database this way), every write
+    refused.
     """
 
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
                  max_readers: int = 1024, head_cache_size: int | None = None,
-                 head_cache_mb: float | None = None) -> None:
+                 head_cache_mb: float | None = None, readonly: bool = False) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
+        self._readonly = readonly
+        if readonly and not os.path.isfile(os.path.join(self._path, "data.mdb")):
+            raise KipError(ErrorCode.KIP_4003, f"no store at {self._path} to read",
+                           "A read-only open needs an existing database.")
+        self._owner = None if readonly else _become_owner(self._path)
         self._options: dict[str, Any] = dict(
             subdir=True, map_size=map_size, max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
-            max_readers=max_readers, sync=durable, metasync=durable, create=True, lock=True)
-        env, tables = self._open_env()
+            max_readers=max_readers, sync=durable, metasync=durable, create=not readonly,
+            lock=True, readonly=readonly)
+        try:
+            env, tables = self._open_env()
+        except BaseException:
+            owner.release(self._owner)
+            raise
         self._env = env
         # Open read transactions of this process, and the lock under which reads begin and
         # end and the environment is swapped (see the module doc, "Memory").
@@ -93,13 +168,15 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         super().__init__(tables, head_cache_size, head_cache_mb)
 
     def _open_env(self) -> tuple[lmdb.Environment, Tables[LmdbTable]]:
+        lmdb_file.validate(os.path.join(self._path, "data.mdb"))    # before LMDB maps it
         try:
             env = lmdb.open(self._path, **self._options)
         except (lmdb.Error, OSError) as exc:    # OSError: e.g. the parent directory is missing
             raise KipError(ErrorCode.KIP_4003,
-                           f"cannot open the store at {self._path}: {exc}") from None
+                           f"cannot open the store at {self._path}: {exc}",
+                           _damage_hint(exc)) from None
         try:
-            handles = _open_tables(env, self._path)
+            handles = _open_tables(env, self._path, self._readonly)
         except BaseException:
             env.close()
             raise
@@ -132,6 +209,9 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         return LmdbKv(txn), end
 
     def _begin_write(self) -> KvWrite[LmdbTable]:
+        if self._readonly:
+            raise KipError(ErrorCode.KIP_4003, f"the store at {self._path} is open read-only",
+                           "Open it without readonly=True to write (as its one owner).")
         if self._release_due:           # we hold the writer lock: no write is open
             self._release()
         return LmdbKv(self._env.begin(write=True))
@@ -170,6 +250,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 env, tables = self._open_env()
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
+                owner.release(self._owner)
+                self._owner = None
                 raise
             self._env, self.tables = env, tables
             self._release_due = False
@@ -198,7 +280,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
     def _close(self) -> None:
         with self._rlock:
-            self._env.close()
+            try:
+                self._env.close()
+            finally:
+                owner.release(self._owner)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every table's (key, value) pairs in key order (for tests and debugging)."""
@@ -216,21 +301,50 @@ def _check_directory(path: str) -> None:
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {path}: it is not a directory")
         entries = set(os.listdir(path))
-        if entries - {"lock.mdb"} and "data.mdb" not in entries:
+        if entries - {"lock.mdb", owner.LOCK_NAME} and "data.mdb" not in entries:
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {path}: the directory is not empty and "
                            f"holds no LMDB environment (data.mdb)")
 
 
-def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
+def _become_owner(path: str) -> tuple[int, int] | None:
+    """Create the directory if needed and take its owner lock (`nexus.store.owner`)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError as exc:      # e.g. the parent directory is missing
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot open the store at {path}: {exc.strerror}",
+                       "Create the parent directory, or give another path.") from None
+    return owner.acquire(path)
+
+
+def _open_tables(env: lmdb.Environment, path: str,
+                 readonly: bool = False) -> dict[str, LmdbTable]:
     """Open (creating on first use) every named database, refusing foreign environments."""
-    with env.begin() as txn:
-        names = set(txn.cursor().iternext(values=False))
+    try:
+        with env.begin() as txn:
+            names = set(txn.cursor().iternext(values=False))
+    except lmdb.Error as exc:
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
     if names and b"meta" not in names:
         raise KipError(ErrorCode.KIP_4003,
                        f"cannot open the store at {path}: it is an LMDB environment but not "
                        f"a nexus store")
     wanted = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
+    if readonly:
+        missing = [name for name in wanted if name.encode() not in names]
+        if missing:
+            raise KipError(ErrorCode.KIP_4003, f"cannot read the store at {path}: it lacks "
+                           f"the tables {', '.join(missing[:5])}",
+                           "Open it once for writing (its owner creates them).")
+        try:
+            return {name: env.open_db(name.encode(), create=False) for name in wanted}
+        except lmdb.Error as exc:
+            raise KipError(ErrorCode.KIP_4003, f"cannot open the store at {path}: {exc}",
+                           _damage_hint(exc)) from None
     try:
         with env.begin(write=True) as txn:
             handles = {name: env.open_db(name.encode(), txn=txn, create=True)
@@ -245,5 +359,5 @@ def _open_tables(env: lmdb.Environment, path: str) -> dict[str, LmdbTable]:
                                f"{tag[:40]!r} (expected {codec.FORMAT_TAG!r})")
     except lmdb.Error as exc:
         raise KipError(ErrorCode.KIP_4003,
-                       f"cannot open the store at {path}: {exc}") from None
+                       f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
     return handles

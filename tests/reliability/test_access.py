@@ -245,7 +245,7 @@ def test_key_comparison_is_timing_safe():
 
 def _db_dump(srv: KipServer) -> dict:
     from nexus.store.lmdb_store import LmdbGraphStore
-    store = LmdbGraphStore(str(srv.log.parent / "db"))
+    store = LmdbGraphStore(str(srv.log.parent / "db"), readonly=True)   # beside its owner
     try:
         tables = store.dump()
     finally:

@@ -558,7 +558,7 @@ def server(tmp_path_factory):
     srv = KipServer.start(db, "--timeout", str(QUERY_TIMEOUT), "--max-body", str(12 << 20),
                           "--max-memory", str(MEMORY_CAP_MIB), key=KEY)
     from nexus.store.lmdb_store import LmdbGraphStore
-    store = LmdbGraphStore(str(db))
+    store = LmdbGraphStore(str(db), readonly=True)     # reads beside the server, its owner
 
     def dump():
         tables = store.dump()
