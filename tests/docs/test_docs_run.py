@@ -208,7 +208,7 @@ def test_quick_start(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (target / "nexus" / "grammar" / "kip.lark").is_file()
-    assert (target / "nexus" / "bundled" / "genesis.kip").is_file()
+    assert (target / "nexus" / "bundled" / "Genesis.kip").is_file()
     env = _env(tmp_path)
     env["PYTHONPATH"] = str(target)
     fresh = tmp_path / "elsewhere"
