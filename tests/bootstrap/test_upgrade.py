@@ -9,12 +9,13 @@ storing its sha256 under `capsule:<its name>`."""
 from __future__ import annotations
 
 import hashlib
+from importlib.resources import as_file, files
 from pathlib import Path
 
 import pytest
 
 from nexus.api import Nexus
-from nexus.ops.capsules import BUNDLED, RETIRED, bundled_text
+from nexus.ops.capsules import BUNDLED, RETIRED, bundled_text, load_capsules
 from nexus.store.protocol import ConceptHead
 
 RC6 = Path(__file__).parent / "fixtures" / "rc6"
@@ -138,6 +139,19 @@ def test_opening_upgrades_and_keeps_self(previous):
         dump = nx.store.dump()
     with Nexus.open(previous) as nx:        # the second open writes nothing
         assert nx.store.dump() == dump
+
+
+def test_upgraded_actors_keep_their_directives_against_the_new_capsules(previous):
+    """The RC11 actor capsules would change the protected core_directives an RC6 $self and
+    $system hold: loading them there is KIP_3004 (docs/decisions.md, "Capsules"), and
+    leaves the actors as they were."""
+    with Nexus.open(previous) as nx:
+        before = element(nx, "Person", "$self"), element(nx, "Person", "$system")
+        with as_file(files("nexus.bundled")) as folder:
+            for name in ("persons/self.kip", "persons/system.kip"):
+                result = load_capsules(nx, [Path(folder) / name])[0]
+                assert result["error"]["code"] == "KIP_3004", result
+        assert (element(nx, "Person", "$self"), element(nx, "Person", "$system")) == before
 
 
 def graph_of_rc6() -> tuple[set, set]:
