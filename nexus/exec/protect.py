@@ -14,7 +14,12 @@ Owns which elements KML may not change, and how:
 A *bare reference* is always fine: an UPSERT block that names a core node (or an entry that
 re-states a core link) without SET ATTRIBUTES or its own WITH METADATA does not write it — no
 outer metadata merge, no `_version` bump — and SET PROPOSITIONS from a core node may add new
-links. Protection concerns existing elements: creating them (a database opened without the
+links. So is an *identical re-application* (CONTRACT §10: re-applying the bundled capsules
+or the ecosystem's RC11 capsules is never `KIP_3004`): a write of a protected element that
+would leave it as it is — every attribute and metadata key it sets already holds an equal
+JSON value (`same_json`; the engine's `_` keys are never set by KML) — writes nothing at
+all (`unchanged`), and an actor's `core_directives` set to the value it already has is not
+a change of them. Protection concerns existing elements: creating them (a database opened without the
 bundled capsules) is ordinary KML. `ctx.privileged` (the capsule bootstrap) bypasses it all.
 """
 from __future__ import annotations
@@ -76,6 +81,35 @@ def is_immutable(txn: Any, head: Any) -> bool:
     return is_core_node(txn, head) or is_core_link(txn, head)
 
 
+def is_protected(txn: Any, head: Any) -> bool:
+    """Core node, core link or actor: an element `KIP_3004` guards in some way."""
+    return is_immutable(txn, head) or is_actor(txn, head)
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """JSON equality: same JSON type and value. Numbers compare by value (`1` and `1.0` are
+    the same JSON number), booleans are not numbers, object key order does not matter."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(v, b[k]) for k, v in a.items())
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _holds(stored: dict, values: dict | None) -> bool:
+    return not values or all(k in stored and same_json(v, stored[k]) for k, v in values.items())
+
+
+def unchanged(txn: Any, n: int, attributes: dict | None, metadata: dict | None) -> bool:
+    """Whether setting `attributes` and merging `metadata` into element `n` would leave it
+    exactly as it is (every key already holds an equal value)."""
+    return _holds(txn.attributes(n), attributes) and _holds(txn.metadata(n), metadata)
+
+
 def _refuse(message: str, pos: Any = None) -> KipError:
     return KipError(ErrorCode.KIP_3004, message, _HINT, **pos_kw(pos))
 
@@ -89,8 +123,11 @@ def check_write(ctx: Any, head: Any, attributes: dict | None, pos: Any = None) -
         raise _refuse(f"Cannot change {label(txn, head)}: it is a protected system "
                       f"definition", pos)
     if attributes and ACTOR_PROTECTED_ATTRIBUTE in attributes and is_actor(txn, head):
-        raise _refuse(f"Cannot set core_directives of {label(txn, head)}: an actor's core "
-                      f"directives are protected", pos)
+        stored = txn.attributes(head.n).get(ACTOR_PROTECTED_ATTRIBUTE)
+        if not same_json(attributes[ACTOR_PROTECTED_ATTRIBUTE], stored):
+            raise _refuse(f"Cannot set core_directives of {label(txn, head)}: an actor's "
+                          f"core directives are protected (only the value they already "
+                          f"have may be re-stated)", pos)
 
 
 def check_remove_keys(ctx: Any, head: Any, present: list[str], field: str) -> None:

@@ -18,8 +18,9 @@ Owns the execution of `UPSERT` statements over the command's write transaction:
 Every write goes through `nexus.exec.writes` (engine metadata, touched ids); define-before-use
 is `nexus.exec.schema`'s, protection `nexus.exec.protect`'s. A block that names an existing
 core node or core link with no SET ATTRIBUTES and no WITH METADATA of its own is a bare
-reference and writes nothing; any other block that names an existing element writes it (a
-no-op rewrite still bumps `_version`, CONTRACT §3).
+reference and writes nothing, and so does one that would leave a protected element exactly
+as it is (`protect.unchanged`: a capsule applied again); any other block that names an
+existing element writes it (a no-op rewrite still bumps `_version`, CONTRACT §3).
 """
 from __future__ import annotations
 
@@ -186,6 +187,9 @@ class _Statement:
         head = self.txn.head(n)
         if bare and protect.is_immutable(self.txn, head):
             return      # a bare reference to a core element: not a write
+        if protect.is_protected(self.txn, head) and protect.unchanged(self.txn, n, attributes,
+                                                                      effective):
+            return      # an identical re-application (a capsule loaded again): no write
         protect.check_write(self.ctx, head, attributes, pos)
         writes.update(self.ctx, n, attributes, effective)
 

@@ -5,11 +5,12 @@ this module applies them and any other capsule.
 
 Public names:
 
-* `bootstrap(nexus, progress=None)` — called by `Nexus.open`: applies `genesis.kip`, `person.kip`,
-  `event.kip`, `sleep_task.kip`, `persons/system.kip`, `persons/self.kip`, in that order,
-  each in one privileged write transaction together with its sha256 (aux table `engine`,
-  key `capsule:<name>`). A capsule whose stored hash matches is skipped, so reopening a
-  database changes nothing; a changed capsule is re-applied. The actor capsules are
+* `bootstrap(nexus, progress=None)` — called by `Nexus.open`: applies the `BUNDLED` capsules
+  (Genesis, the RC11 types, the predicate capsules, `persons/system.kip`, `persons/self.kip`),
+  in that order, each in one privileged write transaction together with its sha256 (aux
+  table `engine`, key `capsule:<name>`). A capsule whose stored hash matches is skipped, so
+  reopening a database changes nothing; a changed or new capsule is applied (this is how a
+  database of an earlier release upgrades on open). The actor capsules are
   applied only when their actor is absent: `$self` and `$system` are never reset.
   `Config.self_id`, when set, becomes `$self.attributes.id` at creation.
   `progress(name, done, total)` is called before each capsule is applied and once at the
@@ -38,16 +39,20 @@ from ..store.protocol import ConceptHead, ReadTxn, WriteTxn
 __all__ = ["BUNDLED", "bootstrap", "load_capsules", "split_statements", "counts"]
 
 BUNDLED_PACKAGE = "nexus.bundled"
-# Application order: each capsule needs the definitions of the ones before it.
-# The RC11 types and shared predicate capsules (copied as published) follow sleep_task.
-RC11_CAPSULES = ("Preference.kip", "Insight.kip", "Commitment.kip", "Experience.kip",
-                 "ExperienceStep.kip", "Skill.kip", "caused_by.kip", "compiled_to.kip",
-                 "derived_insight.kip", "has_step.kip")
-# (involves, mentions, consolidated_to, derived_from stay defined by event.kip.)
-BUNDLED = ("genesis.kip", "person.kip", "event.kip", "sleep_task.kip", *RC11_CAPSULES,
-           "persons/system.kip", "persons/self.kip")
+# Application order: each capsule needs the definitions of the ones before it (types before
+# the predicates that name them, Person before the actors). The files are the KIP v1.0-RC11
+# ecosystem's capsules (spec Appendices 2-3), under their published names.
+TYPE_CAPSULES = ("Genesis.kip", "Person.kip", "Event.kip", "SleepTask.kip", "Preference.kip",
+                 "Insight.kip", "Commitment.kip", "Experience.kip", "ExperienceStep.kip",
+                 "Skill.kip")
+PREDICATE_CAPSULES = ("involves.kip", "mentions.kip", "consolidated_to.kip", "derived_from.kip",
+                      "caused_by.kip", "compiled_to.kip", "derived_insight.kip", "has_step.kip")
+BUNDLED = (*TYPE_CAPSULES, *PREDICATE_CAPSULES, "persons/system.kip", "persons/self.kip")
 # Capsules that create an actor: applied once, when the actor is absent, never again.
 ACTOR_CAPSULES = {"persons/system.kip": "$system", "persons/self.kip": "$self"}
+# Hash keys of the capsules earlier releases bundled under other names (the RC6 set): an
+# upgraded database drops them once the capsules that replace them are applied.
+RETIRED = ("genesis.kip", "person.kip", "event.kip", "sleep_task.kip")
 HASH_PREFIX = b"capsule:"
 SPLIT_BYTES = 256 * 1024    # files larger than this are parsed statement by statement
 
@@ -107,6 +112,8 @@ def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None =
     """Apply the bundled capsules that are missing or changed; returns their names."""
     with engine.store.read() as txn:        # the common case, a reopen: no write at all
         todo = [(n, t, d) for n, t, d in _bundled() if _pending(txn, n, d)]
+        retired = [HASH_PREFIX + n.encode() for n in RETIRED
+                   if txn.aux("engine").get(HASH_PREFIX + n.encode()) is not None]
     applied = []
     for done, (name, text, digest) in enumerate(todo):
         if progress is not None:
@@ -119,6 +126,10 @@ def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None =
                 _set_self_id(session.txn, engine.config.self_id)
             session.txn.aux("engine").put(HASH_PREFIX + name.encode(), digest)
         applied.append(name)
+    if retired:     # every capsule is applied by now: forget the names they replace
+        with engine.write_session(privileged=True) as session:
+            for key in retired:
+                session.txn.aux("engine").delete(key)
     if progress is not None and todo:
         progress(todo[-1][0], len(todo), len(todo))
     return applied

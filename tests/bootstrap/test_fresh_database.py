@@ -27,9 +27,11 @@ CONCEPTS = {
                                         "derived_insight", "has_step", "learned", "owed_to",
                                         "prefers")),
 }
-# Every type and predicate definition belongs to CoreSchema; nothing else is linked.
+# Every type and predicate definition belongs to CoreSchema, and so do the operational
+# domains of the RC11 Genesis (step 3d); nothing else is linked.
 LINKS = {((t, n), "belongs_to_domain", ("Domain", "CoreSchema"))
-         for t, n in CONCEPTS if t in ("$ConceptType", "$PropositionType")}
+         for t, n in CONCEPTS if t in ("$ConceptType", "$PropositionType")
+         or (t == "Domain" and n in ("Unsorted", "Archived", "System"))}
 
 
 def contents(nx: Nexus) -> tuple[set, set]:
@@ -82,23 +84,26 @@ def test_capsule_facts(nx):
             "core_directives", "core_mission", "capabilities", "relationship_to_self",
             "interaction_summary", "behavior_preferences", "strengths", "weaknesses",
             "identity_narrative", "values", "privacy_settings", "service_endpoints",
-            "cognitive_state", "last_sleep_cycle", "maintenance_log"}
+            "cognitive_state", "last_sleep_cycle", "maintenance_log", "growth_log"}
         assert person["instance_schema"]["person_class"]["is_required"] is True
         event = attrs("$ConceptType", "Event")
         assert event["display_hint"] == "⏱️"
         assert {k for k, v in event["instance_schema"].items() if v["is_required"]} == {
             "event_class", "start_time", "content_summary"}
         task = attrs("$ConceptType", "SleepTask")
-        assert {k for k, v in task["instance_schema"].items() if v["is_required"]} == {
+        assert {k for k, v in task["instance_schema"].items() if v.get("is_required")} == {
             "target_type", "target_name", "requested_action", "reason"}
         signatures = {p: (attrs("$PropositionType", p)["subject_types"],
                           attrs("$PropositionType", p)["object_types"])
                       for p in ("belongs_to_domain", "involves", "mentions", "consolidated_to",
                                 "derived_from", "assigned_to")}
-        assert signatures == {
-            "belongs_to_domain": (["*"], ["Domain"]), "involves": (["Event"], ["Person"]),
-            "mentions": (["Event"], ["*"]), "consolidated_to": (["Event"], ["*"]),
-            "derived_from": (["*"], ["Event"]), "assigned_to": (["SleepTask"], ["Person"])}
+        assert signatures == {     # RC11: the episodic predicates span Event and Experience
+            "belongs_to_domain": (["*"], ["Domain"]),
+            "involves": (["Event", "Experience"], ["Person"]),
+            "mentions": (["Event", "Experience"], ["*"]),
+            "consolidated_to": (["Event", "Experience"], ["*"]),
+            "derived_from": (["*"], ["Event", "Experience"]),
+            "assigned_to": (["SleepTask"], ["Person"])}
         me, system = attrs("Person", "$self"), attrs("Person", "$system")
         assert (me["person_class"], me["cognitive_state"]) == ("AI", "waking")
         assert len(me["core_directives"]) == 7 and me["persona"] and me["identity_narrative"]
@@ -139,19 +144,19 @@ def test_reopen_keeps_data_and_never_resets_self(open_nexus, store_kind):
 
 def test_changed_capsule_is_reapplied(open_nexus, store_kind):
     nx = open_nexus()
-    with nx.write_session(privileged=True) as b:      # as if event.kip had changed since
-        b.txn.aux("engine").put(b"capsule:event.kip", b"0" * 64)
+    with nx.write_session(privileged=True) as b:      # as if Event.kip had changed since
+        b.txn.aux("engine").put(b"capsule:Event.kip", b"0" * 64)
     if store_kind == "lmdb":
         nx = open_nexus(reopen=True)
     else:
-        assert bootstrap(nx) == ["event.kip"]
+        assert bootstrap(nx) == ["Event.kip"]
     with nx.store.read() as t:
         ct, pt = t.symbol_id("$ConceptType"), t.symbol_id("$PropositionType")
         assert t.metadata(t.concept_id(ct, "Event"))["_version"] == 2
-        assert t.metadata(t.concept_id(pt, "mentions"))["_version"] == 2
+        assert t.metadata(t.concept_id(pt, "mentions"))["_version"] == 1
         assert t.metadata(t.concept_id(ct, "Person"))["_version"] == 1
-        assert t.aux("engine").get(b"capsule:event.kip") == hashlib.sha256(
-            bundled_text("event.kip").encode()).hexdigest().encode()
+        assert t.aux("engine").get(b"capsule:Event.kip") == hashlib.sha256(
+            bundled_text("Event.kip").encode()).hexdigest().encode()
         assert (t.count_concepts(), t.count_links()) == (len(CONCEPTS), len(LINKS))
 
 

@@ -123,3 +123,25 @@ def test_write_batch_is_all_or_nothing(nx):
             batch.run('UPSERT { CONCEPT ?h { {type: "Symptom", name: "Headache"} } }')
             raise RuntimeError("boom")
     assert dump(nx) == before
+
+
+def test_bundled_capsules_load_again_leaving_protected_elements_as_they_are(nx):
+    """CONTRACT §10: loading the bundled capsules into the database they bootstrapped is not
+    KIP_3004, and writes nothing to a protected element (core definitions, CoreSchema and
+    its core links, $self, $system): only the ordinary definitions are re-stated."""
+    from importlib.resources import as_file, files as package_files
+
+    from nexus.exec.protect import is_protected
+
+    def protected(nx):
+        with nx.store.read() as t:
+            return {n: (t.attributes(n), t.metadata(n)) for n in t.elements()
+                    if is_protected(t, t.head(n))}
+
+    before = protected(nx)
+    assert len(before) == 11        # 5 core nodes, 4 core links, 2 actors
+    with as_file(package_files("nexus.bundled")) as folder:
+        results = load_capsules(nx, [folder])
+    assert [r.get("error") for r in results] == [None] * len(capsules.BUNDLED)
+    assert sum(r["concepts_created"] + r["propositions_created"] for r in results) == 0
+    assert protected(nx) == before

@@ -107,7 +107,7 @@ def test_bootstrap_and_upgrade_call_progress(tmp_path):
     with Nexus.open(path, progress=lambda *a: calls.append(a)):      # the upgrade
         pass
     names = [c[0] for c in calls]
-    assert names[0] == "genesis.kip" and names[-1] == "persons/self.kip"
+    assert names[0] == "Genesis.kip" and names[-1] == "persons/self.kip"
     total = calls[0][2]
     assert [c[1] for c in calls] == list(range(total)) + [total]
     assert all(c[2] == total for c in calls)

@@ -2,6 +2,12 @@
 and the README's quick start, each against a fresh directory.
 
 * Python blocks (```python) run as a script in an empty directory.
+* KIP blocks (```kip) run as KIP commands, in document order, all the blocks of a page in
+  one session: a fresh bootstrapped in-memory database per page. Leading comment lines of
+  a block may say `// parameters: {json}` (the command's parameters), `// expect: <json>`
+  (the result, exactly), `// expect subset: {json}` (keys the result object holds with
+  these values) or `// expect error: KIP_xxxx`; without `expect error` the command must
+  succeed. ```prolog blocks are illustrations (templates, fragments) and are not run.
 * `kip ...` lines of ```sh blocks run with bash in an empty directory that holds the files
   the docs mention (`my-capsules/`, `capsule.kip`) and `KIP_API_KEY` set. A `kip serve`
   line is started, asked one FIND over HTTP and stopped with SIGTERM (exit 0 expected); a
@@ -208,7 +214,7 @@ def test_quick_start(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     assert (target / "nexus" / "grammar" / "kip.lark").is_file()
-    assert (target / "nexus" / "bundled" / "genesis.kip").is_file()
+    assert (target / "nexus" / "bundled" / "Genesis.kip").is_file()
     env = _env(tmp_path)
     env["PYTHONPATH"] = str(target)
     fresh = tmp_path / "elsewhere"
@@ -236,3 +242,53 @@ def test_quick_start(tmp_path):
                           cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
                           timeout=120)
     assert here.stdout.strip() == "$self", here.stderr[-2000:]
+
+
+# --- KIP blocks (```kip): one session per page ------------------------------------------------
+
+_DIRECTIVE = re.compile(r"^\s*//\s*(parameters|expect subset|expect error|expect):\s*(.*)$")
+
+
+def _kip_pages():
+    for path in DOCS:
+        found = blocks(path, "kip")
+        if found:
+            yield pytest.param(path, found, id=path.name)
+
+
+def _directives(text: str) -> dict[str, str]:
+    """The `// name: value` lines at the top of a block (the block itself is run as written:
+    they are KIP comments)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = _DIRECTIVE.match(line)
+        if m is None:
+            if line.strip().startswith("//"):
+                continue
+            break
+        out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+@pytest.mark.parametrize("path,found", list(_kip_pages()))
+def test_kip_examples_run(path, found):
+    from nexus import Nexus
+    with Nexus.open(None) as nx:
+        for no, text in found:
+            where = f"{path.name}:{no}"
+            said = _directives(text)
+            parameters = json.loads(said.get("parameters", "{}"))
+            response = nx.execute_kip({"command": text, "parameters": parameters})
+            if "expect error" in said:
+                assert response.get("error", {}).get("code") == said["expect error"], (
+                    where, response)
+                continue
+            assert "error" not in response, (where, response)
+            result = response["result"]
+            if "expect" in said:
+                assert result == json.loads(said["expect"]), (where, result)
+            if "expect subset" in said:
+                wanted = json.loads(said["expect subset"])
+                assert {k: result.get(k) for k in wanted} == wanted, (where, result)

@@ -19,7 +19,12 @@ from nexus.store.protocol import ConceptHead
 KILLS = 24
 SEED = 20240607
 # Elements each bundled capsule adds (concepts + links), in BUNDLED order.
-CAPSULE_ELEMENTS = {"genesis.kip": 12, "person.kip": 2, "event.kip": 10, "sleep_task.kip": 4,
+CAPSULE_ELEMENTS = {"Genesis.kip": 15, "Person.kip": 2, "Event.kip": 2, "SleepTask.kip": 4,
+                    "Preference.kip": 4, "Insight.kip": 4, "Commitment.kip": 6,
+                    "Experience.kip": 2, "ExperienceStep.kip": 2, "Skill.kip": 2,
+                    "involves.kip": 2, "mentions.kip": 2, "consolidated_to.kip": 2,
+                    "derived_from.kip": 2, "caused_by.kip": 2, "compiled_to.kip": 2,
+                    "derived_insight.kip": 2, "has_step.kip": 2,
                     "persons/system.kip": 1, "persons/self.kip": 1}
 
 

@@ -21,7 +21,7 @@ from nexus.store import ConceptHead
 
 # A fresh database: the Genesis capsule only, no search index (neither is under test here;
 # opening with every bundled capsule and indexing it would be most of the test's time).
-GENESIS = files("nexus.bundled").joinpath("genesis.kip").read_text(encoding="utf-8")
+GENESIS = files("nexus.bundled").joinpath("Genesis.kip").read_text(encoding="utf-8")
 TYPES = ("Alpha", "Beta")
 PREDICATES = ("rel", "about")
 SCHEMA = "UPSERT {\n" + "".join(

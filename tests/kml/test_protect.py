@@ -3,14 +3,15 @@
 Core nodes: the definitions of $ConceptType, $PropositionType, Domain, belongs_to_domain and
 the CoreSchema domain — no attribute/metadata change, no delete. Core links: their
 belongs_to_domain links to CoreSchema — no change, no delete. Actors $self/$system — no
-delete, no setting/deleting core_directives. Bare references are fine; the privileged path
-(capsules) bypasses everything.
+delete, no setting/deleting core_directives. Bare references are fine, and so is re-stating
+what a protected element already holds (CONTRACT §10: an identical re-application is a no-op,
+docs/decisions.md "Capsules"); the privileged path (capsules) bypasses everything.
 """
 from __future__ import annotations
 
 import pytest
 
-from kml_support import concept, element, err, ok
+from kml_support import concept, element, err, ok, raw_dump
 
 CORE = [("$ConceptType", "$ConceptType"), ("$ConceptType", "$PropositionType"),
         ("$ConceptType", "Domain"), ("$PropositionType", "belongs_to_domain"),
@@ -42,7 +43,7 @@ class TestCoreNodes:
     @pytest.mark.parametrize("clause", [
         'SET ATTRIBUTES { description: "mine" }',
         'SET ATTRIBUTES { extra: 1 }',
-        'SET ATTRIBUTES { }',
+        'SET ATTRIBUTES { description: null }',
     ])
     def test_no_attribute_change(self, nx, t, n, clause):
         e = err(nx, f'UPSERT {{ CONCEPT ?x {{ {ref(t, n)} {clause} }} }}', "KIP_3004")
@@ -186,3 +187,70 @@ def test_privileged_may_delete_the_core(nx):
     result = ok(nx, 'DELETE CONCEPT ?x DETACH WHERE { ?x {type: "Domain", name: "CoreSchema"} }',
                 privileged=True)
     assert result == {"deleted_concepts": 1, "deleted_propositions": incoming}
+
+
+# --- identical re-application (CONTRACT §10): a no-op, never KIP_3004 -------------------------
+
+def user_metadata(element_json: dict) -> dict:
+    return {k: v for k, v in element_json["metadata"].items() if not k.startswith("_")}
+
+
+def no_op(nx, command: str, parameters: dict | None = None) -> None:
+    """`command` succeeds and leaves the store byte-for-byte as it was."""
+    before = raw_dump(nx)
+    ok(nx, command, parameters)
+    assert raw_dump(nx) == before, "an identical re-application wrote something"
+
+
+@pytest.mark.parametrize("t,n", CORE + ACTORS, ids=[n for _, n in CORE + ACTORS])
+class TestIdenticalRestatement:
+    def test_everything_it_holds(self, nx, t, n):
+        held = concept(nx, t, n)
+        no_op(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} SET ATTRIBUTES :a }} }} "
+                  f"WITH METADATA :m", {"a": held["attributes"], "m": user_metadata(held)})
+
+    def test_part_of_it_and_equal_json(self, nx, t, n):
+        held = concept(nx, t, n)
+        key = "core_directives" if t == "Person" else "description"
+        # confidence 1 is the JSON number 1.0; key order inside objects does not matter
+        reordered = [dict(reversed(list(d.items()))) if isinstance(d, dict) else d
+                     for d in held["attributes"][key]] \
+            if isinstance(held["attributes"][key], list) else held["attributes"][key]
+        no_op(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} SET ATTRIBUTES {{ {key}: :v }} }} }} "
+                  f"WITH METADATA {{ confidence: 1 }}", {"v": reordered})
+        no_op(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} SET ATTRIBUTES {{ }} }} }}")
+
+    def test_a_different_value_is_still_refused(self, nx, t, n):
+        held = concept(nx, t, n)
+        key = "core_directives" if t == "Person" else "description"
+        changed = held["attributes"][key][:-1] if t == "Person" else "mine"
+        err(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} SET ATTRIBUTES :a }} }} WITH METADATA :m",
+            "KIP_3004", {"a": {**held["attributes"], key: changed},
+                         "m": user_metadata(held)})
+        if t != "Person":       # an actor's metadata evolves freely; a core node's does not
+            err(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} }} WITH METADATA "
+                    f"{{ confidence: true }} }}", "KIP_3004")      # true is not the number 1
+            err(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} }} WITH METADATA "
+                    f"{{ status: \"active\", extra: 1 }} }}", "KIP_3004")
+
+
+@pytest.mark.parametrize("t,n", ACTORS, ids=[n for _, n in ACTORS])
+def test_actor_core_directives_restated_with_other_changes(nx, t, n):
+    held = concept(nx, t, n)
+    ok(nx, f"UPSERT {{ CONCEPT ?x {{ {ref(t, n)} SET ATTRIBUTES "
+           f"{{ core_directives: :d, persona: \"grown\" }} }} }}",
+       {"d": held["attributes"]["core_directives"]})
+    after = concept(nx, t, n)
+    assert after["attributes"]["persona"] == "grown"
+    assert after["attributes"]["core_directives"] == held["attributes"]["core_directives"]
+    assert after["metadata"]["_version"] == held["metadata"]["_version"] + 1
+
+
+@pytest.mark.parametrize("t,n", CORE_LINKED, ids=[n for _, n in CORE_LINKED])
+def test_core_link_restated_with_its_metadata(nx, t, n):
+    held = element(nx, core_link(t, n))
+    triple = f'({ref(t, n)}, "belongs_to_domain", {ref("Domain", "CoreSchema")})'
+    no_op(nx, f"UPSERT {{ PROPOSITION ?l {{ {triple} }} }} WITH METADATA :m",
+          {"m": user_metadata(held)})
+    err(nx, f"UPSERT {{ PROPOSITION ?l {{ {triple} }} WITH METADATA {{ author: \"me\" }} }}",
+        "KIP_3004")
