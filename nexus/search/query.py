@@ -63,6 +63,7 @@ FILTER_FACTOR = 8           # WITH TYPE: how much wider the name scan looks
 W_LEX, W_VEC = 0.55, 0.45
 MIN_SCORE = 0.1             # below this a hit shares no more than noise with the query
 SEM_LO, SEM_HI = 0.0, 0.60  # semantic: cosines mapped onto [0, 1] (see the module doc)
+SEM_SAME = 0.995            # semantic: a cosine this close to 1 is the same text
 W_SEM_MIN, W_SEM_MAX = 0.3, 0.9   # hybrid: the bounds of the semantic weight
 
 
@@ -253,7 +254,10 @@ def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | 
         head = txn.head(n)
         if head is None or _kind_of(head) != kind:
             continue
-        score = min(1.0, max(0.0, (cos - SEM_LO) / (SEM_HI - SEM_LO)))
+        # 1.0 only for the same meaning vector (the name as typed, give or take the int8
+        # rounding of the index); anything else stays below it, as in keyword mode.
+        score = 1.0 if cos >= SEM_SAME else min(0.99, max(0.0, (cos - SEM_LO)
+                                                         / (SEM_HI - SEM_LO)))
         if score >= MIN_SCORE:
             scored.append((score, -n))
     return [(-neg, round(score, 6)) for score, neg in heapq.nlargest(limit, scored)]
