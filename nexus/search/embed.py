@@ -213,7 +213,7 @@ def _wordllama_model(dim: int) -> object:
             except ImportError:
                 raise KipError(ErrorCode.KIP_4003,
                                "the semantic embedder 'wordllama' is not installed",
-                               "pip install 'nexus[semantic]' (it ships its model), or open "
+                               "pip install 'nexus-kip[semantic]' (it ships its model), or open "
                                "the database with semantic=\"none\".") from None
             from pathlib import Path
             try:
@@ -223,7 +223,7 @@ def _wordllama_model(dim: int) -> object:
                 raise KipError(ErrorCode.KIP_4003,
                                f"cannot load the WordLlama model shipped in its package: {exc}",
                                "Reinstall it: pip install --force-reinstall "
-                               "'nexus[semantic]'.") from None
+                               "'nexus-kip[semantic]'.") from None
             _WORDLLAMA[str(dim)] = model
         return model
 
@@ -233,5 +233,5 @@ def make_semantic_embedder(spec: str) -> Embedder:
     if spec == "wordllama":
         return WordLlamaEmbedder()
     raise KipError(ErrorCode.KIP_1001, f"Unknown semantic embedder {spec!r}",
-                   "Use semantic=\"wordllama\" (pip install 'nexus[semantic]'), "
+                   "Use semantic=\"wordllama\" (pip install 'nexus-kip[semantic]'), "
                    "\"auto\" or \"none\".")

@@ -267,7 +267,7 @@ def hybrid(txn: Any, lexical_vectors: VectorIndex, semantic_vectors: VectorIndex
            text: str, group: int | None, limit: int,
            check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
     """MODE "hybrid": keyword and semantic rankings fused (see the module doc)."""
-    wide = max(limit, RESCORE)
+    wide = limit
     kw = dict(run(txn, lexical_vectors, kind, text, group, wide, check))
     sm = dict(semantic(txn, semantic_vectors, kind, text, group, wide, check))
     w = min(W_SEM_MAX, max(W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))

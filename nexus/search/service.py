@@ -50,7 +50,7 @@ MODES_BASE = ["exact_name", "name_prefix", "alias", "keyword_bm25",
               "fuzzy_typo_tolerant_vector"]
 MODES = ("keyword", "semantic", "hybrid")     # SEARCH ... MODE (spec §5.2.1)
 KEY_SEMANTIC = b"M"         # vecq: the semantic embedder this database chose ("none": none)
-INSTALL_HINT = "pip install 'nexus[semantic]'"
+INSTALL_HINT = "pip install 'nexus-kip[semantic]'"
 
 
 class Host(Protocol):

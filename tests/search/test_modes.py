@@ -6,6 +6,7 @@ Tests marked `needs_extra` skip when the `semantic` extra (wordllama) is not ins
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -62,7 +63,7 @@ def test_without_the_extra_semantic_modes_are_served_as_keyword_with_a_hint(plai
     asked = run(plain, 'SEARCH CONCEPT "aspirn" MODE :m', m=mode)
     keyword = run(plain, 'SEARCH CONCEPT "aspirn" MODE "keyword"')
     assert asked["result"] == keyword["result"] and asked["result"]
-    assert '"keyword"' in asked["hint"] and "nexus[semantic]" in asked["hint"]
+    assert '"keyword"' in asked["hint"] and "nexus-kip[semantic]" in asked["hint"]
     assert "hint" not in keyword
 
 
@@ -77,7 +78,7 @@ def test_without_the_extra_the_primer_says_what_semantic_falls_back_to(plain):
     search = primer["extensions"]["search"]
     assert search["default_mode"] == "keyword" and search["semantic_embedder"] is None
     assert '"keyword"' in search["semantic_fallback"]
-    assert "nexus[semantic]" in search["semantic_fallback"]
+    assert "nexus-kip[semantic]" in search["semantic_fallback"]
 
 
 def test_semantic_none_turns_it_off_and_says_so():
@@ -211,7 +212,7 @@ def test_a_database_recording_an_uninstalled_embedder_falls_back_with_a_hint(tmp
     nx = Nexus.open(path, durable=False, bootstrap=False)
     try:
         r = run(nx, 'SEARCH CONCEPT "x" MODE "hybrid"')
-        assert "'wordllama'" in r["hint"] and "nexus[semantic]" in r["hint"]
+        assert "'wordllama'" in r["hint"] and "nexus-kip[semantic]" in r["hint"]
     finally:
         nx.close()
 
@@ -240,3 +241,21 @@ def test_the_model_ships_in_the_package_and_never_downloads(monkeypatch):
     assert calls["disable_download"] is True
     assert str(calls["cache_dir"]) == os.path.dirname(wordllama.__file__)
     assert embedder.embed(["a"]).shape == (1, embedder.dim)
+
+
+@needs_extra
+def test_kip_reindex_chooses_the_embedder_and_shows_its_progress(tmp_path, capsys):
+    from nexus.cli import main
+    path = str(tmp_path / "db")
+    nx = Nexus.open(path, durable=False, semantic="none")
+    assert "result" in run(nx, GRAPH)
+    nx.close()
+    assert main(["reindex", "--db", path, "--semantic", "wordllama"]) == 0
+    out = capsys.readouterr()
+    assert "semantic vectors" in out.err
+    assert json.loads(out.out)["semantic_embedder"].startswith("wordllama/")
+    nx = Nexus.open(path, durable=False)        # the choice stays with the database
+    try:
+        assert nx.search.semantic_choice == "wordllama"
+    finally:
+        nx.close()

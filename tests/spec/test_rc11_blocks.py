@@ -16,7 +16,6 @@ from nexus.language import parse
 from .rc11_blocks import READS, SHARED, TEXTS, Block, blocks
 
 _PREDVAR = "predicate variables `(?s, ?p, ?o)` (RC9), helper issue-predvars"
-_MODE = "SEARCH … MODE / THRESHOLD (RC9), helper issue-searchmode"
 _UPDATE_PREDVAR = "an UPDATE sweep over a predicate variable `?link (?s, ?p, ?o)` (RC9)"
 
 EXPECTED_FAILURES: dict[str, str] = {
@@ -24,8 +23,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "KIP-SPECIFICATION:694": _PREDVAR,
     "KIPSyntax:131": _PREDVAR,
     "KIP-SPECIFICATION:1235": _PREDVAR,          # an EXPORT over `(?s, ?p, ?o)`
-    "KIP-SPECIFICATION:1193": _MODE,
-    "KIP-SPECIFICATION:1196": _MODE,
     "KIP-SPECIFICATION:967": _UPDATE_PREDVAR,
     "KIPSyntax:332": _UPDATE_PREDVAR,
 }
