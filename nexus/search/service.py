@@ -339,7 +339,8 @@ class SearchService:
         """Drift between the data and the indexes (all counts 0 when in step); waits for
         the vector indexer to catch up first."""
         # Bounded: a stalled indexer must show up as `vector_lag`, not hang the check.
-        self.vectors.drain(timeout=CHECK_DRAIN_SECONDS)
+        for index in self._indexes():
+            index.drain(timeout=CHECK_DRAIN_SECONDS)
         with self.vectors.lock, self.store.read() as txn:
             elements = set(txn.elements())
             indexed = set(lexical.indexed_ids(txn))
@@ -358,6 +359,13 @@ class SearchService:
                 "vector_orphans": len(vec_ids - elements),
                 "vector_lag": max(0, seq - self.vectors.applied_seq),
             }
+            sem = self.semantic
+            if sem is not None:     # the semantic index (MODE "semantic"/"hybrid")
+                sem_ids = sem.ids(KIND_CONCEPT) | sem.ids(KIND_LINK)
+                report["semantic_missing"] = sum(1 for n in elements - sem_ids
+                                                 if self._has_texts(txn, n))
+                report["semantic_orphans"] = len(sem_ids - elements)
+                report["semantic_lag"] = max(0, seq - sem.applied_seq)
             if deep:
                 report["lexical_stale"] = sum(1 for n in elements & indexed
                                               if lexical.stale(txn, n))

@@ -259,3 +259,11 @@ def test_kip_reindex_chooses_the_embedder_and_shows_its_progress(tmp_path, capsy
         assert nx.search.semantic_choice == "wordllama"
     finally:
         nx.close()
+
+
+@needs_extra
+def test_check_covers_the_semantic_index(semantic):
+    report = semantic.search.check()
+    assert report["ok"], report
+    assert report["semantic_missing"] == 0 and report["semantic_orphans"] == 0
+    assert report["semantic_lag"] == 0
