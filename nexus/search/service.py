@@ -172,7 +172,8 @@ class SearchService:
                            "words and typos, not meaning: search with the words the "
                            "element's name or description would use.")
 
-    def _indexes(self) -> list[VectorIndex]:
+    def vector_indexes(self) -> list[VectorIndex]:
+        """The n-gram vector index, then the semantic one when the database has it."""
         return [self.vectors] + ([self.semantic] if self.semantic is not None else [])
 
     @contextlib.contextmanager
@@ -241,7 +242,7 @@ class SearchService:
     def after_commit(self, ctx: Any) -> None:
         queued = self._queued.pop(id(ctx), None)
         if queued is not None:
-            for index in self._indexes():
+            for index in self.vector_indexes():
                 index.committed(queued)
 
     def rolled_back(self, ctx: Any) -> None:
@@ -253,18 +254,18 @@ class SearchService:
     def bulk_loading(self):
         """`with search.bulk_loading(): ...` around a bulk load: the vector indexer waits
         until it ends (see `VectorIndex.pause`); the lexical index is written as usual."""
-        for index in self._indexes():
+        for index in self.vector_indexes():
             index.pause()
         try:
             yield
         finally:
-            for index in self._indexes():
+            for index in self.vector_indexes():
                 index.resume()
 
     @kip_only
     def drain(self, timeout: float | None = None) -> bool:
         """Wait until the vector indexes cover every committed write (None: no limit)."""
-        return all([index.drain(timeout) for index in self._indexes()])
+        return all([index.drain(timeout) for index in self.vector_indexes()])
 
     # --- queries -------------------------------------------------------------------------
     @kip_only
@@ -306,7 +307,7 @@ class SearchService:
         """Rebuild the lexical and vector indexes from the data (`kip reindex`)."""
         with self.host.write_session(privileged=True) as session:
             # Drained under the session's write lock: no write queues a change meanwhile.
-            for index in self._indexes():
+            for index in self.vector_indexes():
                 index.drain()
             txn = session.txn
             if progress:
@@ -320,10 +321,10 @@ class SearchService:
                     progress("lexical", min(total, i + chunk), total)
             if progress and not total:
                 progress("lexical", 0, 0)
-            for index in self._indexes():
+            for index in self.vector_indexes():
                 index.rebuild(txn, _phase(progress, index.prefix))
             seq = self.vectors.record(txn, [], [])
-        for index in self._indexes():
+        for index in self.vector_indexes():
             with index.progress:
                 index.applied_seq = max(index.applied_seq, seq)
                 index.needs_rebuild = False
@@ -339,7 +340,7 @@ class SearchService:
         """Drift between the data and the indexes (all counts 0 when in step); waits for
         the vector indexer to catch up first."""
         # Bounded: a stalled indexer must show up as `vector_lag`, not hang the check.
-        for index in self._indexes():
+        for index in self.vector_indexes():
             index.drain(timeout=CHECK_DRAIN_SECONDS)
         with self.vectors.lock, self.store.read() as txn:
             elements = set(txn.elements())
@@ -384,14 +385,14 @@ class SearchService:
     @kip_only
     def save(self) -> None:
         """Drain the vector queue, then save the vector index files."""
-        for index in self._indexes():
+        for index in self.vector_indexes():
             index.drain()
             index.save()
 
     @kip_only
     def close(self) -> None:
         """Drain the vector queue, stop the indexer and save the vector index."""
-        for index in self._indexes():
+        for index in self.vector_indexes():
             try:
                 # Bounded, so a failing indexer cannot hang shutdown; whatever is not
                 # applied stays in the durable queue and is applied after the next open.
