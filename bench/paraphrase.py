@@ -9,12 +9,13 @@
    WordLlama, and `semantic="none"`: what an engine without the extra serves), recall@5 =
    the share of queries whose target is among the first 5 hits of
    `SEARCH CONCEPT :q MODE :m LIMIT 5`, plus recall@1 and the median time of one query.
-2. Cost per indexed item: the time `reindex()` spends per element on each vector index
-   (embedding + HNSW insertion), over the `--n` graph.
+2. Cost per indexed item: the time to embed and insert into a fresh HNSW index the vectors
+   of the first `--sample` elements of the `--n` graph, per element, for each vector index.
 3. Scale: `--n` concepts (bench/search.py's generator, 100,000 by default) and their
-   links, bulk loaded into an LMDB nexus with the extra; `--queries` paraphrase and
-   labelled queries per mode, end to end through `execute_kip_readonly` after a warm-up:
-   median and p95 of each query's best of PASSES runs.
+   links, bulk loaded into an LMDB nexus with the extra (or reused from `--db`), plus the
+   paraphrase set; `--queries` paraphrase queries per mode, end to end through
+   `execute_kip_readonly` after a warm-up: median and p95 of each query's best of PASSES
+   runs.
 
 The markdown is printed and written into bench/RESULTS.md under `## SEARCH modes`
 (other sections are kept).
@@ -32,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
@@ -104,65 +107,90 @@ def percentile(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
-def scale(n: int, per_mode: int, data: dict) -> tuple[list[str], dict]:
-    workdir = tempfile.mkdtemp(prefix="nexus-paraphrase-bench-")
-    path = os.path.join(workdir, "db")
-    figures: dict = {}
+def build(path: str, n: int, data: dict) -> None:
+    """The `n`-concept graph (bench/search.py's generator) plus the paraphrase set, with the
+    semantic extra; returns when both vector indexes have caught up."""
+    types, concepts, links = search_corpus.make_corpus(n, seed=7)
+    nx = Nexus.open(path, durable=False, semantic="wordllama")
     try:
-        types, concepts, links = search_corpus.make_corpus(n, seed=7)
-        nx = Nexus.open(path, durable=False, semantic="wordllama")
-        try:
-            search_corpus.define_schema(nx, types)
-            bulk_import(nx, [{k: v for k, v in c.items() if k != "_words"} for c in concepts],
-                        links, batch_size=20_000)
-            load_paraphrase_graph(nx, data)
-            with nx.store.read() as txn:
-                elements = txn.count_concepts() + txn.count_links()
-            figures["elements"] = elements
-            for index in nx.search.vector_indexes():
-                with nx.store.read() as txn:
-                    t0 = time.perf_counter()
-                    index.rebuild(txn)
-                    figures[f"index_{index.prefix}_s"] = time.perf_counter() - t0
-            nx.search.drain()
-            labelled = search_corpus.make_queries(concepts, per_category=per_mode // 7 + 1,
-                                                  seed=11)
-            texts = [q["query"] for q in data["queries"][: per_mode // 2]]
-            texts += [q[1] for q in labelled][
-                : per_mode - len(texts)]
-            for mode in MODES:
-                runs: list[list[float]] = [[] for _ in texts]
-                for i, t in enumerate(texts):          # warm-up
-                    nx.execute_kip_readonly({"command": "SEARCH CONCEPT :q MODE :m LIMIT 10",
-                                             "parameters": {"q": t, "m": mode}})
-                for _ in range(PASSES):
-                    for i, t in enumerate(texts):
-                        t0 = time.perf_counter()
-                        r = nx.execute_kip_readonly(
-                            {"command": "SEARCH CONCEPT :q MODE :m LIMIT 10",
-                             "parameters": {"q": t, "m": mode}})
-                        runs[i].append(time.perf_counter() - t0)
-                        assert "result" in r, r
-                best = [min(r) for r in runs]
-                figures[mode] = (percentile(best, .5) * 1000, percentile(best, .95) * 1000)
-        finally:
-            nx.close()
+        search_corpus.define_schema(nx, types)
+        bulk_import(nx, [{k: v for k, v in c.items() if k != "_words"} for c in concepts],
+                    links, batch_size=20_000)
+        load_paraphrase_graph(nx, data)        # (drains both indexes)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    e = figures["elements"]
+        nx.close()
+
+
+def index_cost(nx: Nexus, sample: int) -> dict[str, tuple[float, int]]:
+    """Seconds per element to embed and insert the vectors of the first `sample` elements
+    into a fresh index of each kind (what a rebuild or the indexer does per element)."""
+    from usearch.index import Index
+
+    from nexus.search.text import element_doc
+    from nexus.search.vectors import EXPANSION_ADD, EXPANSION_SEARCH, doc_texts
+    out = {}
+    for index in nx.search.vector_indexes():
+        emb = index.embedder
+        with nx.store.read() as txn:
+            ids = [e for e in txn.elements()][:sample]
+            docs = [d for d in (element_doc(txn, e) for e in ids) if d is not None]
+        fresh = Index(ndim=emb.dim, metric="cos", dtype="i8", connectivity=16,
+                      expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+        keys, texts = [], []
+        for d in docs:
+            for slot, t in enumerate(doc_texts(d, emb)):
+                keys.append(d.n * 8 + slot)
+                texts.append(t)
+        t0 = time.perf_counter()
+        for i in range(0, len(texts), 2048):
+            vecs = emb.embed(texts[i:i + 2048])
+            fresh.add(np.asarray(keys[i:i + 2048], dtype=np.uint64), vecs, threads=2)
+        out[index.prefix] = ((time.perf_counter() - t0) / len(docs), len(texts))
+    return out
+
+
+def scale(path: str, per_mode: int, data: dict, sample: int) -> tuple[list[str], dict]:
+    figures: dict = {}
+    nx = Nexus.open(path, durable=False, semantic="wordllama")
+    try:
+        nx.search.drain()
+        with nx.store.read() as txn:
+            figures["concepts"] = txn.count_concepts()
+            figures["elements"] = txn.count_concepts() + txn.count_links()
+        texts = [q["query"] for q in data["queries"]][:per_mode]
+        for mode in MODES:
+            runs: list[list[float]] = [[] for _ in texts]
+            for t in texts:                                  # warm-up
+                nx.execute_kip_readonly({"command": "SEARCH CONCEPT :q MODE :m LIMIT 10",
+                                         "parameters": {"q": t, "m": mode}})
+            for _ in range(PASSES):
+                for i, t in enumerate(texts):
+                    t0 = time.perf_counter()
+                    r = nx.execute_kip_readonly({"command": "SEARCH CONCEPT :q MODE :m LIMIT 10",
+                                                 "parameters": {"q": t, "m": mode}})
+                    runs[i].append(time.perf_counter() - t0)
+                    assert "result" in r, r
+            best = [min(r) for r in runs]
+            figures[mode] = (percentile(best, .5) * 1000, percentile(best, .95) * 1000)
+        figures["cost"] = index_cost(nx, sample)
+    finally:
+        nx.close()
     lines = [
+        f"Graph: {figures['concepts']:,} concepts, {figures['elements']:,} elements; "
+        f"{len(texts)} paraphrase queries per mode, {PASSES} passes after a warm-up, each "
+        "query's best run.",
+        "",
         "| mode | median | p95 |",
         "| --- | --- | --- |",
         *[f"| {m} | {figures[m][0]:.2f} ms | {figures[m][1]:.2f} ms |" for m in MODES],
         "",
-        "| cost per indexed item (reindex, embedding + HNSW insertion) | per element |",
-        "| --- | --- |",
-        f"| keyword vectors (hashed n-grams, 128 d) | "
-        f"{figures['index_vectors_s'] / e * 1e6:.0f} µs ({e:,} elements in "
-        f"{figures['index_vectors_s']:.1f} s) |",
-        f"| semantic vectors (WordLlama, 256 d) | "
-        f"{figures['index_semantic_s'] / e * 1e6:.0f} µs ({e:,} elements in "
-        f"{figures['index_semantic_s']:.1f} s) |",
+        f"| cost per indexed item (embedding + HNSW insertion, first {sample:,} elements "
+        "into a fresh index) | per element | vectors |",
+        "| --- | --- | --- |",
+        *[f"| {label} | {figures['cost'][key][0] * 1e6:.0f} µs | "
+          f"{figures['cost'][key][1]:,} |"
+          for key, label in (("vectors", "keyword: hashed n-grams, 128 d"),
+                             ("semantic", "semantic: WordLlama, 256 d"))],
     ]
     return lines, figures
 
@@ -183,6 +211,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=200, help="latency queries per mode")
     ap.add_argument("--no-scale", action="store_true", help="recall only")
+    ap.add_argument("--db", help="the --n graph's database: built there when missing "
+                    "(building 100k takes ~35 min on 2 loaded cores), reused otherwise")
+    ap.add_argument("--sample", type=int, default=20_000,
+                    help="elements indexed afresh to measure the cost per item")
     ap.add_argument("--no-write", action="store_true", help="do not update bench/RESULTS.md")
     args = ap.parse_args()
     if not semantic_installed():
@@ -205,7 +237,18 @@ def main() -> None:
     s_lines: list[str] = []
     median = {}
     if not args.no_scale:
-        s_lines, sf = scale(args.n, args.queries, data)
+        workdir = None
+        path = args.db
+        if path is None:
+            workdir = tempfile.mkdtemp(prefix="nexus-paraphrase-bench-")
+            path = os.path.join(workdir, "db")
+        try:
+            if not os.path.exists(os.path.join(path, "data.mdb")):
+                build(path, args.n, data)
+            s_lines, sf = scale(path, args.queries, data, args.sample)
+        finally:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
         median = {m: sf[m][0] for m in MODES}
     took = time.perf_counter() - started
     argv = " ".join(sys.argv[1:])

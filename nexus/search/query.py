@@ -249,18 +249,21 @@ def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | 
     if group is not None and len(cand) and _needs_group_check(txn, kind, group):
         cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
     check()
-    scored: list[tuple[float, int]] = []
-    for n, cos in cand.items():
-        head = txn.head(n)
-        if head is None or _kind_of(head) != kind:
-            continue
+    out: list[tuple[int, float]] = []
+    # Best first (the score grows with the cosine), so only the hits returned are checked
+    # against the snapshot.
+    for n, cos in sorted(cand.items(), key=lambda kv: (-kv[1], kv[0])):
         # 1.0 only for the same meaning vector (the name as typed, give or take the int8
         # rounding of the index); anything else stays below it, as in keyword mode.
         score = 1.0 if cos >= SEM_SAME else min(0.99, max(0.0, (cos - SEM_LO)
                                                          / (SEM_HI - SEM_LO)))
-        if score >= MIN_SCORE:
-            scored.append((score, -n))
-    return [(-neg, round(score, 6)) for score, neg in heapq.nlargest(limit, scored)]
+        if score < MIN_SCORE or len(out) == limit:
+            break
+        head = txn.head(n)
+        if head is None or _kind_of(head) != kind:
+            continue
+        out.append((n, round(score, 6)))
+    return out
 
 
 def hybrid(txn: Any, lexical_vectors: VectorIndex, semantic_vectors: VectorIndex, kind: int,
