@@ -7,7 +7,7 @@
     kip load    [--db DIR] [--privileged] PATH...                     load .kip capsules
     kip export  [--db DIR] [--domain NAME] [-o FILE]                  graph → .kip capsule
     kip info    [--db DIR]                                            counts, size, versions
-    kip reindex [--db DIR]                                            rebuild search indexes
+    kip reindex [--db DIR] [--semantic wordllama|none]                rebuild search indexes
     kip check   [--db DIR] [--deep] [--repair]                        verify (repair) indexes
 
 `--db` defaults to `./nexus-data` (or `$KIP_DB`). Exit status: 0 success, 1 a KIP error
@@ -459,7 +459,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 # --- reindex / check (the logic is other components'; this is wiring) ----------------------
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    with _open(args, create=False, bootstrap=False) as nexus, \
+    # --semantic: the database's semantic embedder from now on (recorded in it on open).
+    options = {"semantic": args.semantic} if args.semantic else {}
+    with _open(args, create=False, bootstrap=False, **options) as nexus, \
             _progress("reindex", unit="elements") as progress:
         report = nexus.reindex(progress)
     _emit(_plain(report))
@@ -739,8 +741,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("reindex", help="rebuild the SEARCH indexes",
-                       description="Rebuild the lexical and vector SEARCH indexes.")
+                       description="Rebuild the lexical and vector SEARCH indexes (and the "
+                       "semantic one, when the database has a semantic embedder).")
     _add_db(p)
+    p.add_argument("--semantic", choices=["wordllama", "none"], default=None,
+                   help="choose the database's semantic embedder for SEARCH MODE "
+                   "\"semantic\"/\"hybrid\" (recorded in it; wordllama needs "
+                   "pip install 'nexus-kip[semantic]')")
     p.set_defaults(func=cmd_reindex)
 
     p = sub.add_parser("check", help="verify every index against the data (and repair)",

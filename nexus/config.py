@@ -42,6 +42,10 @@ class Config:
     self_id: str | None = None        # the deployment's principal id, set into $self.id
     embedder: str = "hashed-ngrams"   # SEARCH vector embedder (see nexus.search)
     save_vectors: bool = True         # save the vector index files (`kip check`: False)
+    # SEARCH MODE "semantic"/"hybrid" embedder, recorded per database (nexus.search.service):
+    # "auto" (what the database recorded, else "wordllama" when installed), "wordllama",
+    # "none".
+    semantic: str = "auto"
     audit_max_entries: int = 10_000   # list_logs retention by count
     audit_max_age_days: float = 30.0  # list_logs retention by age
     audit_command_chars: int = 500    # command text kept per audit entry

@@ -381,6 +381,7 @@ class Engine:
             else:
                 command = syntax.bind(parsed, parameters)
             execute = executor_for(type(command))
+            hint: str | None = None
             if writes:
                 with self.write_session(privileged=privileged, dry_run=dry_run,
                                         text=text) as session:
@@ -388,6 +389,7 @@ class Engine:
             else:
                 with self.read_session(text=text, dry_run=dry_run) as ctx:
                     result, cursor = execute(ctx, command, parameters)
+                    hint = ctx.hint
             if json_size(result, limits.max_result_bytes) > limits.max_result_bytes:
                 raise KipError(
                     ErrorCode.KIP_4002,
@@ -398,6 +400,8 @@ class Engine:
             response: Response = {"result": result}
             if cursor is not None:
                 response["next_cursor"] = cursor
+            if hint is not None:
+                response["hint"] = hint     # e.g. SEARCH MODE served as another (CONTRACT §10)
             return response, False
         except KipError as err:
             if err.line is not None and err.snippet is None and isinstance(text, str):

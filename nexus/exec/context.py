@@ -47,7 +47,7 @@ class ExecContext:
     reads never need it, and formatting a timestamp is a measurable part of a point lookup."""
 
     __slots__ = ("txn", "limits", "deadline", "_now", "clock", "privileged", "dry_run",
-                 "text", "search", "primer", "columnar", "ticket")
+                 "text", "search", "primer", "columnar", "ticket", "hint")
 
     def __init__(self, txn: ReadTxn, limits: Limits, deadline: float, *,
                  now: str | None = None, clock: Clock = now_iso, privileged: bool = False,
@@ -66,6 +66,9 @@ class ExecContext:
         self.primer = primer              # the PRIMER ranking cache, when kept
         self.columnar = columnar          # FIND executor: "auto" | "always" | "never"
         self.ticket = ticket              # its place in the fast/heavy lanes (admission)
+        # A hint for the agent beside a successful result (SEARCH: the MODE it asked
+        # for is served as another, CONTRACT §10); the engine adds it to the response.
+        self.hint: str | None = None
 
     def reading(self, txn: ReadTxn) -> "ExecContext":
         """This context over another read transaction (FIND … AS OF reads the past through

@@ -238,10 +238,15 @@ def _search(ctx: Any, command: A.Search) -> list[dict]:
     type_name = _string(command.type, "type") if command.type is not None else None
     limit = _positive(command.limit) or limits.default_search_limit
     limit = min(limit, limits.max_search_limit)
+    mode = _search_mode(command.mode)
+    threshold = _search_threshold(command.threshold)
     service = ctx.search
     if service is None:
         raise KipError(ErrorCode.KIP_4003, "SEARCH is not available: no search index",
                        "Open the nexus through Nexus.open(), which attaches the index.")
+    served, hint = service.mode_served(mode)
+    if hint is not None:
+        ctx.hint = hint         # the response carries it beside the result (CONTRACT §10)
     if len(text) > limits.max_search_chars:
         raise KipError(ErrorCode.KIP_4002,
                        f"The SEARCH text is {len(text)} characters, over the limit of "
@@ -252,7 +257,7 @@ def _search(ctx: Any, command: A.Search) -> list[dict]:
         return []
     target = "CONCEPT" if command.target.upper() == "CONCEPT" else "PROPOSITION"
     hits = service.search(txn, target, text, type_name, limit, check=ctx.check_deadline,
-                          deadline=ctx.deadline)
+                          deadline=ctx.deadline, mode=served, threshold=threshold)
     out = []
     for n, score in hits:
         obj = element_json(txn, txn.known_head(n))
@@ -261,3 +266,34 @@ def _search(ctx: Any, command: A.Search) -> list[dict]:
         obj["metadata"] = meta
         out.append(obj)
     return out
+
+
+# --- RC11 SEARCH options (spec §5.2) ------------------------------------------------------
+
+SEARCH_MODES = ("keyword", "semantic", "hybrid")
+
+
+def _search_mode(v: Any) -> str | None:
+    """MODE's value, checked (None: omitted)."""
+    if v is None:
+        return None
+    mode = _string(v, "MODE")
+    if mode not in SEARCH_MODES:
+        shown = mode if len(mode) <= 40 else mode[:40] + "…"
+        raise KipError(ErrorCode.KIP_1001, f"Unknown SEARCH MODE {shown!r}",
+                       'Use MODE "keyword", "semantic" or "hybrid" (lowercase), or leave '
+                       "MODE out for the engine's default.")
+    return mode
+
+
+def _search_threshold(v: Any) -> float:
+    """THRESHOLD's value, a number in [0, 1] (0.0: omitted)."""
+    value = _value(v) if v is not None else 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0.0 <= value <= 1.0:
+        raise KipError(ErrorCode.KIP_1001,
+                       f"THRESHOLD must be a number from 0 to 1, got "
+                       f"{json.dumps(value)[:40]}",
+                       "Write THRESHOLD 0.5 (hits whose _score is below it are dropped), or "
+                       "pass a number in [0, 1] as its parameter.")
+    return float(value)

@@ -199,10 +199,19 @@ def describe_primer(ctx: ExecContext) -> dict:
             "key_proposition_types": ranking["predicates"],
             "key_concepts": ranking["concepts"],
         })
-    modes = ctx.search.search_modes if ctx.search is not None else []
+    # SEARCH MODE capability (spec §5.2.1, CONTRACT §10): `search_modes` lists the modes
+    # served as asked; `extensions.search` tells the default, the semantic embedder and
+    # what "semantic" / "hybrid" fall back to without one.
+    service = ctx.search
+    modes: list[str] = []
+    extensions = _extensions(txn)
+    if service is not None:
+        search = service.search_capability
+        modes = search["modes"]
+        extensions["search"] = {**search, "matching": service.search_modes}
     return {"identity": _identity(txn), "domain_map": domain_map,
             "total_domains": len(domains), "search_modes": modes,
-            "extensions": _extensions(txn)}
+            "extensions": extensions}
 
 
 def _extensions(txn: ReadTxn) -> dict[str, Any]:

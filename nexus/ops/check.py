@@ -108,7 +108,7 @@ def _combine(store: dict, search: dict, log: dict) -> dict[str, Any]:
     out = {"ok": store["ok"] and search["ok"] and log["ok"], "store": store, "search": search}
     if len(log) > 1:
         out["history"] = log
-    pending = search.get("vector_pending")
+    pending = search.get("vector_pending") or search.get("semantic_pending")
     if pending:
         what = (f"rebuilding the vector index, about {pending['ids']} ids to go"
                 if pending["rebuild"] else
@@ -148,11 +148,10 @@ class _Budget:
                 return False
 
 
-def _pending(service: Any, nexus: Any, waited: float) -> dict[str, Any] | None:
-    """What the vector indexer has still to apply, when it is alive and working on it
-    (None when it has caught up, or is stopped or failing: that is drift)."""
+def _pending(v: Any, nexus: Any, waited: float) -> dict[str, Any] | None:
+    """What a vector index's indexer has still to apply, when it is alive and working on
+    it (None when it has caught up, or is stopped or failing: that is drift)."""
     from ..search.vectors import read_seq
-    v = service.vectors
     indexer = v.indexer
     if indexer is None or not indexer.is_alive() or v.error is not None:
         return None
@@ -171,16 +170,21 @@ def _search_report(nexus: Any, deep: bool, examples: int,
         return {"ok": True, "available": False}
     budget = budget or _Budget(CATCH_UP_SECONDS, None)
     started = time.monotonic()
-    budget.catch_up(service.vectors)
+    indexes = service.vector_indexes()          # the n-gram index, the semantic one
+    for index in indexes:
+        budget.catch_up(index)
     report = dict(service.check(deep=deep, wait=0))
     report.pop("ok", None)
-    pending = _pending(service, nexus, time.monotonic() - started)
-    if pending is not None:
-        # Not caught up: the vector counts say nothing yet (every queued element would
-        # count as missing); report what is queued instead.
-        for key in ("vector_missing", "vector_orphans", "vector_lag"):
-            report.pop(key, None)
-        report["vector_pending"] = pending
+    pending = None
+    for index, prefix in zip(indexes, ("vector", "semantic")):
+        waiting = _pending(index, nexus, time.monotonic() - started)
+        if waiting is not None:
+            # Not caught up: its counts say nothing yet (every queued element would count
+            # as missing); report what is queued instead.
+            for key in ("missing", "orphans", "lag"):
+                report.pop(f"{prefix}_{key}", None)
+            report[f"{prefix}_pending"] = waiting
+            pending = pending or waiting
     if deep:
         with nexus.store.read() as txn:
             posting = PostingCheck(txn, examples).run()

@@ -23,6 +23,21 @@ Owns how a SEARCH is answered from the indexes (not the indexes themselves):
 
 Every hit is checked against the reader's own snapshot (`txn.head`), so SEARCH never
 returns an element that snapshot does not hold, whatever the vector index contains.
+
+That is `MODE "keyword"` (spec §5.2.1; CONTRACT §10: the n-gram vectors carry no meaning).
+With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
+
+* `semantic`: the nearest neighbours of the query's meaning vector among the elements'
+  name, alias and "name: description" vectors (best slot per element); the cosine is
+  mapped linearly from [SEM_LO, SEM_HI] onto [0, 1] (measured on the paraphrase set of
+  bench/paraphrases.json: an unrelated element's best cosine rarely passes SEM_LO, a
+  paraphrase's target is usually above SEM_HI / 2), so THRESHOLD means the same for every
+  query.
+* `hybrid`: both rankings, fused per element as `(1 - w)·keyword + w·semantic`, where the
+  semantic weight `w` is what the keyword side leaves: `1 - ` its best score, kept within
+  [W_SEM_MIN, W_SEM_MAX]. A query that names something (a name, a prefix, a typo) keeps the
+  keyword order; a query that only describes it is ranked by meaning. 1.0 stays reserved
+  for the name exactly as typed.
 """
 from __future__ import annotations
 
@@ -47,6 +62,9 @@ WIDE_KNN = 4096             # WITH TYPE: the widest approximate neighbourhood as
 FILTER_FACTOR = 8           # WITH TYPE: how much wider the name scan looks
 W_LEX, W_VEC = 0.55, 0.45
 MIN_SCORE = 0.1             # below this a hit shares no more than noise with the query
+SEM_LO, SEM_HI = 0.0, 0.60  # semantic: cosines mapped onto [0, 1] (see the module doc)
+SEM_SAME = 0.995            # semantic: a cosine this close to 1 is the same text
+W_SEM_MIN, W_SEM_MAX = 0.3, 0.9   # hybrid: the bounds of the semantic weight
 
 
 def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
@@ -214,3 +232,52 @@ def _vector_candidates(txn: Any, vectors: VectorIndex, kind: int, qvec, group: i
     total = max(1, txn.count_concepts() if kind == KIND_CONCEPT else txn.count_links())
     wide = min(WIDE_KNN, max(count, int(count * total / size * 2)))
     return vectors.knn(kind, qvec, wide)
+
+
+# --- MODE "semantic" and "hybrid" ----------------------------------------------------------
+
+def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
+             limit: int, check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
+    """MODE "semantic": the best `limit` (id, score) by meaning alone, best first."""
+    if check is None:
+        check = _no_check
+    if not norm_name(text):
+        return []
+    check()
+    qvec = vectors.query_vector(text)
+    cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit))
+    if group is not None and len(cand) and _needs_group_check(txn, kind, group):
+        cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
+    check()
+    out: list[tuple[int, float]] = []
+    # Best first (the score grows with the cosine), so only the hits returned are checked
+    # against the snapshot.
+    for n, cos in sorted(cand.items(), key=lambda kv: (-kv[1], kv[0])):
+        # 1.0 only for the same meaning vector (the name as typed, give or take the int8
+        # rounding of the index); anything else stays below it, as in keyword mode.
+        score = 1.0 if cos >= SEM_SAME else min(0.99, max(0.0, (cos - SEM_LO)
+                                                         / (SEM_HI - SEM_LO)))
+        if score < MIN_SCORE or len(out) == limit:
+            break
+        head = txn.head(n)
+        if head is None or _kind_of(head) != kind:
+            continue
+        out.append((n, round(score, 6)))
+    return out
+
+
+def hybrid(txn: Any, lexical_vectors: VectorIndex, semantic_vectors: VectorIndex, kind: int,
+           text: str, group: int | None, limit: int,
+           check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
+    """MODE "hybrid": keyword and semantic rankings fused (see the module doc)."""
+    wide = limit
+    kw = dict(run(txn, lexical_vectors, kind, text, group, wide, check))
+    sm = dict(semantic(txn, semantic_vectors, kind, text, group, wide, check))
+    w = min(W_SEM_MAX, max(W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))
+    scored: list[tuple[float, int]] = []
+    for n in kw.keys() | sm.keys():
+        k, s = kw.get(n, 0.0), sm.get(n, 0.0)
+        score = 1.0 if k >= 1.0 else min(0.99, (1.0 - w) * k + w * s)
+        if score >= MIN_SCORE:
+            scored.append((score, -n))
+    return [(-neg, round(score, 6)) for score, neg in heapq.nlargest(limit, scored)]

@@ -32,9 +32,10 @@ import logging
 import time
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
-from ..errors import KipError, internal_error
+from ..errors import ErrorCode, KipError, internal_error
 from . import lexical, query
-from .embed import make_embedder
+from .embed import (SEMANTIC_EMBEDDERS, make_embedder, make_semantic_embedder,
+                    semantic_installed)
 from .text import KIND_CONCEPT, KIND_LINK, element_doc
 from .vectors import VectorIndex, doc_texts, read_seq
 
@@ -47,6 +48,9 @@ CHECK_DRAIN_SECONDS = 60.0  # `check` waits at most this long for the vector ind
 CLOSE_DRAIN_SECONDS = 300.0  # ... and `close` (a bulk load's backlog can take minutes)
 MODES_BASE = ["exact_name", "name_prefix", "alias", "keyword_bm25",
               "fuzzy_typo_tolerant_vector"]
+MODES = ("keyword", "semantic", "hybrid")     # SEARCH ... MODE (spec §5.2.1)
+KEY_SEMANTIC = b"M"         # vecq: the semantic embedder this database chose ("none": none)
+INSTALL_HINT = "pip install 'nexus-kip[semantic]'"
 
 
 class Host(Protocol):
@@ -83,6 +87,12 @@ class SearchService:
         self.vectors = VectorIndex(self.embedder, self.store.path)
         # A process that must write nothing (`kip check`) keeps its catch-up in memory.
         self.vectors.saving = bool(getattr(host.config, "save_vectors", True))
+        # The semantic index (MODE "semantic"/"hybrid"): a second vector index over the same
+        # change queue, with the database's semantic embedder; None when it has none, and
+        # then `semantic_note` says why (the hint of a SEARCH that asked for it).
+        self.semantic: VectorIndex | None = None
+        self.semantic_choice: str | None = None
+        self.semantic_note: str | None = None
         self.opened = "empty"
         self.wait_seconds = WAIT_SECONDS
         self.wait_backlog = WAIT_BACKLOG
@@ -106,7 +116,68 @@ class SearchService:
             self.opened = "rebuilt"
         else:
             self.opened = self.vectors.open(self.store, self._write_txn, progress)
+        self._open_semantic()
         self.vectors.start(self.store)
+        if self.semantic is not None:
+            self.semantic.start(self.store)
+
+    # --- the semantic embedder, chosen per database --------------------------------------
+    def _open_semantic(self) -> None:
+        """Choose the semantic embedder (config `semantic`, or what the database recorded),
+        record the choice in the database, and open its index (rebuilt in the background
+        when its saved files are another embedder's or missing)."""
+        configured = str(getattr(self.host.config, "semantic", "auto") or "auto").strip()
+        with self.store.read() as txn:
+            raw = txn.aux("vecq").get(KEY_SEMANTIC)
+        recorded = bytes(raw).decode() if raw is not None else None
+        if configured == "auto":
+            choice = recorded if recorded is not None else (
+                "wordllama" if semantic_installed("wordllama") else None)
+        elif configured == "none" or configured in SEMANTIC_EMBEDDERS:
+            choice = configured
+        else:
+            raise KipError(ErrorCode.KIP_1001, f"Unknown semantic embedder {configured!r}",
+                           "Use semantic=\"auto\" (the database's choice, else WordLlama "
+                           "when installed), \"wordllama\" or \"none\".")
+        if choice is not None and choice != recorded:
+            with self._write_txn() as w:
+                w.aux("vecq").put(KEY_SEMANTIC, choice.encode())
+        self.semantic_choice = choice
+        if choice is None:
+            self.semantic_note = ("this engine has no semantic embedder installed "
+                                  f"({INSTALL_HINT} adds one)")
+            return
+        if choice == "none":
+            self.semantic_note = "semantic search is turned off for this database"
+            return
+        if not semantic_installed(choice):
+            self.semantic_note = (f"this database uses the semantic embedder {choice!r}, "
+                                  f"which is not installed here ({INSTALL_HINT})")
+            return
+        index = VectorIndex(make_semantic_embedder(choice), self.store.path,
+                            prefix="semantic")
+        index.saving = self.vectors.saving
+        index.open(self.store, self._write_txn)
+        self.vectors.follower = index
+        self.semantic = index
+        self.semantic_note = None
+
+    def mode_served(self, mode: str | None) -> tuple[str, str | None]:
+        """The mode a SEARCH asking for `mode` (None: omitted) is served in, and the hint
+        to return when that is not what it asked for (spec §5.2.1: no semantic capability
+        means every mode is served as keyword)."""
+        if self.semantic is not None:
+            return mode or "hybrid", None
+        if mode is None or mode == "keyword":
+            return "keyword", None
+        return "keyword", (f'MODE "{mode}" was served as "keyword": '
+                           f"{self.semantic_note}. Keyword mode matches names, aliases, "
+                           "words and typos, not meaning: search with the words the "
+                           "element's name or description would use.")
+
+    def vector_indexes(self) -> list[VectorIndex]:
+        """The n-gram vector index, then the semantic one when the database has it."""
+        return [self.vectors] + ([self.semantic] if self.semantic is not None else [])
 
     @contextlib.contextmanager
     def _write_txn(self) -> Iterator[Any]:
@@ -120,6 +191,18 @@ class SearchService:
         if self.embedder.contextual:
             modes.append("semantic_vector")
         return modes
+
+    @property
+    def search_capability(self) -> dict:
+        """What DESCRIBE PRIMER tells about SEARCH MODE (spec §5.2.1): the modes served,
+        the default, the semantic embedder, and what "semantic" falls back to."""
+        if self.semantic is not None:
+            return {"modes": list(MODES), "default_mode": "hybrid",
+                    "semantic_embedder": self.semantic.embedder.name,
+                    "semantic_fallback": None}
+        return {"modes": ["keyword"], "default_mode": "keyword", "semantic_embedder": None,
+                "semantic_fallback": f'"semantic" and "hybrid" are served as "keyword": '
+                                     f"{self.semantic_note}"}
 
     # --- write hooks ---------------------------------------------------------------------
     @kip_only
@@ -162,7 +245,8 @@ class SearchService:
     def after_commit(self, ctx: Any) -> None:
         queued = self._queued.pop(id(ctx), None)
         if queued is not None:
-            self.vectors.committed(queued)
+            for index in self.vector_indexes():
+                index.committed(queued)
 
     def rolled_back(self, ctx: Any) -> None:
         """The write was rolled back: forget what it staged and queued."""
@@ -173,39 +257,52 @@ class SearchService:
     def bulk_loading(self):
         """`with search.bulk_loading(): ...` around a bulk load: the vector indexer waits
         until it ends (see `VectorIndex.pause`); the lexical index is written as usual."""
-        self.vectors.pause()
+        for index in self.vector_indexes():
+            index.pause()
         try:
             yield
         finally:
-            self.vectors.resume()
+            for index in self.vector_indexes():
+                index.resume()
 
     @kip_only
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until the vector index covers every committed write (None: no limit)."""
-        return self.vectors.drain(timeout)
+        """Wait until the vector indexes cover every committed write (None: no limit)."""
+        return all([index.drain(timeout) for index in self.vector_indexes()])
 
     # --- queries -------------------------------------------------------------------------
     @kip_only
     def search(self, txn: Any, target: str, text: str, type_name: str | None = None,
                limit: int = 10, *, check: Callable[[], None] | None = None,
-               deadline: float | None = None) -> list[tuple[int, float]]:
+               deadline: float | None = None, mode: str = "keyword",
+               threshold: float = 0.0) -> list[tuple[int, float]]:
         """(id, score) of the best matches in `txn`'s snapshot; [] for an unknown type.
-        `check()` raises when the command's deadline (`deadline`, a `time.monotonic()`
-        value) has passed: it is called between the steps of the ranking."""
+        `mode` is the mode served (see `mode_served`); hits scoring under `threshold` are
+        dropped. `check()` raises when the command's deadline (`deadline`, a
+        `time.monotonic()` value) has passed: it is called between the steps of the
+        ranking."""
         kind = KIND_CONCEPT if target.upper() == "CONCEPT" else KIND_LINK
         group = None
         if type_name is not None:
             group = txn.symbol_id(type_name)
             if group is None:
                 return []
-        v = self.vectors
+        sem = self.semantic if mode != "keyword" else None
         seq = read_seq(txn)
-        if (v.applied_seq < seq or v.needs_rebuild) and v.backlog <= self.wait_backlog:
-            wait = self.wait_seconds            # read-your-writes for small backlogs
-            if deadline is not None:
-                wait = max(0.0, min(wait, deadline - time.monotonic()))
-            v.wait(seq, wait)
-        return query.run(txn, self.vectors, kind, text, group, limit, check=check)
+        for v in ([self.vectors] if mode != "semantic" else []) + ([sem] if sem else []):
+            if (v.applied_seq < seq or v.needs_rebuild) and v.backlog <= self.wait_backlog:
+                wait = self.wait_seconds            # read-your-writes for small backlogs
+                if deadline is not None:
+                    wait = max(0.0, min(wait, deadline - time.monotonic()))
+                v.wait(seq, wait)
+        if sem is None:
+            hits = query.run(txn, self.vectors, kind, text, group, limit, check=check)
+        elif mode == "semantic":
+            hits = query.semantic(txn, sem, kind, text, group, limit, check=check)
+        else:
+            hits = query.hybrid(txn, self.vectors, sem, kind, text, group, limit,
+                                check=check)
+        return [(n, score) for n, score in hits if score >= threshold]
 
     # --- maintenance ---------------------------------------------------------------------
     @kip_only
@@ -213,7 +310,8 @@ class SearchService:
         """Rebuild the lexical and vector indexes from the data (`kip reindex`)."""
         with self.host.write_session(privileged=True) as session:
             # Drained under the session's write lock: no write queues a change meanwhile.
-            self.vectors.drain()
+            for index in self.vector_indexes():
+                index.drain()
             txn = session.txn
             if progress:
                 progress("clear", 0, 1)
@@ -226,21 +324,28 @@ class SearchService:
                     progress("lexical", min(total, i + chunk), total)
             if progress and not total:
                 progress("lexical", 0, 0)
-            self.vectors.rebuild(txn, progress)
+            for index in self.vector_indexes():
+                index.rebuild(txn, _phase(progress, index.prefix))
             seq = self.vectors.record(txn, [], [])
-        with self.vectors.progress:
-            self.vectors.applied_seq = max(self.vectors.applied_seq, seq)
-            self.vectors.needs_rebuild = False
-            self.vectors.progress.notify_all()
-        self.vectors.save()
-        return {"elements": total, "seq": seq}
+        for index in self.vector_indexes():
+            with index.progress:
+                index.applied_seq = max(index.applied_seq, seq)
+                index.needs_rebuild = False
+                index.progress.notify_all()
+            index.save()
+        report: dict[str, Any] = {"elements": total, "seq": seq}
+        if self.semantic is not None:
+            report["semantic_embedder"] = self.semantic.embedder.name
+        return report
 
     @kip_only
     def check(self, deep: bool = False, wait: float = CHECK_DRAIN_SECONDS) -> dict:
         """Drift between the data and the indexes (all counts 0 when in step); waits for
         the vector indexer to catch up first (at most `wait` seconds)."""
         # Bounded: a stalled indexer must show up as `vector_lag`, not hang the check.
-        self.vectors.drain(timeout=wait)
+        deadline = time.monotonic() + wait
+        for index in self.vector_indexes():
+            index.drain(timeout=max(0.0, deadline - time.monotonic()))
         with self.vectors.lock, self.store.read() as txn:
             elements = set(txn.elements())
             indexed = set(lexical.indexed_ids(txn))
@@ -259,6 +364,13 @@ class SearchService:
                 "vector_orphans": len(vec_ids - elements),
                 "vector_lag": max(0, seq - self.vectors.applied_seq),
             }
+            sem = self.semantic
+            if sem is not None:     # the semantic index (MODE "semantic"/"hybrid")
+                sem_ids = sem.ids(KIND_CONCEPT) | sem.ids(KIND_LINK)
+                report["semantic_missing"] = sum(1 for n in elements - sem_ids
+                                                 if self._has_texts(txn, n))
+                report["semantic_orphans"] = len(sem_ids - elements)
+                report["semantic_lag"] = max(0, seq - sem.applied_seq)
             if deep:
                 report["lexical_stale"] = sum(1 for n in elements & indexed
                                               if lexical.stale(txn, n))
@@ -277,31 +389,34 @@ class SearchService:
     @kip_only
     def save(self) -> None:
         """Drain the vector queue, then save the vector index files."""
-        self.vectors.drain()
-        self.vectors.save()
+        for index in self.vector_indexes():
+            index.drain()
+            index.save()
 
     @kip_only
     def close(self) -> None:
         """Drain the vector queue, stop the indexer and save the vector index."""
-        try:
-            # Bounded, so a failing indexer cannot hang shutdown; whatever is not applied
-            # stays in the durable queue and is applied after the next open.
-            # (Nothing to wait for when the files are not saved: a check's process.)
-            self.vectors.drain(timeout=CLOSE_DRAIN_SECONDS if self.vectors.saving else 0)
-        finally:
-            self.vectors.stop()
-        try:
-            with self.vectors.lock:
-                if self.vectors.applied_seq > self.vectors.saved_seq or self.vectors.unsaved:
-                    try:
-                        self.vectors.save()
-                    except KipError as exc:
-                        # (e.g. a full disk) The saved files and the durable queue still
-                        # cover every change: the next open replays what was not saved.
-                        log.warning("the vector index was not saved at close: %s",
-                                    exc.message)
-        finally:
-            self.vectors.release()
+        for index in self.vector_indexes():
+            try:
+                # Bounded, so a failing indexer cannot hang shutdown; whatever is not
+                # applied stays in the durable queue and is applied after the next open.
+                # (Nothing to wait for when the files are not saved: a check's process.)
+                index.drain(timeout=CLOSE_DRAIN_SECONDS if index.saving else 0)
+            finally:
+                index.stop()
+            try:
+                with index.lock:
+                    if index.applied_seq > index.saved_seq or index.unsaved:
+                        try:
+                            index.save()
+                        except KipError as exc:
+                            # (e.g. a full disk) The saved files and the durable queue
+                            # still cover every change: the next open replays what was
+                            # not saved.
+                            log.warning("the vector index was not saved at close: %s",
+                                        exc.message)
+            finally:
+                index.release()
 
 
 class _Stage:
@@ -312,6 +427,13 @@ class _Stage:
         self.txn = txn
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
+
+
+def _phase(progress: Progress | None, prefix: str) -> Progress | None:
+    """`progress` with the semantic index's phase named apart ("semantic vectors")."""
+    if progress is None or prefix == "vectors":
+        return progress
+    return lambda phase, done, total: progress(f"{prefix} {phase}", done, total)
 
 
 def attach_search(host: Host) -> SearchService:

@@ -87,9 +87,14 @@ def doc_texts(doc: Doc, embedder: Embedder) -> list[str]:
 
 
 class VectorIndex:
-    def __init__(self, embedder: Embedder, directory: str | None) -> None:
+    def __init__(self, embedder: Embedder, directory: str | None,
+                 prefix: str = "vectors") -> None:
         self.embedder = embedder
         self.dir = directory
+        self.prefix = prefix      # file names: "<prefix>.<kind>.usearch", "<prefix>.json"
+        # Another index that reads the same queue (the semantic one): `record` prunes only
+        # the entries both have saved. Set by the search service.
+        self.follower: VectorIndex | None = None
         self.lock = threading.RLock()          # guards the usearch indexes and counters
         self.progress = threading.Condition(self.lock)   # notified when applied_seq moves
         self.indexes = [self._new(), self._new()]
@@ -119,8 +124,8 @@ class VectorIndex:
 
     def _paths(self) -> tuple[list[str], str]:
         assert self.dir is not None
-        return ([os.path.join(self.dir, f"vectors.{k}.usearch") for k in KIND_NAMES],
-                os.path.join(self.dir, "vectors.json"))
+        return ([os.path.join(self.dir, f"{self.prefix}.{k}.usearch") for k in KIND_NAMES],
+                os.path.join(self.dir, f"{self.prefix}.json"))
 
     # --- write path (inside the data's write transaction) --------------------------------
     def record(self, txn: Any, changed: Iterable[int], gone: Iterable[int]) -> int:
@@ -133,6 +138,9 @@ class VectorIndex:
         if changed or gone:
             vq.put(b"q" + _U64.pack(seq), msgpack.packb([changed, gone]))
         upto = self.saved_seq if self.dir is not None else self.applied_seq
+        if self.follower is not None:
+            f = self.follower
+            upto = min(upto, f.saved_seq if f.dir is not None else f.applied_seq)
         raw = vq.get(KEY_PRUNED)
         pruned = _U64.unpack(raw)[0] if raw else 0
         if upto > pruned:
@@ -480,6 +488,10 @@ class VectorIndex:
 
     # --- read path -----------------------------------------------------------------------
     def query_vector(self, text: str) -> np.ndarray:
+        """The query's vector (an embedder may embed queries apart: `embed_query`)."""
+        embed_query = getattr(self.embedder, "embed_query", None)
+        if embed_query is not None:
+            return np.asarray(embed_query(text), dtype=np.float32)
         return self.embedder.embed([text])[0]
 
     def knn(self, kind: int, qvec: np.ndarray, count: int) -> dict[int, float]:

@@ -174,6 +174,9 @@ class Shell:
             footer.append(duration_text(elapsed))
         if footer:
             lines.append(self.paint("dim", f"({', '.join(footer)})"))
+        hint = response.get("hint") if ok else None
+        if isinstance(hint, str):       # e.g. a SEARCH MODE served as "keyword"
+            lines.append(self.paint("warn", f"hint: {hint}"))
         self.show_lines(lines)
         return ok
 

@@ -399,6 +399,10 @@ class Search:
     type: Value | None = None
     limit: Value | None = None
     pos: Pos | None = _pos()
+    # RC11 (spec §5.2): MODE "keyword" | "semantic" | "hybrid" (None: the engine's default)
+    # and THRESHOLD (a number in [0, 1]; None: no threshold). Both may be placeholders.
+    mode: Value | None = None
+    threshold: Value | None = None
 
 
 # --- UPDATE (RC11 §4.3) ------------------------------------------------------------------

@@ -312,6 +312,11 @@ class _Printer:
         out = f"SEARCH {c.target} {self.value(c.term)}"
         if c.type is not None:
             out += f" WITH TYPE {self.value(c.type)}"
+        # RC11 (spec §5.2): MODE and THRESHOLD, printed before LIMIT as the spec writes them.
+        if c.mode is not None:
+            out += f" MODE {self.value(c.mode)}"
+        if c.threshold is not None:
+            out += f" THRESHOLD {self.value(c.threshold)}"
         if c.limit is not None:
             out += f" LIMIT {self.value(c.limit)}"
         return out

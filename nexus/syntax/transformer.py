@@ -701,24 +701,29 @@ class KipTransformer(Transformer[Token, A.Command]):
     def search_cmd(self, meta: Meta, children: Children) -> A.Search:
         target: str = children[0]
         term = token_value(children[1], A.EXPECT_STRING, "the search term")
-        type_: A.Value | None = None
-        limit: A.Value | None = None
+        given: dict[str, A.Value] = {}
         options: list[Tagged] = children[2:]
         for tag, value, where in options:
-            if (tag == "type" and type_ is not None) or (tag == "limit" and limit is not None):
-                raise fail(where, f"{'WITH TYPE' if tag == 'type' else 'LIMIT'} is given "
-                           "twice in SEARCH")
-            if tag == "type":
-                type_ = value
-            else:
-                limit = value
-        return A.Search(target, term, type_, limit, _pos(meta))
+            if tag in given:
+                raise fail(where, f"{_SEARCH_OPTION[tag]} is given twice in SEARCH",
+                           "Give each SEARCH option at most once.")
+            given[tag] = value
+        return A.Search(target, term, given.get("type"), given.get("limit"), _pos(meta),
+                        mode=given.get("mode"), threshold=given.get("threshold"))
 
     def search_target(self, meta: Meta, children: Children) -> str:
         return str(children[0])
 
     def with_type(self, meta: Meta, children: Children) -> Tagged:
         return ("type", token_value(children[0], A.EXPECT_STRING, "WITH TYPE"), meta)
+
+    # --- RC11 SEARCH options (spec §5.2) ------------------------------------------------
+    def search_mode(self, meta: Meta, children: Children) -> Tagged:
+        return ("mode", token_value(children[0], A.EXPECT_STRING, "MODE"), meta)
+
+    def search_threshold(self, meta: Meta, children: Children) -> Tagged:
+        return ("threshold", token_value(children[0], A.EXPECT_PRIMITIVE, "THRESHOLD"), meta)
+    # --- end of RC11 SEARCH options
 
     # --- RC11: MERGE (spec §4.4) and EXPORT (spec §5.3) ---------------------------------
     def merge_cmd(self, meta: Meta, children: Children) -> A.Merge:
@@ -960,3 +965,8 @@ def _pages(children: list[Tagged]) -> tuple[A.Value | None, A.Value | None]:
         else:
             cursor = value
     return limit, cursor
+
+
+# --- RC11 SEARCH options (spec §5.2): how each option is named in messages ---------------
+_SEARCH_OPTION = {"type": "WITH TYPE", "limit": "LIMIT", "mode": "MODE",
+                  "threshold": "THRESHOLD"}

@@ -3,6 +3,11 @@
 `corpus` — a session-wide LMDB nexus holding the generated corpus of `search_corpus`
 (6,000 concepts of six types, 3,480 links), loaded once with the bulk loader (which drives
 the same index hooks as KML). Read-only: tests that write use `nexus` / `disk_nexus`.
+
+These fixtures open their databases with `semantic="none"`: the tests of this folder pin
+`MODE "keyword"` (the lexical index and the n-gram vectors, CONTRACT §10), which an omitted
+MODE means without a semantic embedder. MODE "semantic" / "hybrid" are tested in
+test_modes.py and test_paraphrases.py.
 """
 from __future__ import annotations
 
@@ -18,10 +23,13 @@ from nexus.api import Nexus
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import search_corpus  # noqa: E402
 
+KEYWORD = "none"        # no semantic embedder: every SEARCH is served in keyword mode
+
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
-    nx = Nexus.open(str(tmp_path_factory.mktemp("corpus") / "db"), durable=False)
+    nx = Nexus.open(str(tmp_path_factory.mktemp("corpus") / "db"), durable=False,
+                    semantic=KEYWORD)
     concepts = search_corpus.load_corpus(nx, 6000, seed=7)
     yield nx, concepts
     nx.close()
@@ -29,7 +37,7 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture
 def nexus():
-    nx = Nexus.open(None)
+    nx = Nexus.open(None, semantic=KEYWORD)
     yield nx
     nx.close()
 
@@ -43,7 +51,8 @@ def disk_nexus(tmp_path):
         for nx in opened:
             nx.close()
         opened.clear()
-        nx = Nexus.open(str(tmp_path / "db"), durable=False, **options)
+        nx = Nexus.open(str(tmp_path / "db"), durable=False,
+                        **{"semantic": KEYWORD, **options})
         opened.append(nx)
         return nx
     yield open_
