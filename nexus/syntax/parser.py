@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Iterable, cast
@@ -46,9 +46,14 @@ class ParsedCommand:
     command: A.Command
     kind: StatementKind           # from the statement registry (nexus.syntax.statements)
     parameters: frozenset[str]    # placeholder names used anywhere in the command
-    # Read on every execution of a cached command: looked up once here rather than per run.
-    writes: bool = False          # kind.writes
-    late_binding: bool = False    # the executor binds parameters itself (StatementInfo)
+    # Read on every execution of a cached command: derived once here rather than per run.
+    writes: bool = field(init=False)          # kind.writes
+    late_binding: bool = field(init=False)    # the executor binds parameters (StatementInfo)
+
+    def __post_init__(self) -> None:
+        found = info(self.command)
+        object.__setattr__(self, "writes", self.kind.writes)
+        object.__setattr__(self, "late_binding", found is not None and found.late_binding)
 
 
 # --- the nesting budget -----------------------------------------------------------------
@@ -225,10 +230,7 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
         raise KipError(ErrorCode.KIP_1001, f"Invalid KIP command: {exc}") from None
     finally:
         _reset_depth(max_nesting)
-    kind = kind_of(command)
-    found = info(command)
-    return ParsedCommand(command, kind, frozenset(placeholder_names(command)), kind.writes,
-                         found is not None and found.late_binding)
+    return ParsedCommand(command, kind_of(command), frozenset(placeholder_names(command)))
 
 
 _PARSED: WeightedLRU[ParsedCommand] = WeightedLRU(CACHE_MAX_BYTES, 4096)
