@@ -56,7 +56,7 @@ def test_a_changed_bundled_set_builds_a_new_template(tmp_path, monkeypatch):
 
     def changed(name: str) -> str:
         text = original(name)
-        if name != "event.kip":
+        if name != "Event.kip":
             return text
         new = text.replace('description: "', 'description: "A changed episode. ', 1)
         assert new != text
