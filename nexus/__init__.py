@@ -23,6 +23,16 @@ __all__ = ["Nexus", "ErrorCode", "KipError", "__version__", "KIP_VERSION"]
 
 def __getattr__(name: str) -> Any:
     if name == "Nexus":
-        from .api import Nexus
+        try:
+            from .api import Nexus
+        except ModuleNotFoundError as exc:
+            # Run from a checkout that was never installed: say what to do, not only what
+            # is missing (the README's first command installs the dependencies).
+            if exc.name and exc.name.split(".")[0] != "nexus":
+                raise ModuleNotFoundError(
+                    f"nexus needs the package {exc.name!r}, which is not installed: install "
+                    f"nexus with its dependencies first (`pip install .` in the repository)",
+                    name=exc.name) from exc
+            raise
         return Nexus
     raise AttributeError(f"module 'nexus' has no attribute {name!r}")

@@ -191,3 +191,19 @@ def test_lower_layers_import_nothing_of_the_engine(module):
     for target in above:
         chain = graph.find_shortest_chain(importer=module, imported=target)
         assert chain is None, chain
+
+
+# --- the public import ----------------------------------------------------------------------------
+
+def test_importing_nexus_without_its_dependencies_says_to_install_them():
+    """`from nexus import Nexus` in a checkout that was never installed names the missing
+    package and the command that installs it (a dependency is made unimportable here)."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['msgpack'] = None\n"
+            "from nexus import Nexus\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, timeout=120)
+    assert run.returncode != 0
+    assert "ModuleNotFoundError" in run.stderr
+    assert "'msgpack'" in run.stderr and "pip install ." in run.stderr
