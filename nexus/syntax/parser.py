@@ -24,7 +24,8 @@ from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError, caret_snippet
 from . import ast as A
 from .statements import StatementKind, info, kind_of
-from .transformer import KipTransformer, PositionedError, safe_text
+from .transform_common import PositionedError, safe_text
+from .transformer import KipTransformer
 
 # Limits on what the parser accepts; the engine's configuration may lower them.
 MAX_COMMAND_BYTES = 8 * 1024 * 1024
