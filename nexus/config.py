@@ -7,12 +7,18 @@ docstrings' values; change both together.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from .errors import ErrorCode, KipError
 
 DEFAULT_DB = "./nexus-data"   # the documented default database of `kip serve`, `shell`, `exec`
+
+
+def semantic_default() -> str:
+    """The `semantic` option when none is given: $NEXUS_SEMANTIC, else "auto"."""
+    return os.environ.get("NEXUS_SEMANTIC", "").strip().lower() or "auto"
 
 
 @dataclass(frozen=True)
@@ -44,8 +50,9 @@ class Config:
     save_vectors: bool = True         # save the vector index files (`kip check`: False)
     # SEARCH MODE "semantic"/"hybrid" embedder, recorded per database (nexus.search.service):
     # "auto" (what the database recorded, else "wordllama" when installed), "wordllama",
-    # "none".
-    semantic: str = "auto"
+    # "none". Default "auto", or the environment's NEXUS_SEMANTIC (the test suite sets it
+    # to "none", tests/conftest.py).
+    semantic: str = field(default_factory=semantic_default)
     audit_max_entries: int = 10_000   # list_logs retention by count
     audit_max_age_days: float = 30.0  # list_logs retention by age
     audit_command_chars: int = 500    # command text kept per audit entry

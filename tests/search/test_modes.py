@@ -38,6 +38,13 @@ def hits(nx, command, **parameters):
     return r["result"]
 
 
+@pytest.fixture(autouse=True)
+def product_default(monkeypatch):
+    """These tests are about the product's choice of embedder ("auto" when no option is
+    given), not the test suite's default (NEXUS_SEMANTIC=none, tests/conftest.py)."""
+    monkeypatch.delenv("NEXUS_SEMANTIC", raising=False)
+
+
 @pytest.fixture
 def plain(monkeypatch):
     """A nexus whose engine has no semantic embedder installed."""
@@ -87,6 +94,21 @@ def test_semantic_none_turns_it_off_and_says_so():
         r = run(nx, 'SEARCH CONCEPT "x" MODE "semantic"')
         assert "turned off" in r["hint"]
         assert hits(nx, "DESCRIBE PRIMER")["search_modes"] == ["keyword"]
+    finally:
+        nx.close()
+
+
+def test_the_environment_gives_the_default_and_an_option_beats_it(monkeypatch):
+    monkeypatch.setenv("NEXUS_SEMANTIC", "none")
+    nx = Nexus.open(None)
+    try:
+        assert nx.search.semantic_choice == "none" and nx.search.semantic is None
+    finally:
+        nx.close()
+    monkeypatch.setattr(service, "semantic_installed", lambda spec="wordllama": False)
+    nx = Nexus.open(None, semantic="auto")       # nothing recorded, nothing installed
+    try:
+        assert nx.search.semantic_choice is None
     finally:
         nx.close()
 

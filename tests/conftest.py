@@ -1,0 +1,15 @@
+"""Defaults of the whole test suite.
+
+Test databases open without a semantic embedder: `NEXUS_SEMANTIC=none` is the default of
+`Nexus.open(..., semantic=...)` (nexus/config.py) here and in every `kip` process a test
+starts (they inherit the environment). Building WordLlama's vector index for each of the
+suite's databases dominated its run time, and almost no test searches by meaning. The tests
+of SEARCH MODE "semantic" / "hybrid", of the embedder recorded per database and of
+`kip reindex --semantic` ask for WordLlama themselves (tests/search/test_modes.py,
+test_paraphrases.py). `NEXUS_SEMANTIC=auto pytest` runs the suite with the product default.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("NEXUS_SEMANTIC", "none")
