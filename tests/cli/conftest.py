@@ -2,7 +2,6 @@
 realistic graph, and dump a graph canonically (ids aside) to compare two databases."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -13,9 +12,10 @@ from typing import Any
 import pytest
 
 from nexus.api import Nexus
-from nexus.store.protocol import ConceptHead
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from canonical import canonical_graph  # noqa: E402
 
 
 def run_kip(*args: str, input: str | None = None, env: dict | None = None,
@@ -44,33 +44,10 @@ def kip_main(capsys):
 
 # --- canonical dump ------------------------------------------------------------------------
 
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
 def canonical_dump(path: str | os.PathLike) -> dict[str, Any]:
-    """Every element by identity — concepts by (type, name), links by (subject identity,
-    predicate, object identity), recursively — with its attributes and its metadata minus
-    engine `_` keys, as canonical JSON (so 1 and 1.0 differ)."""
-    with Nexus.open(str(path), bootstrap=False) as nx, nx.store.read() as txn:
-        memo: dict[int, Any] = {}
-
-        def ident(n: int) -> Any:
-            if n not in memo:
-                head = txn.head(n)
-                if type(head) is ConceptHead:
-                    memo[n] = ("C", txn.symbol_text(head.type_id), head.name)
-                else:
-                    memo[n] = ("L", ident(head.subject), txn.symbol_text(head.predicate_id),
-                               ident(head.object))
-            return memo[n]
-
-        out = {}
-        for n in txn.elements():
-            meta = {k: v for k, v in txn.metadata(n).items() if not k.startswith("_")}
-            out[_canon(ident(n))] = _canon({"attributes": txn.attributes(n),
-                                            "metadata": meta})
-        return out
+    """The database at `path` dumped canonically, ids aside (tests/canonical.py)."""
+    with Nexus.open(str(path), bootstrap=False) as nx:
+        return canonical_graph(nx)
 
 
 # --- a realistic graph -----------------------------------------------------------------------

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from nexus import Nexus
-from nexus.store import ConceptHead
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from canonical import canonical_graph  # noqa: E402   (shared with tests/cli: tests/canonical.py)
 
 # A fresh database: the Genesis capsule only, no search index (neither is under test here;
 # opening with every bundled capsule and indexing it would be most of the test's time).
@@ -109,30 +113,6 @@ def run(nx: Nexus, command: str, **params: Any) -> Any:
     return out
 
 
-def graph(nx: Nexus) -> dict[str, str]:
-    """Every element by identity (concepts by (type, name), links by their ends'
-    identities and predicate, recursively) → its attributes and non-`_` metadata."""
-    with nx.store.read() as txn:
-        memo: dict[int, Any] = {}
-
-        def ident(n: int) -> Any:
-            if n not in memo:
-                head = txn.head(n)
-                if type(head) is ConceptHead:
-                    memo[n] = ("C", txn.symbol_text(head.type_id), head.name)
-                else:
-                    memo[n] = ("L", ident(head.subject), txn.symbol_text(head.predicate_id),
-                               ident(head.object))
-            return memo[n]
-
-        out = {}
-        for n in txn.elements():
-            meta = {k: v for k, v in txn.metadata(n).items() if not k.startswith("_")}
-            out[json.dumps(ident(n))] = json.dumps(
-                {"attributes": txn.attributes(n), "metadata": meta}, sort_keys=True)
-        return out
-
-
 def export_pages(nx: Nexus, limit: int) -> list[str]:
     pages, cursor = [], None
     while True:
@@ -152,15 +132,15 @@ def test_export_reproduces_200_random_graphs():
         rng = random.Random(seed)
         with fresh() as src:
             build(rng, src)
-            expected = graph(src)
+            expected = canonical_graph(src)
             pages = export_pages(src, rng.choice([1, 2, 3, 5, 1000]))
             text = src.export_text() if seed % 4 == 0 else None
         with fresh() as dst:
             for page in pages:
                 if page:
                     run(dst, page)
-            assert graph(dst) == expected, (seed, pages)
+            assert canonical_graph(dst) == expected, (seed, pages)
         if text is not None:
             with fresh() as dst:
                 run(dst, text)
-                assert graph(dst) == expected, (seed, text)
+                assert canonical_graph(dst) == expected, (seed, text)

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import time
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,21 @@ def fuzz_settings(default_examples: int):
 
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
-SEEDS = [p.read_text(encoding="utf-8") for p in sorted((HERE / "spec_examples").glob("*.kip"))]
-SEEDS += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "capsules").glob("**/*.kip"))]
-SEEDS = [s for s in SEEDS if len(s) < 4000] or ['FIND(?x) WHERE { ?x {type: "T"} }']
+# Seeds: the spec's examples and the capsules the package ships (nexus/bundled/, package
+# data), the short ones — test_the_seed_files_are_found fails if either set goes missing.
+SPEC_FILES = sorted((HERE / "spec_examples").glob("*.kip"))
+CAPSULE_FILES = sorted(Path(str(files("nexus.bundled"))).glob("**/*.kip"))
+SEEDS = [s for s in (p.read_text(encoding="utf-8") for p in SPEC_FILES + CAPSULE_FILES)
+         if len(s) < 4000]
+
+
+def test_the_seed_files_are_found():
+    assert SPEC_FILES, "no spec examples in tests/syntax/spec_examples"
+    assert CAPSULE_FILES, "no bundled capsules found in the package nexus.bundled"
+    short = [p for p in CAPSULE_FILES if len(p.read_text(encoding="utf-8")) < 4000]
+    assert short, "no bundled capsule is short enough to seed the fuzzer"
+    assert len(SEEDS) >= len(SPEC_FILES)
+
 
 _SAMPLE = {
     A.EXPECT_ANY: {"k": [1, "x"]}, A.EXPECT_STRING: "s", A.EXPECT_OBJECT: {"a": 1},
