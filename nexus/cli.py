@@ -4,13 +4,14 @@
     kip shell   [...]                                                 interactive shell
     kip exec    [--db DIR | --url URL] 'COMMAND' | -f FILE [--param k=v]... [--readonly]
                 [--dry-run]                                           run one command
-    kip load    [--db DIR] [--privileged] PATH...                     load .kip capsules
-    kip export  [--db DIR] [--domain NAME] [-o FILE]                  graph → .kip capsule
+    kip load    [--db DIR | --url URL] [--privileged] PATH...         load .kip capsules
+    kip export  [--db DIR | --url URL] [--domain NAME] [-o FILE]      graph → .kip capsule
     kip info    [--db DIR]                                            counts, size, versions
     kip reindex [--db DIR] [--semantic wordllama|none]                rebuild search indexes
     kip check   [--db DIR] [--deep] [--repair]                        verify (repair) indexes
 
-`--db` defaults to `./nexus-data` (or `$KIP_DB`). Exit status: 0 success, 1 a KIP error
+`--db` defaults to `./nexus-data` (or `$KIP_DB`); `--space NAME` with `--spaces DIR` or `--url`
+names a space (`nexus.shell.target`). Exit status: 0 success, 1 a KIP error
 (`exec`, `load`), 2 a usage or environment error (bad arguments, unreachable server, a
 feature not in this build).
 
@@ -55,22 +56,30 @@ def _add_db(p: argparse.ArgumentParser, creates: bool = False, spaces: bool = Tr
                        "$self, $system) when opening the database")
 
 
-def _resolve_space(args: argparse.Namespace) -> None:
-    """`--space NAME --spaces DIR` becomes `--db DIR/NAME` (the name checked first)."""
-    space = getattr(args, "space", None)
-    if space is None or getattr(args, "func", None) is cmd_space:
-        return
-    if getattr(args, "url", None):
-        if args.spaces or args.db:
-            raise CliError("--space NAME takes --url or --spaces DIR, not both (nor --db)")
-        return                  # cmd_exec posts to URL/v1/NAME/kip
-    if not args.spaces or args.db:
-        raise CliError("--space NAME needs --spaces DIR or --url (and no --db)")
-    from .spaces import check_name
+def _add_url(p: argparse.ArgumentParser,
+             text: str = "a kip serve endpoint instead of --db") -> None:
+    p.add_argument("--url", help=f"{text}, e.g. http://127.0.0.1:8080 (with --space NAME: "
+                   "that space of a spaces server)")
+    p.add_argument("--api-key", help="Bearer key for --url (default: $KIP_API_KEY)")
+
+
+def _resolve_target(args: argparse.Namespace) -> None:
+    """`--db`, `--space NAME` with `--spaces DIR` or `--url`, resolved as `kip shell` resolves
+    them (`nexus.shell.target`): `args.db` becomes the local database (DIR/NAME for a space)
+    and `args.endpoint` the endpoint to POST to (None: local)."""
+    if not hasattr(args, "space"):
+        return                  # serve and space: their --spaces is the directory itself
+    from .shell.target import resolve
     try:
-        args.db = os.path.join(args.spaces, check_name(space))
-    except KipError as exc:
-        raise CliError(exc.message) from exc
+        target = resolve(db=args.db, url=getattr(args, "url", None), spaces=args.spaces,
+                         space=args.space)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    args.db, args.endpoint = target.db, target.url
+
+
+def _api_key_of(args: argparse.Namespace) -> str | None:
+    return args.api_key or os.environ.get("KIP_API_KEY") or None
 
 
 def _progress(what: str, **options: Any) -> Any:
@@ -261,26 +270,13 @@ def parse_param(text: str) -> tuple[str, Any]:
     return key.lstrip(":"), value
 
 
-def space_url(url: str, space: str) -> str:
-    """The endpoint of `space` on the spaces server at `url` (`URL/v1/SPACE/kip`); the name
-    is URL-quoted, so it cannot leave its path segment (the server checks it)."""
-    import urllib.parse
-    base = url.rstrip("/")
-    base = base[:-len("/kip")] if base.endswith("/kip") else base
-    return f"{base}/v1/{urllib.parse.quote(space, safe='')}/kip"
-
-
 def post_kip(url: str, method: str, params: Any, api_key: str | None = None,
-             timeout: float = 300.0, space: str | None = None) -> dict[str, Any]:
-    """POST one call to a `kip serve` endpoint (stdlib only; `space`: a space of a spaces
-    server); returns the KIP response. HTTP error statuses still carry a KIP response
+             timeout: float = 300.0) -> dict[str, Any]:
+    """POST one call to the `kip serve` endpoint `url` (`nexus.shell.target.kip_endpoint`;
+    stdlib only); returns the KIP response. HTTP error statuses still carry a KIP response
     body, which is returned as is."""
     import urllib.error
     import urllib.request
-    if space is not None:
-        url = space_url(url, space)
-    elif not url.rstrip("/").endswith("/kip"):
-        url = url.rstrip("/") + "/kip"
     body = json.dumps({"method": method, "params": params}).encode("utf-8")
     req = urllib.request.Request(url, data=body, method="POST",
                                  headers={"Content-Type": "application/json"})
@@ -320,9 +316,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.dry_run:
         request["dry_run"] = True
     method = "execute_kip_readonly" if args.readonly else "execute_kip"
-    if args.url:
-        api_key = args.api_key or os.environ.get("KIP_API_KEY")
-        response = post_kip(args.url, method, request, api_key, space=args.space)
+    if args.endpoint is not None:
+        response = post_kip(args.endpoint, method, request, _api_key_of(args))
     else:
         with _open(args) as nexus:
             response = getattr(nexus, method)(request)
@@ -336,24 +331,58 @@ def cmd_load(args: argparse.Namespace) -> int:
     for path in args.paths:
         if not os.path.exists(path):
             raise CliError(f"no such file or directory: {path}")
-    with _open(args) as nexus, _progress("load", unit="bytes") as progress:
-        options = {"privileged": True} if args.privileged else {}
-        try:
-            # Every file is tried and reported, each in its own transaction.
-            report = nexus.load_capsules(list(args.paths), progress, keep_going=True,
-                                         **options)
-        except KipError as err:
-            report = {"error": err.to_dict()}
+    if args.endpoint is not None:
+        report: Any = _load_over_http(args)
+    else:
+        with _open(args) as nexus, _progress("load", unit="bytes") as progress:
+            options = {"privileged": True} if args.privileged else {}
+            try:
+                # Every file is tried and reported, each in its own transaction.
+                report = nexus.load_capsules(list(args.paths), progress, keep_going=True,
+                                             **options)
+            except KipError as err:
+                report = {"error": err.to_dict()}
     report = _plain(report)
     _emit(report)
     if isinstance(report, list):
         failed = [r for r in report if isinstance(r, dict) and r.get("error")]
         for r in failed:
-            sys.stderr.write(f"kip: {r['path']}: not loaded: {r['error'].get('code')} "
+            # Over --url the commands before the failing one stay applied (and counted).
+            applied = r.get("statements", 0) if args.endpoint is not None else 0
+            what = f"stopped after {applied} command(s)" if applied else "not loaded"
+            sys.stderr.write(f"kip: {r['path']}: {what}: {r['error'].get('code')} "
                              f"{r['error'].get('message')}\n")
         sys.stderr.write(f"kip: {len(report) - len(failed)} file(s) loaded, {len(failed)} "
                          f"failed\n")
     return 1 if _report_failed(report) else 0
+
+
+def _load_over_http(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """`kip load --url`: each file's commands sent one by one to the endpoint with
+    `execute_kip`, as the shell's `:load` sends them (`nexus.shell.backend`): every command
+    is its own transaction there, so the first failing command stops its file with the
+    commands before it applied (the report counts them); then the next file."""
+    if args.privileged:
+        raise CliError("--privileged loads into a database on this machine only (--db DIR or "
+                       "--space NAME --spaces DIR): a server never runs a request privileged")
+    from .api import capsule_files
+    from .shell.backend import HttpBackend
+    try:
+        files = capsule_files(args.paths)
+    except KipError as err:
+        raise CliError(err.message) from None
+    backend = HttpBackend(args.endpoint, _api_key_of(args))
+    report: list[dict[str, Any]] = []
+    with _progress("load", unit="commands") as progress:
+        for path in files:
+            def step(done: int, total: int, unit: str, path: str = path) -> None:
+                progress(path, done, total)
+            outcome = backend.load(path, step)
+            entry: dict[str, Any] = {"path": path, **outcome.counts}
+            if outcome.error is not None:
+                entry["error"] = outcome.error.get("error")
+            report.append(entry)
+    return report
 
 
 def _plain(value: Any) -> Any:
@@ -388,6 +417,14 @@ def _report_failed(report: Any) -> bool:
 
 def cmd_export(args: argparse.Namespace) -> int:
     to_file = bool(args.output and args.output != "-")
+    if args.endpoint is not None:
+        pieces = _export_over_http(args)
+        if to_file:
+            _write_whole(args.output, list(pieces))     # every page read before writing
+        else:
+            for piece in pieces:
+                sys.stdout.write(piece)
+        return 0
     with _open(args, create=False, bootstrap=False) as nexus, \
             _progress("export", unit="elements") as progress:
         pieces = nexus.export_lines(domain=args.domain, progress=progress)
@@ -402,6 +439,69 @@ def cmd_export(args: argparse.Namespace) -> int:
             for piece in pieces:
                 sys.stdout.write(piece)
     return 0
+
+
+EXPORT_PAGE = 1000     # elements per EXPORT page over HTTP (the statement's own cap)
+
+
+def _export_over_http(args: argparse.Namespace) -> Iterable[str]:
+    """`kip export --url`: the whole graph through the EXPORT statement (spec §5.3), page by
+    page: every element whose type is a concept type or whose predicate is a proposition
+    type — which is every element, less the Genesis core EXPORT leaves out as `kip export`
+    does. Each page is its own read on the server (not one snapshot)."""
+    if args.domain is not None:
+        raise CliError("kip export --domain needs the database itself (--db DIR or --space "
+                       "NAME --spaces DIR); over --url, export what a pattern binds with "
+                       "kip exec --url URL 'EXPORT ?x WHERE { ... }'")
+    key = _api_key_of(args)
+
+    def ask(command: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        response = post_kip(args.endpoint, "execute_kip_readonly",
+                            {"command": command, "parameters": parameters}, key)
+        if "error" in response:
+            err = response["error"] if isinstance(response["error"], dict) else {}
+            hint = f"\n  hint: {err['hint']}" if err.get("hint") else ""
+            raise CliError(f"export from {args.endpoint} failed: {err.get('code')} "
+                           f"{err.get('message')}{hint}")
+        return response
+
+    def names(kind: str) -> list[str]:
+        found: list[str] = []
+        cursor = None
+        while True:
+            page = 'CURSOR :c' if cursor else ''
+            response = ask(f'FIND(?t.name) WHERE {{ ?t {{type: "{kind}"}} }} {page}',
+                           {"c": cursor} if cursor else {})
+            found += response.get("result") or []
+            cursor = response.get("next_cursor")
+            if not cursor:
+                return found
+    types, predicates = names("$ConceptType"), names("$PropositionType")
+    params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
+    params.update({f"p{i}": p for i, p in enumerate(predicates)})
+    branches = [f"?x {{type: :t{i}}}" for i in range(len(types))]
+    branches += [f"?x (?s, :p{i}, ?o)" for i in range(len(predicates))]
+    where = branches[0] + "".join(f" UNION {{ {b} }}" for b in branches[1:])
+    command = f"EXPORT ?x WHERE {{ {where} }} LIMIT {EXPORT_PAGE}"
+    yield (f"// nexus {__version__} export of the whole graph at {args.endpoint} (KIP "
+           f"{KIP_VERSION}), by EXPORT over HTTP\n// Load into a nexus database (which has "
+           f"the Genesis capsule) with: kip load FILE\n")
+    concepts = propositions = 0
+    cursor = None
+    with _progress("export", unit="elements") as progress:
+        while True:
+            page = ask(command + (" CURSOR :cursor" if cursor else ""),
+                       {**params, "cursor": cursor} if cursor else params)
+            result = page.get("result") or {}
+            concepts += result.get("concepts", 0)
+            propositions += result.get("propositions", 0)
+            progress("elements", concepts + propositions, concepts + propositions)
+            if result.get("capsule"):
+                yield "\n" + result["capsule"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+    yield f"\n// {concepts} concepts, {propositions} propositions.\n"
 
 
 def _write_whole(path: str, pieces: Iterable[str]) -> None:
@@ -497,6 +597,11 @@ def _check_wait(args: argparse.Namespace) -> float | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    if args.endpoint is not None:
+        raise CliError("check cannot run over --url: it reads the database's own files, "
+                       "which a server does not send\n  hint: run it where the files are, "
+                       "with --db DIR or --space NAME --spaces DIR, while no server has that "
+                       "database open")
     wait = _check_wait(args)
     if not args.in_process:
         return _check_in_child(args)
@@ -710,9 +815,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a parameter (:NAME); VALUE is JSON, else a string; repeatable")
     p.add_argument("--readonly", action="store_true", help="use execute_kip_readonly")
     p.add_argument("--dry-run", action="store_true", help="validate only, write nothing")
-    p.add_argument("--url", help="a kip serve endpoint instead of --db, e.g. "
-                   "http://127.0.0.1:8080")
-    p.add_argument("--api-key", help="Bearer key for --url (default: $KIP_API_KEY)")
+    _add_url(p)
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser("load", help="load .kip capsule files or directories",
@@ -723,6 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--privileged", action="store_true",
                    help="let the capsules change protected system definitions (trusted "
                    "capsules only)")
+    _add_url(p, "send each capsule's commands to a kip serve endpoint instead of --db "
+             "(each command its own transaction there)")
     p.set_defaults(func=cmd_load)
 
     p = sub.add_parser("export", help="write the graph (or one domain) as a .kip capsule",
@@ -732,6 +837,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domain", help="export only this domain's concepts (and the types, "
                    "predicates and links they need)")
     p.add_argument("-o", "--output", help="output file (default stdout)")
+    _add_url(p, "export the whole graph of a kip serve endpoint (by EXPORT, page by page) "
+             "instead of --db")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("info", help="counts, disk size, versions",
@@ -771,6 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-process", action="store_true",
                    help="walk the database in this process (by default a child process "
                    "walks it, so that a damaged file is reported instead of killing kip)")
+    _add_url(p, "not supported: a check reads the database's files (run it where they are)")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compact", help="drop version-history records older than --keep",
@@ -806,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
-        _resolve_space(args)
+        _resolve_target(args)
         return int(args.func(args) or 0)
     except CliError as exc:
         print(f"kip: {exc}", file=sys.stderr)

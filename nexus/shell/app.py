@@ -13,7 +13,6 @@ import argparse
 import logging
 import os
 import sys
-import urllib.parse
 from typing import TextIO
 
 from ..errors import KipError
@@ -21,6 +20,7 @@ from .backend import Backend, HttpBackend, LocalBackend
 from .commands import run_meta
 from .core import Quit, Shell
 from .progress import Progress
+from .target import resolve
 from .terminal import PlainUI, TtyUI
 
 DEFAULT_DB = "./nexus-data"
@@ -65,24 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def open_backend(args: argparse.Namespace) -> Backend:
-    if args.spaces and not args.space:
-        raise ValueError("--spaces DIR needs --space NAME")
-    if args.space and not (args.url or args.spaces):
-        raise ValueError("--space NAME needs --spaces DIR or the --url of a spaces server")
-    if args.url:
-        key = args.api_key or os.environ.get("KIP_API_KEY") or None
-        url = args.url
-        if args.space:      # quoted: the server checks the name, the URL cannot escape it
-            base = url.rstrip("/")
-            base = base[:-len("/kip")] if base.endswith("/kip") else base
-            url = f"{base}/v1/{urllib.parse.quote(args.space, safe='')}/kip"
-        return HttpBackend(url, key)
-    if args.spaces:
-        from ..spaces import check_name     # a local database loads the engine anyway
-        args.db = os.path.join(args.spaces, check_name(args.space))
-        if not os.path.isdir(args.db):
-            raise ValueError(f"no space named {args.space!r} in {args.spaces} (create it "
-                             f"with `kip space create {args.space} --spaces {args.spaces}`)")
+    target = resolve(db=args.db, url=args.url, spaces=args.spaces, space=args.space)
+    if target.url is not None:
+        return HttpBackend(target.url, args.api_key or os.environ.get("KIP_API_KEY") or None)
+    args.db = target.db
     # The bootstrap of a new database, or the upgrade of an old one: a passing bar.
     with Progress("opening", sys.stderr, per_label=False, leave=False, delay=0.5,
                   tty=sys.stderr.isatty() and sys.stdin.isatty()) as progress:

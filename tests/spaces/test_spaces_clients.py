@@ -55,3 +55,81 @@ def test_shell_on_a_space_of_a_spaces_directory(tmp_path):
         refused = _kip("shell", *args, script=FIND)
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
     assert sorted(os.listdir(root)) == [".templates", "a"]
+
+
+# --- kip load / export / check take a space (issue 22): --url of a spaces server, --spaces --
+
+CAPSULE = f"{UPSERT}\n{UPSERT.replace('Ada', 'Bob')}\n"
+
+
+def _elements(capsule: str) -> set[str]:
+    """The `{type, name}` of the elements a capsule names (definitions, concepts, link ends)."""
+    import re
+    return set(re.findall(r'\{type: "[^"]*", name: "[^"]*"\}', capsule))
+
+
+def test_load_export_and_check_over_the_url_of_a_spaces_server(spaces_server, tmp_path):
+    server = spaces_server()
+    for name in ("a", "b"):
+        assert server.request("POST", "/v1/admin/spaces", {"name": name})[0] == 200
+    url = f"http://{server.host}:{server.port}"
+    capsule = tmp_path / "people.kip"
+    capsule.write_text(CAPSULE)
+    loaded = _kip("load", "--url", url, "--space", "a", str(capsule))
+    assert loaded.returncode == 0, loaded.stderr
+    assert json.loads(loaded.stdout)[0]["statements"] == 2
+    found = _kip("exec", "--url", url, "--space", "a",
+                 'FIND(?p.name) WHERE { ?p {type: "Person", name: "Bob"} }')
+    assert json.loads(found.stdout)["result"] == ["Bob"]
+    assert "KIP_3002" in _kip("exec", "--url", url, "--space", "b", FIND).stdout   # not in b
+
+    # A failing command stops its file; over HTTP the commands before it stay applied.
+    bad = tmp_path / "bad.kip"
+    bad.write_text(UPSERT.replace("Ada", "Cy") + '\nUPSERT { CONCEPT ?x { {type: "Nope", '
+                   'name: "x"} } }\n')
+    failed = _kip("load", "--url", url, "--space", "b", str(bad))
+    assert failed.returncode == 1
+    report = json.loads(failed.stdout)[0]
+    assert report["statements"] == 1 and report["error"]["code"] == "KIP_2001", report
+    assert "stopped after 1 command(s)" in failed.stderr
+
+    # export: the whole graph by EXPORT, loadable into a new database
+    out = tmp_path / "a.kip"
+    exported = _kip("export", "--url", url, "--space", "a", "-o", str(out))
+    assert exported.returncode == 0, exported.stderr
+    over_http = out.read_text()
+    assert '{type: "Person", name: "Bob"}' in over_http
+    copy = str(tmp_path / "copy")
+    assert _kip("load", "--db", copy, str(out)).returncode == 0
+    assert "Ada" in _kip("exec", "--db", copy, FIND).stdout
+
+    refused = _kip("check", "--url", url, "--space", "a")
+    assert refused.returncode == 2 and "check cannot run over --url" in refused.stderr
+    assert "--spaces DIR" in refused.stderr
+    domain = _kip("export", "--url", url, "--space", "a", "--domain", "CoreSchema")
+    assert domain.returncode == 2 and "EXPORT ?x WHERE" in domain.stderr
+    privileged = _kip("load", "--url", url, "--space", "a", "--privileged", str(capsule))
+    assert privileged.returncode == 2 and "--privileged" in privileged.stderr
+
+    # The same elements as the export of the space's own database (once the server let go).
+    server.proc.terminate()
+    server.proc.wait(30)
+    local = _kip("export", "--spaces", str(server.root), "--space", "a")
+    assert local.returncode == 0, local.stderr
+    assert _elements(local.stdout) == _elements(over_http)
+
+
+def test_load_export_and_check_a_space_of_a_spaces_directory(tmp_path):
+    root = str(tmp_path / "d")
+    assert _kip("space", "create", "a", "--spaces", root).returncode == 0
+    capsule = tmp_path / "people.kip"
+    capsule.write_text(CAPSULE)
+    assert _kip("load", "--spaces", root, "--space", "a", str(capsule)).returncode == 0
+    exported = _kip("export", "--spaces", root, "--space", "a")
+    assert '{type: "Person", name: "Bob"}' in exported.stdout
+    checked = _kip("check", "--spaces", root, "--space", "a")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["ok"], checked.stderr
+    for command in (["load", str(capsule)], ["export"], ["check"]):
+        missing = _kip(*command, "--spaces", root, "--space", "nope")
+        assert missing.returncode == 2 and "no space named 'nope'" in missing.stderr
+        assert not os.path.exists(os.path.join(root, "nope"))
