@@ -481,12 +481,15 @@ def _export_over_http(args: argparse.Namespace) -> Iterable[str]:
     params.update({f"p{i}": p for i, p in enumerate(predicates)})
     branches = [f"?x {{type: :t{i}}}" for i in range(len(types))]
     branches += [f"?x (?s, :p{i}, ?o)" for i in range(len(predicates))]
-    where = branches[0] + "".join(f" UNION {{ {b} }}" for b in branches[1:])
-    command = f"EXPORT ?x WHERE {{ {where} }} LIMIT {EXPORT_PAGE}"
     yield (f"// nexus {__version__} export of the whole graph at {args.endpoint} (KIP "
            f"{KIP_VERSION}), by EXPORT over HTTP\n// Load into a nexus database (which has "
            f"the Genesis capsule) with: kip load FILE\n")
     concepts = propositions = 0
+    if not branches:        # not even the meta-types: nothing to export
+        yield "\n// 0 concepts, 0 propositions.\n"
+        return
+    where = branches[0] + "".join(f" UNION {{ {b} }}" for b in branches[1:])
+    command = f"EXPORT ?x WHERE {{ {where} }} LIMIT {EXPORT_PAGE}"
     cursor = None
     with _progress("export", unit="elements") as progress:
         while True:
