@@ -55,6 +55,7 @@ from .vectors import VectorIndex
 NAME_CAP = 64               # name/alias keys scanned for exact and prefix matches
 POSTING_CAP = 65_536        # postings read per query term (whole blocks)
 TOP_LEXICAL = 64            # best BM25F documents kept as candidates
+DENSE_IDS = 1 << 23         # BM25F sums in a dense array (32 MB at most) below this id
 TOP_VECTOR = 40             # nearest neighbours asked for
 RESCORE = 24                # preliminary leaders rescored exactly (at least 2 x limit)
 EXACT_GROUP = 512           # WITH TYPE: types up to this size get exact vector scoring
@@ -88,39 +89,39 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
             floors[n] = floor
     check()
 
-    # BM25F over whole posting lists (numpy); only a list longer than POSTING_CAP is cut,
-    # and its term is then completed from the forward index for the leaders below.
+    # BM25F over posting lists (numpy), rarest term first (MaxScore): once TOP_LEXICAL
+    # documents score more than every unread term could still add, no document outside them
+    # can enter the lexical top, and the unread (common) terms are completed from the
+    # forward index for the leaders below, like a list longer than POSTING_CAP.
     n_docs = max(1, lexical.doc_count(txn, kind))
     ref = REF_WEIGHT[0] if kind == KIND_CONCEPT else REF_WEIGHT[1]
     idfs: dict[str, float] = {}
-    capped: list[str] = []
-    id_parts, score_parts = [], []
+    dfs: dict[str, int] = {}
     for i, t in enumerate(qterms):
         if i % 16 == 15:
             check()
-        df = lexical.doc_freq(txn, kind, t)
-        w_idf = idfs[t] = idf(n_docs, df)
-        if not df:
-            continue
+        df = dfs[t] = lexical.doc_freq(txn, kind, t)
+        idfs[t] = idf(n_docs, df)
+    idf_total = sum(idfs.values()) or 1.0
+    order = sorted((t for t in qterms if dfs[t]), key=lambda t: (dfs[t], t))
+    left = sum(idfs[t] for t in order)       # the most the unread terms can still add
+    capped: list[str] = []
+    acc = _Accumulator(txn.max_id())
+    for i, t in enumerate(order):
+        if acc.kth_best(TOP_LEXICAL, left) > left:
+            capped.extend(order[i:])
+            break
+        check()
         ids, weights, groups, complete = lexical.term_postings(txn, kind, t, POSTING_CAP)
         if not complete:
-            capped.append(t)
+            capped.append(t)        # (its unread postings may still add its weight)
+        else:
+            left -= idfs[t]
         if group is not None:
             keep = groups == group
             ids, weights = ids[keep], weights[keep]
-        id_parts.append(ids)
-        score_parts.append(w_idf * np.minimum(1.0, weights.astype(np.float32) / ref))
-    idf_total = sum(idfs.values()) or 1.0
-    lex: dict[int, float] = {}
-    if id_parts:
-        all_ids = np.concatenate(id_parts)
-        if len(all_ids):
-            uniq, inverse = np.unique(all_ids, return_inverse=True)
-            sums = np.bincount(inverse, weights=np.concatenate(score_parts))
-            if len(uniq) > TOP_LEXICAL:
-                top = np.argpartition(-sums, TOP_LEXICAL)[:TOP_LEXICAL]
-                uniq, sums = uniq[top], sums[top]
-            lex = dict(zip(uniq.tolist(), sums.tolist()))
+        acc.add(ids, idfs[t] * np.minimum(1.0, weights.astype(np.float32) / ref), idfs[t])
+    lex = acc.top(TOP_LEXICAL)
 
     check()
     qvec = vectors.query_vector(text)
@@ -177,6 +178,56 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
             scored.append((score, base, -n))
     best = heapq.nlargest(limit, scored)
     return [(-neg, min(1.0, round(score, 6))) for score, _, neg in best]
+
+
+class _Accumulator:
+    """Per-document sums of BM25F contributions, one posting list at a time. Up to DENSE_IDS
+    element ids, a dense array indexed by id (a list holds each id once, so adding it is one
+    numpy step: no sort or merge of the lists); past that (a bounded memory), the lists are
+    kept and summed by `np.unique`."""
+
+    def __init__(self, top_id: int) -> None:
+        self.dense = np.zeros(top_id + 1, dtype=np.float32) if top_id < DENSE_IDS else None
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        self.read = 0.0         # the most any document has gathered so far
+
+    def add(self, ids: np.ndarray, scores: np.ndarray, bound: float) -> None:
+        """Add `scores` (each at most `bound`) to documents `ids` (unique)."""
+        if not len(ids):
+            return
+        self.read += bound
+        if self.dense is None:
+            self.parts.append((ids, scores))
+            return
+        keep = ids < len(self.dense)        # (an id past the snapshot's top: not there)
+        self.dense[ids[keep].astype(np.intp)] += scores[keep]
+
+    def _sums(self) -> tuple[np.ndarray | None, np.ndarray]:
+        if self.dense is not None:
+            return None, self.dense
+        if not self.parts:
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float32)
+        ids, inverse = np.unique(np.concatenate([p[0] for p in self.parts]),
+                                 return_inverse=True)
+        sums = np.bincount(inverse, weights=np.concatenate([p[1] for p in self.parts]))
+        return ids, sums
+
+    def kth_best(self, k: int, left: float) -> float:
+        """The k-th best sum so far, or 0 when it cannot exceed `left` anyway."""
+        if self.read <= left:
+            return 0.0
+        _, sums = self._sums()
+        if len(sums) <= k:
+            return 0.0
+        return float(np.partition(sums, len(sums) - k)[len(sums) - k])
+
+    def top(self, k: int) -> dict[int, float]:
+        """The k best documents with a positive sum: id → sum."""
+        ids, sums = self._sums()
+        best = np.argpartition(-sums, k)[:k] if len(sums) > k else np.arange(len(sums))
+        best = best[sums[best] > 0]
+        keys = best if ids is None else ids[best]
+        return dict(zip(keys.tolist(), sums[best].astype(np.float64).tolist()))
 
 
 def _no_check() -> None:
