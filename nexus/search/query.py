@@ -182,13 +182,18 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
 
 class _Accumulator:
     """Per-document sums of BM25F contributions, one posting list at a time. Up to DENSE_IDS
-    element ids, a dense array indexed by id (a list holds each id once, so adding it is one
-    numpy step: no sort or merge of the lists); past that (a bounded memory), the lists are
-    kept and summed by `np.unique`."""
+    element ids, a dense array indexed by id, plus the ids touched so far (a list holds each
+    id once, so adding it is a few numpy steps over that list: no sort or merge of the
+    lists, nothing proportional to the whole corpus); past that (a bounded memory), the
+    lists are kept and summed by `np.unique`."""
 
     def __init__(self, top_id: int) -> None:
-        self.dense = np.zeros(top_id + 1, dtype=np.float32) if top_id < DENSE_IDS else None
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        dense = top_id < DENSE_IDS
+        self.sums = np.zeros(top_id + 1 if dense else 0, dtype=np.float32)
+        self.seen = np.zeros(top_id + 1 if dense else 0, dtype=bool)
+        self.dense = dense
+        self.parts: list[np.ndarray] = []       # dense: the new ids of each list
+        self.scores: list[np.ndarray] = []      # sparse: the scores of each list
         self.read = 0.0         # the most any document has gathered so far
 
     def add(self, ids: np.ndarray, scores: np.ndarray, bound: float) -> None:
@@ -196,38 +201,43 @@ class _Accumulator:
         if not len(ids):
             return
         self.read += bound
-        if self.dense is None:
-            self.parts.append((ids, scores))
+        if not self.dense:
+            self.parts.append(ids)
+            self.scores.append(scores)
             return
-        keep = ids < len(self.dense)        # (an id past the snapshot's top: not there)
-        self.dense[ids[keep].astype(np.intp)] += scores[keep]
+        keep = ids < len(self.sums)         # (an id past the snapshot's top: not there)
+        at = ids[keep].astype(np.intp)
+        self.sums[at] += scores[keep]
+        new = at[~self.seen[at]]
+        self.seen[new] = True
+        self.parts.append(new)
 
-    def _sums(self) -> tuple[np.ndarray | None, np.ndarray]:
-        if self.dense is not None:
-            return None, self.dense
+    def _sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, sums) of every document scored so far."""
         if not self.parts:
-            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float32)
-        ids, inverse = np.unique(np.concatenate([p[0] for p in self.parts]),
-                                 return_inverse=True)
-        sums = np.bincount(inverse, weights=np.concatenate([p[1] for p in self.parts]))
-        return ids, sums
+            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
+        if self.dense:
+            ids = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
+            return ids, self.sums[ids]
+        ids, inverse = np.unique(np.concatenate(self.parts), return_inverse=True)
+        return ids, np.bincount(inverse, weights=np.concatenate(self.scores))
 
     def kth_best(self, k: int, left: float) -> float:
         """The k-th best sum so far, or 0 when it cannot exceed `left` anyway."""
         if self.read <= left:
             return 0.0
         _, sums = self._sums()
-        if len(sums) <= k:
+        if len(sums) < k:
             return 0.0
         return float(np.partition(sums, len(sums) - k)[len(sums) - k])
 
     def top(self, k: int) -> dict[int, float]:
-        """The k best documents with a positive sum: id → sum."""
+        """The k best documents: id → sum."""
         ids, sums = self._sums()
-        best = np.argpartition(-sums, k)[:k] if len(sums) > k else np.arange(len(sums))
-        best = best[sums[best] > 0]
-        keys = best if ids is None else ids[best]
-        return dict(zip(keys.tolist(), sums[best].astype(np.float64).tolist()))
+        if len(sums) > k:
+            best = np.argpartition(-sums, k)[:k]
+            ids, sums = ids[best], sums[best]
+        return dict(zip(ids.tolist(), sums.astype(np.float64).tolist()))
 
 
 def _no_check() -> None:
