@@ -55,7 +55,7 @@ from .vectors import VectorIndex
 NAME_CAP = 64               # name/alias keys scanned for exact and prefix matches
 POSTING_CAP = 65_536        # postings read per query term (whole blocks)
 TOP_LEXICAL = 64            # best BM25F documents kept as candidates
-DENSE_IDS = 1 << 23         # BM25F sums in a dense array (32 MB at most) below this id
+DENSE_IDS = 1 << 22         # BM25F sums in a dense array (36 MB at most) below this id
 TOP_VECTOR = 40             # nearest neighbours asked for
 RESCORE = 24                # preliminary leaders rescored exactly (at least 2 x limit)
 EXACT_GROUP = 512           # WITH TYPE: types up to this size get exact vector scoring
@@ -66,12 +66,15 @@ MIN_SCORE = 0.1             # below this a hit shares no more than noise with th
 SEM_LO, SEM_HI = 0.0, 0.60  # semantic: cosines mapped onto [0, 1] (see the module doc)
 SEM_SAME = 0.995            # semantic: a cosine this close to 1 is the same text
 W_SEM_MIN, W_SEM_MAX = 0.3, 0.9   # hybrid: the bounds of the semantic weight
+HYBRID_EXPANSION = 128      # hybrid: the HNSW search breadth of each of its two rankings
 
 
 def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
-        limit: int, check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
+        limit: int, check: Callable[[], None] | None = None,
+        expansion: int | None = None) -> list[tuple[int, float]]:
     """The best `limit` (id, score) pairs for `text`, best first. `check()` (the command's
-    deadline) is called between steps and every few query terms or candidates."""
+    deadline) is called between steps and every few query terms or candidates;
+    `expansion` narrows the nearest-neighbour search (`VectorIndex.knn`)."""
     if check is None:
         check = _no_check
     norm = norm_name(text)
@@ -89,44 +92,35 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
             floors[n] = floor
     check()
 
-    # BM25F over posting lists (numpy), rarest term first (MaxScore): once TOP_LEXICAL
-    # documents score more than every unread term could still add, no document outside them
-    # can enter the lexical top, and the unread (common) terms are completed from the
-    # forward index for the leaders below, like a list longer than POSTING_CAP.
+    # BM25F over whole posting lists (numpy); only a list longer than POSTING_CAP is cut,
+    # and its term is then completed from the forward index for the leaders below.
     n_docs = max(1, lexical.doc_count(txn, kind))
     ref = REF_WEIGHT[0] if kind == KIND_CONCEPT else REF_WEIGHT[1]
     idfs: dict[str, float] = {}
-    dfs: dict[str, int] = {}
+    capped: list[str] = []
+    acc = _Accumulator(txn.max_id())
     for i, t in enumerate(qterms):
         if i % 16 == 15:
             check()
-        df = dfs[t] = lexical.doc_freq(txn, kind, t)
-        idfs[t] = idf(n_docs, df)
-    idf_total = sum(idfs.values()) or 1.0
-    order = sorted((t for t in qterms if dfs[t]), key=lambda t: (dfs[t], t))
-    left = sum(idfs[t] for t in order)       # the most the unread terms can still add
-    capped: list[str] = []
-    acc = _Accumulator(txn.max_id())
-    for i, t in enumerate(order):
-        if acc.kth_best(TOP_LEXICAL, left) > left:
-            capped.extend(order[i:])
-            break
-        check()
+        df = lexical.doc_freq(txn, kind, t)
+        w_idf = idfs[t] = idf(n_docs, df)
+        if not df:
+            continue
         ids, weights, groups, complete = lexical.term_postings(txn, kind, t, POSTING_CAP)
         if not complete:
-            capped.append(t)        # (its unread postings may still add its weight)
-        else:
-            left -= idfs[t]
+            capped.append(t)
         if group is not None:
             keep = groups == group
             ids, weights = ids[keep], weights[keep]
-        acc.add(ids, idfs[t] * np.minimum(1.0, weights.astype(np.float32) / ref), idfs[t])
+        acc.add(ids, w_idf * np.minimum(1.0, weights.astype(np.float32) / ref))
+    idf_total = sum(idfs.values()) or 1.0
     lex = acc.top(TOP_LEXICAL)
 
     check()
     qvec = vectors.query_vector(text)
     check()
-    vec = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit))
+    vec = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
+                             expansion)
     if group is not None and len(vec) and _needs_group_check(txn, kind, group):
         vec = {n: s for n, s in vec.items() if _group_of(txn, n, kind) == group}
 
@@ -189,18 +183,16 @@ class _Accumulator:
 
     def __init__(self, top_id: int) -> None:
         dense = top_id < DENSE_IDS
-        self.sums = np.zeros(top_id + 1 if dense else 0, dtype=np.float32)
+        self.sums = np.zeros(top_id + 1 if dense else 0, dtype=np.float64)
         self.seen = np.zeros(top_id + 1 if dense else 0, dtype=bool)
         self.dense = dense
         self.parts: list[np.ndarray] = []       # dense: the new ids of each list
         self.scores: list[np.ndarray] = []      # sparse: the scores of each list
-        self.read = 0.0         # the most any document has gathered so far
 
-    def add(self, ids: np.ndarray, scores: np.ndarray, bound: float) -> None:
-        """Add `scores` (each at most `bound`) to documents `ids` (unique)."""
+    def add(self, ids: np.ndarray, scores: np.ndarray) -> None:
+        """Add `scores` to documents `ids` (unique)."""
         if not len(ids):
             return
-        self.read += bound
         if not self.dense:
             self.parts.append(ids)
             self.scores.append(scores)
@@ -212,32 +204,25 @@ class _Accumulator:
         self.seen[new] = True
         self.parts.append(new)
 
-    def _sums(self) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, sums) of every document scored so far."""
+    def top(self, k: int) -> dict[int, float]:
+        """The k best documents scored: id → sum."""
         if not self.parts:
-            return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
+            return {}
         if self.dense:
             ids = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
-            return ids, self.sums[ids]
-        ids, inverse = np.unique(np.concatenate(self.parts), return_inverse=True)
-        return ids, np.bincount(inverse, weights=np.concatenate(self.scores))
-
-    def kth_best(self, k: int, left: float) -> float:
-        """The k-th best sum so far, or 0 when it cannot exceed `left` anyway."""
-        if self.read <= left:
-            return 0.0
-        _, sums = self._sums()
-        if len(sums) < k:
-            return 0.0
-        return float(np.partition(sums, len(sums) - k)[len(sums) - k])
-
-    def top(self, k: int) -> dict[int, float]:
-        """The k best documents: id → sum."""
-        ids, sums = self._sums()
+            sums = self.sums[ids]
+        else:
+            ids, inverse = np.unique(np.concatenate(self.parts), return_inverse=True)
+            sums = np.bincount(inverse, weights=np.concatenate(self.scores))
         if len(sums) > k:
-            best = np.argpartition(-sums, k)[:k]
-            ids, sums = ids[best], sums[best]
-        return dict(zip(ids.tolist(), sums.astype(np.float64).tolist()))
+            # The k best; among documents tied at the k-th sum, the lowest ids (so that
+            # the choice never depends on the order the lists were read in).
+            kth = np.partition(sums, len(sums) - k)[len(sums) - k]
+            above = sums > kth
+            tied = np.sort(ids[sums == kth])[:k - int(above.sum())]
+            ids = np.concatenate([ids[above], tied])
+            sums = np.concatenate([sums[above], np.full(len(tied), kth)])
+        return dict(zip(ids.tolist(), sums.tolist()))
 
 
 def _no_check() -> None:
@@ -275,9 +260,9 @@ def _raw_name(txn: Any, head: Any) -> str:
 
 
 def _vector_candidates(txn: Any, vectors: VectorIndex, kind: int, qvec, group: int | None,
-                       count: int) -> dict[int, float]:
+                       count: int, expansion: int | None = None) -> dict[int, float]:
     if group is None:
-        return vectors.knn(kind, qvec, count)
+        return vectors.knn(kind, qvec, count, expansion)
     size = txn.count_type(group) if kind == KIND_CONCEPT else txn.count_predicate(group)
     if size == 0:
         return {}
@@ -292,13 +277,14 @@ def _vector_candidates(txn: Any, vectors: VectorIndex, kind: int, qvec, group: i
     # is; hits of other types are dropped when rescoring.
     total = max(1, txn.count_concepts() if kind == KIND_CONCEPT else txn.count_links())
     wide = min(WIDE_KNN, max(count, int(count * total / size * 2)))
-    return vectors.knn(kind, qvec, wide)
+    return vectors.knn(kind, qvec, wide, expansion)
 
 
 # --- MODE "semantic" and "hybrid" ----------------------------------------------------------
 
 def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
-             limit: int, check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
+             limit: int, check: Callable[[], None] | None = None,
+             expansion: int | None = None) -> list[tuple[int, float]]:
     """MODE "semantic": the best `limit` (id, score) by meaning alone, best first."""
     if check is None:
         check = _no_check
@@ -306,7 +292,8 @@ def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | 
         return []
     check()
     qvec = vectors.query_vector(text)
-    cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit))
+    cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
+                              expansion)
     if group is not None and len(cand) and _needs_group_check(txn, kind, group):
         cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
     check()
@@ -332,8 +319,9 @@ def hybrid(txn: Any, lexical_vectors: VectorIndex, semantic_vectors: VectorIndex
            check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
     """MODE "hybrid": keyword and semantic rankings fused (see the module doc)."""
     wide = limit
-    kw = dict(run(txn, lexical_vectors, kind, text, group, wide, check))
-    sm = dict(semantic(txn, semantic_vectors, kind, text, group, wide, check))
+    kw = dict(run(txn, lexical_vectors, kind, text, group, wide, check, HYBRID_EXPANSION))
+    sm = dict(semantic(txn, semantic_vectors, kind, text, group, wide, check,
+                       HYBRID_EXPANSION))
     w = min(W_SEM_MAX, max(W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))
     scored: list[tuple[float, int]] = []
     for n in kw.keys() | sm.keys():
