@@ -52,7 +52,7 @@ SECTION = "## SEARCH modes"
 DATA = ROOT / "bench" / "data" / "paraphrases.json"
 MODES = ("keyword", "semantic", "hybrid")
 PASSES = 3
-NOTE = ('Under a load average near 8 on 2 cores every figure here is inflated and noisy (one run to the next moved medians by 30–50%). The queries are the paraphrase set\'s (several words each): keyword mode does more BM25 work on them than on the name queries of "META and SEARCH" (2.83 ms there); hybrid runs both rankings, so it costs about their sum. Targets not met here: recall@5 ≥ 0.8 (WordLlama\'s 256-d model tops out near 0.80 on the set alone and near 0.74 with the bootstrap concepts and the set\'s own type definitions as distractors — measured offline with exact cosines over several document/query preparations), and ≤ 5 ms for hybrid.')
+NOTE = ('Under a load average near 10 on 2 cores every wall-clock figure here is inflated and noisy (one run to the next moved medians by 30–50%; "SEARCH modes: what was tried" below compares CPU time per query, before and after, in one session). The queries are the paraphrase set\'s (several words each), whose words are rare in the generated 100k graph: keyword mode does little BM25 work on them (description-word queries, below, do much more). Hybrid runs both rankings, each with a narrower HNSW search (breadth 128 instead of 256), so it costs about one mode and a half. Recall@5 ≥ 0.8 is not met: WordLlama\'s 256-d model (the only weights its wheel ships) stays between 0.72 and 0.74 on this set with the bootstrap concepts and the set\'s own type definitions as distractors, whatever was embedded and however the vectors were pooled (below).')
 
 
 def load_set() -> dict:

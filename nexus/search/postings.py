@@ -87,7 +87,10 @@ def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
 
 def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(ids, weights, groups, complete) of the list at `prefix`, at most about `cap` postings
-    (whole blocks, in id order); `complete` is False when the list was cut."""
+    (whole blocks, in id order); `complete` is False when the list was cut. Full blocks (all
+    but a few: the list's last one, and blocks split by updates) are decoded together, as
+    one numpy record array over their joined bytes."""
+    full: list[bytes] = []
     parts = []
     total = 0
     complete = True
@@ -95,9 +98,18 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
         if total >= cap:
             complete = False
             break
+        if len(raw) == _FULL_BYTES:
+            full.append(raw)
+            total += BLOCK
+            continue
+        if full:                # keep id order: the full blocks before this one first
+            parts.append(_decode_full(full))
+            full = []
         part = decode(raw)
         parts.append(part)
         total += len(part[0])
+    if full:
+        parts.append(_decode_full(full))
     if not parts:
         empty = np.zeros(0, dtype=np.uint64)
         return empty, np.zeros(0, dtype=np.float16), np.zeros(0, dtype=np.uint32), True
@@ -105,6 +117,17 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
         return (*parts[0], complete)
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
             np.concatenate([p[2] for p in parts]), complete)
+
+
+_FULL_BYTES = 4 + 14 * BLOCK
+_FULL = np.dtype([("count", "<u4"), ("ids", "<u8", (BLOCK,)), ("weights", "<f2", (BLOCK,)),
+                  ("groups", "<u4", (BLOCK,))])
+
+
+def _decode_full(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """decode() of blocks of BLOCK postings each, at once."""
+    rec = np.frombuffer(b"".join(raws), dtype=_FULL)
+    return rec["ids"].ravel(), rec["weights"].ravel(), rec["groups"].ravel()
 
 
 def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int | None:

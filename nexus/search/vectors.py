@@ -494,13 +494,23 @@ class VectorIndex:
             return np.asarray(embed_query(text), dtype=np.float32)
         return self.embedder.embed([text])[0]
 
-    def knn(self, kind: int, qvec: np.ndarray, count: int) -> dict[int, float]:
-        """id → similarity in [0, 1] of the nearest documents (best slot per id)."""
+    def knn(self, kind: int, qvec: np.ndarray, count: int, expansion: int | None = None
+            ) -> dict[int, float]:
+        """id → similarity in [0, 1] of the nearest documents (best slot per id), searched
+        with the index's EXPANSION_SEARCH or, when given, `expansion` (a narrower search:
+        faster, and more likely to miss a near neighbour)."""
         ix = self.indexes[kind]
         with self.lock:
             if not len(ix):
                 return {}
-            m = ix.search(qvec, min(count, len(ix)))
+            if expansion is None:
+                m = ix.search(qvec, min(count, len(ix)))
+            else:
+                ix.expansion_search = expansion  # type: ignore[misc]  # settable in C
+                try:
+                    m = ix.search(qvec, min(count, len(ix)))
+                finally:
+                    ix.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
             keys, dists = m.keys, m.distances
         out: dict[int, float] = {}
         for key, dist in zip(keys.tolist(), dists.tolist()):

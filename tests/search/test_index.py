@@ -327,3 +327,21 @@ def test_searches_run_while_a_writer_loads(nexus, kip):
     assert errors == []
     assert names(kip(nexus, 'SEARCH CONCEPT "Compund 42" LIMIT 1')) == ["Compound 42"]
     assert nexus.search.check()["ok"]
+
+
+def test_a_narrower_neighbour_search_finds_the_same_name_and_leaves_the_index_as_it_was(
+        corpus):
+    # MODE "hybrid" searches each vector index with a narrower HNSW breadth; the index's own
+    # breadth (that of every other SEARCH) must be what it was afterwards.
+    from nexus.search.vectors import EXPANSION_SEARCH
+    nx, concepts = corpus
+    nx.search.drain()
+    vectors = nx.search.vectors
+    name = concepts[0]["name"]
+    with nx.store.read() as txn:
+        wanted = txn.concept_id(txn.symbol_id(concepts[0]["type"]), name)
+    qvec = vectors.query_vector(name)
+    narrow = vectors.knn(KIND_CONCEPT, qvec, 10, expansion=32)
+    assert wanted in narrow and narrow[wanted] == max(narrow.values())
+    assert vectors.indexes[KIND_CONCEPT].expansion_search == EXPANSION_SEARCH
+    assert vectors.knn(KIND_CONCEPT, qvec, 10)[wanted] == narrow[wanted]
