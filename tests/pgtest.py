@@ -38,6 +38,10 @@ class PgServer:
         self.user = "postgres"
         self._names = itertools.count(1)
         self._lock = threading.Lock()
+        # A throwaway server: no fsync (the tests' commits wait for no disk).
+        for setting in ("fsync = off", "synchronous_commit = off", "full_page_writes = off"):
+            self.sql(f"ALTER SYSTEM SET {setting}")
+        self.sql("SELECT pg_reload_conf()")
 
     def url(self, dbname: str = "postgres", **params: str) -> str:
         """The `postgresql://` URL of a database of this server (over its unix socket)."""
