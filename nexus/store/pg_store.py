@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Callable, Literal, TypeVar
 
 import psycopg
 
@@ -45,6 +45,7 @@ from nexus.store.pg_write import PgWriteTxn, check_tables
 from nexus.store.protocol import ReadTxn, TableCheck
 
 log = logging.getLogger("nexus.store")
+T = TypeVar("T")
 
 MAX_IDLE = 8                        # idle connections kept per store
 HEAD_CACHE = 200_000                # concept heads cached per store (emptied when full)
@@ -76,7 +77,17 @@ class PgGraphStore:
 
     # --- connections -----------------------------------------------------------------------
     def connect(self) -> psycopg.Connection[Any]:
-        """A connection from the pool, or a new one (KIP_4003 naming the cause)."""
+        """A new connection, or KIP_4003 naming the cause."""
+        if self._closed:
+            raise KipError(ErrorCode.KIP_4003, "the store is closed")
+        try:
+            return psycopg.connect(self.where.conninfo, autocommit=True)
+        except Exception as exc:
+            raise translate(exc, self.where) or KipError(
+                ErrorCode.KIP_4003, f"cannot connect to {self.where.shown}: "
+                f"{self.where.scrub(first_line(exc))}") from None
+
+    def _pooled(self) -> psycopg.Connection[Any] | None:
         if self._closed:
             raise KipError(ErrorCode.KIP_4003, "the store is closed")
         with self._pool_lock:
@@ -84,12 +95,34 @@ class PgGraphStore:
                 conn = self._idle.pop()
                 if not conn.closed and not conn.broken:
                     return conn
+        return None
+
+    def begin(self, start: Callable[[psycopg.Connection[Any]], T], writing: bool
+              ) -> tuple[psycopg.Connection[Any], T]:
+        """A connection with a transaction begun by `start(conn)`: an idle pooled one, or a
+        new one when none is idle or the pooled one died while idle (the database restarted,
+        the network cut it) — nothing had happened on it, so starting again is safe."""
+        conn = self._pooled()
+        for fresh in (conn is None, True):
+            if conn is None:
+                conn = self.connect()
+            try:
+                return conn, start(conn)
+            except psycopg.OperationalError as exc:
+                self.discard(conn)
+                conn = None
+                if fresh:
+                    raise translate(exc, self.where, writing=writing) or exc
+            except BaseException as exc:
+                self.end(conn, commit=False)
+                raise translate(exc, self.where, writing=writing) or exc
+        raise AssertionError("unreachable")     # (the loop returns or raises)
+
+    def discard(self, conn: psycopg.Connection[Any]) -> None:
         try:
-            return psycopg.connect(self.where.conninfo, autocommit=True)
-        except Exception as exc:
-            raise translate(exc, self.where) or KipError(
-                ErrorCode.KIP_4003, f"cannot connect to {self.where.shown}: "
-                f"{self.where.scrub(first_line(exc))}") from None
+            conn.close()
+        except Exception:  # noqa: BLE001 - closing a dead connection
+            pass
 
     def release(self, conn: psycopg.Connection[Any]) -> None:
         """Give a connection back (closed instead when broken, in a transaction, or when
@@ -113,12 +146,7 @@ class PgGraphStore:
 
     # --- transactions ----------------------------------------------------------------------
     def read(self) -> PgReadTxn:
-        conn = self.connect()
-        try:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")  # the snapshot: now
-        except BaseException as exc:
-            self.release(conn)
-            raise translate(exc, self.where) or exc
+        conn, _ = self.begin(_begin_read, writing=False)
         return PgReadTxn(self, conn)
 
     def write(self) -> PgWriteTxn:
@@ -127,22 +155,22 @@ class PgGraphStore:
                            "a write transaction is already open in this thread")
         self._wlock.acquire()
         try:
-            conn = self.connect()
-            try:
-                conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                row = conn.execute(pg_schema.LOCK_SPACE, (self.space,)).fetchone()
-                if row is None:
-                    raise KipError(ErrorCode.KIP_4003, f"space {self.space!r} has no meta "
-                                   f"row in {self.where.shown}", "Reopen the store.")
-                txn = PgWriteTxn(self, conn, serial=row[0], max_id=row[1], max_sym=row[2])
-            except BaseException as exc:
-                self.end(conn, commit=False)
-                raise translate(exc, self.where, writing=True) or exc
+            conn, row = self.begin(self._begin_write, writing=True)
         except BaseException:
             self._wlock.release()
             raise
         self._writer = threading.get_ident()
-        return txn
+        return PgWriteTxn(self, conn, serial=row[0], max_id=row[1], max_sym=row[2])
+
+    def _begin_write(self, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
+        """BEGIN, then take the space's row lock (waits while another writer, of any
+        process, holds it) and read the counters."""
+        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        row = conn.execute(pg_schema.LOCK_SPACE, (self.space,)).fetchone()
+        if row is None:
+            raise KipError(ErrorCode.KIP_4003, f"the space {self.space!r} has no meta row in "
+                           f"{self.where.shown}", "Reopen the store (it creates the row).")
+        return int(row[0]), int(row[1]), int(row[2])
 
     def end(self, conn: psycopg.Connection[Any], *, commit: bool) -> None:
         """Commit or roll back the connection's transaction and give it back."""
@@ -222,3 +250,8 @@ class PgGraphStore:
         return False
 
 
+
+
+def _begin_read(conn: psycopg.Connection[Any]) -> None:
+    """BEGIN a read-only snapshot, taken now (by its first statement), in one round trip."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1")
