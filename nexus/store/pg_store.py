@@ -140,8 +140,14 @@ class PgGraphStore:
             pass
 
     @property
-    def path(self) -> str:
-        """The URL with its password masked."""
+    def path(self) -> None:
+        """None: no directory holds this store (what keeps files beside a store, the
+        vector index, keeps it in memory as for memory://)."""
+        return None
+
+    @property
+    def location(self) -> str:
+        """The URL with its password masked (the only form shown anywhere)."""
         return self.where.shown
 
     # --- transactions ----------------------------------------------------------------------

@@ -27,12 +27,17 @@ LOCAL_HEADS = 100_000           # heads a transaction keeps (emptied when full)
 COPY_CHUNK = 50_000
 ST_CONCEPTS, ST_LINKS = "concepts", "links"
 
-_HEAD = ("SELECT type_id, name, NULL::bigint, NULL::bigint, NULL::bigint FROM nexus_concepts "
-         "WHERE space = %s AND id = %s UNION ALL "
-         "SELECT NULL, NULL, subject, predicate, object FROM nexus_links "
+# An element's head and both its maps, in one round trip (head() keeps the maps for the
+# attributes()/metadata() calls that usually follow).
+_HEAD = ("SELECT type_id, name, NULL::bigint, NULL::bigint, NULL::bigint, attributes, "
+         "metadata FROM nexus_concepts WHERE space = %s AND id = %s UNION ALL "
+         "SELECT NULL, NULL, subject, predicate, object, attributes, metadata FROM nexus_links "
          "WHERE space = %s AND id = %s")
-_MAP = ("SELECT {col} FROM nexus_concepts WHERE space = %s AND id = %s UNION ALL "
-        "SELECT {col} FROM nexus_links WHERE space = %s AND id = %s")
+_MAPS = ("SELECT attributes, metadata FROM nexus_concepts WHERE space = %s AND id = %s "
+         "UNION ALL SELECT attributes, metadata FROM nexus_links WHERE space = %s AND id = %s")
+LOCAL_MAPS = 4096               # elements whose maps a transaction keeps (emptied when full)
+LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
+MISSING = object()
 
 
 def internal(message: str) -> KipError:
@@ -70,6 +75,11 @@ class PgReadTxn:
         self.conn: psycopg.Connection[Any] | None = conn
         self.space = host.space
         self.heads: dict[int, Head] = {}
+        # The raw maps (attributes, metadata) of elements read in this snapshot, and the aux
+        # values read: (table, key) -> value or None (absent). Write transactions keep both
+        # in step with their own writes.
+        self.maps: dict[int, tuple[bytes | None, bytes | None]] = {}
+        self.aux_values: dict[tuple[str, bytes], bytes | None] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> PgReadTxn:
@@ -101,6 +111,13 @@ class PgReadTxn:
             used_after_end()
         return call(lambda: conn.execute(sql, params).fetchall(), self.host.where,
                     self.writing)
+
+    def run(self, sql: str, params: Sequence[Any]) -> int:
+        """Execute one statement that returns no rows; its row count."""
+        conn = self.conn
+        if conn is None:
+            used_after_end()
+        return call(lambda: conn.execute(sql, params).rowcount, self.host.where, self.writing)
 
     def one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
         rows = self.rows(sql, params)
@@ -167,6 +184,7 @@ class PgReadTxn:
         row = self.one(_HEAD, (self.space, n, self.space, n))
         if row is None:
             return None
+        self._keep_maps(n, row[5], row[6])
         if row[1] is not None:
             h = ConceptHead(n, row[0], bytes(row[1]).decode())
         else:
@@ -185,19 +203,30 @@ class PgReadTxn:
             self.host.cache_heads({n: h})
         return h
 
-    def _map(self, n: int, col: str) -> JsonMap:
+    def _keep_maps(self, n: int, a: Any, m: Any) -> None:
+        maps = self.maps
+        if len(maps) >= LOCAL_MAPS:
+            maps.clear()
+        maps[n] = (None if a is None else bytes(a), None if m is None else bytes(m))
+
+    def _map(self, n: int, which: int) -> JsonMap:
         if not is_id(n):
             return {}
-        row = self.one(_MAP.format(col=col), (self.space, n, self.space, n))
-        if row is None or row[0] is None:
-            return {}
-        return codec.decode_map(bytes(row[0]))
+        pair = self.maps.get(n)
+        if pair is None:
+            row = self.one(_MAPS, (self.space, n, self.space, n))
+            if row is None:
+                return {}
+            self._keep_maps(n, row[0], row[1])
+            pair = self.maps[n]
+        raw = pair[which]
+        return {} if raw is None else codec.decode_map(raw)
 
     def attributes(self, n: int) -> JsonMap:
-        return self._map(n, "attributes")
+        return self._map(n, 0)
 
     def metadata(self, n: int) -> JsonMap:
-        return self._map(n, "metadata")
+        return self._map(n, 1)
 
     def max_id(self) -> int:
         row = self.one("SELECT max_id FROM nexus_meta WHERE space = %s", (self.space,))
@@ -340,6 +369,19 @@ class PgReadTxn:
             raise internal(f"unknown aux table {table!r}; declared tables: {AUX_TABLES}")
         return PgAux(self, table)
 
+    def remember_aux(self, table: str, key: bytes, value: bytes | None) -> None:
+        """Keep an aux value read in this snapshot (package-internal: `PgAux`)."""
+        values = self.aux_values
+        if len(values) >= LOCAL_AUX:
+            values.clear()
+        values[(table, key)] = value
+
+    def flush_aux(self, table: str) -> None:
+        """Write the table's pending aux changes (a write transaction's; none here)."""
+
+    def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
+        raise internal("aux tables are read-only in a read transaction")
+
     # --- snapshots and columns -----------------------------------------------------------
     def snapshot_id(self) -> int | None:
         """None: another server sharing the database commits without this process knowing,
@@ -366,14 +408,21 @@ class PgAux:
     def get(self, key: bytes) -> bytes | None:
         if not key or len(key) > codec.MAX_KEY:
             return None
-        row = self.txn.one("SELECT v FROM nexus_aux WHERE space = %s AND tbl = %s AND k = %s",
-                           (self.txn.space, self.table, key))
-        return None if row is None else bytes(row[0])
+        txn = self.txn
+        known = txn.aux_values.get((self.table, key), MISSING)
+        if known is not MISSING:
+            return known        # type: ignore[return-value]  # (bytes | None when found)
+        row = txn.one("SELECT v FROM nexus_aux WHERE space = %s AND tbl = %s AND k = %s",
+                      (txn.space, self.table, key))
+        value = None if row is None else bytes(row[0])
+        txn.remember_aux(self.table, bytes(key), value)
+        return value
 
     def scan(self, prefix: bytes = b"", *, reverse: bool = False,
              start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         if len(prefix) > codec.MAX_KEY or (start is not None and len(start) > codec.MAX_KEY):
             raise internal(f"aux scan prefix/start longer than {codec.MAX_KEY} bytes")
+        self.txn.flush_aux(self.table)
         where = "space = %s AND tbl = %s"
         params: list[Any] = [self.txn.space, self.table]
         if prefix:
@@ -405,6 +454,7 @@ class PgAux:
         raise internal("aux tables are read-only in a read transaction")
 
     def count(self, prefix: bytes = b"") -> int:
+        self.txn.flush_aux(self.table)
         where = "space = %s AND tbl = %s"
         params: list[Any] = [self.txn.space, self.table]
         if prefix:
@@ -419,18 +469,20 @@ class PgAux:
 
 
 class PgWriteAux(PgAux):
-    """The write transaction's AuxTable: put and delete too."""
+    """The write transaction's AuxTable: put and delete too, kept in the transaction and
+    written in batches (before a scan or count of the table, when many are pending, and at
+    commit): the search postings of one command are many small puts."""
 
     def put(self, key: bytes, value: bytes) -> None:
         _check_aux_key(key)
-        self.txn.rows("INSERT INTO nexus_aux (space, tbl, k, v) VALUES (%s, %s, %s, %s) "
-                      "ON CONFLICT (space, tbl, k) DO UPDATE SET v = EXCLUDED.v RETURNING 1",
-                      (self.txn.space, self.table, key, bytes(value)))
+        self.txn.pend_aux(self.table, bytes(key), bytes(value))
 
     def delete(self, key: bytes) -> bool:
         _check_aux_key(key)
-        return bool(self.txn.rows("DELETE FROM nexus_aux WHERE space = %s AND tbl = %s AND "
-                                  "k = %s RETURNING 1", (self.txn.space, self.table, key)))
+        if self.get(key) is None:
+            return False
+        self.txn.pend_aux(self.table, bytes(key), None)
+        return True
 
 
 def _check_aux_key(key: bytes) -> None:

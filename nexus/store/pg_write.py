@@ -73,6 +73,8 @@ class PgWriteTxn(PgReadTxn):
         self._new_concepts: dict[int, ConceptHead] = {}
         self._deleted: list[int] = []
         self._aborted = False
+        self._aux_pending: dict[str, dict[bytes, bytes | None]] = {}
+        self._aux_count = 0
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> PgWriteTxn:
@@ -119,8 +121,10 @@ class PgWriteTxn(PgReadTxn):
         return self._aborted
 
     def _flush(self) -> None:
+        for table in list(self._aux_pending):
+            self.flush_aux(table)
         stats = [(k, d) for k, d in self._dstats.items() if d]
-        self.rows(_FLUSH + " RETURNING 1",
+        self.run(_FLUSH,
                   (self._max_id, self._max_sym, self.space, self.space,
                    [k for k, _ in stats], [d for _, d in stats]))
 
@@ -247,6 +251,7 @@ class PgWriteTxn(PgReadTxn):
                if is_id(n) else None)
         if row is None or not row[0]:
             raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+        self.maps.pop(n, None)
 
     def delete(self, n: int) -> bool:
         if not is_id(n):
@@ -262,6 +267,7 @@ class PgWriteTxn(PgReadTxn):
             self._bump(pred_key(sym), -1)
             self._bump(ST_LINKS, -1)
         self.heads.pop(n, None)
+        self.maps.pop(n, None)
         self._new_concepts.pop(n, None)
         self._deleted.append(n)
         return True
@@ -277,8 +283,8 @@ class PgWriteTxn(PgReadTxn):
             raise KipError(ErrorCode.KIP_3003,
                            f"a proposition ({subject}, {self.symbol_text(p)!r}, {object}) "
                            f"already exists")
-        self.rows("UPDATE nexus_links SET subject = %s, object = %s WHERE space = %s AND "
-                  "id = %s RETURNING 1", (subject, object, self.space, n))
+        self.run("UPDATE nexus_links SET subject = %s, object = %s WHERE space = %s AND "
+                 "id = %s", (subject, object, self.space, n))
         self._keep(LinkHead(n, subject, p, object))
 
     # --- aux -------------------------------------------------------------------------------
@@ -286,17 +292,37 @@ class PgWriteTxn(PgReadTxn):
         base = super().aux(table)
         return PgWriteAux(self, base.table)
 
+    def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
+        """Change an aux entry in this transaction (None: delete); written by `flush_aux`."""
+        self._aux_pending.setdefault(table, {})[key] = value
+        self.remember_aux(table, key, value)
+        self._aux_count += 1
+        if self._aux_count >= COPY_CHUNK:
+            for name in list(self._aux_pending):
+                self.flush_aux(name)
+
+    def flush_aux(self, table: str) -> None:
+        pending = self._aux_pending.pop(table, None)
+        if not pending:
+            return
+        self._aux_count -= len(pending)
+        puts = sorted((k, v) for k, v in pending.items() if v is not None)
+        gone = [k for k, v in pending.items() if v is None]
+        for i in range(0, len(puts), COPY_CHUNK):
+            part = puts[i:i + COPY_CHUNK]
+            self.run(_AUX_MANY, (self.space, table, [k for k, _ in part], [v for _, v in part]))
+        if gone:
+            self.run("DELETE FROM nexus_aux WHERE space = %s AND tbl = %s AND "
+                     "k = ANY(%s::bytea[])", (self.space, table, gone))
+
     def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
         self.aux(table)                         # the table name is checked
-        items = sorted(dict(pairs).items())
-        for k, _ in items:
+        items = dict(pairs)
+        for k in items:
             if not isinstance(k, (bytes, bytearray)) or not k or len(k) > codec.MAX_KEY:
                 raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
-        for i in range(0, len(items), COPY_CHUNK):
-            part = items[i:i + COPY_CHUNK]
-            self.rows(_AUX_MANY + " RETURNING 1", (self.space, table,
-                                                   [bytes(k) for k, _ in part],
-                                                   [bytes(v) for _, v in part]))
+        for k, v in items.items():
+            self.pend_aux(table, bytes(k), bytes(v))
 
     # --- bulk path -------------------------------------------------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
