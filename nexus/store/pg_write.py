@@ -20,7 +20,7 @@ from nexus.store import codec
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
 from nexus.store.pg_conn import PgHost, call
 from nexus.store.pg_txn import (ST_CONCEPTS, ST_LINKS, PgAux, PgReadTxn, PgWriteAux,
-                                pred_key, type_key, internal, is_id)
+                                internal, is_id, pred_key, type_key, used_after_end)
 from nexus.store.protocol import TableCheck
 
 COPY_CHUNK = 20_000             # rows per COPY and per aux upsert
@@ -294,6 +294,8 @@ class PgWriteTxn(PgReadTxn):
 
     def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
         """Change an aux entry in this transaction (None: delete); written by `flush_aux`."""
+        if self.conn is None:
+            used_after_end()
         self._aux_pending.setdefault(table, {})[key] = value
         self.remember_aux(table, key, value)
         self._aux_count += 1
