@@ -171,8 +171,10 @@ class PgGraphStore:
     def _begin_write(self, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
         """BEGIN, then take the space's row lock (waits while another writer, of any
         process, holds it) and read the counters."""
-        conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-        row = conn.execute(pg_schema.LOCK_SPACE, (self.space,)).fetchone()
+        with conn.pipeline():                   # one round trip
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            cur = conn.execute(pg_schema.LOCK_SPACE, (self.space,))
+        row = cur.fetchone()
         if row is None:
             raise KipError(ErrorCode.KIP_4003, f"the space {self.space!r} has no meta row in "
                            f"{self.where.shown}", "Reopen the store (it creates the row).")

@@ -92,9 +92,7 @@ class PgWriteTxn(PgReadTxn):
             else:
                 self.conn = conn
                 try:
-                    self._flush()
-                    self.conn = None
-                    call(lambda: host.end(conn, commit=True), host.where, True)
+                    self._commit(conn)
                 except BaseException:
                     self.conn = None
                     host.end(conn, commit=False)
@@ -120,13 +118,22 @@ class PgWriteTxn(PgReadTxn):
     def aborted(self) -> bool:
         return self._aborted
 
-    def _flush(self) -> None:
+    def _commit(self, conn: psycopg.Connection[Any]) -> None:
+        """Write the pending aux changes, then the counters and statistic deltas and COMMIT
+        (those two pipelined: one round trip); the connection goes back to the pool."""
         for table in list(self._aux_pending):
             self.flush_aux(table)
         stats = [(k, d) for k, d in self._dstats.items() if d]
-        self.run(_FLUSH,
-                  (self._max_id, self._max_sym, self.space, self.space,
-                   [k for k, _ in stats], [d for _, d in stats]))
+        params = (self._max_id, self._max_sym, self.space, self.space,
+                  [k for k, _ in stats], [d for _, d in stats])
+
+        def run() -> None:
+            with conn.pipeline():
+                conn.execute(_FLUSH, params)
+                conn.execute("COMMIT")
+        call(run, self.host.where, True)
+        self.conn = None
+        self.host.release(conn)
 
     def commit_id(self) -> int:
         return self.serial
