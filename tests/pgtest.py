@@ -27,7 +27,7 @@ import pytest
 class PgServer:
     """A running PostgreSQL server owned by this process (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fast: bool = True) -> None:
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
         import pgserver                     # the postgres extra
         self.dir = tempfile.mkdtemp(prefix="nexus-pg-")
@@ -38,10 +38,11 @@ class PgServer:
         self.user = "postgres"
         self._names = itertools.count(1)
         self._lock = threading.Lock()
-        # A throwaway server: no fsync (the tests' commits wait for no disk).
-        for setting in ("fsync = off", "synchronous_commit = off", "full_page_writes = off"):
-            self.sql(f"ALTER SYSTEM SET {setting}")
-        self.sql("SELECT pg_reload_conf()")
+        if fast:    # a throwaway server: no fsync (the tests' commits wait for no disk)
+            for setting in ("fsync = off", "synchronous_commit = off",
+                            "full_page_writes = off"):
+                self.sql(f"ALTER SYSTEM SET {setting}")
+            self.sql("SELECT pg_reload_conf()")
 
     def url(self, dbname: str = "postgres", **params: str) -> str:
         """The `postgresql://` URL of a database of this server (over its unix socket)."""
