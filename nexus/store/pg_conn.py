@@ -5,7 +5,6 @@ transactions (`pg_txn`, `pg_write`); `PgHost` is what a transaction needs of its
 from __future__ import annotations
 
 import re
-import time
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -26,6 +25,7 @@ class PgHost(Protocol):
 
     where: PgLocation
     space: str
+    token: int                      # unique per open store in this process
     concept_heads: dict[int, ConceptHead]
     symbol_ids: dict[str, int]
     symbol_texts: dict[int, str]
@@ -141,15 +141,3 @@ def pages(fetch: Callable[[tuple[Any, ...] | None, int], list[tuple[Any, ...]]],
             return
         after = key(rows[-1])
         limit = min(limit * 4, 8192)
-
-
-def wait_for(fn: Callable[[], T], seconds: float) -> T:
-    """Retry `fn` on KipError until it succeeds or `seconds` passed (tests, tools)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return fn()
-        except KipError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)

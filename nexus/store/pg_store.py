@@ -29,7 +29,7 @@ snapshot this process cannot see change).
 """
 from __future__ import annotations
 
-import logging
+import itertools
 import threading
 from types import TracebackType
 from typing import Any, Callable, Literal, TypeVar
@@ -44,11 +44,11 @@ from nexus.store.pg_txn import PgReadTxn
 from nexus.store.pg_write import PgWriteTxn, check_tables
 from nexus.store.protocol import ReadTxn, TableCheck
 
-log = logging.getLogger("nexus.store")
 T = TypeVar("T")
 
 MAX_IDLE = 8                        # idle connections kept per store
 HEAD_CACHE = 200_000                # concept heads cached per store (emptied when full)
+_TOKENS = itertools.count(1)        # store tokens: never shared by two stores of a process
 
 
 class PgGraphStore:
@@ -59,6 +59,7 @@ class PgGraphStore:
     def __init__(self, location: str, **options: Any) -> None:
         self.where = PgLocation(location)
         self.space = self.where.space
+        self.token = next(_TOKENS)
         self._idle: list[psycopg.Connection[Any]] = []
         self._pool_lock = threading.Lock()
         self._wlock = threading.Lock()

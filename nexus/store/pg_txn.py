@@ -24,7 +24,6 @@ from nexus.store.protocol import AUX_TABLES
 
 MAX_ID = (1 << 63) - 1
 LOCAL_HEADS = 100_000           # heads a transaction keeps (emptied when full)
-COPY_CHUNK = 50_000
 ST_CONCEPTS, ST_LINKS = "concepts", "links"
 
 # An element's head and both its maps, in one round trip (head() keeps the maps for the
@@ -389,7 +388,7 @@ class PgReadTxn:
         return None
 
     def store_token(self) -> int:
-        return id(self.host)
+        return self.host.token
 
     def columns(self) -> None:
         return None

@@ -23,7 +23,7 @@ from nexus.store.pg_txn import (ST_CONCEPTS, ST_LINKS, PgAux, PgReadTxn, PgWrite
                                 internal, is_id, pred_key, type_key, used_after_end)
 from nexus.store.protocol import TableCheck
 
-COPY_CHUNK = 20_000             # rows per COPY and per aux upsert
+COPY_CHUNK = 20_000             # aux entries per upsert statement (and kept pending at most)
 NEW_HEADS_CAP = 50_000          # concept heads a write remembers to publish at commit
 
 _INSERT_CONCEPT = (
