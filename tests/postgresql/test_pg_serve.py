@@ -116,3 +116,39 @@ def test_serve_refuses_an_unreachable_database_with_the_cause(tmp_path):
     err = done.stderr
     assert "unreachable" in err and "127.0.0.1" in err, err
     assert "Hush-hush-42" not in err + done.stdout
+
+
+def test_expect_version_across_two_servers_loses_no_update(two_servers):
+    """Agents read a counter and its _version from either server and write it back with
+    EXPECT VERSION, retrying on KIP_3005: every increment lands exactly once."""
+    a, b = two_servers
+    assert "result" in a.kip('UPSERT { CONCEPT ?c { {type: "Person", name: "cas"} '
+                             'SET ATTRIBUTES { n: 0 } } }')
+    find = 'FIND(?c) WHERE { ?c {type: "Person", name: "cas"} }'
+    write = ('UPSERT { CONCEPT ?c { {type: "Person", name: "cas"} EXPECT VERSION :v '
+             'SET ATTRIBUTES { n: :n } } }')
+    agents, each = 4, 5
+    conflicts: list[int] = []
+    failures: list[dict] = []
+
+    def agent(k: int) -> None:
+        server = (a, b)[k % 2]
+        done = 0
+        while done < each:
+            got = server.kip(find)["result"]
+            concept = got[0] if isinstance(got, list) else got
+            n, v = concept["attributes"]["n"], concept["metadata"]["_version"]
+            r = server.kip(write, v=v, n=n + 1)
+            if "error" in r:
+                if r["error"]["code"] != "KIP_3005":
+                    failures.append(r)
+                    return
+                conflicts.append(k)
+                continue
+            done += 1
+    with ThreadPoolExecutor(agents) as pool:
+        list(pool.map(agent, range(agents)))
+    assert not failures, failures[:3]
+    got = b.kip(find)["result"]
+    concept = got[0] if isinstance(got, list) else got
+    assert concept["attributes"]["n"] == agents * each, (concept, len(conflicts))
