@@ -244,12 +244,14 @@ class PgReadTxn:
             utf8 = codec.encode_text(name)
         except KipError:
             return None
-        row = self.one("SELECT id, name FROM nexus_concepts WHERE space = %s AND type_id = %s "
-                       "AND name_key = %s", (self.space, type_id, codec.text_key(utf8)))
+        row = self.one("SELECT id, name, attributes, metadata FROM nexus_concepts WHERE "
+                       "space = %s AND type_id = %s AND name_key = %s",
+                       (self.space, type_id, codec.text_key(utf8)))
         if row is None or bytes(row[1]) != utf8:
             return None
         n: int = row[0]
         self._keep(ConceptHead(n, type_id, name))
+        self._keep_maps(n, row[2], row[3])      # (usually asked for next)
         return n
 
     def concepts_of_type(self, type_id: int) -> Iterator[int]:
