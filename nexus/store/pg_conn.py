@@ -73,7 +73,8 @@ class PgLocation:
         if parts.password is not None:
             user, _, host = netloc.rpartition("@")
             netloc = f"{user.partition(':')[0]}:***@{host}"
-        shown_query = urlencode([(k, "***" if k == "password" else v) for k, v in query])
+        shown_query = urlencode([(k, "***" if k == "password" else v) for k, v in query],
+                                safe="/:*")
         self.shown = urlunsplit((parts.scheme, netloc, parts.path, shown_query, parts.fragment))
         self.secrets = [s for s in (self.password, *(v for k, v in query if k == "password"))
                         if s]
