@@ -25,6 +25,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import sys
 
 from typing import Any, Iterable, Mapping, Sequence
@@ -88,12 +89,30 @@ def _progress(what: str, **options: Any) -> Any:
     return Progress(f"kip {what}", **options)
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+_PASSWORD = re.compile(r"(://[^/@:?#]*):[^@/?#]*@|(password=)[^&#]*")
+
+
+def _is_url(location: str) -> bool:
+    """Whether a --db names a store by URL (postgresql://...) rather than a directory."""
+    return _SCHEME.match(location) is not None
+
+
+def shown(location: str) -> str:
+    """A --db for messages: a URL's password masked, a directory as an absolute path."""
+    if not _is_url(location):
+        return os.path.abspath(location)
+    return _PASSWORD.sub(lambda m: f"{m.group(1)}:***@" if m.group(1) is not None
+                         else f"{m.group(2)}***", location)
+
+
 def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
     from .api import Nexus
     if getattr(args, "no_bootstrap", False):
         options["bootstrap"] = False
     path = args.db or _default_db()
-    if not create and not os.path.isdir(path):
+    url = _is_url(path)
+    if not create and not url and not os.path.isdir(path):
         raise CliError(f"no database at {path}")
     # Bundled capsules applied to a new database, or changed ones to an old one: a bar that
     # goes away when done at a terminal, a line only when it takes a while otherwise.
@@ -102,14 +121,14 @@ def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
     if not progress.tty:
         progress.delay = 2.0
     try:
-        if create:
+        if create and not url:
             os.makedirs(path, exist_ok=True)
         return Nexus.open(path, progress=progress, **options)
     except KipError as exc:
         hint = f"\n  hint: {exc.hint}" if exc.hint else ""
-        raise CliError(f"cannot open {path}: {exc.message}{hint}") from exc
+        raise CliError(f"cannot open {shown(path)}: {exc.message}{hint}") from exc
     except Exception as exc:  # noqa: BLE001 - the CLI reports, it does not trace back
-        raise CliError(f"cannot open {path}: {exc}") from exc
+        raise CliError(f"cannot open {shown(path)}: {exc}") from exc
     finally:
         progress.close()
 
@@ -190,13 +209,31 @@ def _memory_option(args: argparse.Namespace) -> int | None:
     return value << 20
 
 
+class _Announce:
+    """Stderr for the server's "serving ... on http://..." line when --db is a URL: the server
+    prints its location as a directory path; this shows the URL, its password masked."""
+
+    def __init__(self, db: str) -> None:
+        self.raw = os.path.abspath(db).encode()
+        self.shown = shown(db).encode()
+
+    def write(self, data: bytes) -> int:
+        sys.stderr.buffer.write(data.replace(self.raw, self.shown))
+        return len(data)
+
+    def flush(self) -> None:
+        sys.stderr.buffer.flush()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
     api_key = args.api_key or os.environ.get("KIP_API_KEY") or None
     if api_key and api_key != api_key.strip() and api_key.strip():
         sys.stderr.write("kip serve: note: the whitespace around the API key is ignored\n")
+    db = args.db or _default_db()
+    announce: Any = _Announce(db) if _is_url(db) else None
     try:
-        return serve(args.db or _default_db(), host=args.host, port=args.port,
+        return serve(db, host=args.host, port=args.port, announce=announce,
                      api_key=api_key, allow_remote=args.allow_remote,
                      request_timeout=args.request_timeout, limits=limit_options(args),
                      access_log=None if args.access_log == "off" else args.access_log,
@@ -212,7 +249,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from exc
     except KipError as exc:
         hint = f"\n  hint: {exc.hint}" if exc.hint else ""
-        raise CliError(f"cannot open {args.db or _default_db()}: {exc.message}{hint}") \
+        raise CliError(f"cannot open {shown(args.db or _default_db())}: {exc.message}{hint}") \
             from exc
 
 
@@ -546,14 +583,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         info = nexus.info()
     counts = {k: info[k] for k in ("concepts", "propositions", "concept_types",
                                    "proposition_types", "domains")}
-    size = sum(os.path.getsize(os.path.join(root, f))
-               for root, _, files in os.walk(path) for f in files)
+    size = 0 if _is_url(path) else sum(os.path.getsize(os.path.join(root, f))
+                                       for root, _, files in os.walk(path) for f in files)
     try:
         import lmdb
         lmdb_version = lmdb.__version__
     except ImportError:  # pragma: no cover
         lmdb_version = None
-    _emit({"path": os.path.abspath(path), **counts, "disk_bytes": size,
+    _emit({"path": shown(path), **counts, "disk_bytes": size,
            "nexus_version": __version__, "kip_version": KIP_VERSION,
            "python": platform.python_version(), "lmdb": lmdb_version})
     return 0

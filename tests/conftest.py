@@ -1,4 +1,4 @@
-"""Defaults of the whole test suite.
+"""Defaults and fixtures of the whole test suite.
 
 Test databases open without a semantic embedder: `NEXUS_SEMANTIC=none` is the default of
 `Nexus.open(..., semantic=...)` (nexus/config.py) here and in every `kip` process a test
@@ -7,9 +7,18 @@ suite's databases dominated its run time, and almost no test searches by meaning
 of SEARCH MODE "semantic" / "hybrid", of the embedder recorded per database and of
 `kip reindex --semantic` ask for WordLlama themselves (tests/search/test_modes.py,
 test_paraphrases.py). `NEXUS_SEMANTIC=auto pytest` runs the suite with the product default.
+
+Fixtures every test directory may use: the session's PostgreSQL server (`pg_server`) and a
+fresh database per test module (`pg_database`), from `tests/pgtest.py`; started only when a
+test asks for them, skipped when the `postgres` extra is not installed.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("NEXUS_SEMANTIC", "none")
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from pgtest import pg_database, pg_server, pytest_sessionfinish  # noqa: E402,F401

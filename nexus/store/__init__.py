@@ -81,3 +81,18 @@ def _open_memory(rest: str, *, durable: bool = True, **options: Any) -> MemoryGr
 
 register_backend("lmdb", _open_lmdb)
 register_backend("memory", _open_memory)
+
+
+def _open_postgresql(rest: str, **options: Any) -> GraphStore:
+    """`postgresql://user[:password]@host[:port]/dbname[?space=NAME&...]`: the PostgreSQL
+    backend (`nexus.store.pg_store`), which needs the `postgres` extra (psycopg)."""
+    try:
+        from nexus.store.pg_store import PgGraphStore
+    except ImportError as exc:
+        raise KipError(ErrorCode.KIP_4003, f"the postgresql:// backend needs psycopg, which "
+                       f"is not installed ({exc.name})",
+                       "pip install 'nexus-kip[postgres]'") from None
+    return PgGraphStore(rest, **options)
+
+
+register_backend("postgresql", _open_postgresql)

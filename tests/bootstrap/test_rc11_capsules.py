@@ -76,8 +76,17 @@ def state(db: Path) -> dict:
         return out
 
 
-def test_every_reference_capsule_loads_unchanged_with_kip_load(tmp_path):
-    db = tmp_path / "db"
+@pytest.fixture(params=["lmdb", "postgresql"])
+def database(request, tmp_path):
+    """A database location for `kip --db`: an LMDB directory, or a fresh PostgreSQL database
+    of the session's server (tests/pgtest.py; skipped without the postgres extra)."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("pg_server").fresh_database("capsules")
+    return tmp_path / "db"
+
+
+def test_every_reference_capsule_loads_unchanged_with_kip_load(database):
+    db = database
     created = kip("exec", "--db", str(db), "DESCRIBE PRIMER")      # nexus bootstraps it
     assert created.returncode == 0, created.stderr
     before = state(db)

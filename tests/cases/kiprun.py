@@ -53,10 +53,24 @@ class Target:
         raise NotImplementedError
 
 
-class Local(Target):
-    """A `Nexus` in this process; `path` None is a memory store (which cannot reopen)."""
+_PG: list[str] = []           # the cases' database on the session's PostgreSQL server
+_PG_SPACES = iter(range(1, 1 << 62))
 
-    def __init__(self, path: Path | None, options: dict) -> None:
+
+def pg_location() -> str:
+    """A `postgresql://` location of a fresh, empty space (skips without the extra)."""
+    from pgtest import shared_server
+    server = shared_server()
+    if not _PG:
+        _PG.append(server.fresh_database("cases"))
+    return f"{_PG[0]}&space=c{next(_PG_SPACES)}"
+
+
+class Local(Target):
+    """A `Nexus` in this process; `path` None is a memory store (which cannot reopen), a
+    str a store URL (postgresql://)."""
+
+    def __init__(self, path: Path | str | None, options: dict) -> None:
         self.path, self.options = path, options
         self.nx = Nexus.open(None if path is None else str(path), **options)
 
@@ -103,6 +117,8 @@ def open_target(store: str, directory: Path, case: Case) -> Local | Http:
     options = {"bootstrap": case.bootstrap, **case.options}
     if store == "lmdb":
         options.setdefault("durable", False)
+    if store == "postgresql":       # a fresh space in the session's server (tests/pgtest.py)
+        return load_graph(Local(pg_location(), options), case.graph)
     target = Local(directory / "db" if store == "lmdb" else None, options)
     return load_graph(target, case.graph)
 

@@ -17,9 +17,11 @@ ROOT = Path(__file__).parent
 GRAPHS = ROOT / "graphs"
 
 # Where a case can run: the in-process stores under each FIND executor, and a real
-# `kip serve` (an LMDB store behind HTTP).
-STORES = ("memory", "lmdb", "http")
-TARGETS = ("memory-row", "memory-columnar", "lmdb-row", "lmdb-columnar", "http")
+# `kip serve` (an LMDB store behind HTTP). PostgreSQL has no column views (the columnar
+# executor falls back to rows there), so it runs once; it needs the postgres extra.
+STORES = ("memory", "lmdb", "http", "postgresql")
+TARGETS = ("memory-row", "memory-columnar", "lmdb-row", "lmdb-columnar", "http",
+           "postgresql-row")
 
 NOTE_KEYS = {"spec", "contract", "decision", "note", "about"}     # free text, not checked
 KEYS = {"graph", "bootstrap", "writes", "params", "options", "dry_run", "stores",

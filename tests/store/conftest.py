@@ -8,19 +8,26 @@ persistence is tested.
 """
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from nexus.store import AUX_TABLES, backends, open_store
 
 # Backends whose every open is a fresh, empty store (nothing to reopen).
 TRANSIENT = {"memory"}
+_SPACES = itertools.count(1)
 
 
-def location(kind: str, tmp_path) -> str:
-    """The location of a test store of backend `kind`: memory:// takes no path; the others
-    get a directory in the test's temporary directory (an absolute path: `lmdb:///tmp/...`)."""
+def location(kind: str, tmp_path, request=None) -> str:
+    """The location of a test store of backend `kind`: memory:// takes no path; postgresql://
+    a fresh space in the module's database of the session's server (tests/pgtest.py); the
+    others get a directory in the test's temporary directory (`lmdb:///tmp/...`)."""
     if kind in TRANSIENT:
         return f"{kind}://"
+    if kind == "postgresql":
+        assert request is not None, "a postgresql:// test store needs the test's request"
+        return f"{request.getfixturevalue('pg_database')}&space=s{next(_SPACES)}"
     return f"{kind}://{tmp_path / 'db'}"
 
 
@@ -30,15 +37,20 @@ def kind(request) -> str:
 
 
 @pytest.fixture
-def make_store(kind, tmp_path):
+def make_store(kind, tmp_path, request):
     opened = []
+    where: list[str] = []
 
     def make(reopen: bool = False, **options):
         if reopen:
             assert kind not in TRANSIENT, f"a {kind}:// store cannot be reopened"
             for s in opened:
                 s.close()
-        s = open_store(location(kind, tmp_path), **options)
+        else:       # (a new space for postgresql; the same directory for lmdb)
+            base = tmp_path / f"s{len(where)}" if where else tmp_path
+            base.mkdir(exist_ok=True)
+            where.append(location(kind, base, request))
+        s = open_store(where[-1], **options)
         opened.append(s)
         return s
 

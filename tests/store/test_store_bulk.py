@@ -45,11 +45,23 @@ def test_bulk_equals_single_calls(make_store, snapshot_of):
     b = MemoryGraphStore()
     load_single(a)
     load_bulk(b)
-    assert snapshot_of(a) == snapshot_of(b)
+    assert same_state(snapshot_of(a), snapshot_of(b))
+    c, d = make_store(), MemoryGraphStore()     # and the other way round
+    load_bulk(c)
+    load_single(d)
+    assert same_state(snapshot_of(c), snapshot_of(d))
+
+
+def same_state(a, b) -> bool:
+    """Equal as read through the protocol, and byte-identical when both keep the same raw
+    tables (LMDB and memory; a SQL backend's raw rows are its own)."""
+    if a[0] != b[0]:
+        return False
+    return a[1] == b[1] if set(a[1]) == set(b[1]) else True
 
 
 def test_both_stores_are_byte_identical(make_store, kind):
-    if kind == "memory":
+    if kind != "lmdb":
         pytest.skip("compares the LMDB store with the memory store")
     disk, mem = make_store(), MemoryGraphStore()
     for s in (disk, mem):
@@ -175,7 +187,7 @@ def test_column_methods_with_extra_metadata_equal_single_calls(make_store, snaps
         # a read of the deferred indexes inside the transaction sees them
         s, p, o = links[0][1:4]
         assert (p, s, links[0][0]) in list(w.in_links(o, p))
-    assert snapshot_of(a) == snapshot_of(b)
+    assert same_state(snapshot_of(a), snapshot_of(b))
 
 
 def test_deferred_link_indexes_survive_a_delete_in_the_same_transaction(graph, snapshot_of):

@@ -1,0 +1,121 @@
+"""The PostgreSQL column (issue 22), first cut: the peers workload (bench/workload.py) bulk
+loaded into a `postgresql://` nexus and into LMDB, then Q1–Q4 on both — median latency and,
+on PostgreSQL, SQL statements (round trips) per query — and the durable single UPSERT (W2).
+
+    python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...]
+
+Without `--url` it starts a PostgreSQL of its own from the `postgres` extra (tests/pgtest.py,
+fsync left on: the figures are durable commits). Prints a JSON report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from bench import nexus_peer as NP
+from bench import workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Statements:
+    """Counts the SQL statements sent through psycopg connections (each one round trip,
+    but for the pipelined BEGIN+lock and counters+COMMIT pairs, counted as two)."""
+
+    def __init__(self) -> None:
+        import psycopg
+        self.n = 0
+        self.by: Counter[str] = Counter()
+        original = psycopg.Connection.execute
+        outer = self
+
+        def execute(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+            outer.n += 1
+            outer.by[str(query)[:50]] += 1
+            return original(conn, query, params, **kw)
+        psycopg.Connection.execute = execute  # type: ignore[method-assign]
+
+
+def timed(fn: Callable[[], Any], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
+
+
+def run(location: str, concepts: list, props: list, meta: dict, reps: int,
+        counter: Statements | None) -> dict:
+    t0 = time.perf_counter()
+    nx = NP.open_nexus(location)
+    NP.load_into(nx, concepts, props)
+    load_s = time.perf_counter() - t0
+    NP.settle(nx)
+    q = NP.NexusQueries(nx)
+    params = meta["params"]
+    calls = {
+        "Q1": lambda p: q.q1(p["type"], p["name"]),
+        "Q2": lambda p: q.q2(p["symptom"]),
+        "Q3": lambda p: q.q3(p["symptom"], p["max_risk"], p["excluded_class"]),
+        "Q4": lambda p: q.q4(p["drug_class"], p["min_hops"], p["max_hops"]),
+    }
+    out: dict[str, Any] = {"load_s": round(load_s, 2), "items": len(concepts) + len(props)}
+    for name, call in calls.items():
+        sample = params[name][:reps]
+        for p in sample:                            # warm (parse, plan caches)
+            call(p)
+        before = counter.n if counter else 0
+        ms = [timed(lambda p=p: call(p), 1) for p in sample]
+        entry = {"median_ms": round(statistics.median(ms), 3)}
+        if counter:
+            entry["statements_per_query"] = round((counter.n - before) / len(sample), 1)
+        out[name] = entry
+    ups = workload.make_upserts(concepts, meta, k=reps)
+    before = counter.n if counter else 0
+    ms = [timed(lambda item=item: q.upsert(item), 1) for item in ups]
+    out["W2"] = {"median_ms": round(statistics.median(ms), 3)}
+    if counter:
+        out["W2"]["statements_per_upsert"] = round((counter.n - before) / len(ups), 1)
+    nx.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--url", default=None)
+    args = ap.parse_args(argv)
+    data = tempfile.mkdtemp(prefix="nexus-pg-bench-")
+    concepts, props, meta, _ = workload.read(workload.write(workload.generate(args.n), data))
+    server = None
+    url = args.url
+    if url is None:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from pgtest import PgServer
+        server = PgServer(fast=False)
+        url = server.fresh_database("bench")
+    counter = Statements()
+    try:
+        report = {"n": args.n,
+                  "postgresql": run(url, concepts, props, meta, args.reps, counter),
+                  "lmdb": run(os.path.join(data, "db"), concepts, props, meta, args.reps,
+                              None)}
+    finally:
+        if server is not None:
+            server.stop()
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,493 @@
+"""The PostgreSQL backend's transactions: every protocol call as (at most) one SQL statement.
+
+Owns the SQL of reading (`PgReadTxn`) and writing (`PgWriteTxn`), the aux tables
+(`PgAux`) and the table check. The lifecycle around them (connections, BEGIN/COMMIT, the
+writer's row lock, error translation) is `pg_store`'s; the tables are `pg_schema`'s.
+
+Scans are keyset-paged (`pg_store.pages`): a caller that stops after the first rows pays
+one small query, a full scan a few large ones, and memory stays bounded. Link heads read
+by a scan (a scan row is the whole head) are kept in the transaction, so `known_head` on
+them costs no round trip; concept heads are also cached per store once committed.
+"""
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Iterator, Literal, NoReturn, Sequence
+
+import psycopg
+
+from nexus.errors import ErrorCode, KipError
+from nexus.store import codec
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
+from nexus.store.pg_conn import PgHost, call, pages, translate
+from nexus.store.protocol import AUX_TABLES
+
+MAX_ID = (1 << 63) - 1
+LOCAL_HEADS = 100_000           # heads a transaction keeps (emptied when full)
+ST_CONCEPTS, ST_LINKS = "concepts", "links"
+
+# An element's head and both its maps, in one round trip (head() keeps the maps for the
+# attributes()/metadata() calls that usually follow).
+_HEAD = ("SELECT type_id, name, NULL::bigint, NULL::bigint, NULL::bigint, attributes, "
+         "metadata FROM nexus_concepts WHERE space = %s AND id = %s UNION ALL "
+         "SELECT NULL, NULL, subject, predicate, object, attributes, metadata FROM nexus_links "
+         "WHERE space = %s AND id = %s")
+_MAPS = ("SELECT attributes, metadata FROM nexus_concepts WHERE space = %s AND id = %s "
+         "UNION ALL SELECT attributes, metadata FROM nexus_links WHERE space = %s AND id = %s")
+LOCAL_MAPS = 4096               # elements whose maps a transaction keeps (emptied when full)
+LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
+MISSING = object()
+
+
+def internal(message: str) -> KipError:
+    return KipError(ErrorCode.KIP_4003, message)
+
+
+def is_id(n: object) -> bool:
+    return type(n) is int and 0 < n <= MAX_ID
+
+
+def _is_sid(n: object) -> bool:
+    return type(n) is int and 0 <= n <= MAX_ID
+
+
+def used_after_end(*args: object, **kwargs: object) -> NoReturn:
+    raise internal("the transaction has ended (committed or aborted); it cannot be used "
+                   "any more")
+
+
+def type_key(t: int) -> str:
+    return f"t:{t}"
+
+
+def pred_key(p: int) -> str:
+    return f"p:{p}"
+
+
+class PgReadTxn:
+    """ReadTxn over one REPEATABLE READ snapshot; also its own context manager."""
+
+    writing = False
+
+    def __init__(self, host: PgHost, conn: psycopg.Connection[Any]) -> None:
+        self.host = host
+        self.conn: psycopg.Connection[Any] | None = conn
+        self.space = host.space
+        self.heads: dict[int, Head] = {}
+        # The raw maps (attributes, metadata) of elements read in this snapshot, and the aux
+        # values read: (table, key) -> value or None (absent). Write transactions keep both
+        # in step with their own writes.
+        self.maps: dict[int, tuple[bytes | None, bytes | None]] = {}
+        self.aux_values: dict[tuple[str, bytes], bytes | None] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> PgReadTxn:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                self.host.end(conn, commit=False)
+            except Exception as end_exc:  # noqa: BLE001 - e.g. the connection died
+                if exc is None:
+                    raise (self._translate(end_exc) or internal(str(end_exc))) from None
+        if exc is not None and not isinstance(exc, KipError):
+            err = self._translate(exc)
+            if err is not None:
+                raise err from exc
+        return False
+
+    def _translate(self, exc: BaseException) -> KipError | None:
+        """The KipError for a database exception (None for any other)."""
+        return translate(exc, self.host.where, writing=self.writing)
+
+    def rows(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """All rows of one statement (KipError on any failure)."""
+        conn = self.conn
+        if conn is None:
+            used_after_end()
+        return call(lambda: conn.execute(sql, params).fetchall(), self.host.where,
+                    self.writing)
+
+    def run(self, sql: str, params: Sequence[Any]) -> int:
+        """Execute one statement that returns no rows; its row count."""
+        conn = self.conn
+        if conn is None:
+            used_after_end()
+        return call(lambda: conn.execute(sql, params).rowcount, self.host.where, self.writing)
+
+    def one(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        rows = self.rows(sql, params)
+        return rows[0] if rows else None
+
+    def paged(self, select: str, where: str, order: Sequence[str], params: Sequence[Any]
+              ) -> Iterator[tuple[Any, ...]]:
+        """Rows of `SELECT select FROM ... WHERE where ORDER BY order`, keyset-paged on the
+        order columns (which the select lists first, in that order)."""
+        cols = ", ".join(order)
+        marks = ", ".join(["%s"] * len(order))
+        first = f"SELECT {select} WHERE {where} ORDER BY {cols} LIMIT %s"
+        later = (f"SELECT {select} WHERE {where} AND ({cols}) > ({marks}) "
+                 f"ORDER BY {cols} LIMIT %s")
+        k = len(order)
+
+        def fetch(after: tuple[Any, ...] | None, limit: int) -> list[tuple[Any, ...]]:
+            if after is None:
+                return self.rows(first, (*params, limit))
+            return self.rows(later, (*params, *after, limit))
+        return pages(fetch, lambda row: tuple(row[:k]))
+
+    def _keep(self, h: Head) -> None:
+        heads = self.heads
+        if len(heads) >= LOCAL_HEADS:
+            heads.clear()
+        heads[h.n] = h
+
+    # --- symbols -------------------------------------------------------------------------
+    def symbol_id(self, text: str) -> int | None:
+        sid = self.host.symbol_ids.get(text)
+        if sid is not None:
+            return sid
+        try:
+            utf8 = codec.encode_text(text)
+        except KipError:
+            return None
+        row = self.one("SELECT id, text FROM nexus_symbols WHERE space = %s AND tkey = %s",
+                       (self.space, codec.text_key(utf8)))
+        if row is None or bytes(row[1]) != utf8:
+            return None
+        self.host.symbol_ids[text] = row[0]
+        return int(row[0])
+
+    def symbol_text(self, sid: int) -> str:
+        text = self.host.symbol_texts.get(sid)
+        if text is not None:
+            return text
+        row = (self.one("SELECT text FROM nexus_symbols WHERE space = %s AND id = %s",
+                        (self.space, sid)) if _is_sid(sid) else None)
+        if row is None:
+            raise internal(f"unknown symbol id {sid!r}")
+        text = bytes(row[0]).decode()
+        self.host.symbol_texts[sid] = text
+        return text
+
+    # --- elements ------------------------------------------------------------------------
+    def head(self, n: int) -> Head | None:
+        h = self.heads.get(n)
+        if h is not None:
+            return h
+        if not is_id(n):
+            return None
+        row = self.one(_HEAD, (self.space, n, self.space, n))
+        if row is None:
+            return None
+        self._keep_maps(n, row[5], row[6])
+        if row[1] is not None:
+            h = ConceptHead(n, row[0], bytes(row[1]).decode())
+        else:
+            h = LinkHead(n, row[2], row[3], row[4])
+        self._keep(h)
+        return h
+
+    def known_head(self, n: int) -> Head:
+        h = self.heads.get(n) or self.host.concept_heads.get(n)
+        if h is not None:
+            return h
+        h = self.head(n)
+        if h is None:
+            raise internal(f"element {n} does not exist in this snapshot")
+        if isinstance(h, ConceptHead) and not self.writing:
+            self.host.cache_heads({n: h})
+        return h
+
+    def _keep_maps(self, n: int, a: Any, m: Any) -> None:
+        maps = self.maps
+        if len(maps) >= LOCAL_MAPS:
+            maps.clear()
+        maps[n] = (None if a is None else bytes(a), None if m is None else bytes(m))
+
+    def _map(self, n: int, which: int) -> JsonMap:
+        if not is_id(n):
+            return {}
+        pair = self.maps.get(n)
+        if pair is None:
+            row = self.one(_MAPS, (self.space, n, self.space, n))
+            if row is None:
+                return {}
+            self._keep_maps(n, row[0], row[1])
+            pair = self.maps[n]
+        raw = pair[which]
+        return {} if raw is None else codec.decode_map(raw)
+
+    def attributes(self, n: int) -> JsonMap:
+        return self._map(n, 0)
+
+    def metadata(self, n: int) -> JsonMap:
+        return self._map(n, 1)
+
+    def max_id(self) -> int:
+        row = self.one("SELECT max_id FROM nexus_meta WHERE space = %s", (self.space,))
+        return 0 if row is None else int(row[0])
+
+    def elements(self) -> Iterator[int]:
+        select = ("id FROM (SELECT id FROM nexus_concepts WHERE space = %s UNION ALL "
+                  "SELECT id FROM nexus_links WHERE space = %s) e")
+        return (r[0] for r in self.paged(select, "TRUE", ["id"], (self.space, self.space)))
+
+    # --- concept indexes -----------------------------------------------------------------
+    def concept_id(self, type_id: int, name: str) -> int | None:
+        if not _is_sid(type_id):
+            return None
+        try:
+            utf8 = codec.encode_text(name)
+        except KipError:
+            return None
+        row = self.one("SELECT id, name, attributes, metadata FROM nexus_concepts WHERE "
+                       "space = %s AND type_id = %s AND name_key = %s",
+                       (self.space, type_id, codec.text_key(utf8)))
+        if row is None or bytes(row[1]) != utf8:
+            return None
+        n: int = row[0]
+        self._keep(ConceptHead(n, type_id, name))
+        self._keep_maps(n, row[2], row[3])      # (usually asked for next)
+        return n
+
+    def concepts_of_type(self, type_id: int) -> Iterator[int]:
+        if not _is_sid(type_id):
+            return iter(())
+        return (r[0] for r in self.paged("id FROM nexus_concepts",
+                                         "space = %s AND type_id = %s", ["id"],
+                                         (self.space, type_id)))
+
+    def concepts_named(self, name: str) -> Iterator[int]:
+        try:
+            utf8 = codec.encode_text(name)
+        except KipError:
+            return iter(())
+        rows = self.paged("id, type_id FROM nexus_concepts",
+                          "space = %s AND name_key = %s AND name = %s", ["id"],
+                          (self.space, codec.text_key(utf8), utf8))
+        return self._named(rows, name)
+
+    def _named(self, rows: Iterator[tuple[Any, ...]], name: str) -> Iterator[int]:
+        for n, t in rows:
+            self._keep(ConceptHead(n, t, name))
+            yield n
+
+    # --- link indexes --------------------------------------------------------------------
+    def link_id(self, subject: int, predicate_id: int, object: int) -> int | None:
+        if not (is_id(subject) and _is_sid(predicate_id) and is_id(object)):
+            return None
+        row = self.one("SELECT id FROM nexus_links WHERE space = %s AND subject = %s AND "
+                       "predicate = %s AND object = %s",
+                       (self.space, subject, predicate_id, object))
+        if row is None:
+            return None
+        n: int = row[0]
+        self._keep(LinkHead(n, subject, predicate_id, object))
+        return n
+
+    def out_links(self, subject: int, predicate_id: int | None = None
+                  ) -> Iterator[tuple[int, int, int]]:
+        return self._ends(subject, predicate_id, "subject", "object", out=True)
+
+    def in_links(self, object: int, predicate_id: int | None = None
+                 ) -> Iterator[tuple[int, int, int]]:
+        return self._ends(object, predicate_id, "object", "subject", out=False)
+
+    def _ends(self, n: int, p: int | None, end: str, other: str, out: bool
+              ) -> Iterator[tuple[int, int, int]]:
+        if not is_id(n) or (p is not None and not _is_sid(p)):
+            return iter(())
+        where = f"space = %s AND {end} = %s"
+        params: tuple[Any, ...] = (self.space, n)
+        if p is not None:
+            where += " AND predicate = %s"
+            params += (p,)
+        rows = self.paged(f"predicate, {other}, id FROM nexus_links", where,
+                          ["predicate", other, "id"], params)
+        return self._link_rows(rows, n, out)
+
+    def _link_rows(self, rows: Iterator[tuple[Any, ...]], n: int, out: bool
+                   ) -> Iterator[tuple[int, int, int]]:
+        keep = self._keep
+        for p, m, k in rows:
+            keep(LinkHead(k, n, p, m) if out else LinkHead(k, m, p, n))
+            yield p, m, k
+
+    def links_of_predicate(self, predicate_id: int) -> Iterator[tuple[int, int, int]]:
+        if not _is_sid(predicate_id):
+            return iter(())
+        rows = self.paged("subject, object, id FROM nexus_links",
+                          "space = %s AND predicate = %s", ["subject", "object", "id"],
+                          (self.space, predicate_id))
+        return self._pred_rows(rows, predicate_id)
+
+    def _pred_rows(self, rows: Iterator[tuple[Any, ...]], p: int
+                   ) -> Iterator[tuple[int, int, int]]:
+        keep = self._keep
+        for s, o, k in rows:
+            keep(LinkHead(k, s, p, o))
+            yield s, o, k
+
+    def link_predicates(self) -> Iterator[int]:
+        found = {int(key[2:]): n for key, n in self.rows(
+            "SELECT key, n FROM nexus_stats WHERE space = %s AND key LIKE 'p:%%'",
+            (self.space,))}
+        for key, delta in self.pending_stats().items():
+            if key.startswith("p:"):
+                p = int(key[2:])
+                found[p] = found.get(p, 0) + delta
+        return iter(sorted(p for p, n in found.items() if n > 0))
+
+    # --- statistics ----------------------------------------------------------------------
+    def pending_stats(self) -> dict[str, int]:
+        """Statistic deltas not yet written (a write transaction's)."""
+        return {}
+
+    def _stat(self, key: str) -> int:
+        row = self.one("SELECT n FROM nexus_stats WHERE space = %s AND key = %s",
+                       (self.space, key))
+        return (0 if row is None else int(row[0])) + self.pending_stats().get(key, 0)
+
+    def count_type(self, type_id: int) -> int:
+        return self._stat(type_key(type_id)) if _is_sid(type_id) else 0
+
+    def count_predicate(self, predicate_id: int) -> int:
+        return self._stat(pred_key(predicate_id)) if _is_sid(predicate_id) else 0
+
+    def count_concepts(self) -> int:
+        return self._stat(ST_CONCEPTS)
+
+    def count_links(self) -> int:
+        return self._stat(ST_LINKS)
+
+    # --- aux -----------------------------------------------------------------------------
+    def aux(self, table: str) -> PgAux:
+        if table not in AUX_TABLES:
+            raise internal(f"unknown aux table {table!r}; declared tables: {AUX_TABLES}")
+        return PgAux(self, table)
+
+    def remember_aux(self, table: str, key: bytes, value: bytes | None) -> None:
+        """Keep an aux value read in this snapshot (package-internal: `PgAux`)."""
+        values = self.aux_values
+        if len(values) >= LOCAL_AUX:
+            values.clear()
+        values[(table, key)] = value
+
+    def flush_aux(self, table: str) -> None:
+        """Write the table's pending aux changes (a write transaction's; none here)."""
+
+    def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
+        raise internal("aux tables are read-only in a read transaction")
+
+    # --- snapshots and columns -----------------------------------------------------------
+    def snapshot_id(self) -> int | None:
+        """None: another server sharing the database commits without this process knowing,
+        so nothing may be cached by snapshot here (module doc of `pg_store`)."""
+        return None
+
+    def store_token(self) -> int:
+        return self.host.token
+
+    def columns(self) -> None:
+        return None
+
+    def column_cache(self) -> None:
+        return None
+
+
+class PgAux:
+    """AuxTable over `nexus_aux` rows of one table name (bytea keys compare bytewise)."""
+
+    def __init__(self, txn: PgReadTxn, table: str) -> None:
+        self.txn = txn
+        self.table = table
+
+    def get(self, key: bytes) -> bytes | None:
+        if not key or len(key) > codec.MAX_KEY:
+            return None
+        txn = self.txn
+        known = txn.aux_values.get((self.table, key), MISSING)
+        if known is not MISSING:
+            return known        # type: ignore[return-value]  # (bytes | None when found)
+        row = txn.one("SELECT v FROM nexus_aux WHERE space = %s AND tbl = %s AND k = %s",
+                      (txn.space, self.table, key))
+        value = None if row is None else bytes(row[0])
+        txn.remember_aux(self.table, bytes(key), value)
+        return value
+
+    def scan(self, prefix: bytes = b"", *, reverse: bool = False,
+             start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        if len(prefix) > codec.MAX_KEY or (start is not None and len(start) > codec.MAX_KEY):
+            raise internal(f"aux scan prefix/start longer than {codec.MAX_KEY} bytes")
+        self.txn.flush_aux(self.table)
+        where = "space = %s AND tbl = %s"
+        params: list[Any] = [self.txn.space, self.table]
+        if prefix:
+            where += " AND k >= %s"
+            params.append(prefix)
+            end = codec.prefix_end(prefix)
+            if end is not None:
+                where += " AND k < %s"
+                params.append(end)
+        if start is not None:
+            where += " AND k <= %s" if reverse else " AND k >= %s"
+            params.append(start)
+        order = "k DESC" if reverse else "k"
+        cmp = "<" if reverse else ">"
+        first = f"SELECT k, v FROM nexus_aux WHERE {where} ORDER BY {order} LIMIT %s"
+        later = f"SELECT k, v FROM nexus_aux WHERE {where} AND k {cmp} %s ORDER BY {order} LIMIT %s"
+        txn = self.txn
+
+        def fetch(after: tuple[Any, ...] | None, limit: int) -> list[tuple[Any, ...]]:
+            if after is None:
+                return txn.rows(first, (*params, limit))
+            return txn.rows(later, (*params, after[0], limit))
+        return ((bytes(k), bytes(v)) for k, v in pages(fetch, lambda row: (row[0],)))
+
+    def put(self, key: bytes, value: bytes) -> None:
+        raise internal("aux tables are read-only in a read transaction")
+
+    def delete(self, key: bytes) -> bool:
+        raise internal("aux tables are read-only in a read transaction")
+
+    def count(self, prefix: bytes = b"") -> int:
+        self.txn.flush_aux(self.table)
+        where = "space = %s AND tbl = %s"
+        params: list[Any] = [self.txn.space, self.table]
+        if prefix:
+            where += " AND k >= %s"
+            params.append(prefix)
+            end = codec.prefix_end(prefix)
+            if end is not None:
+                where += " AND k < %s"
+                params.append(end)
+        row = self.txn.one(f"SELECT count(*) FROM nexus_aux WHERE {where}", params)
+        return 0 if row is None else int(row[0])
+
+
+class PgWriteAux(PgAux):
+    """The write transaction's AuxTable: put and delete too, kept in the transaction and
+    written in batches (before a scan or count of the table, when many are pending, and at
+    commit): the search postings of one command are many small puts."""
+
+    def put(self, key: bytes, value: bytes) -> None:
+        _check_aux_key(key)
+        self.txn.pend_aux(self.table, bytes(key), bytes(value))
+
+    def delete(self, key: bytes) -> bool:
+        _check_aux_key(key)
+        if self.get(key) is None:
+            return False
+        self.txn.pend_aux(self.table, bytes(key), None)
+        return True
+
+
+def _check_aux_key(key: bytes) -> None:
+    if not isinstance(key, (bytes, bytearray)) or not key or len(key) > codec.MAX_KEY:
+        raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
+
+

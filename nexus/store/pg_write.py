@@ -1,0 +1,534 @@
+"""The PostgreSQL backend's write transaction, and its table check.
+
+Owns what a write does to the tables: interning, id allocation from the space's meta row
+(locked by `pg_store` for the whole transaction, so ids are unique across every server on
+the database), creating and deleting elements, replacing maps, bulk loads through COPY, and
+writing the counters and statistic deltas once, just before commit. A taken (type, name)
+or (subject, predicate, object) is found with `INSERT ... ON CONFLICT DO NOTHING`, so the
+transaction stays usable after KIP_3003 (a failed statement would abort it in PostgreSQL).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from types import TracebackType
+from typing import Any, Iterable, Literal, Sequence
+
+import psycopg
+
+from nexus.errors import ErrorCode, KipError
+from nexus.store import codec
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
+from nexus.store.pg_conn import PgHost, call
+from nexus.store.pg_txn import (ST_CONCEPTS, ST_LINKS, PgAux, PgReadTxn, PgWriteAux,
+                                internal, is_id, pred_key, type_key, used_after_end)
+from nexus.store.protocol import TableCheck
+
+COPY_CHUNK = 20_000             # aux entries per upsert statement (and kept pending at most)
+NEW_HEADS_CAP = 50_000          # concept heads a write remembers to publish at commit
+
+_INSERT_CONCEPT = (
+    "INSERT INTO nexus_concepts (space, id, type_id, name, name_key, attributes, metadata) "
+    "SELECT %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS "
+    "(SELECT 1 FROM nexus_links WHERE space = %s AND id = %s) "
+    "ON CONFLICT DO NOTHING RETURNING id")
+_INSERT_LINK = (
+    "INSERT INTO nexus_links (space, id, subject, predicate, object, attributes, metadata) "
+    "SELECT %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS "
+    "(SELECT 1 FROM nexus_concepts WHERE space = %s AND id = %s) "
+    "ON CONFLICT DO NOTHING RETURNING id")
+_SET_MAP = ("WITH c AS (UPDATE nexus_concepts SET {col} = %s WHERE space = %s AND id = %s "
+            "RETURNING 1), l AS (UPDATE nexus_links SET {col} = %s WHERE space = %s AND "
+            "id = %s RETURNING 1) SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l)")
+_DELETE = ("WITH c AS (DELETE FROM nexus_concepts WHERE space = %s AND id = %s "
+           "RETURNING type_id), l AS (DELETE FROM nexus_links WHERE space = %s AND id = %s "
+           "RETURNING predicate) SELECT 'c', type_id FROM c UNION ALL SELECT 'l', predicate "
+           "FROM l")
+_FLUSH = ("WITH m AS (UPDATE nexus_meta SET max_id = %s, max_sym = %s WHERE space = %s "
+          "RETURNING 1) INSERT INTO nexus_stats (space, key, n) "
+          "SELECT %s, k, d FROM unnest(%s::text[], %s::bigint[]) AS t(k, d) "
+          "ON CONFLICT (space, key) DO UPDATE SET n = nexus_stats.n + EXCLUDED.n")
+_TAKEN = ("SELECT l.subject, l.predicate, l.object FROM nexus_links l JOIN "
+          "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS t(s, p, o) "
+          "ON l.subject = t.s AND l.predicate = t.p AND l.object = t.o "
+          "WHERE l.space = %s LIMIT 1")
+_AUX_MANY = ("INSERT INTO nexus_aux (space, tbl, k, v) SELECT %s, %s, k, v FROM "
+             "unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
+             "ON CONFLICT (space, tbl, k) DO UPDATE SET v = EXCLUDED.v")
+
+
+class PgWriteTxn(PgReadTxn):
+    """WriteTxn: the space's single writer (see the module doc)."""
+
+    writing = True
+
+    def __init__(self, host: PgHost, conn: psycopg.Connection[Any], *, serial: int,
+                 max_id: int, max_sym: int) -> None:
+        super().__init__(host, conn)
+        self.serial = serial
+        self._max_id = self._max_id0 = max_id
+        self._max_sym = self._max_sym0 = max_sym
+        self._dstats: Counter[str] = Counter()
+        self._new_sids: dict[str, int] = {}
+        self._new_stexts: dict[int, str] = {}
+        self._new_concepts: dict[int, ConceptHead] = {}
+        self._deleted: list[int] = []
+        self._aborted = False
+        self._aux_pending: dict[str, dict[bytes, bytes | None]] = {}
+        self._aux_count = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> PgWriteTxn:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        conn, self.conn = self.conn, None
+        host = self.host
+        try:
+            if conn is None:                    # abort() ended it already
+                pass
+            elif exc is not None or self._aborted:
+                host.end(conn, commit=False)
+            else:
+                self.conn = conn
+                try:
+                    self._commit(conn)
+                except BaseException:
+                    self.conn = None
+                    host.end(conn, commit=False)
+                    raise
+                host.publish(self._new_sids, self._new_stexts, self._new_concepts)
+                host.forget(self._deleted)
+        finally:
+            host.writer_done()
+        if exc is not None and not isinstance(exc, KipError):
+            err = self._translate(exc)
+            if err is not None:
+                raise err from exc
+        return False
+
+    def abort(self) -> None:
+        if not self._aborted:
+            self._aborted = True
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                self.host.end(conn, commit=False)
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def _commit(self, conn: psycopg.Connection[Any]) -> None:
+        """Write the pending aux changes, then the counters and statistic deltas and COMMIT
+        (those two pipelined: one round trip); the connection goes back to the pool."""
+        for table in list(self._aux_pending):
+            self.flush_aux(table)
+        stats = [(k, d) for k, d in self._dstats.items() if d]
+        params = (self._max_id, self._max_sym, self.space, self.space,
+                  [k for k, _ in stats], [d for _, d in stats])
+
+        def run() -> None:
+            with conn.pipeline():
+                conn.execute(_FLUSH, params)
+                conn.execute("COMMIT")
+        call(run, self.host.where, True)
+        self.conn = None
+        self.host.release(conn)
+
+    def commit_id(self) -> int:
+        return self.serial
+
+    def max_sym(self) -> int:
+        """The highest symbol id handed out so far (package-internal: the table check)."""
+        return self._max_sym
+
+    def repair(self, drift: list[str], actual: dict[str, int], stored: dict[str, int],
+               max_el: int, max_sym: int) -> int:
+        """Set the drifted statistics (through the pending deltas) and raise the counters
+        (package-internal: the table check). Returns the number of fixes."""
+        for k in drift:
+            self._dstats[k] += actual.get(k, 0) - stored.get(k, 0)
+        fixes = len(drift)
+        if self._max_id < max_el:
+            self._max_id = max_el
+            fixes += 1
+        if self._max_sym < max_sym:
+            self._max_sym = max_sym
+            fixes += 1
+        return fixes
+
+    def max_id(self) -> int:
+        return self._max_id
+
+    def pending_stats(self) -> dict[str, int]:
+        return self._dstats
+
+    def _bump(self, key: str, delta: int) -> None:
+        self._dstats[key] += delta
+
+    # --- symbols and ids -------------------------------------------------------------------
+    def symbol_id(self, text: str) -> int | None:
+        sid = self._new_sids.get(text)
+        return sid if sid is not None else super().symbol_id(text)
+
+    def symbol_text(self, sid: int) -> str:
+        text = self._new_stexts.get(sid)
+        return text if text is not None else super().symbol_text(sid)
+
+    def intern(self, text: str) -> int:
+        sid = self.symbol_id(text)
+        if sid is None:
+            utf8 = codec.encode_text(text)
+            sid = self._max_sym + 1
+            if not self.rows("INSERT INTO nexus_symbols (space, id, text, tkey) "
+                             "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING id",
+                             (self.space, sid, utf8, codec.text_key(utf8))):
+                raise internal(f"symbol key collision for {text[:80]!r}")
+            self._max_sym = sid
+            self._new_sids[text] = sid
+            self._new_stexts[sid] = text
+        return sid
+
+    def new_id(self) -> int:
+        self._max_id += 1
+        return self._max_id
+
+    def reserve_ids(self, count: int) -> range:
+        start = self._max_id + 1
+        self._max_id += count
+        return range(start, self._max_id + 1)
+
+    def _check_id(self, n: int) -> None:
+        if not is_id(n):
+            raise internal(f"element ids are positive 64-bit integers, got {n!r}")
+        if n > self._max_id:
+            self._max_id = n
+
+    def _remember(self, h: Head) -> None:
+        self._keep(h)
+        if isinstance(h, ConceptHead) and len(self._new_concepts) < NEW_HEADS_CAP:
+            self._new_concepts[h.n] = h
+
+    # --- single-element writes -------------------------------------------------------------
+    def create_concept(self, n: int, type_id: int, name: str,
+                       attributes: JsonMap, metadata: JsonMap) -> None:
+        a = codec.encode_map(attributes, "attributes")
+        m = codec.encode_map(metadata, "metadata")
+        utf8 = codec.encode_text(name)
+        self._check_id(n)
+        sp = self.space
+        if not self.rows(_INSERT_CONCEPT, (sp, n, type_id, utf8, codec.text_key(utf8), a, m,
+                                           sp, n)):
+            if self.concept_id(type_id, name) is not None:
+                raise KipError(ErrorCode.KIP_3003,
+                               f"a concept {{type: {self.symbol_text(type_id)!r}, "
+                               f"name: {name[:200]!r}}} already exists")
+            raise internal(f"element id {n} is already in use")
+        self._remember(ConceptHead(n, type_id, name))
+        self._bump(type_key(type_id), 1)
+        self._bump(ST_CONCEPTS, 1)
+
+    def create_link(self, n: int, subject: int, predicate_id: int, object: int,
+                    attributes: JsonMap, metadata: JsonMap) -> None:
+        a = codec.encode_map(attributes, "attributes")
+        m = codec.encode_map(metadata, "metadata")
+        self._check_id(n)
+        if not (is_id(subject) and is_id(object)):
+            raise internal(f"link ends must be element ids, got {subject!r}, {object!r}")
+        sp = self.space
+        if not self.rows(_INSERT_LINK, (sp, n, subject, predicate_id, object, a, m, sp, n)):
+            if self.link_id(subject, predicate_id, object) is not None:
+                raise KipError(ErrorCode.KIP_3003,
+                               f"a proposition ({subject}, {self.symbol_text(predicate_id)!r}, "
+                               f"{object}) already exists")
+            raise internal(f"element id {n} is already in use")
+        self._keep(LinkHead(n, subject, predicate_id, object))
+        self._bump(pred_key(predicate_id), 1)
+        self._bump(ST_LINKS, 1)
+
+    def set_attributes(self, n: int, attributes: JsonMap) -> None:
+        self._set_map(n, codec.encode_map(attributes, "attributes"), "attributes")
+
+    def set_metadata(self, n: int, metadata: JsonMap) -> None:
+        self._set_map(n, codec.encode_map(metadata, "metadata"), "metadata")
+
+    def _set_map(self, n: int, value: bytes | None, col: str) -> None:
+        sp = self.space
+        row = (self.one(_SET_MAP.format(col=col), (value, sp, n, value, sp, n))
+               if is_id(n) else None)
+        if row is None or not row[0]:
+            raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+        self.maps.pop(n, None)
+
+    def delete(self, n: int) -> bool:
+        if not is_id(n):
+            return False
+        row = self.one(_DELETE, (self.space, n, self.space, n))
+        if row is None:
+            return False
+        kind, sym = row
+        if kind == "c":
+            self._bump(type_key(sym), -1)
+            self._bump(ST_CONCEPTS, -1)
+        else:
+            self._bump(pred_key(sym), -1)
+            self._bump(ST_LINKS, -1)
+        self.heads.pop(n, None)
+        self.maps.pop(n, None)
+        self._new_concepts.pop(n, None)
+        self._deleted.append(n)
+        return True
+
+    def repoint_link(self, n: int, subject: int, object: int) -> None:
+        h = self.head(n)
+        if not isinstance(h, LinkHead):
+            raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+        if (h.subject, h.object) == (subject, object):
+            return
+        p = h.predicate_id
+        if self.link_id(subject, p, object) is not None:
+            raise KipError(ErrorCode.KIP_3003,
+                           f"a proposition ({subject}, {self.symbol_text(p)!r}, {object}) "
+                           f"already exists")
+        self.run("UPDATE nexus_links SET subject = %s, object = %s WHERE space = %s AND "
+                 "id = %s", (subject, object, self.space, n))
+        self._keep(LinkHead(n, subject, p, object))
+
+    # --- aux -------------------------------------------------------------------------------
+    def aux(self, table: str) -> PgAux:
+        base = super().aux(table)
+        return PgWriteAux(self, base.table)
+
+    def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
+        """Change an aux entry in this transaction (None: delete); written by `flush_aux`."""
+        if self.conn is None:
+            used_after_end()
+        self._aux_pending.setdefault(table, {})[key] = value
+        self.remember_aux(table, key, value)
+        self._aux_count += 1
+        if self._aux_count >= COPY_CHUNK:
+            for name in list(self._aux_pending):
+                self.flush_aux(name)
+
+    def flush_aux(self, table: str) -> None:
+        pending = self._aux_pending.pop(table, None)
+        if not pending:
+            return
+        self._aux_count -= len(pending)
+        puts = sorted((k, v) for k, v in pending.items() if v is not None)
+        gone = [k for k, v in pending.items() if v is None]
+        for i in range(0, len(puts), COPY_CHUNK):
+            part = puts[i:i + COPY_CHUNK]
+            self.run(_AUX_MANY, (self.space, table, [k for k, _ in part], [v for _, v in part]))
+        if gone:
+            self.run("DELETE FROM nexus_aux WHERE space = %s AND tbl = %s AND "
+                     "k = ANY(%s::bytea[])", (self.space, table, gone))
+
+    def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        self.aux(table)                         # the table name is checked
+        items = dict(pairs)
+        for k in items:
+            if not isinstance(k, (bytes, bytearray)) or not k or len(k) > codec.MAX_KEY:
+                raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
+        for k, v in items.items():
+            self.pend_aux(table, bytes(k), bytes(v))
+
+    # --- bulk path -------------------------------------------------------------------------
+    def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
+                                                   JsonMap | None]]) -> int:
+        row_list = list(rows)
+        if not row_list:
+            return 0
+        try:
+            ns, types, names, attrs, metas = map(list, zip(*row_list))
+        except ValueError:
+            raise internal("bulk create_concepts: rows must be (n, type_id, name, attributes, "
+                           "metadata)") from None
+        return self.create_concept_columns(ns, types, names, attrs, metas)
+
+    def create_links(self, rows: Iterable[tuple[int, int, int, int, JsonMap | None,
+                                                JsonMap | None]],
+                     known_new: bool = False) -> int:
+        row_list = list(rows)
+        if not row_list:
+            return 0
+        try:
+            ns, ss, ps, os_, attrs, metas = map(list, zip(*row_list))
+        except ValueError:
+            raise internal("bulk create_links: rows must be (n, subject, predicate_id, object, "
+                           "attributes, metadata)") from None
+        return self.create_link_columns(ns, ss, ps, os_, attrs, metas, known_new=known_new)
+
+    def _maps(self, count: int, attributes: MapColumn | None, metadata: MapColumn | None,
+              extra: JsonMap | None) -> tuple[list[bytes | None], list[bytes | None]]:
+        for col in (attributes, metadata):
+            if col is not None and len(col) != count:
+                raise internal("bulk create: columns of different lengths")
+        a: list[bytes | None] = (codec.encode_maps(attributes, "attributes")
+                                 if attributes is not None else [None] * count)
+        if metadata is None and not extra:
+            m: list[bytes | None] = [None] * count
+        else:
+            m = codec.encode_maps(metadata if metadata is not None else [None] * count,
+                                  "metadata", extra)
+        return a, m
+
+    def create_concept_columns(self, ids: Sequence[int], type_ids: Sequence[int],
+                               names: Sequence[str],
+                               attributes: MapColumn | None = None,
+                               metadata: MapColumn | None = None, *,
+                               extra_metadata: JsonMap | None = None) -> int:
+        count = len(ids)
+        if len(type_ids) != count or len(names) != count:
+            raise internal("bulk create: columns of different lengths")
+        if not count:
+            return 0
+        a, m = self._maps(count, attributes, metadata, extra_metadata)
+        utf8 = [codec.encode_text(name) for name in names]
+        keys = [codec.text_key(u) for u in utf8]
+        for n in ids:
+            self._check_id(n)
+        if len(set(zip(type_ids, keys))) != count:
+            raise KipError(ErrorCode.KIP_3003, "bulk create: a concept (type, name) is "
+                           "repeated in the batch")
+        sp = self.space
+        rows = zip(repeat_(sp, count), ids, type_ids, utf8, keys, a, m)
+        self._copy("COPY nexus_concepts (space, id, type_id, name, name_key, attributes, "
+                   "metadata) FROM STDIN", ["text", "int8", "int8", "bytea", "bytea", "bytea",
+                                            "bytea"], rows, KipError(
+                       ErrorCode.KIP_3003, "bulk create: a concept (type, name) already "
+                       "exists"))
+        for n, t, name in zip(ids, type_ids, names):
+            self._remember(ConceptHead(n, t, name))
+        for t, k in Counter(type_ids).items():
+            self._bump(type_key(t), k)
+        self._bump(ST_CONCEPTS, count)
+        return count
+
+    def create_link_columns(self, ids: Sequence[int], subjects: Sequence[int],
+                            predicate_ids: Sequence[int], objects: Sequence[int],
+                            attributes: MapColumn | None = None,
+                            metadata: MapColumn | None = None, *, known_new: bool = False,
+                            extra_metadata: JsonMap | None = None) -> int:
+        count = len(ids)
+        if not (len(subjects) == len(predicate_ids) == len(objects) == count):
+            raise internal("bulk create: columns of different lengths")
+        if not count:
+            return 0
+        a, m = self._maps(count, attributes, metadata, extra_metadata)
+        for n in ids:
+            self._check_id(n)
+        ss, ps, os_ = list(map(int, subjects)), list(map(int, predicate_ids)), \
+            list(map(int, objects))
+        triples = list(zip(ss, ps, os_))
+        taken: tuple[Any, ...] | None = None
+        if len(set(triples)) != count:
+            seen: set[tuple[int, int, int]] = set()
+            for t in triples:
+                if t in seen:
+                    taken = t
+                    break
+                seen.add(t)
+        if taken is None and not known_new:
+            taken = self.one(_TAKEN, (ss, ps, os_, self.space))
+        if taken is not None:
+            s, p, o = taken
+            raise KipError(ErrorCode.KIP_3003,
+                           f"a proposition ({s}, {self.symbol_text(p)!r}, {o}) is repeated "
+                           f"in the batch or already exists")
+        sp = self.space
+        rows = zip(repeat_(sp, count), list(map(int, ids)), ss, ps, os_, a, m)
+        self._copy("COPY nexus_links (space, id, subject, predicate, object, attributes, "
+                   "metadata) FROM STDIN", ["text", "int8", "int8", "int8", "int8", "bytea",
+                                            "bytea"], rows, KipError(
+                       ErrorCode.KIP_3003, "bulk create: a proposition (subject, predicate, "
+                       "object) already exists"))
+        for p, k in Counter(ps).items():
+            self._bump(pred_key(p), k)
+        self._bump(ST_LINKS, count)
+        return count
+
+    def _copy(self, sql: str, types: list[str], rows: Iterable[tuple[Any, ...]],
+              duplicate: KipError) -> None:
+        """COPY the rows in; a duplicate key is `duplicate` (KIP_4003 when it is the id: an
+        element id in use); the transaction must then abort (PostgreSQL aborted it)."""
+        conn = self.conn
+        if conn is None:
+            internal("the transaction has ended")
+
+        def run() -> None:
+            assert conn is not None
+            with conn.cursor() as cur, cur.copy(sql) as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+        try:
+            run()
+        except psycopg.errors.UniqueViolation as exc:
+            if (exc.diag.constraint_name or "").endswith("_pkey"):
+                raise internal("bulk create: an element id is in use") from None
+            raise duplicate from None
+        except psycopg.Error as exc:
+            raise self._translate(exc) or internal(str(exc)) from None
+
+
+def repeat_(value: Any, count: int) -> list[Any]:
+    return [value] * count
+
+
+def check_tables(txn: PgReadTxn, examples: int = 5, repair: bool = False) -> TableCheck:
+    """The statistics and counters against the rows (the indexes are the database's own):
+    `stats_drift` (a count that differs from the rows), `max_id_behind`, `max_sym_behind`,
+    `dangling_links` (an end that is no element). A repair (in the write transaction)
+    rewrites the statistics and raises the counters."""
+    if repair and not isinstance(txn, PgWriteTxn):
+        raise internal("a repair needs the store's write transaction")
+    sp = txn.space
+    actual: dict[str, int] = {}
+    for t, k in txn.rows("SELECT type_id, count(*) FROM nexus_concepts WHERE space = %s "
+                         "GROUP BY type_id", (sp,)):
+        actual[type_key(t)] = int(k)
+    for p, k in txn.rows("SELECT predicate, count(*) FROM nexus_links WHERE space = %s "
+                         "GROUP BY predicate", (sp,)):
+        actual[pred_key(p)] = int(k)
+    actual[ST_CONCEPTS] = sum(v for k, v in actual.items() if k.startswith("t:"))
+    actual[ST_LINKS] = sum(v for k, v in actual.items() if k.startswith("p:"))
+    stored = {k: int(n) + txn.pending_stats().get(k, 0)
+              for k, n in txn.rows("SELECT key, n FROM nexus_stats WHERE space = %s", (sp,))}
+    drift = sorted(k for k in set(actual) | set(stored) if actual.get(k, 0) != stored.get(k, 0))
+    top = txn.one("SELECT (SELECT coalesce(max(id), 0) FROM nexus_concepts WHERE space = %s), "
+                  "(SELECT coalesce(max(id), 0) FROM nexus_links WHERE space = %s), "
+                  "(SELECT coalesce(max(id), 0) FROM nexus_symbols WHERE space = %s)",
+                  (sp, sp, sp))
+    assert top is not None
+    max_el, max_sym = max(int(top[0]), int(top[1])), int(top[2])
+    counters = txn.one("SELECT max_id, max_sym FROM nexus_meta WHERE space = %s", (sp,))
+    max_id0, max_sym0 = (int(counters[0]), int(counters[1])) if counters else (0, 0)
+    if isinstance(txn, PgWriteTxn):
+        max_id0, max_sym0 = txn.max_id(), txn.max_sym()
+    dangling = txn.rows(
+        "SELECT l.id FROM nexus_links l WHERE l.space = %s AND ("
+        "NOT EXISTS (SELECT 1 FROM nexus_concepts c WHERE c.space = l.space AND c.id = l.subject)"
+        " AND NOT EXISTS (SELECT 1 FROM nexus_links m WHERE m.space = l.space AND "
+        "m.id = l.subject) OR NOT EXISTS (SELECT 1 FROM nexus_concepts c WHERE "
+        "c.space = l.space AND c.id = l.object) AND NOT EXISTS (SELECT 1 FROM nexus_links m "
+        "WHERE m.space = l.space AND m.id = l.object)) ORDER BY l.id LIMIT 1000", (sp,))
+    report: dict[str, Any] = {
+        "stats_drift": len(drift), "max_id_behind": int(max_id0 < max_el),
+        "max_sym_behind": int(max_sym0 < max_sym), "dangling_links": len(dangling),
+        "elements": actual[ST_CONCEPTS] + actual[ST_LINKS], "concepts": actual[ST_CONCEPTS],
+        "links": actual[ST_LINKS],
+        "symbols": int((txn.one("SELECT count(*) FROM nexus_symbols WHERE space = %s",
+                                (sp,)) or (0,))[0]),
+    }
+    report["ok"] = not any(report[k] for k in ("stats_drift", "max_id_behind",
+                                                "max_sym_behind", "dangling_links"))
+    report["examples"] = {k: v for k, v in {
+        "stats_drift": [f"{k}: stored {stored.get(k, 0)}, counted {actual.get(k, 0)}"
+                        for k in drift[:examples]],
+        "dangling_links": [f"link {r[0]}" for r in dangling[:examples]],
+    }.items() if v}
+    fixes = 0
+    if repair and isinstance(txn, PgWriteTxn):
+        fixes = txn.repair(drift, actual, stored, max_el, max_sym)
+    return TableCheck(report, fixes)
