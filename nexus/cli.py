@@ -31,6 +31,7 @@ import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 from .config import DEFAULT_DB
+from .location import is_url, shown
 from .errors import KipError
 from .version import KIP_VERSION, __version__
 
@@ -89,21 +90,6 @@ def _progress(what: str, **options: Any) -> Any:
     return Progress(f"kip {what}", **options)
 
 
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
-_PASSWORD = re.compile(r"(://[^/@:?#]*):[^@/?#]*@|(password=)[^&#]*")
-
-
-def _is_url(location: str) -> bool:
-    """Whether a --db names a store by URL (postgresql://...) rather than a directory."""
-    return _SCHEME.match(location) is not None
-
-
-def shown(location: str) -> str:
-    """A --db for messages: a URL's password masked, a directory as an absolute path."""
-    if not _is_url(location):
-        return os.path.abspath(location)
-    return _PASSWORD.sub(lambda m: f"{m.group(1)}:***@" if m.group(1) is not None
-                         else f"{m.group(2)}***", location)
 
 
 def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
@@ -111,7 +97,7 @@ def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
     if getattr(args, "no_bootstrap", False):
         options["bootstrap"] = False
     path = args.db or _default_db()
-    url = _is_url(path)
+    url = is_url(path)
     if not create and not url and not os.path.isdir(path):
         raise CliError(f"no database at {path}")
     # Bundled capsules applied to a new database, or changed ones to an old one: a bar that
@@ -209,31 +195,14 @@ def _memory_option(args: argparse.Namespace) -> int | None:
     return value << 20
 
 
-class _Announce:
-    """Stderr for the server's "serving ... on http://..." line when --db is a URL: the server
-    prints its location as a directory path; this shows the URL, its password masked."""
-
-    def __init__(self, db: str) -> None:
-        self.raw = os.path.abspath(db).encode()
-        self.shown = shown(db).encode()
-
-    def write(self, data: bytes) -> int:
-        sys.stderr.buffer.write(data.replace(self.raw, self.shown))
-        return len(data)
-
-    def flush(self) -> None:
-        sys.stderr.buffer.flush()
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
     api_key = args.api_key or os.environ.get("KIP_API_KEY") or None
     if api_key and api_key != api_key.strip() and api_key.strip():
         sys.stderr.write("kip serve: note: the whitespace around the API key is ignored\n")
     db = args.db or _default_db()
-    announce: Any = _Announce(db) if _is_url(db) else None
     try:
-        return serve(db, host=args.host, port=args.port, announce=announce,
+        return serve(db, host=args.host, port=args.port,
                      api_key=api_key, allow_remote=args.allow_remote,
                      request_timeout=args.request_timeout, limits=limit_options(args),
                      access_log=None if args.access_log == "off" else args.access_log,
@@ -583,7 +552,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         info = nexus.info()
     counts = {k: info[k] for k in ("concepts", "propositions", "concept_types",
                                    "proposition_types", "domains")}
-    size = 0 if _is_url(path) else sum(os.path.getsize(os.path.join(root, f))
+    size = 0 if is_url(path) else sum(os.path.getsize(os.path.join(root, f))
                                        for root, _, files in os.walk(path) for f in files)
     try:
         import lmdb

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO
 from ..api import Nexus, __version__
 from ..config import DEFAULT_DB       # ./nexus-data, the one documented default
 from ..errors import ErrorCode, KipError
+from ..location import is_url, shown
 from ..spaces import DEFAULT_MAX_OPEN, Spaces
 from .app import KipApp
 from .spaces_routes import Keys
@@ -121,7 +122,8 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
                           audit=audit, **options)
         db = spaces
     else:
-        os.makedirs(db, exist_ok=True)
+        if not is_url(db):          # a URL names a database server, not a directory
+            os.makedirs(db, exist_ok=True)
         nexus = Nexus.open(db, **options)
     log_stream: BinaryIO | None = None
     if access_log == "-":
@@ -140,10 +142,10 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
                                 30.0, app.request_timeout + 5)))
     server = _Server(config, app)
     bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    host_shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     out = announce or sys.stderr.buffer
-    out.write(f"nexus {__version__}: serving {os.path.abspath(db)} on "
-              f"http://{shown}:{bound_port}"
+    out.write(f"nexus {__version__}: serving {shown(db)} on "
+              f"http://{host_shown}:{bound_port}"
               f"{'/v1/{space}/kip' if registry else '/kip'}\n".encode())
     out.flush()
     try:
