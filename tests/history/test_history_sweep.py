@@ -16,7 +16,8 @@ SCHEMA = '''UPSERT {
 SWEEP = ('UPDATE ?l SET METADATA { memory_strength: CLAMP(MUL(COALESCE('
          '?l.metadata.memory_strength, 0.7), 0.9), 0.0, 1.0), decay_applied_at: :t } '
          'WHERE { ?l (?a, "next", ?b) }')
-N = 2_600                                   # links: more than two batches of update.CHUNK
+N = 260                 # links: more than two write batches of BATCH targets
+BATCH = 100
 
 
 @pytest.fixture(params=["memory", "lmdb"])
@@ -43,6 +44,11 @@ def strengths(nx):
     return {(None if s is None else round(s, 9), v) for s, v in zip(*rows)}
 
 
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch):
+    monkeypatch.setattr(update, "CHUNK", BATCH)
+
+
 def test_a_sweep_is_one_transaction_and_one_log_record(nx):
     assert N > 2 * update.CHUNK
     assert ok(nx, SWEEP, t="2026-11-25") == {"updated": N, "matched": N}
@@ -57,8 +63,7 @@ def test_a_sweep_is_one_transaction_and_one_log_record(nx):
     assert nx.check()["ok"]
 
 
-def test_a_sweep_failing_in_a_later_batch_writes_nothing(nx, monkeypatch):
-    monkeypatch.setattr(update, "CHUNK", 100)
+def test_a_sweep_failing_in_a_later_batch_writes_nothing(nx):
     # the protected CoreSchema domain comes after the links: the statement fails (KIP_3004)
     # once earlier batches were written — and none of them stays
     response = nx.execute_kip({"command": (
