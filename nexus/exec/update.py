@@ -20,6 +20,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from ..errors import ErrorCode, KipError
+from ..store.bulk import gc_paused
 from ..syntax import ast as A
 from . import protect, writes
 from .context import WriteContext
@@ -28,6 +29,7 @@ from .registry import executes
 from .upsert import literal
 
 Params = Mapping[str, Any]
+CHUNK = 1024                # targets read, computed and written per store call
 
 
 @executes(A.Update)
@@ -55,22 +57,32 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
     # A metadata sweep (the decay pattern) never needs the stored attributes: not read.
     read_attributes = bool(set_attributes) or _reads_attributes(command.metadata)
     no_attributes: dict = {}
-    for i, n in enumerate(targets):
-        if not i & 63:
+    # A chunk of targets is read and computed, then its metadata-only writes go to the
+    # store in one call. The cyclic GC is paused meanwhile: the session's bookkeeping (the
+    # version log's pre-images) holds a few objects per element, and each full collection
+    # would walk them all again (a sweep creates no cycles; refcounting frees the rest).
+    with gc_paused():
+        for start in range(0, len(targets), CHUNK):
             ctx.check_deadline()
-        head = txn.head(n)
-        if head is None:
-            continue
-        stored_meta = txn.metadata(n)
-        stored_attributes = txn.attributes(n) if read_attributes else no_attributes
-        attributes = _values(set_attributes, stored_attributes, stored_meta)
-        metadata = _values(set_metadata, stored_attributes, stored_meta)
-        protect.check_write(ctx, head, attributes or None, command.pos)
-        if not attributes and not metadata:
-            continue
-        writes.update_known(ctx, n, stored_attributes if read_attributes else None,
-                            stored_meta, attributes or None, metadata or None)
-        updated += 1
+            batch: list[tuple[int, dict, dict]] = []
+            for n in targets[start:start + CHUNK]:
+                head = txn.head(n)
+                if head is None:
+                    continue
+                stored_meta = txn.metadata(n)
+                stored_attributes = txn.attributes(n) if read_attributes else no_attributes
+                attributes = _values(set_attributes, stored_attributes, stored_meta)
+                metadata = _values(set_metadata, stored_attributes, stored_meta)
+                protect.check_write(ctx, head, attributes or None, command.pos)
+                if attributes:
+                    writes.update_known(ctx, n, stored_attributes, stored_meta, attributes,
+                                        metadata or None)
+                elif metadata:
+                    batch.append((n, stored_meta, metadata))
+                else:
+                    continue
+                updated += 1
+            writes.update_metadata_many(ctx, batch)
     if ctx.dry_run:
         return {"updated": 0, "matched": 0}, None
     return {"updated": updated, "matched": len(targets)}, None

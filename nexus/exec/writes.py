@@ -104,6 +104,23 @@ def update_known(ctx: WriteContext, n: int, stored_attributes: dict | None, stor
     ctx.touched.add(n)
 
 
+def update_metadata_many(ctx: WriteContext, items: list[tuple[int, dict, dict]]) -> None:
+    """`update_known` for a batch of metadata-only writes `(n, stored metadata, metadata to
+    merge)` (an UPDATE sweep): the same merge and engine metadata per element, then one
+    store call for the batch (`WriteTxn.set_metadata_many`)."""
+    if not items:
+        return
+    touched, unsearched = ctx.touched, ctx.unsearched
+    out: list[tuple[int, dict]] = []
+    for n, stored_meta, metadata in items:
+        if n not in touched:
+            unsearched.add(n)           # metadata only: nothing searchable changed
+        stored_meta.update(metadata)
+        out.append((n, advance(ctx, n, stored_meta)))
+    ctx.txn.set_metadata_many(out)
+    touched.update(n for n, _ in out)
+
+
 def advance(ctx: WriteContext, n: int, meta: dict) -> dict:
     """`bump`, once per command and element: a second write of `n` by the same command
     only refreshes `_updated_at` (CONTRACT §3: one command bumps `_version` once)."""

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgpack
 
+from nexus.store.bulk import gc_paused
 from nexus.history.recording import Before, PreImage, RecordingTxn, pre_image
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
 
@@ -221,14 +222,15 @@ def append(ctx: "WriteContext") -> int | None:
         sum(1 for p in txn.before.values() if p is None) > BULK_INDEX
     fresh: list[list[int]] = [[r.start, r.stop] for r in txn.fresh if len(r)]
     loose_created: list[int] = []
-    for n in sorted(txn.before):
-        pre = txn.before[n]
-        if pre is None and created_many:
-            loose_created.append(n)
-            continue
-        change = _change(inner, n, pre)
-        if change is not None:
-            changes.append(change)
+    with gc_paused():           # a change per element, no cycle: no full collection walks them
+        for n in sorted(txn.before):
+            pre = txn.before[n]
+            if pre is None and created_many:
+                loose_created.append(n)
+                continue
+            change = _change(inner, n, pre)
+            if change is not None:
+                changes.append(change)
     fresh.extend(_runs(loose_created))
     if not changes and not fresh:
         return None

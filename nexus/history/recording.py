@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from nexus.store.model import MapColumn
 
 
+READ_METADATA_CAP = 4096     # metadata maps kept between a read and the write (see below)
+
+
 @dataclass(frozen=True, slots=True)
 class PreImage:
     """An element's state before a change: its head, attributes and metadata."""
@@ -71,18 +74,23 @@ class RecordingTxn:
         # state it read is the one to keep — a sweep then decodes each element once.
         self.bulk = False       # a bulk path wrote: maps are read back at commit
         self._read_n = -1
-        self._read_head: Head | None = None
         self._read_attributes: JsonMap | None = None
-        self._read_metadata: JsonMap | None = None
+        # Metadata maps read and not yet written, by id (a batch writer — an UPDATE sweep —
+        # reads a chunk of elements, then writes them in one call); bounded: a map not
+        # found here is read again from the inner transaction, which still holds it.
+        self._read_metadata: dict[int, JsonMap] = {}
+        self._read_heads: dict[int, Head] = {}      # the same for their heads
 
     def _reading(self, n: int) -> None:
         if n != self._read_n:
             self._read_n = n
-            self._read_head = self._read_attributes = self._read_metadata = None
+            self._read_attributes = None
 
     def _forget(self, n: int) -> None:
         if n == self._read_n:
             self._read_n = -1
+        self._read_metadata.pop(n, None)
+        self._read_heads.pop(n, None)
 
     def _entry(self, n: int) -> Before | None:
         before = self.before
@@ -91,7 +99,7 @@ class RecordingTxn:
         if any(n in r for r in self.fresh):
             before[n] = None
             return None
-        head = self._read_head if n == self._read_n else None
+        head = self._read_heads.pop(n, None)
         if head is None:
             head = self.inner.head(n)
         entry = before[n] = None if head is None else Before(head)
@@ -110,14 +118,14 @@ class RecordingTxn:
 
     def _keep_metadata(self, n: int) -> None:
         entry = self._entry(n)
+        read = self._read_metadata.pop(n, None)      # about to change
         if entry is not None and entry.metadata is None:
-            read = self._read_metadata if n == self._read_n else None
             entry.metadata = self.inner.metadata(n) if read is None else read
-        if n == self._read_n:
-            self._read_metadata = None
 
     def _fresh(self, ids: Sequence[int]) -> None:
         self._read_n = -1
+        self._read_metadata.clear()
+        self._read_heads.clear()
         self.bulk = True
         if isinstance(ids, range):
             self.fresh.append(ids)
@@ -160,6 +168,17 @@ class RecordingTxn:
         if entry is not None and not self.bulk:
             entry.metadata_now = dict(metadata)
 
+    def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
+        for n, _ in items:
+            self._keep_metadata(n)
+        self.inner.set_metadata_many(items)
+        if not self.bulk:
+            before = self.before
+            for n, metadata in items:
+                entry = before.get(n)
+                if entry is not None:
+                    entry.metadata_now = dict(metadata)
+
     def delete(self, n: int) -> bool:
         self._keep_attributes(n)        # a deletion is logged with the element's whole state
         self._keep_metadata(n)
@@ -176,6 +195,8 @@ class RecordingTxn:
                                                    JsonMap | None]]) -> int:
         before = self.before
         self._read_n = -1
+        self._read_metadata.clear()
+        self._read_heads.clear()
         self.bulk = True
 
         def noted() -> Iterator[tuple[int, int, str, JsonMap | None, JsonMap | None]]:
@@ -189,6 +210,8 @@ class RecordingTxn:
                      known_new: bool = False) -> int:
         before = self.before
         self._read_n = -1
+        self._read_metadata.clear()
+        self._read_heads.clear()
         self.bulk = True
 
         def noted() -> Iterator[tuple[int, int, int, int, JsonMap | None, JsonMap | None]]:
@@ -243,8 +266,11 @@ class RecordingTxn:
 
     def head(self, n: int) -> Head | None:
         head = self.inner.head(n)
-        self._reading(n)
-        self._read_head = head
+        if head is not None:
+            heads = self._read_heads
+            if len(heads) >= READ_METADATA_CAP:
+                heads.clear()
+            heads[n] = head
         return head
 
     def known_head(self, n: int) -> Head:
@@ -258,8 +284,10 @@ class RecordingTxn:
 
     def metadata(self, n: int) -> JsonMap:
         metadata = self.inner.metadata(n)
-        self._reading(n)
-        self._read_metadata = dict(metadata)
+        read = self._read_metadata
+        if len(read) >= READ_METADATA_CAP:
+            read.clear()
+        read[n] = dict(metadata)            # the caller may change its own copy
         return metadata
 
     def max_id(self) -> int:

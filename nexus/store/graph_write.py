@@ -302,6 +302,26 @@ class GraphWriteTxn(GraphReadTxn[Db]):
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
         self._set_map(n, codec.encode_map(metadata, "metadata"), self.tables.metas)
 
+    def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
+        """set_metadata over many elements (see the protocol): every id checked and every
+        map encoded before anything is written, then one sorted insert."""
+        get, head, metas = self._get, self.tables.head, self.tables.metas
+        final: dict[bytes, bytes | None] = {}
+        for n, metadata in items:
+            try:
+                nk = pack_n(n)
+            except struct.error:
+                nk = None
+            if nk is None or get(nk, None, head) is None:
+                raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+            final[nk] = codec.encode_map(metadata, "metadata")
+        puts = sorted((k, v) for k, v in final.items() if v is not None)
+        for k, v in final.items():
+            if v is None:
+                self._del(k, db=metas)
+        if puts:
+            self.kv.putmulti(metas, puts, False, True)
+
     def _set_map(self, n: int, value: bytes | None, db: Db) -> None:
         try:
             nk = pack_n(n)

@@ -234,6 +234,11 @@ class WriteTxn(ReadTxn, Protocol):
         A missing element is KIP_3002."""
         ...
     def set_metadata(self, n: int, metadata: JsonMap) -> None: ...
+    def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
+        """`set_metadata(n, metadata)` for every pair, in one call (an UPDATE sweep): the
+        maps are encoded together and inserted sorted. Every element must exist (else
+        KIP_3002, nothing of the batch written); a repeated id keeps its last map."""
+        ...
     def delete(self, n: int) -> bool:
         """Remove one element and its index entries (no cascade: the caller cascades).
         Returns False, changing nothing, when `n` does not exist."""

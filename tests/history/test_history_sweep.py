@@ -1,0 +1,74 @@
+"""An UPDATE decay sweep over more targets than one write batch (RC11 §4.3 with the version
+log, docs/history.md): one statement is one transaction and one log record — every link
+decayed once, its `_version` bumped once, the whole sweep reverted by one REVERT COMMAND,
+and a statement failing late leaves nothing written — on the memory and LMDB stores."""
+from __future__ import annotations
+
+import pytest
+
+from nexus import Nexus
+from nexus.exec import update
+
+SCHEMA = '''UPSERT {
+  CONCEPT ?t { {type: "$ConceptType", name: "Item"} SET ATTRIBUTES { description: "an item" } }
+  CONCEPT ?p { {type: "$PropositionType", name: "next"} SET ATTRIBUTES { description: "n" } }
+}'''
+SWEEP = ('UPDATE ?l SET METADATA { memory_strength: CLAMP(MUL(COALESCE('
+         '?l.metadata.memory_strength, 0.7), 0.9), 0.0, 1.0), decay_applied_at: :t } '
+         'WHERE { ?l (?a, "next", ?b) }')
+N = 260                 # links: more than two write batches of BATCH targets
+BATCH = 100
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def nx(request, tmp_path):
+    db = Nexus.open(None if request.param == "memory" else str(tmp_path / "db"))
+    ok(db, SCHEMA)
+    db.bulk_import(({"type": "Item", "name": f"item{i}"} for i in range(N + 1)),
+                   ({"subject": {"type": "Item", "name": f"item{i}"}, "predicate": "next",
+                     "object": {"type": "Item", "name": f"item{i + 1}"}} for i in range(N)))
+    yield db
+    db.close()
+
+
+def ok(nx, command, **params):
+    response = nx.execute_kip({"command": command, "parameters": params})
+    assert "result" in response, response
+    return response["result"]
+
+
+def strengths(nx):
+    rows = ok(nx, 'FIND(?l.metadata.memory_strength, ?l.metadata._version) '
+                  'WHERE { ?l (?a, "next", ?b) } LIMIT 10000')
+    assert len(rows[0]) == N                # one column per FIND item
+    return {(None if s is None else round(s, 9), v) for s, v in zip(*rows)}
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch):
+    monkeypatch.setattr(update, "CHUNK", BATCH)
+
+
+def test_a_sweep_is_one_transaction_and_one_log_record(nx):
+    assert N > 2 * update.CHUNK
+    assert ok(nx, SWEEP, t="2026-11-25") == {"updated": N, "matched": N}
+    assert strengths(nx) == {(0.63, 2)}
+    assert ok(nx, SWEEP, t="2026-11-26") == {"updated": N, "matched": N}
+    assert strengths(nx) == {(0.567, 3)}
+    entry = ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]
+    assert entry["kind"] == "UPDATE"
+    result = ok(nx, 'REVERT COMMAND :s REASON "decayed twice"', s=entry["seq"])
+    assert result == {"reverted": entry["seq"], "restored": N, "removed": 0}
+    assert strengths(nx) == {(0.63, 4)}
+    assert nx.check()["ok"]
+
+
+def test_a_sweep_failing_in_a_later_batch_writes_nothing(nx):
+    # the protected CoreSchema domain comes after the links: the statement fails (KIP_3004)
+    # once earlier batches were written — and none of them stays
+    response = nx.execute_kip({"command": (
+        'UPDATE ?x SET METADATA { memory_strength: 0.1 } WHERE { ?x (?a, "next", ?b) '
+        'UNION { ?x {type: "Domain", name: "CoreSchema"} } }')})
+    assert response["error"]["code"] == "KIP_3004", response
+    assert strengths(nx) == {(None, 1)}
+    assert ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["kind"] != "UPDATE"
