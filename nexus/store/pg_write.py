@@ -39,6 +39,15 @@ _INSERT_LINK = (
 _SET_MAP = ("WITH c AS (UPDATE nexus_concepts SET {col} = %s WHERE space = %s AND id = %s "
             "RETURNING 1), l AS (UPDATE nexus_links SET {col} = %s WHERE space = %s AND "
             "id = %s RETURNING 1) SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l)")
+# set_metadata_many: which of the ids exist, then every map written in one statement.
+_EXISTING = ("SELECT id FROM nexus_concepts WHERE space = %s AND id = ANY(%s) UNION ALL "
+             "SELECT id FROM nexus_links WHERE space = %s AND id = ANY(%s)")
+_SET_METADATA_MANY = (
+    "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::bytea[]) AS v(id, m)), "
+    "c AS (UPDATE nexus_concepts t SET metadata = v.m FROM v WHERE t.space = %s "
+    "AND t.id = v.id RETURNING 1), l AS (UPDATE nexus_links t SET metadata = v.m FROM v "
+    "WHERE t.space = %s AND t.id = v.id RETURNING 1) "
+    "SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l)")
 _DELETE = ("WITH c AS (DELETE FROM nexus_concepts WHERE space = %s AND id = %s "
            "RETURNING type_id), l AS (DELETE FROM nexus_links WHERE space = %s AND id = %s "
            "RETURNING predicate) SELECT 'c', type_id FROM c UNION ALL SELECT 'l', predicate "
@@ -251,6 +260,26 @@ class PgWriteTxn(PgReadTxn):
 
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
         self._set_map(n, codec.encode_map(metadata, "metadata"), "metadata")
+
+    def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
+        """set_metadata over many elements (see the protocol): every map encoded and every id
+        checked before anything is written (a missing one is KIP_3002), then one statement;
+        a repeated id keeps its last map."""
+        final: dict[int, bytes | None] = {}
+        for n, metadata in items:
+            if not is_id(n):
+                raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+            final[n] = codec.encode_map(metadata, "metadata")
+        if not final:
+            return
+        ids, sp = list(final), self.space
+        found = {row[0] for row in self.rows(_EXISTING, (sp, ids, sp, ids))}
+        for n in ids:
+            if n not in found:
+                raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+        self.one(_SET_METADATA_MANY, (ids, [final[n] for n in ids], sp, sp))
+        for n in ids:
+            self.maps.pop(n, None)
 
     def _set_map(self, n: int, value: bytes | None, col: str) -> None:
         sp = self.space
