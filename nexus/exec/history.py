@@ -291,11 +291,12 @@ def _links_at(txn: ReadTxn, n: int) -> list[int]:
 
 def _check_unchanged_since(txn: ReadTxn, seq: int, changes: Mapping[int, Any]) -> None:
     for n in changes:
-        for entry in history.element_history(txn, n):
-            if entry.seq > seq:
-                raise _changed_since(txn, n, f"command {entry.seq} ({entry.kind}) changed it "
-                                     f"after command {seq}", entry.seq)
-            break
+        later = history.last_change(txn, n)
+        if later is not None and later > seq:
+            entry = history.read_entry(txn, later)
+            kind = entry.kind if entry is not None else "?"
+            raise _changed_since(txn, n, f"command {later} ({kind}) changed it "
+                                 f"after command {seq}", later)
 
 
 def _changed_since(txn: ReadTxn, n: int, why: str, later: int | None = None) -> KipError:

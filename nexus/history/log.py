@@ -335,8 +335,9 @@ def entries_after(txn: ReadTxn, *, seq: int | None = None, ts: int | None = None
     return out
 
 
-def element_history(txn: ReadTxn, n: int) -> Iterator[LogEntry]:
-    """The records that changed element `n`, newest first (bulk creations included)."""
+def _element_seqs(txn: ReadTxn, n: int) -> set[int]:
+    """The log positions of the records that changed element `n` (bulk creations
+    included), read from the indexes alone: no record is decoded."""
     seqs: set[int] = set()
     for key, _ in txn.aux(BY_ELEMENT).scan(_SEQ.pack(n)):
         seqs.add(_PAIR.unpack(key)[1])
@@ -344,7 +345,19 @@ def element_history(txn: ReadTxn, n: int) -> Iterator[LogEntry]:
         end, seq = _PAIR.unpack(key)
         if _SEQ.unpack(start)[0] <= n < end:
             seqs.add(seq)
-    for seq in sorted(seqs, reverse=True):
+    return seqs
+
+
+def last_change(txn: ReadTxn, n: int) -> int | None:
+    """The log position of the newest record that changed element `n`, or None. REVERT's
+    "changed since" check asks this for every element of a record: answering from the
+    indexes keeps a big sweep's revert from decoding the sweep's record once per element."""
+    return max(_element_seqs(txn, n), default=None)
+
+
+def element_history(txn: ReadTxn, n: int) -> Iterator[LogEntry]:
+    """The records that changed element `n`, newest first (bulk creations included)."""
+    for seq in sorted(_element_seqs(txn, n), reverse=True):
         entry = read_entry(txn, seq)
         if entry is not None:
             yield entry
