@@ -104,6 +104,17 @@ def update_known(ctx: WriteContext, n: int, stored_attributes: dict | None, stor
     ctx.touched.add(n)
 
 
+def touch(ctx: WriteContext, ids: list[int]) -> None:
+    """A write of existing elements that changed neither map (MERGE moved a link's ends):
+    `_version` +1 and `_updated_at` for each, and their search documents re-derived."""
+    txn = ctx.txn
+    metadata, set_metadata = txn.metadata, txn.set_metadata
+    for n in ids:
+        set_metadata(n, advance(ctx, n, metadata(n)))
+    ctx.touched.update(ids)
+    ctx.unsearched.difference_update(ids)
+
+
 def advance(ctx: WriteContext, n: int, meta: dict) -> dict:
     """`bump`, once per command and element: a second write of `n` by the same command
     only refreshes `_updated_at` (CONTRACT §3: one command bumps `_version` once)."""
