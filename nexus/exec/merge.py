@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ErrorCode, KipError
+from ..store.bulk import gc_paused
 from ..store.protocol import ConceptHead, WriteTxn
 from ..syntax import ast as A
 from . import protect, writes
@@ -63,9 +64,12 @@ def execute_merge(ctx: WriteContext, command: A.Merge, params: Any = None
                            "Protected definitions and the $self / $system actors are never "
                            "merged; merge ordinary concepts only.", **pos_kw(command.pos))
     protect.check_definitions_unused(ctx, [src], {source}, set())
-    repointed, removed = _move_links(ctx, source, target)
-    filled = _fill_target(ctx, src, dst)
-    writes.delete(ctx, source)
+    # Many short-lived objects and no cycles: the collector would only walk the heap
+    # (every cached head) over and over while the links move.
+    with gc_paused():
+        repointed, removed = _move_links(ctx, source, target)
+        filled = _fill_target(ctx, src, dst)
+        writes.delete(ctx, source)
     if ctx.dry_run:
         return result, None
     result.update(links_repointed=len(repointed), links_deduplicated=removed,
