@@ -11,7 +11,8 @@ Owns `MERGE CONCEPT ?source INTO ?target WHERE {...}`:
   `KIP_3004`; a type or predicate definition still in use cannot be the source (`KIP_2002`,
   as for DELETE CONCEPT: its instances would be left undefined);
 * links: every link with the source as subject or object is repointed to the target,
-  keeping its id (`WriteTxn.repoint_link`, `_version` +1). When the repointed triple
+  keeping its id (`WriteTxn.repoint_links`, one batch; `_version` +1, and its search
+  document re-derived: it holds its ends' names). When the repointed triple
   already exists, the existing link survives: its missing attribute / author-metadata keys
   are filled from the duplicate (existing keys win), the links that refer to the duplicate
   (higher-order) are moved onto the survivor the same way, and the duplicate is deleted;
@@ -30,7 +31,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ErrorCode, KipError
-from ..store.protocol import ConceptHead, LinkHead
+from ..store.bulk import gc_paused
+from ..store.protocol import ConceptHead, WriteTxn
 from ..syntax import ast as A
 from . import protect, writes
 from .context import WriteContext
@@ -62,9 +64,12 @@ def execute_merge(ctx: WriteContext, command: A.Merge, params: Any = None
                            "Protected definitions and the $self / $system actors are never "
                            "merged; merge ordinary concepts only.", **pos_kw(command.pos))
     protect.check_definitions_unused(ctx, [src], {source}, set())
-    repointed, removed = _move_links(ctx, source, target)
-    filled = _fill_target(ctx, src, dst)
-    writes.delete(ctx, source)
+    # Many short-lived objects and no cycles: the collector would only walk the heap
+    # (every cached head) over and over while the links move.
+    with gc_paused():
+        repointed, removed = _move_links(ctx, source, target)
+        filled = _fill_target(ctx, src, dst)
+        writes.delete(ctx, source)
     if ctx.dry_run:
         return result, None
     result.update(links_repointed=len(repointed), links_deduplicated=removed,
@@ -156,46 +161,46 @@ def _literal_identity(where: tuple[A.Pattern, ...], var: str) -> tuple[str, str]
 
 # --- links --------------------------------------------------------------------------------
 
-def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[set[int], int]:
-    """Repoint every link touching `source` onto `target`; on a collision keep the existing
-    link, fill it, move what refers to the duplicate onto it, delete the duplicate.
-    Returns (the ids repointed, how many duplicates were deleted)."""
+def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, None], int]:
+    """Repoint every link touching `source` onto `target` (one `repoint_links` call); on a
+    collision keep the existing link, fill it, move what refers to the duplicate onto it
+    (another batch), delete the duplicate.
+    Returns (the ids repointed, in order; how many duplicates were deleted)."""
     txn = ctx.txn
-    repointed: set[int] = set()
+    repointed: dict[int, None] = {}
     doomed: list[int] = []
     work = [(source, target)]
     while work:
         old, new = work.pop()
-        touching = [link for _, _, link in txn.out_links(old)]
-        touching += [link for _, _, link in txn.in_links(old)]
-        for link in dict.fromkeys(touching):
-            ctx.check_deadline()
-            head = txn.head(link)       # (not known_head: an earlier step may have moved it)
-            if not isinstance(head, LinkHead):
-                continue
-            s = new if head.subject == old else head.subject
-            o = new if head.object == old else head.object
-            if (s, o) == (head.subject, head.object):
-                continue
-            try:                        # the store refuses a taken triple (KIP_3003)
-                txn.repoint_link(link, s, o)
-                survivor = None
-            except KipError as e:
-                if e.code is not ErrorCode.KIP_3003:
-                    raise
-                survivor = txn.link_id(s, head.predicate_id, o)
-            if survivor is None:
-                writes.update(ctx, link, None, None)        # _version +1, reindexed
-                repointed.add(link)
+        moves = _moves(txn, old, new)
+        ctx.check_deadline()
+        made: list[int] = []
+        for (link, _, _), holder in zip(moves, txn.repoint_links(moves)):
+            if holder is None:
+                made.append(link)
+                repointed[link] = None
             else:
-                _fill_link(ctx, survivor, link)
-                work.append((link, survivor))
+                _fill_link(ctx, holder, link)
+                work.append((link, holder))
                 doomed.append(link)
+        writes.touch(ctx, made)         # _version +1; their documents change with their ends
     for link in doomed:
         protect.check_delete(ctx, txn.head(link))
         writes.delete(ctx, link)
-        repointed.discard(link)
+        repointed.pop(link, None)
     return repointed, len(doomed)
+
+
+def _moves(txn: WriteTxn, old: int, new: int) -> list[tuple[int, int, int]]:
+    """`(link, subject, object)` moving each link that touches `old` onto `new`, in index
+    order (leaving, then entering); the heads come from the indexes."""
+    moves: dict[int, tuple[int, int, int]] = {}
+    for _, o, link in txn.out_links(old):
+        moves[link] = (link, new, new if o == old else o)
+    for _, s, link in txn.in_links(old):
+        if link not in moves:
+            moves[link] = (link, s, new)
+    return list(moves.values())
 
 
 def _fill_link(ctx: WriteContext, survivor: int, duplicate: int) -> None:

@@ -121,6 +121,15 @@ def update_metadata_many(ctx: WriteContext, items: list[tuple[int, dict, dict]])
     touched.update(n for n, _ in out)
 
 
+def touch(ctx: WriteContext, ids: list[int]) -> None:
+    """A write of existing elements that changed neither map (MERGE moved a link's ends):
+    `_version` +1 and `_updated_at` for each, and their search documents re-derived."""
+    metadata = ctx.txn.metadata
+    ctx.txn.set_metadata_many([(n, advance(ctx, n, metadata(n))) for n in ids])
+    ctx.touched.update(ids)
+    ctx.unsearched.difference_update(ids)
+
+
 def advance(ctx: WriteContext, n: int, meta: dict) -> dict:
     """`bump`, once per command and element: a second write of `n` by the same command
     only refreshes `_updated_at` (CONTRACT §3: one command bumps `_version` once)."""

@@ -154,6 +154,18 @@ class RecordingTxn:
         self._forget(n)
         self.inner.repoint_link(n, subject, object)
 
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        before = self.before
+        new = {n for n, _, _ in moves if n not in before}
+        for n, _, _ in moves:           # the old heads: the log keeps where the links were
+            self._keep(n)
+        self._read_n = -1
+        answers = self.inner.repoint_links(moves)
+        for (n, _, _), holder in zip(moves, answers):
+            if holder is not None and n in new:
+                del before[n]           # a refused move changed nothing
+        return answers
+
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         self._keep_attributes(n)
         self.inner.set_attributes(n, attributes)

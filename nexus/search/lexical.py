@@ -34,6 +34,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 
+from nexus.store.bulk import gc_paused
+
 from . import postings
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
                    Doc, element_doc, norm_name, tokens)
@@ -91,6 +93,7 @@ def doc_terms(doc: Doc) -> dict[str, float]:
 _FIELD_CACHE: dict[tuple[int, str], tuple[float, tuple]] = {}
 _NAME_CACHE: dict[str, str] = {}
 CACHE_LIMIT = 100_000
+END_NAMES = 100_000     # link-end names remembered by one `write` (bounded in a big one)
 
 
 def _field_terms(field: int, text: str) -> tuple[float, tuple]:
@@ -151,12 +154,14 @@ def _vcrc(doc: Doc) -> int:
     return zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
 
 
-def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str]) -> bytes:
+def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
+                 vcrc: int | None = None) -> bytes:
     flat: list[Any] = []
     for t in sorted(terms):
         flat.append(t)
         flat.append(terms[t])
-    vcrc = _vcrc(doc)
+    if vcrc is None:
+        vcrc = _vcrc(doc)
     # Single floats: 5 bytes a weight, and the same bytes for the same document every time
     # (write() skips documents whose entry is unchanged).
     return msgpack.packb([doc.kind, doc.group, names, vcrc, flat], use_bin_type=True,
@@ -256,6 +261,12 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
     must go. A rewrite that changes nothing searchable (a metadata-only update) costs one
     forward-index read and writes nothing.
     """
+    with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
+        return _write(txn, touched, removed)
+
+
+def _write(txn: Any, touched: Iterable[int], removed: Iterable[int]
+           ) -> tuple[list[int], list[int]]:
     w = _Writer(txn)
     fwd = w.fwd
     changed: list[int] = []
@@ -273,16 +284,20 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
     for n in removed:
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
+    ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
     for n in sorted(touched):
+        if len(ends) > END_NAMES:
+            ends.clear()
         key = _U64.pack(n)
         raw = fwd.get(key)
-        doc = element_doc(txn, n)
+        doc = element_doc(txn, n, ends)
         if doc is None:
             forget(n, key, raw)
             continue
         terms = doc_terms(doc)
         names = doc_names(doc)
-        new = _entry_bytes(doc, terms, names)
+        vcrc = _vcrc(doc)
+        new = _entry_bytes(doc, terms, names, vcrc)
         if raw == new:
             continue
         if raw is not None:
@@ -294,7 +309,7 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
             same_names = old.kind == doc.kind and old.group == doc.group and old.names == names
             w.remove(n, old, keep, not same_names)
             w.count[old.kind] -= 1
-            vec_changed = old.vcrc != _vcrc(doc)
+            vec_changed = old.vcrc != vcrc
             if keep:
                 terms = {t: v for t, v in terms.items() if t not in keep}
             if same_names:
@@ -313,14 +328,26 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
 _F32 = struct.Struct("<f")
 
 
+_SINGLE: dict[float, float] = {}       # weight -> as stored (a single float); weights recur
+
+
+def _single(v: float) -> float:
+    s = _SINGLE.get(v)
+    if s is None:
+        if len(_SINGLE) >= CACHE_LIMIT:
+            _SINGLE.clear()
+        s = _SINGLE[v] = _F32.unpack(_F32.pack(v))[0]
+    return s
+
+
 def _unchanged(old: Entry, doc: Doc, terms: dict[str, float]) -> frozenset[str]:
     """The terms whose stored posting (weight as a single float, group) would not change."""
     if old.kind != doc.kind or old.group != doc.group:
         return frozenset()
     before = old.terms
-    f32 = _F32
+    single = _SINGLE.get
     return frozenset(t for t, v in terms.items()
-                     if t in before and before[t] == f32.unpack(f32.pack(v))[0])
+                     if t in before and before[t] == (single(v) or _single(v)))
 
 
 def clear(txn: Any, progress: Callable[[int], None] | None = None) -> None:

@@ -150,8 +150,10 @@ class Doc:
 KIND_CONCEPT, KIND_LINK = 0, 1
 
 
-def element_doc(txn: Any, n: int) -> Doc | None:
-    """The searchable document of element `n` in `txn`'s snapshot (None if absent)."""
+def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | None:
+    """The searchable document of element `n` in `txn`'s snapshot (None if absent).
+    `ends`, when given, remembers the names of link ends across calls (a caller deriving
+    many documents of one snapshot: the links MERGE repointed all share an end)."""
     head = txn.head(n)
     if head is None:
         return None
@@ -172,7 +174,14 @@ def element_doc(txn: Any, n: int) -> Doc | None:
         doc.context = head.name + (f": {desc}" if isinstance(desc, str) and desc else "")
         return doc
     pred = txn.symbol_text(head.predicate_id)
-    subj, obj = _endpoint_name(txn, head.subject), _endpoint_name(txn, head.object)
+    if ends is None:
+        subj, obj = _endpoint_name(txn, head.subject), _endpoint_name(txn, head.object)
+    else:
+        known = ends.get(head.subject)
+        subj = ends[head.subject] = _endpoint_name(txn, head.subject) if known is None \
+            else known
+        known = ends.get(head.object)
+        obj = ends[head.object] = _endpoint_name(txn, head.object) if known is None else known
     doc = Doc(n, KIND_LINK, head.predicate_id, [pred])
     doc.fields.append((F_PREDICATE, pred))
     doc.fields.append((F_ENDPOINT, subj))

@@ -401,6 +401,73 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         self._new_heads[n] = LinkHead(n, subject, p, object)
         self._repointed.append(n)
 
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        """repoint_link for each move `(n, subject, object)`, in order, in one call (see the
+        protocol): the heads are read and the triples checked first, then each index's
+        entries are deleted and inserted sorted, one table at a time. A move whose triple
+        is taken is not made: its answer is the id of the link holding that triple."""
+        self._flush_links()
+        heads: list[LinkHead] = []
+        for n, _, _ in moves:
+            h = self.head(n)
+            if not isinstance(h, LinkHead):
+                raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+            heads.append(h)
+        if len({n for n, _, _ in moves}) != len(moves):
+            raise internal("repoint_links: a link id is repeated in the batch")
+        answers: list[int | None] = []
+        claimed: dict[tuple[int, int, int], int] = {}     # triple -> the link now holding it
+        moved: set[int] = set()
+        made: list[tuple[LinkHead, int, int]] = []
+        link_id = self.link_id
+        for (n, subject, object), h in zip(moves, heads):
+            p = h.predicate_id
+            if (h.subject, h.object) == (subject, object):
+                answers.append(None)
+                continue
+            triple = (subject, p, object)
+            holder = claimed.get(triple)
+            if holder is None:
+                holder = link_id(subject, p, object)        # the index as the batch began
+                if holder is not None and holder in moved:
+                    holder = None                           # moved away earlier: free
+            answers.append(holder)
+            if holder is None:
+                claimed[triple] = n
+                moved.add(n)
+                made.append((h, subject, object))
+        if made:
+            self._write_moves(made)
+        return answers
+
+    def _write_moves(self, made: list[tuple[LinkHead, int, int]]) -> None:
+        """The index writes of repoint_links: old keys deleted, new ones inserted, sorted."""
+        host = self._host
+        moved_heads = host.moved_heads
+        moved_heads.update(h.n for h, _, _ in made)   # first: no reader caches these heads
+        if len(moved_heads) > host.cache_cap:
+            moved_heads.clear()
+            moved_heads.update(h.n for h, _, _ in made)
+            self._heads.clear()
+        d, dele = self.tables, self._del
+        for db, key in ((d.spo, _spo_key), (d.ops, _ops_key), (d.pso, _pso_key)):
+            for k in sorted(key(h.subject, h.predicate_id, h.object, h.n) for h, _, _ in made):
+                dele(k, db=db)
+        heads = self._heads
+        new_heads = self._new_heads
+        head_items = []
+        for h, s, o in made:
+            n, p = h.n, h.predicate_id
+            heads.pop(n, None)
+            new_heads[n] = LinkHead(n, s, p, o)
+            head_items.append((pack_n(n), codec.link_head_value(s, p, o)))
+        putmulti = self.kv.putmulti
+        putmulti(d.head, sorted(head_items), False, True)
+        for db, key in ((d.spo, _spo_key), (d.ops, _ops_key), (d.pso, _pso_key)):
+            keys = sorted(key(s, h.predicate_id, o, h.n) for h, s, o in made)
+            putmulti(db, zip(keys, repeat(b"")), False, True)
+        self._repointed.extend(h.n for h, _, _ in made)
+
     # --- bulk writes (entries built by nexus.store.bulk) -----------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
                                                    JsonMap | None]]) -> int:
@@ -541,6 +608,18 @@ class WriteAux(Aux[Db]):
     def delete(self, key: bytes) -> bool:
         _check_aux_key(key)
         return self._txn.kv.delete(key, db=self._db)
+
+
+def _spo_key(s: int, p: int, o: int, n: int) -> bytes:
+    return SPO.pack(s, p, o, n)
+
+
+def _ops_key(s: int, p: int, o: int, n: int) -> bytes:
+    return OPS.pack(o, p, s, n)
+
+
+def _pso_key(s: int, p: int, o: int, n: int) -> bytes:
+    return PSO.pack(p, s, o, n)
 
 
 def _spo3(key: bytes) -> tuple[int, int, int]:

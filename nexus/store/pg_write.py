@@ -323,6 +323,38 @@ class PgWriteTxn(PgReadTxn):
                  "id = %s", (subject, object, self.space, n))
         self._keep(LinkHead(n, subject, p, object))
 
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        """repoint_link for each move `(n, subject, object)`, in order (see the protocol):
+        the heads are read and the batch checked first, then the moves are made one
+        statement each, in batch order — so a triple freed by an earlier move is free for
+        a later one, and the unique (s, p, o) index never sees two holders."""
+        heads: list[LinkHead] = []
+        for n, _, _ in moves:
+            h = self.head(n)
+            if not isinstance(h, LinkHead):
+                raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+            heads.append(h)
+        if len({n for n, _, _ in moves}) != len(moves):
+            raise internal("repoint_links: a link id is repeated in the batch")
+        answers: list[int | None] = []
+        claimed: dict[tuple[int, int, int], int] = {}     # triple -> the link now holding it
+        for (n, subject, object), h in zip(moves, heads):
+            if (h.subject, h.object) == (subject, object):
+                answers.append(None)
+                continue
+            triple = (subject, h.predicate_id, object)
+            # The table as the earlier moves left it: a link moved away no longer holds it.
+            holder = claimed.get(triple)
+            if holder is None:
+                holder = self.link_id(*triple)
+            answers.append(holder)
+            if holder is None:
+                claimed[triple] = n
+                self.run("UPDATE nexus_links SET subject = %s, object = %s WHERE space = %s "
+                         "AND id = %s", (subject, object, self.space, n))
+                self._keep(LinkHead(n, subject, h.predicate_id, object))
+        return answers
+
     # --- aux -------------------------------------------------------------------------------
     def aux(self, table: str) -> PgAux:
         base = super().aux(table)

@@ -229,6 +229,15 @@ class WriteTxn(ReadTxn, Protocol):
         a taken (subject, predicate, object) KIP_3003. Snapshots older than the commit
         still see the old ends."""
         ...
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        """`repoint_link(n, subject, object)` for each move, in order, in one call (MERGE
+        moves all the links of a concept at once; the store sorts each index's writes).
+        Answers one entry per move: None when it was made (or changed nothing), else the
+        id of the link that holds its (subject, predicate, object) — a stored link not
+        moved away by an earlier move of the batch, or an earlier move's link — and that
+        move is not made (the caller resolves the collision). A missing link is KIP_3002
+        and a link id repeated in `moves` KIP_4003, both before anything is written."""
+        ...
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         """Replace the whole attribute map of an existing element ({} removes it).
         A missing element is KIP_3002."""

@@ -70,6 +70,16 @@ def test_search_forgets_the_source_and_finds_the_target_by_its_old_name(nx):
     assert names[:1] == ["Aspirin"]       # the alias the merge added
 
 
+def test_search_rederives_the_documents_of_repointed_links(nx):
+    t1, t2, t3, e1, e2, g1 = setup(nx)
+    run(nx, MERGE, s="ASA", t="Aspirin")
+    # t3 is now (Aspirin, treats, Fever): a link's search document holds its ends' names
+    hits = find(nx, 'SEARCH PROPOSITION "Aspirin Fever" MODE "keyword" LIMIT 10')
+    assert [hit["id"] for hit in hits][:1] == [t3]
+    report = nx.search.check(deep=True)
+    assert report["ok"] and report["lexical_stale"] == 0, report
+
+
 def test_a_reader_open_before_the_merge_sees_the_old_graph(nx):
     setup(nx)
     with nx.store.read() as before:

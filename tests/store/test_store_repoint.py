@@ -89,3 +89,67 @@ def test_a_taken_triple_and_a_missing_link_are_refused(graph, snapshot_of):
             w.repoint_link(g.aspirin, g.ibu, g.fever)     # a concept, not a link
     assert e.value.code is ErrorCode.KIP_3002
     assert snapshot_of(g.store) == before
+
+
+# --- repoint_links: the batch form (MERGE moves all of a concept's links in one call) ------
+
+def test_a_batch_moves_every_link_and_every_index(graph):
+    g = graph
+    with g.store.write() as w:
+        # Aspirin's links move onto Ibuprofen; l1 would collide with l3 (Ibuprofen treats
+        # Headache), and l4 (Aspirin interacts_with Ibuprofen) becomes a self-loop
+        answers = w.repoint_links([(g.l1, g.ibu, g.headache), (g.l2, g.ibu, g.fever),
+                                   (g.l4, g.ibu, g.ibu)])
+        assert answers == [g.l3, None, None]
+        assert w.head(g.l1) == LinkHead(g.l1, g.aspirin, g.treats, g.headache)
+        assert w.head(g.l2) == LinkHead(g.l2, g.ibu, g.treats, g.fever)
+        assert w.link_id(g.ibu, g.interacts, g.ibu) == g.l4
+    with g.store.read() as r:
+        assert r.head(g.l2) == LinkHead(g.l2, g.ibu, g.treats, g.fever)
+        assert r.head(g.l4) == LinkHead(g.l4, g.ibu, g.interacts, g.ibu)
+        assert r.link_id(g.aspirin, g.treats, g.fever) is None
+        assert r.link_id(g.aspirin, g.interacts, g.ibu) is None
+        assert sorted(r.out_links(g.aspirin)) == [(g.treats, g.headache, g.l1)]
+        assert (g.interacts, g.ibu, g.l4) in list(r.in_links(g.ibu))
+        assert (g.ibu, g.fever, g.l2) in list(r.links_of_predicate(g.treats))
+        assert r.attributes(g.l1) == {"confidence": 0.9}
+        assert r.count_links() == 5
+        report = g.store.check_tables(r).report
+        assert report["ok"], report
+
+
+def test_a_batch_answers_collisions_in_order(graph):
+    g = graph
+    with g.store.write() as w:
+        # l2 takes (Ibuprofen, treats, Fever) first: l3 then collides with l2, the batch's
+        # own move; l2 left (Aspirin, treats, Fever), so a later move may take it
+        answers = w.repoint_links([(g.l2, g.ibu, g.fever), (g.l3, g.ibu, g.fever),
+                                   (g.l1, g.aspirin, g.fever)])
+        assert answers == [None, g.l2, None]
+        # l3 still holds (Ibuprofen, treats, Headache) when l1 asks, then moves to the
+        # triple l1 left in the previous batch
+        answers = w.repoint_links([(g.l1, g.ibu, g.headache), (g.l3, g.aspirin, g.headache)])
+        assert answers == [g.l3, None]
+    with g.store.read() as r:
+        assert r.link_id(g.ibu, g.treats, g.fever) == g.l2
+        assert r.link_id(g.aspirin, g.treats, g.headache) == g.l3
+        assert r.head(g.l1) == LinkHead(g.l1, g.aspirin, g.treats, g.fever)
+        assert r.head(g.l3) == LinkHead(g.l3, g.aspirin, g.treats, g.headache)
+        report = g.store.check_tables(r).report
+        assert report["ok"], report
+
+
+def test_a_batch_with_a_missing_link_or_a_repeated_id_writes_nothing(graph, snapshot_of):
+    g = graph
+    before = snapshot_of(g.store)
+    for moves, code in (([(g.l2, g.ibu, g.fever), (g.aspirin, g.ibu, g.fever)],
+                         ErrorCode.KIP_3002),
+                        ([(g.l2, g.ibu, g.fever), (g.l2, g.ibu, g.headache)],
+                         ErrorCode.KIP_4003)):
+        with pytest.raises(KipError) as e:
+            with g.store.write() as w:
+                w.repoint_links(moves)
+        assert e.value.code is code
+        with g.store.read() as r:
+            assert r.head(g.l2) == LinkHead(g.l2, g.aspirin, g.treats, g.fever)
+    assert snapshot_of(g.store) == before
