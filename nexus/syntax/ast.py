@@ -47,6 +47,24 @@ EXPECT_PRIMITIVE = "primitive value (string, number, boolean or null)"   # FILTE
 EXPECT_KEY = "key name (a string that is an identifier)"                 # DELETE ... {keys}
 
 
+def suits(expect: str, value: Any) -> bool:
+    """Whether `value` is of the JSON kind a position of kind `expect` needs — for a literal
+    (the transformer) and a bound placeholder (bind) alike. EXPECT_KEY asks only for a
+    string here: whether it is an identifier is checked by the caller, whose error differs."""
+    if expect in (EXPECT_STRING, EXPECT_KEY):
+        return isinstance(value, str)
+    if expect == EXPECT_OBJECT:
+        return isinstance(value, dict)
+    if expect == EXPECT_ARRAY:
+        return isinstance(value, list)
+    if expect in (EXPECT_POSITIVE_INT, EXPECT_VERSION):
+        return (isinstance(value, int) and not isinstance(value, bool)
+                and value >= (1 if expect == EXPECT_POSITIVE_INT else 0))
+    if expect == EXPECT_PRIMITIVE:
+        return not isinstance(value, (list, dict))
+    return True
+
+
 def article(expect: str) -> str:
     """'an object', 'a string'... for messages about an EXPECT_* kind."""
     return ("an " if expect[:1] in "aeiou" else "a ") + expect

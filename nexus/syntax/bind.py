@@ -193,23 +193,9 @@ def _first_param_pos(node: object, name: str) -> A.Pos | None:
 def _bind_param(param: A.Param, value: Any) -> A.Literal:
     _check_json(value, param)
     expect = param.expect
-    ok = True
-    if expect == A.EXPECT_STRING:
-        ok = isinstance(value, str)
-    elif expect == A.EXPECT_OBJECT:
-        ok = isinstance(value, dict)
-    elif expect == A.EXPECT_ARRAY:
-        ok = isinstance(value, list)
-    elif expect == A.EXPECT_POSITIVE_INT:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    elif expect == A.EXPECT_VERSION:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    elif expect == A.EXPECT_PRIMITIVE:
-        ok = not isinstance(value, (list, dict))
-    elif expect == A.EXPECT_KEY:
-        ok = isinstance(value, str)
-        if ok and not _IDENTIFIER.match(value):
-            raise _bad_key(param, value)
+    ok = A.suits(expect, value)
+    if ok and expect == A.EXPECT_KEY and not _IDENTIFIER.match(value):
+        raise _bad_key(param, value)
     if not ok:
         shown = json.dumps(value, ensure_ascii=False, default=str)
         if len(shown) > 60:

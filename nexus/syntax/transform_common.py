@@ -133,23 +133,9 @@ def _clip(text: str, width: int = 40) -> str:
 
 def check_expect(value: Any, expect: str, where: Where, what: str) -> None:
     """Raise KIP_1001 unless a literal `value` suits a position that needs `expect`."""
-    ok = True
-    if expect == A.EXPECT_STRING:
-        ok = isinstance(value, str)
-    elif expect == A.EXPECT_OBJECT:
-        ok = isinstance(value, dict)
-    elif expect == A.EXPECT_ARRAY:
-        ok = isinstance(value, list)
-    elif expect == A.EXPECT_POSITIVE_INT:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    elif expect == A.EXPECT_VERSION:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    elif expect == A.EXPECT_PRIMITIVE:
-        ok = not isinstance(value, (list, dict))
-    elif expect == A.EXPECT_KEY:
-        ok = isinstance(value, str)
-        if ok:
-            check_identifier(value, where, what)
+    ok = A.suits(expect, value)
+    if ok and expect == A.EXPECT_KEY:
+        check_identifier(value, where, what)
     if not ok:
         raise fail(where, f"{what} must be {A.article(expect)}, got "
                    f"{_clip(json.dumps(value, ensure_ascii=False), 60)}",
