@@ -225,7 +225,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_space(args: argparse.Namespace) -> int:
     """`kip space create|list|drop [NAME] --spaces DIR`."""
     from .spaces import Spaces
-    registry = Spaces(args.spaces, max_open=1)
+    try:
+        registry = Spaces(args.spaces, max_open=1)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     try:
         if args.action == "list":
             for name in registry.names():

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 from .api import AuditLog, Nexus, __version__
 from .errors import ErrorCode, KipError
+from .location import is_url, shown
 from .ops.capsules import BUNDLED, bundled_text
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -84,6 +85,11 @@ class Spaces:
 
     def __init__(self, root: str, *, max_open: int = DEFAULT_MAX_OPEN,
                  auto_create: bool = False, audit: bool = False, **options: Any) -> None:
+        if is_url(root):    # a URL is not a directory: make no folder named after it
+            raise ValueError(
+                f"--spaces takes a directory, not a URL ({shown(root)}); spaces are "
+                f"directories of LMDB stores. On PostgreSQL, give each memory its own "
+                f"space in the --db URL instead: postgresql://…/db?space=NAME")
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
         self.max_open = max(1, max_open)

@@ -107,3 +107,22 @@ def test_the_template_depends_on_what_shapes_a_store_not_on_limits():
     assert template_key({"durable": False, "query_timeout": 5, "bootstrap": True}) == plain
     assert template_key({"self_id": "principal-1"}) != plain
     assert template_key({"bootstrap": False}) != plain
+
+
+def test_spaces_on_a_url_are_refused_without_making_a_folder(tmp_path, monkeypatch, capsys):
+    """`--spaces` names a directory of LMDB stores: a postgresql:// URL there is refused
+    with a message that says what to give instead (and shows no password), and no folder
+    named after the URL appears."""
+    import pytest
+
+    from nexus.cli import main
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql://agent:s3cret@db.example:5432/memory"
+    with pytest.raises(ValueError, match=r"\?space=NAME"):
+        Spaces(url)
+    code = main(["space", "list", "--spaces", url])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "--spaces takes a directory" in err and "?space=NAME" in err
+    assert "s3cret" not in err
+    assert os.listdir(tmp_path) == []
