@@ -296,6 +296,9 @@ def test_with_type_on_a_small_type_beside_a_big_one(nexus, kip):
     kip(nexus, SCHEMA)
     bulk_import(nexus, [{"type": "Drug", "name": f"Metrazolam {i}"} for i in range(3000)]
                 + [{"type": "Unit", "name": n} for n in ("Metre", "Millimetre", "Kilogram")])
+    # a bulk load's vectors are built in the background; items are found by vector once
+    # drained (docs/guarantees.md) — and a typo is found by vector, not by keyword
+    assert nexus.search.drain(120)
     # the typo'd unit is far outside the nearest neighbours of the 3,000 look-alike drugs
     hits = kip(nexus, 'SEARCH CONCEPT "Milimetre" WITH TYPE "Unit"')
     assert hits[0]["name"] == "Millimetre" and {h["type"] for h in hits} == {"Unit"}

@@ -24,13 +24,15 @@ from nexus.syntax import ast as A
 
 SCALE = int(os.environ.get("NEXUS_FUZZ_EXAMPLES", "0")) or None
 PARSE_CODES = {ErrorCode.KIP_1001, ErrorCode.KIP_1002, ErrorCode.KIP_4002}
-TIME_LIMIT_S = 2.0
+TIME_LIMIT_S = 2.0     # CPU seconds of the parsing thread (a bound on the work, not on the load)
 
 
 def fuzz_settings(default_examples: int):
     return settings(
         max_examples=SCALE or default_examples,
-        deadline=int(TIME_LIMIT_S * 1000),
+        # The bound is the parse's own CPU time (check()), not hypothesis's wall-clock
+        # deadline: on a loaded CI machine wall time measures the neighbours.
+        deadline=None,
         derandomize=SCALE is None,   # CI: the same examples every run
         database=None,               # nothing written into the shared checkout
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -77,7 +79,7 @@ def _params(node, out):
 
 def check(text: str) -> None:
     """The property, for one input."""
-    start = time.perf_counter()
+    start = time.thread_time()
     try:
         result = parse(text)
     except KipError as err:
@@ -96,7 +98,7 @@ def check(text: str) -> None:
             bind(result, values)
         except KipError as err:  # e.g. a placeholder that must be an identifier key
             assert err.code in {ErrorCode.KIP_1001, ErrorCode.KIP_1002}
-    assert time.perf_counter() - start < TIME_LIMIT_S
+    assert time.thread_time() - start < TIME_LIMIT_S     # no input makes parsing blow up
 
 
 # --- strategies ----------------------------------------------------------------------------
@@ -206,10 +208,10 @@ DEEP = [
 
 @pytest.mark.parametrize("text", [t for t, _ in DEEP], ids=[i for _, i in DEEP])
 def test_deep_nesting_is_refused_quickly(text):
-    start = time.perf_counter()
+    start = time.thread_time()
     with pytest.raises(KipError) as info:
         parse(text)
-    assert time.perf_counter() - start < TIME_LIMIT_S
+    assert time.thread_time() - start < TIME_LIMIT_S
     assert info.value.code in (ErrorCode.KIP_4002, ErrorCode.KIP_1001)
     if text.startswith(("FIND", "UPSERT")):  # valid up to the nesting: the budget refuses it
         assert info.value.code == ErrorCode.KIP_4002
@@ -246,27 +248,27 @@ def test_many_separate_negations_are_not_nesting():
 @pytest.mark.parametrize("op", ["&&", "||"])
 def test_long_flat_chains_do_not_recurse(op):
     text = "FIND(?x) WHERE { FILTER(" + f" {op} ".join(["?x.name == 1"] * 2_000) + ") }"
-    start = time.perf_counter()
+    start = time.thread_time()
     parsed = parse(text)
-    assert time.perf_counter() - start < 5 * TIME_LIMIT_S
+    assert time.thread_time() - start < 5 * TIME_LIMIT_S
     assert len(parsed.command.where[0].expr.operands) == 2_000
     assert parse(to_text(parsed.command)).command == parsed.command
 
 
 def test_over_max_command_bytes_is_refused_before_parsing():
     text = 'FIND(?x) WHERE { ?x {type: "T"} }' + " " * MAX_COMMAND_BYTES
-    start = time.perf_counter()
+    start = time.thread_time()
     with pytest.raises(KipError) as info:
         parse(text)
     assert info.value.code == ErrorCode.KIP_4002
-    assert time.perf_counter() - start < TIME_LIMIT_S
+    assert time.thread_time() - start < TIME_LIMIT_S
 
 
 def test_long_valid_command_parses():
     text = "FIND(?x) WHERE { " + " ".join(f'?x{i} {{type: "T{i}"}}' for i in range(2_000)) + " }"
-    start = time.perf_counter()
+    start = time.thread_time()
     parsed = parse(text)
-    assert time.perf_counter() - start < 5 * TIME_LIMIT_S
+    assert time.thread_time() - start < 5 * TIME_LIMIT_S
     assert len(parsed.command.where) == 2_000
 
 
