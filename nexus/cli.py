@@ -25,19 +25,15 @@ import argparse
 import itertools
 import json
 import os
-import re
 import sys
-
 from typing import Any, Iterable, Mapping, Sequence
 
+from .cli_http import (CliError, api_key_of, export_over_http, load_over_http, post_kip,
+                       progress_reporter)
 from .config import DEFAULT_DB
-from .location import is_url, shown
 from .errors import KipError
+from .location import is_url, shown
 from .version import KIP_VERSION, __version__
-
-
-class CliError(Exception):
-    """A usage or environment error: printed as `kip: <message>`, exit status 2."""
 
 
 def _default_db() -> str:
@@ -80,18 +76,6 @@ def _resolve_target(args: argparse.Namespace) -> None:
     args.db, args.endpoint = target.db, target.url
 
 
-def _api_key_of(args: argparse.Namespace) -> str | None:
-    return args.api_key or os.environ.get("KIP_API_KEY") or None
-
-
-def _progress(what: str, **options: Any) -> Any:
-    """A progress reporter on stderr (`nexus.shell.progress.Progress`)."""
-    from .shell.progress import Progress
-    return Progress(f"kip {what}", **options)
-
-
-
-
 def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
     from .api import Nexus
     if getattr(args, "no_bootstrap", False):
@@ -102,7 +86,7 @@ def _open(args: argparse.Namespace, create: bool = True, **options: Any) -> Any:
         raise CliError(f"no database at {path}")
     # Bundled capsules applied to a new database, or changed ones to an old one: a bar that
     # goes away when done at a terminal, a line only when it takes a while otherwise.
-    progress = _progress("bootstrap", unit="capsules", per_label=False, leave=False,
+    progress = progress_reporter("bootstrap", unit="capsules", per_label=False, leave=False,
                          delay=0.5)
     if not progress.tty:
         progress.delay = 2.0
@@ -279,31 +263,6 @@ def parse_param(text: str) -> tuple[str, Any]:
     return key.lstrip(":"), value
 
 
-def post_kip(url: str, method: str, params: Any, api_key: str | None = None,
-             timeout: float = 300.0) -> dict[str, Any]:
-    """POST one call to the `kip serve` endpoint `url` (`nexus.shell.target.kip_endpoint`;
-    stdlib only); returns the KIP response. HTTP error statuses still carry a KIP response
-    body, which is returned as is."""
-    import urllib.error
-    import urllib.request
-    body = json.dumps({"method": method, "params": params}).encode("utf-8")
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Content-Type": "application/json"})
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        data = exc.read()
-        try:
-            return json.loads(data)
-        except ValueError:
-            raise CliError(f"{url}: HTTP {exc.code}: {data[:200]!r}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise CliError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
-
-
 def cmd_exec(args: argparse.Namespace) -> int:
     if (args.command is None) == (args.file is None):
         raise CliError("give one COMMAND argument or -f FILE")
@@ -326,7 +285,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         request["dry_run"] = True
     method = "execute_kip_readonly" if args.readonly else "execute_kip"
     if args.endpoint is not None:
-        response = post_kip(args.endpoint, method, request, _api_key_of(args))
+        response = post_kip(args.endpoint, method, request, api_key_of(args))
     else:
         with _open(args) as nexus:
             response = getattr(nexus, method)(request)
@@ -341,9 +300,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         if not os.path.exists(path):
             raise CliError(f"no such file or directory: {path}")
     if args.endpoint is not None:
-        report: Any = _load_over_http(args)
+        report: Any = load_over_http(args)
     else:
-        with _open(args) as nexus, _progress("load", unit="bytes") as progress:
+        with _open(args) as nexus, progress_reporter("load", unit="bytes") as progress:
             options = {"privileged": True} if args.privileged else {}
             try:
                 # Every file is tried and reported, each in its own transaction.
@@ -364,34 +323,6 @@ def cmd_load(args: argparse.Namespace) -> int:
         sys.stderr.write(f"kip: {len(report) - len(failed)} file(s) loaded, {len(failed)} "
                          f"failed\n")
     return 1 if _report_failed(report) else 0
-
-
-def _load_over_http(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """`kip load --url`: each file's commands sent one by one to the endpoint with
-    `execute_kip`, as the shell's `:load` sends them (`nexus.shell.backend`): every command
-    is its own transaction there, so the first failing command stops its file with the
-    commands before it applied (the report counts them); then the next file."""
-    if args.privileged:
-        raise CliError("--privileged loads into a database on this machine only (--db DIR or "
-                       "--space NAME --spaces DIR): a server never runs a request privileged")
-    from .api import capsule_files
-    from .shell.backend import HttpBackend
-    try:
-        files = capsule_files(args.paths)
-    except KipError as err:
-        raise CliError(err.message) from None
-    backend = HttpBackend(args.endpoint, _api_key_of(args))
-    report: list[dict[str, Any]] = []
-    with _progress("load", unit="commands") as progress:
-        for path in files:
-            def step(done: int, total: int, unit: str, path: str = path) -> None:
-                progress(path, done, total)
-            outcome = backend.load(path, step)
-            entry: dict[str, Any] = {"path": path, **outcome.counts}
-            if outcome.error is not None:
-                entry["error"] = outcome.error.get("error")
-            report.append(entry)
-    return report
 
 
 def _plain(value: Any) -> Any:
@@ -427,7 +358,7 @@ def _report_failed(report: Any) -> bool:
 def cmd_export(args: argparse.Namespace) -> int:
     to_file = bool(args.output and args.output != "-")
     if args.endpoint is not None:
-        pieces = _export_over_http(args)
+        pieces = export_over_http(args)
         if to_file:
             _write_whole(args.output, list(pieces))     # every page read before writing
         else:
@@ -435,7 +366,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 sys.stdout.write(piece)
         return 0
     with _open(args, create=False, bootstrap=False) as nexus, \
-            _progress("export", unit="elements") as progress:
+            progress_reporter("export", unit="elements") as progress:
         pieces = nexus.export_lines(domain=args.domain, progress=progress)
         try:
             first = next(pieces, "")            # selects the elements: may not find the domain
@@ -448,72 +379,6 @@ def cmd_export(args: argparse.Namespace) -> int:
             for piece in pieces:
                 sys.stdout.write(piece)
     return 0
-
-
-EXPORT_PAGE = 1000     # elements per EXPORT page over HTTP (the statement's own cap)
-
-
-def _export_over_http(args: argparse.Namespace) -> Iterable[str]:
-    """`kip export --url`: the whole graph through the EXPORT statement (spec §5.3), page by
-    page: every element whose type is a concept type or whose predicate is a proposition
-    type — which is every element, less the Genesis core EXPORT leaves out as `kip export`
-    does. Each page is its own read on the server (not one snapshot)."""
-    if args.domain is not None:
-        raise CliError("kip export --domain needs the database itself (--db DIR or --space "
-                       "NAME --spaces DIR); over --url, export what a pattern binds with "
-                       "kip exec --url URL 'EXPORT ?x WHERE { ... }'")
-    key = _api_key_of(args)
-
-    def ask(command: str, parameters: dict[str, Any]) -> dict[str, Any]:
-        response = post_kip(args.endpoint, "execute_kip_readonly",
-                            {"command": command, "parameters": parameters}, key)
-        if "error" in response:
-            err = response["error"] if isinstance(response["error"], dict) else {}
-            hint = f"\n  hint: {err['hint']}" if err.get("hint") else ""
-            raise CliError(f"export from {args.endpoint} failed: {err.get('code')} "
-                           f"{err.get('message')}{hint}")
-        return response
-
-    def names(kind: str) -> list[str]:
-        found: list[str] = []
-        cursor = None
-        while True:
-            page = 'CURSOR :c' if cursor else ''
-            response = ask(f'FIND(?t.name) WHERE {{ ?t {{type: "{kind}"}} }} {page}',
-                           {"c": cursor} if cursor else {})
-            found += response.get("result") or []
-            cursor = response.get("next_cursor")
-            if not cursor:
-                return found
-    types, predicates = names("$ConceptType"), names("$PropositionType")
-    params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
-    params.update({f"p{i}": p for i, p in enumerate(predicates)})
-    branches = [f"?x {{type: :t{i}}}" for i in range(len(types))]
-    branches += [f"?x (?s, :p{i}, ?o)" for i in range(len(predicates))]
-    yield (f"// nexus {__version__} export of the whole graph at {args.endpoint} (KIP "
-           f"{KIP_VERSION}), by EXPORT over HTTP\n// Load into a nexus database (which has "
-           f"the Genesis capsule) with: kip load FILE\n")
-    concepts = propositions = 0
-    if not branches:        # not even the meta-types: nothing to export
-        yield "\n// 0 concepts, 0 propositions.\n"
-        return
-    where = branches[0] + "".join(f" UNION {{ {b} }}" for b in branches[1:])
-    command = f"EXPORT ?x WHERE {{ {where} }} LIMIT {EXPORT_PAGE}"
-    cursor = None
-    with _progress("export", unit="elements") as progress:
-        while True:
-            page = ask(command + (" CURSOR :cursor" if cursor else ""),
-                       {**params, "cursor": cursor} if cursor else params)
-            result = page.get("result") or {}
-            concepts += result.get("concepts", 0)
-            propositions += result.get("propositions", 0)
-            progress("elements", concepts + propositions, concepts + propositions)
-            if result.get("capsule"):
-                yield "\n" + result["capsule"]
-            cursor = page.get("next_cursor")
-            if not cursor:
-                break
-    yield f"\n// {concepts} concepts, {propositions} propositions.\n"
 
 
 def _write_whole(path: str, pieces: Iterable[str]) -> None:
@@ -574,7 +439,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     # --semantic: the database's semantic embedder from now on (recorded in it on open).
     options = {"semantic": args.semantic} if args.semantic else {}
     with _open(args, create=False, bootstrap=False, **options) as nexus, \
-            _progress("reindex", unit="elements") as progress:
+            progress_reporter("reindex", unit="elements") as progress:
         report = nexus.reindex(progress)
     _emit(_plain(report))
     return 0
@@ -583,7 +448,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def _check(nexus: Any, deep: bool, repair: bool, wait: float | None) -> dict[str, Any]:
     """`Nexus.check` with progress on stderr: a phase reported around the call, and the
     vector catch-up when the check waits for it."""
-    with _progress("check") as progress, _progress("check") as waiting:
+    with progress_reporter("check") as progress, progress_reporter("check") as waiting:
         phase = "verifying" + (" deeply" if deep else "") + (" and repairing" if repair else "")
         progress(phase, 0, 1)
         # Its own reporter: a wait cut short by --wait must not be shown as complete.
