@@ -1,7 +1,7 @@
 """Storage and KML benchmark: bulk load (W1) and single durable UPSERT (W2) of the peers
 dataset (`../shared/peers`), database size on disk and RSS.
 
-    /tmp/venv/bin/python bench/load.py --n 100000 [--n 10000] [--data /tmp/nexus-peers]
+    python bench/load.py --n 100000 [--n 10000] [--data /tmp/nexus-peers]
                                        [--with-search 10000] [--upserts 200]
                                        [--batch-size 1000000] [--write]
 

@@ -1,6 +1,6 @@
-"""The nexus plug-in peer for `/work/shared/peers/bench_peers.py` (see its README).
+"""The nexus plug-in peer for `../shared/peers/bench_peers.py` (see its README).
 
-    python /work/shared/peers/bench_peers.py --n 10000 --data /tmp/peers-data \\
+    python ../shared/peers/bench_peers.py --n 10000 --data /tmp/peers-data \\
         --peer-module bench/nexus_peer.py
 
 Everything goes through the public API: the load through the engine's bulk importer

@@ -1,6 +1,6 @@
 """Benchmark of the KIP syntax layer: parse (+ bind) per command, cold and cached.
 
-    /tmp/venv/bin/python bench/parse.py [--quick] [--no-write]
+    python bench/parse.py [--quick] [--no-write]
 
 Three commands:
   (a) a short FIND with two placeholders,

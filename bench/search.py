@@ -1,6 +1,6 @@
 """Benchmark of SEARCH: retrieval quality, index build rate, and latency at scale.
 
-    /tmp/venv/bin/python bench/search.py [--n 100000] [--quality-n 6000] [--queries 100]
+    python bench/search.py [--n 100000] [--quality-n 6000] [--queries 100]
                                          [--no-write] [--keep DIR]
 
 1. Quality: the labelled set of tests/search (the same generator, seeds and size as

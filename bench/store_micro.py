@@ -3,7 +3,7 @@
 Loads N concepts + M links through the bulk path into a temporary LMDB directory, then
 times the executor's hottest store calls and a single durable write transaction:
 
-    /tmp/venv/bin/python bench/store_micro.py [--concepts 100000] [--links 500000] [--dir D]
+    python bench/store_micro.py [--concepts 100000] [--links 500000] [--dir D]
 
 Figures are per call, the best of 5 warm loops over random ids (the head cache filled),
 inside one read transaction unless stated. Expect noise on a shared machine.
