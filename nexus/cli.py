@@ -46,8 +46,8 @@ def _add_db(p: argparse.ArgumentParser, creates: bool = False, spaces: bool = Tr
     if spaces:
         p.add_argument("--space", default=None, metavar="NAME",
                        help="a space of --spaces DIR instead of --db (docs/server.md)")
-        p.add_argument("--spaces", default=None, metavar="DIR",
-                       help="the spaces directory of --space")
+        p.add_argument("--spaces", default=None, metavar="DIR|URL",
+                       help="the spaces of --space: a directory or a postgresql:// URL")
     if creates:
         p.add_argument("--no-bootstrap", action="store_true",
                        help="do not apply the bundled capsules (Genesis, Person, Event, "
@@ -207,7 +207,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_space(args: argparse.Namespace) -> int:
-    """`kip space create|list|drop [NAME] --spaces DIR`."""
+    """`kip space create|list|drop [NAME] --spaces DIR|URL`."""
     from .spaces import Spaces
     try:
         registry = Spaces(args.spaces, max_open=1)
@@ -661,9 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="warning",
                    choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's own log level (default warning)")
-    p.add_argument("--spaces", default=None, metavar="DIR",
-                   help="serve POST /v1/{space}/kip over the spaces in DIR (one store each) "
-                        "instead of --db")
+    p.add_argument("--spaces", default=None, metavar="DIR|URL",
+                   help="serve POST /v1/{space}/kip over the spaces in DIR (one store each), "
+                        "or of a postgresql:// URL (one database), instead of --db")
     p.add_argument("--auto-create", action="store_true",
                    help="with --spaces: a request to a missing space creates it")
     p.add_argument("--max-open-spaces", type=int, default=64, metavar="N",
@@ -672,10 +672,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --spaces: JSON keys file {KEY: {spaces, mode}}, reread on SIGHUP")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser("space", help="create, list or drop spaces of a --spaces directory")
+    p = sub.add_parser("space", help="create, list or drop spaces (--spaces DIR or URL)")
     p.add_argument("action", choices=["create", "list", "drop"])
     p.add_argument("name", nargs="?", default=None)
-    p.add_argument("--spaces", required=True, metavar="DIR", help="the spaces directory")
+    p.add_argument("--spaces", required=True, metavar="DIR|URL",
+                   help="the spaces: a directory, or a postgresql:// URL")
     p.set_defaults(func=cmd_space)
 
     sub.add_parser("shell", help="the interactive KIP shell (see `kip shell --help`)",

@@ -18,6 +18,11 @@ stale one, and creating a space costs a file copy, not a bootstrap. (Opening the
 which applies nothing when the template is current.) Older templates are removed when a new
 one is built. The copy carries the template's random database epoch (the vector files'
 owner mark, `nexus.search.vectors`): the files copied with it are its own.
+
+Where the spaces live is a *catalog*: `DirectoryCatalog` (a directory, one LMDB store per
+space, templates under `DIR/.templates`) or `PostgresCatalog` (a `postgresql://` URL: one
+database, a space is its rows — every table leads with `space` — and a template is a space
+named `_template-<key>`, copied row by row in one transaction; `nexus.store.pg_spaces`).
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 DEFAULT_MAX_OPEN = 64
 AUDIT_FLUSH_SECONDS = 0.5
 TEMPLATES = ".templates"
+_TEMPLATE_KEY = re.compile(r"[0-9a-f]{32}")         # what template_key() gives
 # Files of a store directory that a copy leaves out: LMDB's lock file (per environment,
 # made at open) and any other lock file.
 _NOT_COPIED = re.compile(r"(?:lock\.mdb|.*\.lock|LOCK|.*\.tmp)")
@@ -80,53 +86,31 @@ def unknown_space(name: str) -> KipError:
                     "check the name and your key's spaces.")
 
 
-class Spaces:
-    """The spaces under `root`. Thread-safe; `options` go to every `Nexus.open`."""
+class DirectoryCatalog:
+    """Spaces as directories under `root`, each an LMDB store; new ones copied from the
+    template under `root/.templates/<key>` (see the module doc)."""
 
-    def __init__(self, root: str, *, max_open: int = DEFAULT_MAX_OPEN,
-                 auto_create: bool = False, audit: bool = False, **options: Any) -> None:
-        if is_url(root):    # a URL is not a directory: make no folder named after it
-            raise ValueError(
-                f"--spaces takes a directory, not a URL ({shown(root)}); spaces are "
-                f"directories of LMDB stores. On PostgreSQL, give each memory its own "
-                f"space in the --db URL instead: postgresql://…/db?space=NAME")
+    def __init__(self, root: str, options: dict[str, Any]) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
-        self.max_open = max(1, max_open)
-        self.auto_create = auto_create
+        self.shown = self.root
         self.options = options
-        self._lock = threading.Lock()
-        self._open: OrderedDict[str, Nexus] = OrderedDict()   # LRU order, newest last
-        self._busy: dict[str, int] = {}
-        self._opening: dict[str, threading.Event] = {}     # being opened, set when done
-        self._closing: dict[str, threading.Event] = {}     # evicted, store still closing
-        self._to_close: list[tuple[str, Nexus]] = []        # evicted, for the closer thread
-        self._closer: threading.Thread | None = None
-        self._close_wake = threading.Event()
         self._template_lock = threading.Lock()
         self._key: str | None = None        # template_key(options), computed once
-        self.audit = audit
-        self._audits: dict[str, AuditLog] = {}      # of the open spaces, with `audit`
-        self._flusher: threading.Thread | None = None
-        self._stopping = threading.Event()
 
-    def path(self, name: str) -> str:
-        return os.path.join(self.root, check_name(name))
+    def location(self, name: str) -> str:
+        return os.path.join(self.root, name)
 
     def exists(self, name: str) -> bool:
-        return os.path.isdir(self.path(name))
+        return os.path.isdir(self.location(name))
 
     def names(self) -> list[str]:
         return sorted(n for n in os.listdir(self.root)
                       if NAME.fullmatch(n) and os.path.isdir(os.path.join(self.root, n)))
 
-    def open_count(self) -> int:
-        with self._lock:
-            return len(self._open)
-
     def create(self, name: str) -> bool:
         """Create space `name` (a copy of the template); False if it existed already."""
-        path = self.path(name)
+        path = self.location(name)
         if os.path.isdir(path):
             return False
         return self._copy_template(name, path)
@@ -178,9 +162,153 @@ class Spaces:
             shutil.rmtree(staging, ignore_errors=True)
 
     def drop(self, name: str) -> bool:
+        """Delete space `name` (closed by the caller); False if it does not exist."""
+        path = self.location(name)
+        if not os.path.isdir(path):
+            return False
+        shutil.rmtree(path)
+        return True
+
+
+class PostgresCatalog:
+    """Spaces as the rows of one PostgreSQL database (`url`), each opened as
+    `url?space=NAME`; new ones copied from the template space `_template-<key>` (see the
+    module doc). Needs the `postgres` extra."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        try:
+            from .store.pg_spaces import PgSpaces
+        except ImportError as exc:
+            raise ValueError(f"--spaces {shown(url)} needs psycopg, which is not installed "
+                             f"({exc.name}): pip install 'nexus-kip[postgres]'") from None
+        self.db = PgSpaces(url)
+        self.url = url
+        self.shown = self.db.shown
+        self.options = options
+        self._template_lock = threading.Lock()
+        self._key: str | None = None
+
+    def location(self, name: str) -> str:
+        from .store.pg_spaces import with_space
+        return with_space(self.url, name)
+
+    def exists(self, name: str) -> bool:
+        return self.db.exists(name)
+
+    def names(self) -> list[str]:
+        return [n for n in self.db.names() if NAME.fullmatch(n)]
+
+    def create(self, name: str) -> bool:
+        """Create space `name` (a copy of the template space, in one transaction); False if
+        it existed already."""
+        if self.db.exists(name):
+            return False
+        return self.db.copy(self.template(), name)
+
+    def template(self) -> str:
+        """The name of the current template space, built first if it is missing: bootstrapped
+        under a build name, then copied to its final name (never seen half built)."""
+        from .store.pg_conn import TEMPLATE_PREFIX
+        key = self._key = self._key or template_key(self.options)
+        final = TEMPLATE_PREFIX + key
+        if self.db.exists(final):
+            return final
+        with self._template_lock:
+            if self.db.exists(final):
+                return final
+            building = f"{TEMPLATE_PREFIX}build-{secrets.token_hex(6)}"
+            try:
+                Nexus.open(self.location(building), **self.options).close()
+                if not self.db.copy(building, final) and not self.db.exists(final):
+                    raise KipError(ErrorCode.KIP_4003, "the spaces template could not be "
+                                   f"built in {self.shown}", "Retry; check the database.")
+            finally:
+                self.db.drop(building)
+            for old in self.db.names(templates=True):       # stale: another bundled set
+                if old != final and _TEMPLATE_KEY.fullmatch(old[len(TEMPLATE_PREFIX):]):
+                    self.db.drop(old)
+        return final
+
+    def drop(self, name: str) -> bool:
+        """Delete space `name` (closed by the caller); False if it does not exist."""
+        return self.db.drop(name)
+
+
+def catalog(where: str, options: dict[str, Any]) -> DirectoryCatalog | PostgresCatalog:
+    """The catalog of the spaces at `where`: a directory or a `postgresql://` URL."""
+    if where.startswith("postgresql://"):
+        return PostgresCatalog(where, options)
+    if is_url(where):    # a URL is not a directory: make no folder named after it
+        raise ValueError(
+            f"--spaces takes a directory or a postgresql:// URL, not {shown(where)}")
+    return DirectoryCatalog(where, options)
+
+
+def locate(where: str, name: str) -> str | None:
+    """What `Nexus.open` is given for the existing space `name` of the spaces at `where` (a
+    directory or a `postgresql://` URL), None when there is no such space. A bad name is
+    KIP_1001; nothing is created."""
+    check_name(name)
+    if where.startswith("postgresql://"):
+        found = PostgresCatalog(where, {})
+        return found.location(name) if found.exists(name) else None
+    if is_url(where):
+        raise ValueError(
+            f"--spaces takes a directory or a postgresql:// URL, not {shown(where)}")
+    path = os.path.join(where, name)
+    return path if os.path.isdir(path) else None
+
+
+class Spaces:
+    """The spaces at `where` (a directory, or a `postgresql://` URL: `catalog`).
+    Thread-safe; `options` go to every `Nexus.open`."""
+
+    def __init__(self, where: str, *, max_open: int = DEFAULT_MAX_OPEN,
+                 auto_create: bool = False, audit: bool = False, **options: Any) -> None:
+        self.catalog = catalog(where, options)
+        self.shown = self.catalog.shown
+        self.max_open = max(1, max_open)
+        self.auto_create = auto_create
+        self.options = options
+        self._lock = threading.Lock()
+        self._open: OrderedDict[str, Nexus] = OrderedDict()   # LRU order, newest last
+        self._busy: dict[str, int] = {}
+        self._opening: dict[str, threading.Event] = {}     # being opened, set when done
+        self._closing: dict[str, threading.Event] = {}     # evicted, store still closing
+        self._to_close: list[tuple[str, Nexus]] = []        # evicted, for the closer thread
+        self._closer: threading.Thread | None = None
+        self._close_wake = threading.Event()
+        self.audit = audit
+        self._audits: dict[str, AuditLog] = {}      # of the open spaces, with `audit`
+        self._flusher: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def location(self, name: str) -> str:
+        """What `Nexus.open` is given for space `name` (a directory or a URL)."""
+        return self.catalog.location(check_name(name))
+
+    def exists(self, name: str) -> bool:
+        return self.catalog.exists(check_name(name))
+
+    def names(self) -> list[str]:
+        return self.catalog.names()
+
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def create(self, name: str) -> bool:
+        """Create space `name` (a copy of the template); False if it existed already."""
+        return self.catalog.create(check_name(name))
+
+    def template(self) -> str:
+        """Where the current template is (built first if it is missing)."""
+        return self.catalog.template()
+
+    def drop(self, name: str) -> bool:
         """Close and delete space `name`; False if it does not exist. Refused (KIP_3002)
         while requests are in flight in it."""
-        path = self.path(name)
+        check_name(name)
         with self._lock:
             if self._busy.get(name):
                 raise KipError(ErrorCode.KIP_3002, f"Space {name!r} is in use",
@@ -194,10 +322,7 @@ class Spaces:
             audit.close()
         if nexus is not None:
             nexus.close()
-        if not os.path.isdir(path):
-            return False
-        shutil.rmtree(path)
-        return True
+        return self.catalog.drop(name)
 
     @contextmanager
     def acquire(self, name: str, *, create: bool = False) -> Iterator[Nexus]:
@@ -216,7 +341,7 @@ class Spaces:
             self._close_evicted(victims)
 
     def _get(self, name: str, create: bool) -> Nexus:
-        path = self.path(name)
+        location = self.location(name)
         while True:
             with self._lock:
                 nexus = self._open.get(name)
@@ -235,11 +360,11 @@ class Spaces:
             break
         victims: list[tuple[str, Nexus]] = []
         try:
-            if not os.path.isdir(path):
+            if not self.catalog.exists(name):
                 if not create:
                     raise unknown_space(name)
-                self._copy_template(name, path)
-            nexus = Nexus.open(path, **self.options)
+                self.catalog.create(name)
+            nexus = Nexus.open(location, **self.options)
             with self._lock:
                 self._open[name] = nexus
                 if self.audit:

@@ -4,6 +4,7 @@
 * `--db DIR` — a database on this machine;
 * `--space NAME --spaces DIR` — the space's own database, `DIR/NAME` (the name is checked
   first, `nexus.spaces.check_name`, and the space must exist: `kip space create` makes one);
+  `--spaces` may also be a `postgresql://` URL, whose space NAME is `URL?space=NAME`;
 * `--url URL` — a running `kip serve` (`URL/kip`); with `--space NAME`, that space of a spaces
   server (`URL/v1/NAME/kip`; the name is URL-quoted, so it cannot leave its path segment, and
   the server checks it).
@@ -13,7 +14,6 @@ whose message says what to give instead.
 """
 from __future__ import annotations
 
-import os
 import urllib.parse
 from dataclasses import dataclass
 
@@ -49,13 +49,14 @@ def resolve(*, db: str | None = None, url: str | None = None, spaces: str | None
         return Target(url=kip_endpoint(url, space))
     if spaces and space is not None:
         from ..errors import KipError
-        from ..spaces import check_name     # a local database loads the engine anyway
+        from ..location import shown
+        from ..spaces import locate     # a local database loads the engine anyway
         try:
-            path = os.path.join(spaces, check_name(space))
+            found = locate(spaces, space)
         except KipError as exc:
             raise ValueError(exc.message) from None
-        if not os.path.isdir(path):
-            raise ValueError(f"no space named {space!r} in {spaces} (create it with "
-                             f"`kip space create {space} --spaces {spaces}`)")
-        return Target(db=path)
+        if found is None:
+            raise ValueError(f"no space named {space!r} in {shown(spaces)} (create it with "
+                             f"`kip space create {space} --spaces {shown(spaces)}`)")
+        return Target(db=found)
     return Target(db=db)

@@ -17,7 +17,10 @@ from nexus.store.model import ConceptHead
 T = TypeVar("T")
 
 DEFAULT_CONNECT_TIMEOUT = 10        # seconds; `connect_timeout=` in the URL overrides it
-_SPACE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+# A space name (the rule of `nexus.spaces`), or the name of a spaces template
+# (`pg_spaces`): a prefix no space name can have.
+TEMPLATE_PREFIX = "_template-"
+_SPACE = re.compile(r"(?:_template-)?[a-z0-9][a-z0-9_-]{0,62}")
 
 
 class PgHost(Protocol):

@@ -61,17 +61,22 @@ DUMP = {
 }
 
 
-def ensure(conn: psycopg.Connection[Any], space: str) -> None:
-    """Create the tables (if missing) and the space's meta row; refuse a foreign format.
-    Two processes creating the schema at once may collide in the catalog: retried."""
+def create_tables(conn: psycopg.Connection[Any]) -> None:
+    """Create the tables and indexes that are missing. Two processes creating the schema at
+    once may collide in the catalog: retried."""
     for attempt in range(3):
         try:
             for ddl in SCHEMA:
                 conn.execute(ddl)
-            break
+            return
         except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
             if attempt == 2:
                 raise
+
+
+def ensure(conn: psycopg.Connection[Any], space: str) -> None:
+    """Create the tables (if missing) and the space's meta row; refuse a foreign format."""
+    create_tables(conn)
     conn.execute(INIT_SPACE, (space, FORMAT))
     row = conn.execute("SELECT format FROM nexus_meta WHERE space = %s", (space,)).fetchone()
     if row is None or row[0] != FORMAT:

@@ -109,20 +109,26 @@ def test_the_template_depends_on_what_shapes_a_store_not_on_limits():
     assert template_key({"bootstrap": False}) != plain
 
 
-def test_spaces_on_a_url_are_refused_without_making_a_folder(tmp_path, monkeypatch, capsys):
-    """`--spaces` names a directory of LMDB stores: a postgresql:// URL there is refused
-    with a message that says what to give instead (and shows no password), and no folder
-    named after the URL appears."""
+def test_spaces_on_an_unusable_url_are_refused_without_making_a_folder(tmp_path, monkeypatch,
+                                                                       capsys):
+    """`--spaces` is a directory or a postgresql:// URL (tests/postgresql/test_pg_spaces.py):
+    another URL is refused with a message that says what to give; an unreachable database
+    is an error naming the cause. Neither shows a password nor makes a folder named after
+    the URL."""
     import pytest
 
     from nexus.cli import main
     monkeypatch.chdir(tmp_path)
-    url = "postgresql://agent:s3cret@db.example:5432/memory"
-    with pytest.raises(ValueError, match=r"\?space=NAME"):
-        Spaces(url)
-    code = main(["space", "list", "--spaces", url])
+    with pytest.raises(ValueError, match="a directory or a postgresql:// URL"):
+        Spaces("mysql://agent:s3cret@db.example:3306/memory")
+    code = main(["space", "list", "--spaces", "mysql://agent:s3cret@db.example/memory"])
     err = capsys.readouterr().err
+    assert code != 0 and "--spaces takes a directory or a postgresql:// URL" in err
+    pytest.importorskip("psycopg")
+    url = "postgresql://agent:s3cret@127.0.0.1:1/memory?connect_timeout=3"
+    code = main(["space", "list", "--spaces", url])
+    err += capsys.readouterr().err
     assert code != 0
-    assert "--spaces takes a directory" in err and "?space=NAME" in err
+    assert "unreachable" in err and "127.0.0.1" in err, err
     assert "s3cret" not in err
     assert os.listdir(tmp_path) == []
