@@ -138,7 +138,8 @@ class WordNet:
             whole = root / f"data.{name}"
             parts = [whole] if whole.is_file() else sorted(root.glob(f"data.{name}[0-9]"))
             self.data[p] = _Data(parts)
-        self._synset = lru_cache(maxsize=65536)(self._read_synset)
+        self._synset = lru_cache(maxsize=16384)(self._read_synset)
+        self._related = lru_cache(maxsize=16384)(self._compute_related)
 
     def base_forms(self, word: str, pos: str) -> list[str]:
         """`word` and the forms morphy's rules reduce it to, that are lemmas of `pos`."""
@@ -152,6 +153,27 @@ class WordNet:
                 if base not in out and base in idx:
                     out.append(base)
         return out
+
+    def related(self, word: str) -> tuple[str, ...]:
+        """What `expand` adds for one word or lemma phrase ("_" between words), cached."""
+        return self._related(word)
+
+    def _compute_related(self, word: str) -> tuple[str, ...]:
+        forms = ([(p, word) for p in POS if word in self.index[p]]
+                 or [(p, b) for p in POS for b in self.base_forms(word, p)])
+        out: dict[str, None] = {}
+        for pos, lemma in forms:
+            for ss in self.synsets(lemma, pos)[:SENSES]:
+                related = list(ss.lemmas)
+                for sym, ppos, off in ss.pointers:
+                    if sym in _BROADER:
+                        related.extend(self.synset(ppos, off).lemmas[:2])
+                    elif sym in _SIMILAR:
+                        related.extend(self.synset(ppos, off).lemmas[:1])
+                for t in related:
+                    if t.lower() != word:
+                        out[t.replace("_", " ")] = None
+        return tuple(out)
 
     def synsets(self, lemma: str, pos: str) -> list[Synset]:
         """The synsets of `lemma` ("_" between words), most frequent sense first."""
@@ -202,10 +224,10 @@ def expand(wn: "WordNet", text: str, skip: frozenset[str] = frozenset()) -> list
     out: dict[str, None] = {}
     i = 0
     while i < len(toks) and len(out) < MAX_TERMS:
-        word, forms = "", []
+        word, forms = "", False
         for n in range(min(PHRASE, len(toks) - i), 1, -1):
             lemma = "_".join(toks[i:i + n])
-            forms = [(p, lemma) for p in POS if lemma in wn.index[p]]
+            forms = any(lemma in wn.index[p] for p in POS)
             if forms:
                 word, i = lemma, i + n
                 break
@@ -213,19 +235,7 @@ def expand(wn: "WordNet", text: str, skip: frozenset[str] = frozenset()) -> list
             word, i = toks[i], i + 1
             if word in skip or len(word) < 3:
                 continue
-            forms = ([(p, word) for p in POS if word in wn.index[p]]
-                     or [(p, b) for p in POS for b in wn.base_forms(word, p)])
-        for pos, lemma in forms:
-            for ss in wn.synsets(lemma, pos)[:SENSES]:
-                related = list(ss.lemmas)
-                for sym, ppos, off in ss.pointers:
-                    if sym in _BROADER:
-                        related.extend(wn.synset(ppos, off).lemmas[:2])
-                    elif sym in _SIMILAR:
-                        related.extend(wn.synset(ppos, off).lemmas[:1])
-                for t in related:
-                    if t.lower() != word:
-                        out[t.replace("_", " ")] = None
+        out.update(dict.fromkeys(wn.related(word)))
     return list(out)[:MAX_TERMS]
 
 
