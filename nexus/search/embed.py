@@ -225,13 +225,21 @@ class WordLlamaEmbedder:
     def _term_vectors(self, terms: list[str]) -> np.ndarray:
         """The normalised vectors of `terms`, cached per process (bounded)."""
         cache = _TERM_VECTORS
-        missing = [t for t in terms if t not in cache]
+        # Read into a local dict: another thread may clear the shared cache meanwhile.
+        found: dict[str, np.ndarray] = {}
+        missing = []
+        for t in terms:
+            v = cache.get(t)
+            if v is None:
+                missing.append(t)
+            else:
+                found[t] = v
         if missing:
             if len(cache) > TERM_CACHE:
                 cache.clear()
             for t, v in zip(missing, self._embed(missing)):
-                cache[t] = v
-        return np.stack([cache[t] for t in terms])
+                cache[t] = found[t] = v
+        return np.stack([found[t] for t in terms])
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
