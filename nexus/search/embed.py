@@ -204,8 +204,8 @@ class WordLlamaEmbedder:
         """A query, as typed (stripping it too measured slightly worse), blended with the
         mean vector of its WordNet expansion (`wordnet.expand`: synonyms, broader terms)
         when WordNet is installed: q + EXPANSION_WEIGHT·ê, normalised. Averaged sub-word
-        vectors do not carry one-word synonyms and idioms ("mallet", "pachyderm", "down in
-        the dumps"); WordNet's terms ("hammer", "elephant", "low spirits") do. Only queries
+        vectors do not carry one-word synonyms and idioms ("mallet", "coder", "down in the
+        dumps"); WordNet's terms ("hammer", "programmer", "low spirits") do. Only queries
         are expanded, so the indexed vectors are the same with or without it."""
         q = self._embed([text])[0]
         wn = wordnet.wordnet() if self.expansion else None
