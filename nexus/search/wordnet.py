@@ -205,7 +205,7 @@ class WordNet:
 # the first two lemmas of their broader terms (hypernyms) and the first of their similar
 # adjectives, all weighted alike; narrower terms (hyponyms) did not help.
 SENSES = 2
-PHRASE = 4                 # the longest run of words looked up as one lemma ("down in the dumps")
+PHRASE = 4                 # the longest run of words looked up as one lemma ("down in the mouth")
 MAX_TERMS = 64             # per query (bounds on the cost of one expansion)
 MAX_WORDS = 64
 _WORD = re.compile(r"[a-z0-9][a-z0-9'-]*")
