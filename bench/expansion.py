@@ -13,8 +13,9 @@ concepts as distractors), in memory, searched end to end with
 1. The engine as shipped, expansion off and on (recall@5 and @1, semantic and hybrid).
 2. `--tune`: the coordinate search that chose the shipped settings (two rounds over each
    setting, keeping the best sum of semantic + hybrid recall@5 on A, then of recall@1 on
-   A, then the current value): a weighted variant of `nexus.search.wordnet.expand` (weights per relation:
-   synonyms 1, broader terms, narrower terms, similar adjectives; senses per word; the
+   A, then the current value): a weighted variant of `nexus.search.wordnet.expand`
+   (weights per relation: synonyms 1, broader terms, narrower terms, similar adjectives;
+   senses per word; the
    weight of the expansion against the query). ~7 s per setting evaluated.
 3. The CPU time of one query (`time.thread_time`), expansion off / on (caches warm) / on
    with every cache emptied before the query, alternated per query, best of 5 each,
@@ -234,9 +235,9 @@ def main() -> None:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0, c0 = time.perf_counter(), time.process_time()
     wordnet.wordnet()
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
     print(f"WordNet opened in {time.perf_counter() - t0:.3f} s ({time.process_time() - c0:.3f} "
-          f"s CPU), max RSS +{(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024:.0f}"
-          " MB\n")
+          f"s CPU), max RSS +{grown:.0f} MB\n")
     data = load_set()
     queries = data["queries"]
     parts = halves(len(queries))
