@@ -15,8 +15,7 @@ concepts as distractors), in memory, searched end to end with
    setting, keeping the best sum of semantic + hybrid recall@5 on A, then of recall@1 on
    A, then the current value): a weighted variant of `nexus.search.wordnet.expand`
    (weights per relation: synonyms 1, broader terms, narrower terms, similar adjectives;
-   senses per word; the
-   weight of the expansion against the query). ~7 s per setting evaluated.
+   senses per word; the weight of the expansion against the query). ~7 s per setting.
 3. The CPU time of one query (`time.thread_time`), expansion off / on (caches warm) / on
    with every cache emptied before the query, alternated per query, best of 5 each,
    median over the 245 queries; and the cost of opening WordNet.
