@@ -199,8 +199,11 @@ class SearchService:
         if self.semantic is not None:
             return {"modes": list(MODES), "default_mode": "hybrid",
                     "semantic_embedder": self.semantic.embedder.name,
+                    "query_expansion": getattr(self.semantic.embedder, "expansion_name",
+                                               None),
                     "semantic_fallback": None}
         return {"modes": ["keyword"], "default_mode": "keyword", "semantic_embedder": None,
+                "query_expansion": None,
                 "semantic_fallback": f'"semantic" and "hybrid" are served as "keyword": '
                                      f"{self.semantic_note}"}
 
