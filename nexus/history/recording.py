@@ -288,6 +288,13 @@ class RecordingTxn:
     def known_head(self, n: int) -> Head:
         return self.inner.known_head(n)
 
+    def prefetch_elements(self, ids: Iterable[int]) -> None:
+        """A hint passed on to a store that has it (PostgreSQL: read these elements and
+        their links' ends at once, instead of a round trip each as they are asked for)."""
+        prefetch = getattr(self.inner, "prefetch_elements", None)
+        if prefetch is not None:
+            prefetch(ids)
+
     def attributes(self, n: int) -> JsonMap:
         attributes = self.inner.attributes(n)
         self._reading(n)
