@@ -56,6 +56,9 @@ _DELETE = ("WITH c AS (DELETE FROM nexus_concepts WHERE space = %s AND id = %s "
            "RETURNING type_id), l AS (DELETE FROM nexus_links WHERE space = %s AND id = %s "
            "RETURNING predicate) SELECT 'c', type_id FROM c UNION ALL SELECT 'l', predicate "
            "FROM l")
+_CONCEPTS_BY_KEY = ("SELECT c.id, c.name FROM unnest(%b::bytea[]) AS q(k) JOIN LATERAL "
+                    "(SELECT id, name FROM nexus_concepts WHERE space = %s AND type_id = %s "
+                    "AND name_key = q.k LIMIT 1) c ON TRUE")
 _FLUSH = ("WITH m AS (UPDATE nexus_meta SET max_id = %s, max_sym = %s WHERE space = %s "
           "RETURNING 1) INSERT INTO nexus_stats (space, key, n) "
           "SELECT %s, k, d FROM unnest(%b::text[], %b::bigint[]) AS t(k, d) "
@@ -244,6 +247,32 @@ class PgWriteTxn(PgReadTxn):
             self._concept_ids.clear()
         self._concept_ids[key] = n
         return n
+
+    def prefetch_concepts(self, type_id: int, names: Sequence[str]) -> None:
+        """Look the concepts {type_id, name} up at once, a statement per COPY_CHUNK names,
+        into what `concept_id` remembers (a hint: a bulk load probing a chunk's names)."""
+        memo = self._concept_ids
+        keys: dict[bytes, str] = {}
+        for name in names:
+            if (type_id, name) in memo:
+                continue
+            try:
+                keys[codec.text_key(codec.encode_text(name))] = name
+            except KipError:
+                continue                        # (concept_id answers it: None)
+        if len(memo) + len(keys) >= NEW_HEADS_CAP:
+            memo.clear()
+        todo = list(keys)
+        for i in range(0, len(todo), COPY_CHUNK):
+            part = todo[i:i + COPY_CHUNK]
+            found = {bytes(name): n for n, name in self.rows(_CONCEPTS_BY_KEY,
+                                                             (part, self.space, type_id))}
+            for k in part:
+                name = keys[k]
+                n = found.get(codec.encode_text(name))
+                memo[(type_id, name)] = n
+                if n is not None:
+                    self._keep(ConceptHead(n, type_id, name))
 
     # --- single-element writes -------------------------------------------------------------
     def create_concept(self, n: int, type_id: int, name: str,
