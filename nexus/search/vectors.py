@@ -609,8 +609,12 @@ class Indexer(threading.Thread):
             if self._stopping:
                 break
             try:
-                while not self._stopping and not v.paused and v.catch_up():
-                    pass
+                # Again only if a commit came meanwhile (it set the event): otherwise the
+                # next catch_up would find nothing new, at a read transaction's cost (three
+                # round trips on PostgreSQL).
+                while not self._stopping and not v.paused and v.catch_up() \
+                        and self._wake.is_set():
+                    self._wake.clear()
                 v.maybe_save()
                 v.error = None
             except Exception as exc:  # noqa: BLE001 - keep indexing; the queue still holds it
