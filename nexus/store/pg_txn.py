@@ -456,6 +456,10 @@ class PgReadTxn:
             return
         if prefixes and pending:
             self.flush_aux(table)
+        if len(self.aux_last) + len(prefixes) > LOCAL_AUX:     # bounded (the rest: scans)
+            self.aux_last.clear()
+            self.aux_last_lens.clear()
+            prefixes = prefixes[:LOCAL_AUX]
         lens = self.aux_last_lens.setdefault(table, set())
         step = PREFETCH_CHUNK
         for i in range(0, max(len(want), len(prefixes)), step):

@@ -483,10 +483,11 @@ class PgWriteTxn(PgReadTxn):
 
     def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
         self.aux(table)                         # the table name is checked
-        items = {bytes(k): bytes(v) for k, v in pairs}
+        items = dict(pairs)
         for k in items:
-            if not k or len(k) > codec.MAX_KEY:
+            if not isinstance(k, (bytes, bytearray)) or not k or len(k) > codec.MAX_KEY:
                 raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
+        items = {bytes(k): bytes(v) for k, v in items.items()}
         if self.conn is None:
             used_after_end()
         # pend_aux for each, without a call per pair (a bulk load's name and forward keys)
