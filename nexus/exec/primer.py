@@ -138,8 +138,12 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
     ct, pt = txn.symbol_id(CONCEPT_TYPE), txn.symbol_id(PROPOSITION_TYPE)
     out: set[int] = set()
     seen_defs: set[tuple[int | None, str]] = set()
+    asked: set[int] = set()             # (a link's subject is often a touched concept too)
 
     def domains_of(n: int) -> None:
+        if n in asked:
+            return
+        asked.add(n)
         for _, d, _ in islice(txn.out_links(n, bd), 32):
             out.add(d)
 

@@ -288,6 +288,13 @@ class RecordingTxn:
     def known_head(self, n: int) -> Head:
         return self.inner.known_head(n)
 
+    def prefetch_elements(self, ids: Iterable[int]) -> None:
+        """A hint passed on to a store that has it (PostgreSQL: read these elements and
+        their links' ends at once, instead of a round trip each as they are asked for)."""
+        prefetch = getattr(self.inner, "prefetch_elements", None)
+        if prefetch is not None:
+            prefetch(ids)
+
     def attributes(self, n: int) -> JsonMap:
         attributes = self.inner.attributes(n)
         self._reading(n)
@@ -310,6 +317,13 @@ class RecordingTxn:
 
     def concept_id(self, type_id: int, name: str) -> int | None:
         return self.inner.concept_id(type_id, name)
+
+    def prefetch_concepts(self, type_id: int, names: Sequence[str]) -> None:
+        """A hint passed on to a store that has it (PostgreSQL: look these concepts up at
+        once, then `concept_id` answers them without a round trip each)."""
+        prefetch = getattr(self.inner, "prefetch_concepts", None)
+        if prefetch is not None:
+            prefetch(type_id, names)
 
     def concepts_of_type(self, type_id: int) -> Iterator[int]:
         return self.inner.concepts_of_type(type_id)

@@ -356,6 +356,9 @@ class _Import:
                 return False
             if not self.fresh[t]:      # a type with instances before the import: probe
                 concept_id, tid = txn.concept_id, tids[t]
+                prefetch = getattr(txn, "prefetch_concepts", None)  # (PostgreSQL: at once)
+                if prefetch is not None:
+                    prefetch(tid, tnames)
                 if any(concept_id(tid, name) is not None for name in tnames):
                     return False
         start = txn.max_id() + 1

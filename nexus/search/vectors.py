@@ -132,6 +132,7 @@ class VectorIndex:
         """Inside the write txn: take the next sequence, queue the changed ids, prune what
         the saved files cover. Returns the sequence."""
         vq = txn.aux("vecq")
+        vq.prefetch([KEY_SEQ, KEY_PRUNED])      # (both read below: one round trip)
         seq = read_seq(txn) + 1
         vq.put(KEY_SEQ, _U64.pack(seq))
         changed, gone = list(changed), list(gone)
@@ -202,7 +203,9 @@ class VectorIndex:
         """Apply every change committed so far (the indexer's job; also callable directly).
         Returns whether there was anything to do."""
         store = self.store
+        upserts: list[tuple[int, int, list[str]]] | None = None
         with store.read() as txn:
+            txn.aux("vecq").prefetch([KEY_SEQ, KEY_PRUNED])     # (both read: one round trip)
             seq = read_seq(txn)
             if self.needs_rebuild:
                 ids: list[int] | None = None
@@ -214,7 +217,18 @@ class VectorIndex:
                 if ids is None:             # the queue no longer reaches back: rebuild
                     self.needs_rebuild = True
                     top = txn.max_id()
-        if ids is None:
+                elif len(ids) <= chunk:     # the usual small catch-up: read in this snapshot
+                    upserts = self._docs(txn, ids)
+        if upserts is not None:
+            assert ids is not None
+            me = threading.current_thread()
+            if isinstance(me, Indexer) and (self.paused or me is not self.indexer):
+                return False
+            self._drop(ids)
+            self._add(upserts)
+            with self.lock:
+                self.backlog = max(0, self.backlog - len(ids))
+        elif ids is None:
             self._rebuild_from(store, top, None)
             with self.lock:
                 self.needs_rebuild = False
@@ -240,6 +254,12 @@ class VectorIndex:
 
     def _docs(self, txn: Any, ids: Iterable[int]) -> list[tuple[int, int, list[str]]]:
         from .text import element_doc
+        ids = list(ids)
+        # A store whose reads are round trips (PostgreSQL) reads the elements and their
+        # links' ends in two statements, instead of a few statements per element.
+        prefetch = getattr(txn, "prefetch_elements", None)
+        if prefetch is not None:
+            prefetch(ids)
         out = []
         for n in ids:
             try:
@@ -589,8 +609,12 @@ class Indexer(threading.Thread):
             if self._stopping:
                 break
             try:
-                while not self._stopping and not v.paused and v.catch_up():
-                    pass
+                # Again only if a commit came meanwhile (it set the event): otherwise the
+                # next catch_up would find nothing new, at a read transaction's cost (three
+                # round trips on PostgreSQL).
+                while not self._stopping and not v.paused and v.catch_up() \
+                        and self._wake.is_set():
+                    self._wake.clear()
                 v.maybe_save()
                 v.error = None
             except Exception as exc:  # noqa: BLE001 - keep indexing; the queue still holds it

@@ -20,7 +20,7 @@ import struct
 from itertools import takewhile
 from operator import methodcaller
 from types import TracebackType
-from typing import Callable, Generic, Iterator, Literal, NoReturn, Protocol, cast
+from typing import Callable, Generic, Iterable, Iterator, Literal, NoReturn, Protocol, cast
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
@@ -369,6 +369,9 @@ class Aux(Generic[Db]):
 
     def delete(self, key: bytes) -> bool:
         raise internal("aux tables are read-only in a read transaction")
+
+    def prefetch(self, keys: Iterable[bytes] = (), last_under: Iterable[bytes] = ()) -> None:
+        """Nothing to do: a read here is a local B-tree lookup (see the protocol)."""
 
     def count(self, prefix: bytes = b"") -> int:
         if not prefix:

@@ -12,7 +12,7 @@ them costs no round trip; concept heads are also cached per store once committed
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Iterator, Literal, NoReturn, Sequence
+from typing import Any, Iterable, Iterator, Literal, NoReturn, Sequence
 
 import psycopg
 
@@ -37,6 +37,26 @@ _MAPS = ("SELECT attributes, metadata FROM nexus_concepts WHERE space = %s AND i
 LOCAL_MAPS = 4096               # elements whose maps a transaction keeps (emptied when full)
 LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
 MISSING = object()
+# AuxTable.prefetch: the values of keys, and the last pair under each prefix, in one
+# statement: a lateral probe of the primary key per key and per prefix (`k = ANY(...)`
+# may be planned as a filter over the whole table's rows).
+_PREFETCH = (
+    "SELECT 0, a.k, NULL::bytea, a.v FROM unnest(%b::bytea[]) AS q(k) JOIN LATERAL "
+    "(SELECT k, v FROM nexus_aux WHERE space = %s AND tbl = %s AND k = q.k LIMIT 1) a ON TRUE "
+    "UNION ALL "
+    "SELECT 1, p.p, a.k, a.v FROM unnest(%b::bytea[], %b::bytea[]) AS p(p, e) "
+    "JOIN LATERAL (SELECT k, v FROM nexus_aux WHERE space = %s AND tbl = %s AND k >= p.p "
+    "AND k < p.e ORDER BY k DESC LIMIT 1) a ON TRUE")
+# prefetch_elements: the heads and maps of many elements, a primary-key probe each.
+_HEADS = (
+    "SELECT q.n, c.type_id, c.name, NULL::bigint, NULL::bigint, NULL::bigint, c.attributes, "
+    "c.metadata FROM unnest(%b::bigint[]) AS q(n) JOIN LATERAL (SELECT * FROM nexus_concepts "
+    "WHERE space = %s AND id = q.n LIMIT 1) c ON TRUE UNION ALL "
+    "SELECT q.n, NULL, NULL, l.subject, l.predicate, l.object, l.attributes, l.metadata "
+    "FROM unnest(%b::bigint[]) AS q(n) JOIN LATERAL (SELECT * FROM nexus_links "
+    "WHERE space = %s AND id = q.n LIMIT 1) l ON TRUE")
+PREFETCH_CHUNK = 10_000         # keys (or prefixes) per prefetch statement
+_AFTER_ALL = b"\xff" * (codec.MAX_KEY + 1)     # above every key (a prefix without an end)
 
 
 def internal(message: str) -> KipError:
@@ -79,6 +99,12 @@ class PgReadTxn:
         # in step with their own writes.
         self.maps: dict[int, tuple[bytes | None, bytes | None]] = {}
         self.aux_values: dict[tuple[str, bytes], bytes | None] = {}
+        # The last pair under an aux prefix, read by `prefetch_aux` (None: nothing under
+        # it), kept in step with this transaction's own writes; and per table the lengths
+        # of those prefixes (to find a written key's cached prefixes).
+        self.aux_last: dict[tuple[str, bytes], tuple[bytes, bytes] | None] = {}
+        self.aux_last_lens: dict[str, set[int]] = {}
+        self.maps_cap = LOCAL_MAPS
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> PgReadTxn:
@@ -191,6 +217,34 @@ class PgReadTxn:
         self._keep(h)
         return h
 
+    def prefetch_elements(self, ids: Iterable[int], ends: bool = True) -> None:
+        """Read the heads and maps of the elements `ids` not known yet (and, with `ends`,
+        the heads of their links' ends) at once, a statement per PREFETCH_CHUNK: a hint
+        for a caller about to read them one by one (the vector indexer), whose `head` and
+        `attributes` then need no round trip."""
+        want: list[int] = []
+        link_ends: list[int] = []
+        heads = self.heads
+        for n in dict.fromkeys(ids):
+            h = heads.get(n)
+            if h is None:
+                if is_id(n):
+                    want.append(n)
+            elif ends and type(h) is LinkHead:
+                link_ends += (h.subject, h.object)
+        for i in range(0, len(want), PREFETCH_CHUNK):
+            part = want[i:i + PREFETCH_CHUNK]
+            for n, t, name, s, p, o, a, m in self.rows(_HEADS, (part, self.space, part,
+                                                                 self.space)):
+                self._keep_maps(n, a, m)
+                if name is not None:
+                    self._keep(ConceptHead(n, t, bytes(name).decode()))
+                else:
+                    self._keep(LinkHead(n, s, p, o))
+                    link_ends += (s, o)
+        if ends and link_ends:
+            self.prefetch_elements(link_ends, ends=False)
+
     def known_head(self, n: int) -> Head:
         h = self.heads.get(n) or self.host.concept_heads.get(n)
         if h is not None:
@@ -204,7 +258,7 @@ class PgReadTxn:
 
     def _keep_maps(self, n: int, a: Any, m: Any) -> None:
         maps = self.maps
-        if len(maps) >= LOCAL_MAPS:
+        if len(maps) >= self.maps_cap:
             maps.clear()
         maps[n] = (None if a is None else bytes(a), None if m is None else bytes(m))
 
@@ -380,6 +434,70 @@ class PgReadTxn:
     def flush_aux(self, table: str) -> None:
         """Write the table's pending aux changes (a write transaction's; none here)."""
 
+    def aux_pending(self, table: str) -> dict[bytes, bytes | None]:
+        """The table's aux changes not yet written (a write transaction's; none here)."""
+        return {}
+
+    def prefetch_aux(self, table: str, keys: Iterable[bytes], last_under: Iterable[bytes]
+                     ) -> None:
+        """Read the values of `keys` and the last pair under each prefix of `last_under`
+        into this transaction's caches (`aux_values`, `aux_last`), a statement per
+        PREFETCH_CHUNK of them: what `PgAux.get` and a reverse `PgAux.scan` then serve
+        without a round trip. Keys changed by this transaction are not read (their
+        values are known); a table with pending changes is written first when a prefix is
+        asked for (the database's last pair must include them)."""
+        pending = self.aux_pending(table)
+        want = list(dict.fromkeys(k for k in keys if 0 < len(k) <= codec.MAX_KEY
+                                  and k not in pending
+                                  and (table, k) not in self.aux_values))
+        prefixes = list(dict.fromkeys(p for p in last_under if len(p) <= codec.MAX_KEY
+                                      and (table, p) not in self.aux_last))
+        if not want and not prefixes:
+            return
+        if prefixes and pending:
+            self.flush_aux(table)
+        if len(self.aux_last) + len(prefixes) > LOCAL_AUX:     # bounded (the rest: scans)
+            self.aux_last.clear()
+            self.aux_last_lens.clear()
+            prefixes = prefixes[:LOCAL_AUX]
+        lens = self.aux_last_lens.setdefault(table, set())
+        step = PREFETCH_CHUNK
+        for i in range(0, max(len(want), len(prefixes)), step):
+            part, heads = want[i:i + step], prefixes[i:i + step]
+            ends = [codec.prefix_end(p) or _AFTER_ALL for p in heads]
+            found: dict[bytes, bytes] = {}
+            last: dict[bytes, tuple[bytes, bytes]] = {}
+            for kind, k, k2, v in self.rows(_PREFETCH, (part, self.space, table, heads, ends,
+                                                        self.space, table)):
+                if kind == 0:
+                    found[bytes(k)] = bytes(v)
+                else:
+                    last[bytes(k)] = (bytes(k2), bytes(v))
+            for k in part:
+                self.remember_aux(table, k, found.get(k))
+            for p in heads:
+                self.aux_last[(table, p)] = last.get(p)
+                lens.add(len(p))
+
+    def note_aux_write(self, table: str, key: bytes, value: bytes | None) -> None:
+        """Keep `aux_last` true after this transaction changes `key` (None: deleted): a
+        put at or after a prefix's cached last pair becomes it; deleting the cached last
+        pair forgets it (the next scan asks the database)."""
+        lens = self.aux_last_lens.get(table)
+        if not lens:
+            return
+        cache = self.aux_last
+        for n in lens:
+            slot = (table, key[:n])
+            if n > len(key) or slot not in cache:
+                continue
+            cur = cache[slot]
+            if value is None:
+                if cur is not None and cur[0] == key:
+                    del cache[slot]
+            elif cur is None or key >= cur[0]:
+                cache[slot] = (key, value)
+
     def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
         raise internal("aux tables are read-only in a read transaction")
 
@@ -419,10 +537,33 @@ class PgAux:
         txn.remember_aux(self.table, bytes(key), value)
         return value
 
+    def prefetch(self, keys: Iterable[bytes] = (), last_under: Iterable[bytes] = ()) -> None:
+        """See the protocol: read them all now, a statement per chunk (`prefetch_aux`)."""
+        self.txn.prefetch_aux(self.table, keys, last_under)
+
     def scan(self, prefix: bytes = b"", *, reverse: bool = False,
              start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         if len(prefix) > codec.MAX_KEY or (start is not None and len(start) > codec.MAX_KEY):
             raise internal(f"aux scan prefix/start longer than {codec.MAX_KEY} bytes")
+        if reverse and start is None:
+            hit = self.txn.aux_last.get((self.table, prefix), MISSING)
+            if hit is not MISSING:
+                return self._from_last(prefix, hit)  # type: ignore[arg-type]
+        return self._scan(prefix, reverse, start)
+
+    def _from_last(self, prefix: bytes, hit: tuple[bytes, bytes] | None
+                   ) -> Iterator[tuple[bytes, bytes]]:
+        """A reverse scan whose first pair is known (prefetched): that pair without a
+        round trip, then (if the caller reads on) the database's pairs before it."""
+        if hit is None:
+            return
+        yield hit
+        for pair in self._scan(prefix, True, hit[0]):
+            if pair[0] != hit[0]:
+                yield pair
+
+    def _scan(self, prefix: bytes, reverse: bool, start: bytes | None
+              ) -> Iterator[tuple[bytes, bytes]]:
         self.txn.flush_aux(self.table)
         where = "space = %s AND tbl = %s"
         params: list[Any] = [self.txn.space, self.table]

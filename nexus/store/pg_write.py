@@ -9,6 +9,7 @@ transaction stays usable after KIP_3003 (a failed statement would abort it in Po
 """
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from types import TracebackType
 from typing import Any, Iterable, Literal, Sequence
@@ -19,12 +20,15 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
 from nexus.store.pg_conn import PgHost, call
-from nexus.store.pg_txn import (ST_CONCEPTS, ST_LINKS, PgAux, PgReadTxn, PgWriteAux,
-                                internal, is_id, pred_key, type_key, used_after_end)
+from nexus.store.pg_txn import (LOCAL_AUX, MISSING, ST_CONCEPTS, ST_LINKS, PgAux, PgReadTxn,
+                                PgWriteAux, internal, is_id, pred_key, type_key, used_after_end)
 from nexus.store.protocol import TableCheck
 
+log = logging.getLogger(__name__)
 COPY_CHUNK = 20_000             # aux entries per upsert statement (and kept pending at most)
 NEW_HEADS_CAP = 50_000          # concept heads a write remembers to publish at commit
+WRITE_MAPS = 100_000            # element maps a write transaction keeps (emptied when full)
+ANALYZE_AFTER = 10_000          # rows a bulk write adds before its commit refreshes statistics
 
 _INSERT_CONCEPT = (
     "INSERT INTO nexus_concepts (space, id, type_id, name, name_key, attributes, metadata) "
@@ -43,7 +47,7 @@ _SET_MAP = ("WITH c AS (UPDATE nexus_concepts SET {col} = %s WHERE space = %s AN
 _EXISTING = ("SELECT id FROM nexus_concepts WHERE space = %s AND id = ANY(%s) UNION ALL "
              "SELECT id FROM nexus_links WHERE space = %s AND id = ANY(%s)")
 _SET_METADATA_MANY = (
-    "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::bytea[]) AS v(id, m)), "
+    "WITH v AS (SELECT * FROM unnest(%b::bigint[], %b::bytea[]) AS v(id, m)), "
     "c AS (UPDATE nexus_concepts t SET metadata = v.m FROM v WHERE t.space = %s "
     "AND t.id = v.id RETURNING 1), l AS (UPDATE nexus_links t SET metadata = v.m FROM v "
     "WHERE t.space = %s AND t.id = v.id RETURNING 1) "
@@ -52,17 +56,22 @@ _DELETE = ("WITH c AS (DELETE FROM nexus_concepts WHERE space = %s AND id = %s "
            "RETURNING type_id), l AS (DELETE FROM nexus_links WHERE space = %s AND id = %s "
            "RETURNING predicate) SELECT 'c', type_id FROM c UNION ALL SELECT 'l', predicate "
            "FROM l")
+_CONCEPTS_BY_KEY = ("SELECT c.id, c.name FROM unnest(%b::bytea[]) AS q(k) JOIN LATERAL "
+                    "(SELECT id, name FROM nexus_concepts WHERE space = %s AND type_id = %s "
+                    "AND name_key = q.k LIMIT 1) c ON TRUE")
 _FLUSH = ("WITH m AS (UPDATE nexus_meta SET max_id = %s, max_sym = %s WHERE space = %s "
           "RETURNING 1) INSERT INTO nexus_stats (space, key, n) "
-          "SELECT %s, k, d FROM unnest(%s::text[], %s::bigint[]) AS t(k, d) "
+          "SELECT %s, k, d FROM unnest(%b::text[], %b::bigint[]) AS t(k, d) "
           "ON CONFLICT (space, key) DO UPDATE SET n = nexus_stats.n + EXCLUDED.n")
 _TAKEN = ("SELECT l.subject, l.predicate, l.object FROM nexus_links l JOIN "
-          "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS t(s, p, o) "
+          "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS t(s, p, o) "
           "ON l.subject = t.s AND l.predicate = t.p AND l.object = t.o "
           "WHERE l.space = %s LIMIT 1")
-_AUX_MANY = ("INSERT INTO nexus_aux (space, tbl, k, v) SELECT %s, %s, k, v FROM "
-             "unnest(%s::bytea[], %s::bytea[]) AS t(k, v) "
+_AUX_MANY = ("INSERT INTO nexus_aux (space, tbl, k, v) SELECT %s, t, k, v FROM "
+             "unnest(%b::text[], %b::bytea[], %b::bytea[]) AS x(t, k, v) "
              "ON CONFLICT (space, tbl, k) DO UPDATE SET v = EXCLUDED.v")
+_AUX_DELETE = ("DELETE FROM nexus_aux a USING unnest(%b::text[], %b::bytea[]) AS x(t, k) "
+               "WHERE a.space = %s AND a.tbl = x.t AND a.k = x.k")
 
 
 class PgWriteTxn(PgReadTxn):
@@ -84,6 +93,11 @@ class PgWriteTxn(PgReadTxn):
         self._aborted = False
         self._aux_pending: dict[str, dict[bytes, bytes | None]] = {}
         self._aux_count = 0
+        self._concept_ids: dict[tuple[int, str], int | None] = {}
+        self._bulk_rows = 0             # rows written by COPY and batched aux upserts
+        # The maps of elements this transaction creates are kept (the search index reads
+        # them back before commit): as many as heads.
+        self.maps_cap = WRITE_MAPS
 
     # --- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> PgWriteTxn:
@@ -128,20 +142,22 @@ class PgWriteTxn(PgReadTxn):
         return self._aborted
 
     def _commit(self, conn: psycopg.Connection[Any]) -> None:
-        """Write the pending aux changes, then the counters and statistic deltas and COMMIT
-        (those two pipelined: one round trip); the connection goes back to the pool."""
-        for table in list(self._aux_pending):
-            self.flush_aux(table)
+        """Write the pending aux changes, the counters and statistic deltas, and COMMIT, all
+        pipelined (one round trip); the connection goes back to the pool."""
+        statements = self._aux_statements(*self._aux_pending)
         stats = [(k, d) for k, d in self._dstats.items() if d]
-        params = (self._max_id, self._max_sym, self.space, self.space,
-                  [k for k, _ in stats], [d for _, d in stats])
+        statements.append((_FLUSH, (self._max_id, self._max_sym, self.space, self.space,
+                                    [k for k, _ in stats], [d for _, d in stats])))
 
         def run() -> None:
             with conn.pipeline():
-                conn.execute(_FLUSH, params)
+                for sql, params in statements:
+                    conn.execute(sql, params)
                 conn.execute("COMMIT")
         call(run, self.host.where, True)
         self.conn = None
+        if self._bulk_rows >= ANALYZE_AFTER:
+            _analyze(conn)
         self.host.release(conn)
 
     def commit_id(self) -> int:
@@ -218,6 +234,46 @@ class PgWriteTxn(PgReadTxn):
         if isinstance(h, ConceptHead) and len(self._new_concepts) < NEW_HEADS_CAP:
             self._new_concepts[h.n] = h
 
+    def concept_id(self, type_id: int, name: str) -> int | None:
+        """As the read transaction's, remembered for the transaction (a command asks for its
+        types' and predicates' definitions several times; this writer holds the space's
+        lock, so only its own writes change the answers, and they update or drop them)."""
+        key = (type_id, name)
+        known = self._concept_ids.get(key, MISSING)
+        if known is not MISSING:
+            return known        # type: ignore[return-value]  # (int | None when found)
+        n = super().concept_id(type_id, name)
+        if len(self._concept_ids) >= NEW_HEADS_CAP:
+            self._concept_ids.clear()
+        self._concept_ids[key] = n
+        return n
+
+    def prefetch_concepts(self, type_id: int, names: Sequence[str]) -> None:
+        """Look the concepts {type_id, name} up at once, a statement per COPY_CHUNK names,
+        into what `concept_id` remembers (a hint: a bulk load probing a chunk's names)."""
+        memo = self._concept_ids
+        keys: dict[bytes, str] = {}
+        for name in names:
+            if (type_id, name) in memo:
+                continue
+            try:
+                keys[codec.text_key(codec.encode_text(name))] = name
+            except KipError:
+                continue                        # (concept_id answers it: None)
+        if len(memo) + len(keys) >= NEW_HEADS_CAP:
+            memo.clear()
+        todo = list(keys)
+        for i in range(0, len(todo), COPY_CHUNK):
+            part = todo[i:i + COPY_CHUNK]
+            found = {bytes(name): n for n, name in self.rows(_CONCEPTS_BY_KEY,
+                                                             (part, self.space, type_id))}
+            for k in part:
+                name = keys[k]
+                n = found.get(codec.encode_text(name))
+                memo[(type_id, name)] = n
+                if n is not None:
+                    self._keep(ConceptHead(n, type_id, name))
+
     # --- single-element writes -------------------------------------------------------------
     def create_concept(self, n: int, type_id: int, name: str,
                        attributes: JsonMap, metadata: JsonMap) -> None:
@@ -234,6 +290,8 @@ class PgWriteTxn(PgReadTxn):
                                f"name: {name[:200]!r}}} already exists")
             raise internal(f"element id {n} is already in use")
         self._remember(ConceptHead(n, type_id, name))
+        self._keep_maps(n, a, m)
+        self._concept_ids[(type_id, name)] = n
         self._bump(type_key(type_id), 1)
         self._bump(ST_CONCEPTS, 1)
 
@@ -252,6 +310,7 @@ class PgWriteTxn(PgReadTxn):
                                f"{object}) already exists")
             raise internal(f"element id {n} is already in use")
         self._keep(LinkHead(n, subject, predicate_id, object))
+        self._keep_maps(n, a, m)
         self._bump(pred_key(predicate_id), 1)
         self._bump(ST_LINKS, 1)
 
@@ -297,6 +356,7 @@ class PgWriteTxn(PgReadTxn):
             return False
         kind, sym = row
         if kind == "c":
+            self._concept_ids.clear()
             self._bump(type_key(sym), -1)
             self._bump(ST_CONCEPTS, -1)
         else:
@@ -366,24 +426,60 @@ class PgWriteTxn(PgReadTxn):
             used_after_end()
         self._aux_pending.setdefault(table, {})[key] = value
         self.remember_aux(table, key, value)
+        self.note_aux_write(table, key, value)
         self._aux_count += 1
         if self._aux_count >= COPY_CHUNK:
-            for name in list(self._aux_pending):
-                self.flush_aux(name)
+            self._write_aux(self._aux_statements(*self._aux_pending))
+
+    def aux_pending(self, table: str) -> dict[bytes, bytes | None]:
+        return self._aux_pending.get(table, {})
 
     def flush_aux(self, table: str) -> None:
-        pending = self._aux_pending.pop(table, None)
-        if not pending:
+        self._write_aux(self._aux_statements(table))
+
+    def _write_aux(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """Run `_aux_statements` (pipelined when several: one round trip)."""
+        if not statements:
             return
-        self._aux_count -= len(pending)
-        puts = sorted((k, v) for k, v in pending.items() if v is not None)
-        gone = [k for k, v in pending.items() if v is None]
+        conn = self.conn
+        if conn is None:
+            used_after_end()
+        if len(statements) == 1:
+            self.run(*statements[0])
+            return
+
+        def run() -> None:
+            assert conn is not None
+            with conn.pipeline():
+                for sql, params in statements:
+                    conn.execute(sql, params)
+        call(run, self.host.where, True)
+
+    def _aux_statements(self, *tables: str) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements writing the tables' pending changes (taken off the pending): the
+        puts of all of them in one upsert per COPY_CHUNK, the deletes in one statement."""
+        puts: list[tuple[str, bytes, bytes]] = []
+        gone: list[tuple[str, bytes]] = []
+        for table in tables:
+            pending = self._aux_pending.pop(table, None)
+            if not pending:
+                continue
+            self._aux_count -= len(pending)
+            for k, v in pending.items():
+                if v is None:
+                    gone.append((table, k))
+                else:
+                    puts.append((table, k, v))
+        puts.sort()
+        self._bulk_rows += len(puts)
+        out: list[tuple[str, tuple[Any, ...]]] = []
         for i in range(0, len(puts), COPY_CHUNK):
             part = puts[i:i + COPY_CHUNK]
-            self.run(_AUX_MANY, (self.space, table, [k for k, _ in part], [v for _, v in part]))
+            out.append((_AUX_MANY, (self.space, [t for t, _, _ in part], [k for _, k, _ in part],
+                                    [v for _, _, v in part])))
         if gone:
-            self.run("DELETE FROM nexus_aux WHERE space = %s AND tbl = %s AND "
-                     "k = ANY(%s::bytea[])", (self.space, table, gone))
+            out.append((_AUX_DELETE, ([t for t, _ in gone], [k for _, k in gone], self.space)))
+        return out
 
     def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
         self.aux(table)                         # the table name is checked
@@ -391,8 +487,20 @@ class PgWriteTxn(PgReadTxn):
         for k in items:
             if not isinstance(k, (bytes, bytearray)) or not k or len(k) > codec.MAX_KEY:
                 raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
-        for k, v in items.items():
-            self.pend_aux(table, bytes(k), bytes(v))
+        items = {bytes(k): bytes(v) for k, v in items.items()}
+        if self.conn is None:
+            used_after_end()
+        # pend_aux for each, without a call per pair (a bulk load's name and forward keys)
+        self._aux_pending.setdefault(table, {}).update(items)
+        self._aux_count += len(items)
+        if len(self.aux_values) + len(items) >= LOCAL_AUX:
+            self.aux_values.clear()
+        self.aux_values.update(((table, k), v) for k, v in items.items())
+        if self.aux_last_lens.get(table):
+            for k, v in items.items():
+                self.note_aux_write(table, k, v)
+        if self._aux_count >= COPY_CHUNK:
+            self._write_aux(self._aux_statements(*self._aux_pending))
 
     # --- bulk path -------------------------------------------------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
@@ -459,8 +567,10 @@ class PgWriteTxn(PgReadTxn):
                                             "bytea"], rows, KipError(
                        ErrorCode.KIP_3003, "bulk create: a concept (type, name) already "
                        "exists"))
-        for n, t, name in zip(ids, type_ids, names):
+        self._concept_ids.clear()
+        for n, t, name, a1, m1 in zip(ids, type_ids, names, a, m):
             self._remember(ConceptHead(n, t, name))
+            self._keep_maps(n, a1, m1)
         for t, k in Counter(type_ids).items():
             self._bump(type_key(t), k)
         self._bump(ST_CONCEPTS, count)
@@ -504,6 +614,10 @@ class PgWriteTxn(PgReadTxn):
                                             "bytea"], rows, KipError(
                        ErrorCode.KIP_3003, "bulk create: a proposition (subject, predicate, "
                        "object) already exists"))
+        keep, keep_maps = self._keep, self._keep_maps
+        for n, s1, p1, o1, a1, m1 in zip(ids, ss, ps, os_, a, m):
+            keep(LinkHead(int(n), s1, p1, o1))
+            keep_maps(int(n), a1, m1)
         for p, k in Counter(ps).items():
             self._bump(pred_key(p), k)
         self._bump(ST_LINKS, count)
@@ -523,6 +637,7 @@ class PgWriteTxn(PgReadTxn):
                 copy.set_types(types)
                 for row in rows:
                     copy.write_row(row)
+                    self._bulk_rows += 1
         try:
             run()
         except psycopg.errors.UniqueViolation as exc:
@@ -531,6 +646,16 @@ class PgWriteTxn(PgReadTxn):
             raise duplicate from None
         except psycopg.Error as exc:
             raise self._translate(exc) or internal(str(exc)) from None
+
+
+def _analyze(conn: psycopg.Connection[Any]) -> None:
+    """Refresh the planner's statistics after a bulk write (autovacuum would, a minute or
+    so later; until then the planner takes the grown tables for empty and may scan a whole
+    space's aux rows for one key). Best effort: a database that refuses it stays as it was."""
+    try:
+        conn.execute("ANALYZE nexus_concepts, nexus_links, nexus_aux")
+    except psycopg.Error:
+        log.warning("ANALYZE after a bulk write failed", exc_info=True)
 
 
 def repeat_(value: Any, count: int) -> list[Any]:

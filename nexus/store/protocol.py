@@ -101,6 +101,11 @@ class AuxTable(Protocol):
         ...
     def delete(self, key: bytes) -> bool: ...                 # write txns only
     def count(self, prefix: bytes = b"") -> int: ...
+    def prefetch(self, keys: Iterable[bytes] = (), last_under: Iterable[bytes] = ()) -> None:
+        """A hint, changing no answer: `get` of `keys` and the first pair of a reverse
+        `scan` of each prefix in `last_under` come next. A store whose reads are round
+        trips (PostgreSQL) reads them all at once; a local one ignores it."""
+        ...
 
 
 @runtime_checkable

@@ -164,3 +164,47 @@ def test_put_many_refuses_keys_an_aux_table_cannot_hold(store):
         assert e.value.code is ErrorCode.KIP_4003
     with store.read() as r:
         assert dict(r.aux("lex").scan()) == {b"keep": b"1"}
+
+
+def _last(t, prefix):
+    return next(iter(t.scan(prefix, reverse=True)), None)
+
+
+def test_prefetch_is_a_hint_that_changes_no_answer(filled):
+    """AuxTable.prefetch: `get` and the reverse scans it was told about answer as without
+    it, in a read, and in a write whose own puts and deletes come after the prefetch."""
+    prefixes = [b"a", b"ab", b"b", b"c", b"\xff", b""]
+    with filled.read() as r:
+        t = r.aux("lex")
+        plain = ([t.get(k) for k in KEYS + [b"zz"]],
+                 [list(t.scan(p, reverse=True)) for p in prefixes])
+    with filled.read() as r:
+        t = r.aux("lex")
+        t.prefetch(KEYS + [b"zz"], prefixes)
+        assert ([t.get(k) for k in KEYS + [b"zz"]],
+                [list(t.scan(p, reverse=True)) for p in prefixes]) == plain
+    with filled.write() as w:
+        t = w.aux("lex")
+        t.put(b"b\x00", b"pending")                 # written before the prefetch
+        t.prefetch([b"ab", b"b\x00", b"zz"], prefixes)
+        assert t.get(b"b\x00") == b"pending" and t.get(b"zz") is None
+        assert _last(t, b"b") == (b"b\x01", b"B\x01!")
+        t.put(b"abz", b"after")                     # the new last pair under b"ab"
+        assert _last(t, b"ab") == (b"abz", b"after")
+        assert _last(t, b"a") == (b"a\xff", b"A\xff!")
+        t.put(b"aa", b"early")                      # before the last pair: no change
+        assert _last(t, b"a") == (b"a\xff", b"A\xff!")
+        assert t.delete(b"abz") is True             # the last pair goes: the one before
+        assert _last(t, b"ab") == (b"abc", b"ABC!")
+        assert t.delete(b"a\xff") is True
+        assert list(t.scan(b"a", reverse=True))[:2] == [(b"abc", b"ABC!"), (b"ab", b"AB!")]
+        assert t.delete(b"b\x01") and t.delete(b"b\x00") and t.delete(b"b")
+        assert _last(t, b"b") is None
+        t.put(b"c1", b"new")
+        assert _last(t, b"c") == (b"c1", b"new")
+        assert t.get(b"zz") is None
+    with filled.read() as r:
+        t = r.aux("lex")
+        assert _last(t, b"a") == (b"abc", b"ABC!") and _last(t, b"b") is None
+        assert _last(t, b"ab") == (b"abc", b"ABC!")
+        assert t.get(b"aa") == b"early" and t.get(b"c1") == b"new"
