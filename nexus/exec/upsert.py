@@ -42,6 +42,9 @@ _NOT_FOUND_HINT = ("Target may have been deleted or never created. UPSERT links 
                    "statement) and link to it by handle, or check it with SEARCH / FIND.")
 
 
+_ENDS_KEPT = 65_536       # `{type, name}` references remembered by one command
+
+
 @executes(A.Upsert)
 def execute_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None
                    ) -> tuple[dict[str, Any], None]:
@@ -56,8 +59,12 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     schema = Schema(ctx.txn)
     concepts: list[str] = []
     links: list[str] = []
+    # `{type, name}` references resolved so far in this command: a load's links share
+    # their ends (hubs most of all). An UPSERT creates and updates but never deletes or
+    # renames, so a concept found stays what it is until the command ends.
+    ends: dict[tuple[str, str], int] = {}
     for statement in command.statements:
-        _Statement(ctx, schema, statement, params).run(concepts, links)
+        _Statement(ctx, schema, statement, params, ends).run(concepts, links)
     if ctx.dry_run:
         return {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
     return {"blocks": len(command.statements), "upsert_concept_nodes": concepts,
@@ -98,10 +105,10 @@ def not_found(message: str, pos: Any = None) -> KipError:
 class _Statement:
     """One `UPSERT { ... } WITH METADATA {...}` statement and its local handles."""
 
-    __slots__ = ("ctx", "txn", "schema", "statement", "params", "outer", "handles")
+    __slots__ = ("ctx", "txn", "schema", "statement", "params", "outer", "handles", "ends")
 
     def __init__(self, ctx: WriteContext, schema: Schema, statement: A.UpsertStatement,
-                 params: Any):
+                 params: Any, ends: dict[tuple[str, str], int]):
         self.ctx = ctx
         self.txn = ctx.txn
         self.schema = schema
@@ -109,6 +116,7 @@ class _Statement:
         self.params = params
         self.outer = user_map(statement.metadata, "WITH METADATA", params)
         self.handles: dict[str, int] = {}
+        self.ends = ends
 
     def value(self, value: Any) -> Any:
         """The plain value of a value node: its literal, or its (checked) parameter."""
@@ -266,11 +274,17 @@ class _Statement:
             if term.id is not None:
                 return self.concept_by_id(term.id, term.pos)
             type_name, name = self.value(term.type), self.value(term.name)
+            key = (type_name, name) if type(name) is str else None
+            n = self.ends.get(key) if key is not None else None
+            if n is not None:
+                return n
             type_id = self.schema.existing_type(type_name, term.pos)
             n = None if type_id is None else self.txn.concept_id(type_id, name)
             if n is None:
                 raise not_found(f"The concept {{type: {type_name!r}, name: {name!r}}} does "
                                 f"not exist", term.pos)
+            if key is not None and len(self.ends) < _ENDS_KEPT:
+                self.ends[key] = n
             return n
         if kind is A.PropositionIdMatch:
             return self.link_by_id(term.id, term.pos)
