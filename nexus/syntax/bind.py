@@ -173,7 +173,7 @@ _SCALARS = frozenset((str, int, bool, type(None)))
 _KEYS_OK: set[str] = set()
 
 
-def _plain_map(value: dict) -> bool:
+def _plain_map(value: dict[Any, Any]) -> bool:
     """True when `_bind_param` would accept this attribute/metadata map — identifier keys,
     scalar values — decided without its general walk; False: let it decide (and raise)."""
     for key, item in value.items():
