@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=600)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
         shutil.rmtree(tmp, ignore_errors=True)
