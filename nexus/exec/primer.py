@@ -137,24 +137,11 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
     domain_t = txn.symbol_id(DOMAIN)
     ct, pt = txn.symbol_id(CONCEPT_TYPE), txn.symbol_id(PROPOSITION_TYPE)
     out: set[int] = set()
-    seen_defs: set[tuple[int | None, str]] = set()
-    asked: set[int] = set()             # (a link's subject is often a touched concept too)
-
-    def domains_of(n: int) -> None:
-        if n in asked:
-            return
-        asked.add(n)
-        for _, d, _ in islice(txn.out_links(n, bd), 32):
-            out.add(d)
-
-    def definition(meta: int | None, name: str) -> None:
-        if meta is None or (meta, name) in seen_defs:
-            return
-        seen_defs.add((meta, name))
-        n = txn.concept_id(meta, name)
-        if n is not None:
-            domains_of(n)
-
+    # The concepts whose domains matter: touched concepts, the ends of touched links and
+    # the definitions of their types/predicates — each looked up once (a load's links
+    # share their ends and predicates).
+    members: set[int] = set()
+    defs: set[tuple[int | None, int]] = set()
     for n in touched:
         head = txn.head(n)
         if head is None:
@@ -162,14 +149,32 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
         if type(head) is ConceptHead:
             if head.type_id == domain_t:
                 out.add(n)
-            domains_of(n)
-            definition(ct, txn.symbol_text(head.type_id))
+            members.add(n)
+            defs.add((ct, head.type_id))
         else:
             if head.predicate_id == bd:
                 out.add(head.object)
-            for end in (head.subject, head.object):
-                domains_of(end)
-            definition(pt, txn.symbol_text(head.predicate_id))
+            members.add(head.subject)
+            members.add(head.object)
+            defs.add((pt, head.predicate_id))
+    for meta, sid in defs:
+        if meta is not None:
+            n = txn.concept_id(meta, txn.symbol_text(sid))
+            if n is not None:
+                members.add(n)
+    # Few `belongs_to_domain` links (the usual case: a handful of domains and their
+    # definitions) are read in one scan; many are sought per member.
+    few = list(islice(txn.links_of_predicate(bd), len(members) + 1))
+    if len(few) <= len(members):
+        per: dict[int, int] = {}
+        for s, d, _ in few:
+            if s in members and per.get(s, 0) < 32:
+                per[s] = per.get(s, 0) + 1
+                out.add(d)
+    else:
+        for n in members:
+            for _, d, _ in islice(txn.out_links(n, bd), 32):
+                out.add(d)
     return out
 
 

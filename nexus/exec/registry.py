@@ -6,7 +6,8 @@ is declared in `nexus.syntax.statements`, beside the AST class; this table only 
 runs it. An executor is `fn(ctx, command, parameters) -> (result, next_cursor | None)`: a
 read statement gets an `ExecContext` over a snapshot, a write statement a `WriteContext`
 inside the engine's write session. Parameters are already bound into `command`, except
-for statements registered with `late_binding` (FIND), which read `parameters` themselves.
+for statements registered with `late_binding` (FIND, UPSERT), which read `parameters`
+themselves.
 
 The executor modules are imported on first use (FIND pulls in numpy and the planners), in
 the order of `EXECUTOR_MODULES`: adding a statement adds its module there.

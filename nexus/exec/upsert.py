@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
+from ..syntax.bind import check_values, value_of
 from . import protect, writes
 from .context import WriteContext
 from .registry import executes
@@ -41,18 +42,29 @@ _NOT_FOUND_HINT = ("Target may have been deleted or never created. UPSERT links 
                    "statement) and link to it by handle, or check it with SEARCH / FIND.")
 
 
+_ENDS_KEPT = 65_536       # `{type, name}` references remembered by one command
+
+
 @executes(A.Upsert)
 def execute_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None
                    ) -> tuple[dict[str, Any], None]:
-    return run_upsert(ctx, command), None
+    return run_upsert(ctx, command, params), None
 
 
-def run_upsert(ctx: WriteContext, command: A.Upsert) -> dict[str, Any]:
+def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict[str, Any]:
+    """Run `command`; its placeholders (UPSERT binds late: `late_binding`) take their values
+    from `params` — every value checked before anything is written, as binding would."""
+    params = {} if params is None else params
+    check_values(command, params)
     schema = Schema(ctx.txn)
     concepts: list[str] = []
     links: list[str] = []
+    # `{type, name}` references resolved so far in this command: a load's links share
+    # their ends (hubs most of all). An UPSERT creates and updates but never deletes or
+    # renames, so a concept found stays what it is until the command ends.
+    ends: dict[tuple[str, str], int] = {}
     for statement in command.statements:
-        _Statement(ctx, schema, statement).run(concepts, links)
+        _Statement(ctx, schema, statement, params, ends).run(concepts, links)
     if ctx.dry_run:
         return {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
     return {"blocks": len(command.statements), "upsert_concept_nodes": concepts,
@@ -66,11 +78,11 @@ def literal(value: Any) -> Any:
     raise KipError(ErrorCode.KIP_4003, f"unbound value reached the executor: {value!r}")
 
 
-def user_map(value: Any, where: str) -> dict | None:
+def user_map(value: Any, where: str, params: Any = None) -> dict | None:
     """A SET ATTRIBUTES / WITH METADATA map, with engine keys refused (KIP_2002)."""
     if value is None:
         return None
-    data = literal(value)
+    data = literal(value) if params is None else value_of(value, params)
     if not isinstance(data, dict):
         raise KipError(ErrorCode.KIP_1001, f"{where} must be an object",
                        f"Write {where} {{ key: value, ... }}.", **pos_kw(value.pos))
@@ -93,15 +105,24 @@ def not_found(message: str, pos: Any = None) -> KipError:
 class _Statement:
     """One `UPSERT { ... } WITH METADATA {...}` statement and its local handles."""
 
-    __slots__ = ("ctx", "txn", "schema", "statement", "outer", "handles")
+    __slots__ = ("ctx", "txn", "schema", "statement", "params", "outer", "handles", "ends")
 
-    def __init__(self, ctx: WriteContext, schema: Schema, statement: A.UpsertStatement):
+    def __init__(self, ctx: WriteContext, schema: Schema, statement: A.UpsertStatement,
+                 params: Any, ends: dict[tuple[str, str], int]):
         self.ctx = ctx
         self.txn = ctx.txn
         self.schema = schema
         self.statement = statement
-        self.outer = user_map(statement.metadata, "WITH METADATA")
+        self.params = params
+        self.outer = user_map(statement.metadata, "WITH METADATA", params)
         self.handles: dict[str, int] = {}
+        self.ends = ends
+
+    def value(self, value: Any) -> Any:
+        """The plain value of a value node: its literal, or its (checked) parameter."""
+        if type(value) is A.Literal:
+            return value.value
+        return value_of(value, self.params)
 
     def run(self, concepts: list[str], links: list[str]) -> None:
         defined: set[str] = set()
@@ -129,8 +150,8 @@ class _Statement:
     # --- CONCEPT ------------------------------------------------------------------------
     def concept_block(self, block: A.ConceptBlock) -> int:
         ctx, txn, match = self.ctx, self.txn, block.match
-        attributes = user_map(block.attributes, "SET ATTRIBUTES")
-        own_meta = user_map(block.metadata, "WITH METADATA")
+        attributes = user_map(block.attributes, "SET ATTRIBUTES", self.params)
+        own_meta = user_map(block.metadata, "WITH METADATA", self.params)
         effective = merge(self.outer, own_meta)
         bare = attributes is None and own_meta is None
         if match.id is not None:
@@ -138,7 +159,7 @@ class _Statement:
             self.expect(block, n)
             self.write_existing(n, attributes, effective, block.pos, bare)
         else:
-            type_name, name = literal(match.type), literal(match.name)
+            type_name, name = self.value(match.type), self.value(match.name)
             type_id = self.schema.concept_type(
                 type_name, match.pos, defining=name if type_name == CONCEPT_TYPE else None)
             found = txn.concept_id(type_id, name)
@@ -159,7 +180,7 @@ class _Statement:
         element (0: the element must not exist yet); otherwise the whole command aborts."""
         if block.expect is None:
             return
-        expected = literal(block.expect)
+        expected = self.value(block.expect)
         current = 0 if n is None else self.txn.metadata(n).get("_version", 0)
         if current != expected:
             ident = None if n is None else id_of(self.txn, n)
@@ -195,10 +216,10 @@ class _Statement:
 
     def set_proposition(self, subject: int, entry: A.SetProposition, effective: dict | None,
                         bare_block: bool) -> None:
-        predicate = literal(entry.predicate)
+        predicate = self.value(entry.predicate)
         pid = self.schema.predicate(predicate, entry.pos)
         target = self.resolve(entry.target)
-        own_meta = user_map(entry.metadata, "WITH METADATA")
+        own_meta = user_map(entry.metadata, "WITH METADATA", self.params)
         meta = merge(effective, own_meta)
         n = self.txn.link_id(subject, pid, target)
         if n is None:
@@ -209,8 +230,8 @@ class _Statement:
     # --- PROPOSITION --------------------------------------------------------------------
     def proposition_block(self, block: A.PropositionBlock) -> tuple[int, str]:
         match = block.match
-        attributes = user_map(block.attributes, "SET ATTRIBUTES")
-        own_meta = user_map(block.metadata, "WITH METADATA")
+        attributes = user_map(block.attributes, "SET ATTRIBUTES", self.params)
+        own_meta = user_map(block.metadata, "WITH METADATA", self.params)
         effective = merge(self.outer, own_meta)
         bare = attributes is None and own_meta is None
         if isinstance(match, A.PropositionIdMatch):
@@ -222,7 +243,7 @@ class _Statement:
             return n, self.txn.symbol_text(head.predicate_id)
         subject = self.resolve(match.subject)
         assert isinstance(match.predicate, A.Predicate)     # the parser refused a ?variable
-        predicate = literal(match.predicate.names[0])
+        predicate = self.value(match.predicate.names[0])
         pid = self.schema.predicate(predicate, match.predicate.pos or match.pos)
         obj = self.resolve(match.object)
         found = self.txn.link_id(subject, pid, obj)
@@ -252,18 +273,24 @@ class _Statement:
         if kind is A.ConceptMatch:
             if term.id is not None:
                 return self.concept_by_id(term.id, term.pos)
-            type_name, name = literal(term.type), literal(term.name)
+            type_name, name = self.value(term.type), self.value(term.name)
+            key = (type_name, name) if type(name) is str else None
+            n = self.ends.get(key) if key is not None else None
+            if n is not None:
+                return n
             type_id = self.schema.existing_type(type_name, term.pos)
             n = None if type_id is None else self.txn.concept_id(type_id, name)
             if n is None:
                 raise not_found(f"The concept {{type: {type_name!r}, name: {name!r}}} does "
                                 f"not exist", term.pos)
+            if key is not None and len(self.ends) < _ENDS_KEPT:
+                self.ends[key] = n
             return n
         if kind is A.PropositionIdMatch:
             return self.link_by_id(term.id, term.pos)
         # A nested (s, "p", o): an existing link, its ends resolved recursively.
         subject = self.resolve(term.subject)
-        predicate = literal(term.predicate.names[0])
+        predicate = self.value(term.predicate.names[0])
         pid = self.schema.existing_predicate(predicate, term.predicate.pos or term.pos)
         obj = self.resolve(term.object)
         n = None if pid is None else self.txn.link_id(subject, pid, obj)
@@ -273,7 +300,7 @@ class _Statement:
         return n
 
     def concept_by_id(self, value: Any, pos: Any) -> int:
-        text = literal(value)
+        text = self.value(value)
         parsed = parse_id(text)
         if parsed is not None and parsed[0] == "C" and type(self.txn.head(parsed[1])) is \
                 ConceptHead:
@@ -282,7 +309,7 @@ class _Statement:
             "" if parsed is not None else " (concept ids look like \"C:12\")"), pos)
 
     def link_by_id(self, value: Any, pos: Any) -> int:
-        text = literal(value)
+        text = self.value(value)
         parsed = parse_id(text)
         if parsed is not None and parsed[0] == "C":
             # A concept id where the syntax asks for a proposition is a malformed command,

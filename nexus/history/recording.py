@@ -80,6 +80,7 @@ class RecordingTxn:
         # found here is read again from the inner transaction, which still holds it.
         self._read_metadata: dict[int, JsonMap] = {}
         self._read_heads: dict[int, Head] = {}      # the same for their heads
+        self._allocated: set[int] = set()           # ids from new_id, not yet created
 
     def _reading(self, n: int) -> None:
         if n != self._read_n:
@@ -107,6 +108,15 @@ class RecordingTxn:
 
     def _keep(self, n: int) -> None:
         self._entry(n)
+
+    def _keep_new(self, n: int) -> None:
+        """`_keep` for an id being created: one this session allocated (`new_id`) did not
+        exist before it, which needs no lookup (a KIP load creates thousands per command)."""
+        if n in self._allocated:
+            self._allocated.discard(n)
+            self.before.setdefault(n, None)
+        else:
+            self._keep(n)
 
     def _keep_attributes(self, n: int) -> None:
         entry = self._entry(n)
@@ -137,14 +147,14 @@ class RecordingTxn:
     # --- writes: remembered ------------------------------------------------------------
     def create_concept(self, n: int, type_id: int, name: str, attributes: JsonMap,
                        metadata: JsonMap) -> None:
-        self._keep(n)
+        self._keep_new(n)
         self._forget(n)
         self._unknown_now(n)
         self.inner.create_concept(n, type_id, name, attributes, metadata)
 
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
                     attributes: JsonMap, metadata: JsonMap) -> None:
-        self._keep(n)
+        self._keep_new(n)
         self._forget(n)
         self._unknown_now(n)
         self.inner.create_link(n, subject, predicate_id, object, attributes, metadata)
@@ -256,7 +266,9 @@ class RecordingTxn:
         return self.inner.intern(text)
 
     def new_id(self) -> int:
-        return self.inner.new_id()
+        n = self.inner.new_id()
+        self._allocated.add(n)
+        return n
 
     def reserve_ids(self, count: int) -> range:
         return self.inner.reserve_ids(count)

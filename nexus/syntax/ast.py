@@ -321,7 +321,7 @@ class UpsertStatement:
     pos: Pos | None = _pos()
 
 
-@statement(StatementKind.WRITE, "UPSERT")
+@statement(StatementKind.WRITE, "UPSERT", late_binding=True)
 @dataclass(frozen=True, slots=True)
 class Upsert:
     """One or more `UPSERT {...}` statements (capsules chain several)."""

@@ -88,6 +88,106 @@ _BINDERS: dict[int, tuple[object, Binder]] = {}
 _STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
 
 
+def check_values(node: object, parameters: Params) -> None:
+    """Check every placeholder's value in `node` as `bind` would — the same checks, in the
+    same order, so the same first error — without rebuilding anything.
+
+    For statements that read their parameter values at execution (`late_binding`): a big
+    UPSERT binds each value where it is used (`value_of`) instead of rebuilding a tree of
+    thousands of nodes per command, yet refuses a bad value before anything is written.
+    """
+    for check in _checker(node):
+        check(parameters)
+
+
+def value_of(value: Any, parameters: Params) -> Any:
+    """The plain value of a value node under `parameters` (a value `check_values` passed):
+    a Literal's value, a placeholder's parameter, an object/array with placeholders folded."""
+    kind = type(value)
+    if kind is A.Literal:
+        return value.value
+    if kind is A.Param:
+        return parameters[value.name]
+    return bind(value, parameters).value
+
+
+def _checker(node: object) -> list[Callable[[Params], None]]:
+    """The checks of every placeholder under `node`, in binding order (built once per
+    cached parse, like `_binder`)."""
+    hit = _CHECKERS.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    params: list[A.Param] = []
+    _collect_params(node, params)
+    checks = [_compile_check(p) for p in params]
+    if len(_CHECKERS) > 8192:
+        _CHECKERS.clear()
+    _CHECKERS[id(node)] = (node, checks)
+    return checks
+
+
+_CHECKERS: dict[int, tuple[object, list[Callable[[Params], None]]]] = {}
+
+
+def _collect_params(node: object, out: list[A.Param]) -> None:
+    """The placeholders under `node` in the order `_compile` binds them."""
+    if isinstance(node, A.Param):
+        out.append(node)
+    elif node is None or isinstance(node, (A.Literal, str, int, A.Pos)):
+        return
+    elif isinstance(node, tuple):
+        for item in node:
+            _collect_params(item, out)
+    elif isinstance(node, A.ObjectValue):
+        for _, v in node.entries:
+            _collect_params(v, out)
+    elif isinstance(node, A.ArrayValue):
+        for item in node.items:
+            _collect_params(item, out)
+    elif is_dataclass(node) and not isinstance(node, type):
+        for f in fields(node):
+            _collect_params(getattr(node, f.name), out)
+
+
+def _compile_check(param: A.Param) -> Callable[[Params], None]:
+    name = param.name
+    fast = param.expect in _STR_OK
+    is_map = param.expect == A.EXPECT_OBJECT
+
+    def check(params: Params) -> None:
+        try:
+            value = params[name]
+        except KeyError:
+            raise _missing([name], param) from None
+        if fast and type(value) is str:
+            return
+        if is_map and type(value) is dict and _plain_map(value):
+            return
+        _bind_param(param, value)
+    return check
+
+
+# Types of a value that passes `_check_json` at once (a float also needs to be finite).
+_SCALARS = frozenset((str, int, bool, type(None)))
+# Keys already seen to be identifiers: maps of one load share a handful of keys.
+_KEYS_OK: set[str] = set()
+
+
+def _plain_map(value: dict[Any, Any]) -> bool:
+    """True when `_bind_param` would accept this attribute/metadata map — identifier keys,
+    scalar values — decided without its general walk; False: let it decide (and raise)."""
+    for key, item in value.items():
+        if key not in _KEYS_OK:
+            if type(key) is not str or not _IDENTIFIER.match(key):
+                return False
+            if len(_KEYS_OK) < 4096:
+                _KEYS_OK.add(key)
+        kind = type(item)
+        if kind not in _SCALARS and (kind is not float or not math.isfinite(item)):
+            return False
+    return True
+
+
 def _compile(node: object) -> Binder | None:
     """A function params -> bound node, or None when `node` holds no placeholder.
 
