@@ -9,7 +9,7 @@ the execution (one snapshot, so memoising is always correct).
 from __future__ import annotations
 
 import enum
-from typing import Any, Final, Mapping, Sequence
+from typing import Any, Final, Iterable, Mapping, Sequence
 
 import regex
 
@@ -32,6 +32,23 @@ _MISSING: Final = _Missing.MISSING       # "not memoised yet" (None is a memoise
 _STR_OK = frozenset((A.EXPECT_ANY, A.EXPECT_STRING, A.EXPECT_PRIMITIVE))
 _MEMO_LIMIT = 200_000
 _CHECK_EVERY = 2048          # work units between deadline checks (a unit is ~0.1–2 µs)
+
+
+# What a stage prefetches for a chunk of rows: (row position, heads, attributes, metadata).
+PrefetchSpec = list[tuple[int, bool, bool, bool]]
+
+
+def prefetch_spec(paths: Iterable[A.Path], layout: list[str]) -> PrefetchSpec:
+    """What reading `paths` (FILTER, FIND, ORDER BY) asks of the rows' elements: their maps
+    for `.attributes`/`.metadata`, their heads for anything else (`.name`, a bare `?x`...)."""
+    spec: dict[int, list[bool]] = {}
+    for p in paths:
+        if p.var not in layout:
+            continue
+        field = p.segments[0] if p.segments else "id"
+        want = spec.setdefault(layout.index(p.var), [False, False, False])
+        want[1 if field == "attributes" else 2 if field == "metadata" else 0] = True
+    return [(i, h, a, m) for i, (h, a, m) in spec.items()]
 
 
 def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
@@ -177,6 +194,34 @@ class Env:
                 self._metas.clear()
             hit = self._metas[n] = self.txn.metadata(n)
         return hit
+
+    def prefetch(self, ids: Iterable[int | None], *, heads: bool = False,
+                 attributes: bool = False, metadata: bool = False) -> None:
+        """Read what `path_value`/`element` will ask of many elements in one batched call
+        per kind (`ReadTxn.known_heads`, `attributes_of`, `metadata_of`): the maps into
+        this execution's memos, the heads into the transaction (which keeps what it read).
+        Nulls and predicate variables (negative) are skipped."""
+        wanted = [n for n in dict.fromkeys(ids) if n is not None and n > 0]
+        if not wanted:
+            return
+        if heads:
+            self.txn.known_heads(wanted)
+        for memo, want, read in ((self._attrs, attributes, self.txn.attributes_of),
+                                 (self._metas, metadata, self.txn.metadata_of)):
+            if not want:
+                continue
+            missing = [n for n in wanted if n not in memo]
+            if missing:
+                if len(memo) + len(missing) > _MEMO_LIMIT:
+                    memo.clear()
+                memo.update(zip(missing, read(missing)))
+
+    def prefetch_rows(self, rows: Sequence[tuple[int | None, ...]], spec: PrefetchSpec
+                      ) -> None:
+        """`prefetch` for the elements a chunk of rows holds at the positions of `spec`."""
+        for i, heads, attributes, metadata in spec:
+            self.prefetch([row[i] for row in rows], heads=heads, attributes=attributes,
+                          metadata=metadata)
 
     def path_value(self, n: int | None, segments: tuple[str, ...]) -> Any:
         """`?var.a.b` for element n — what FILTER, ORDER BY and FIND see.

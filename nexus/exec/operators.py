@@ -3,7 +3,11 @@
 A stage is `stage(env, rows) -> rows`: it reads the store only through the transaction's
 protocol methods (integer ids, interned symbols) and appends the ids it binds to each row.
 Values (type names, predicates, parameters) are resolved through `env` once per execution.
-Budgets: scans and walks tick the execution's deadline; path ranges are capped by
+Stages that ask the store something per row (the links of a row's element, a link probe,
+an element's head or attributes) take their input a chunk of rows at a time
+(`rows.chunks`) and ask once per chunk through the protocol's batched reads: on
+PostgreSQL each is one SQL statement, so a query's statements do not grow with its rows.
+Output order is the row-at-a-time order. Budgets: scans and walks tick the execution's deadline; path ranges are capped by
 `Limits.max_hops` and walks by `Limits.max_path_visits` (both `KIP_4002`).
 """
 from __future__ import annotations
@@ -13,10 +17,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 from ..errors import ErrorCode, KipError
 from ..plan import physical as P
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
-from .filters import Test, compile_filter
-from .rows import Row, Rows
+from ..syntax import ast as A
+from .env import PrefetchSpec, prefetch_spec
+from .filters import Test, compile_filter, paths_read
+from .rows import Row, Rows, chunks
 
-if TYPE_CHECKING:  # env.py builds on the operators; they only name its type
+if TYPE_CHECKING:
     from .env import Env
 
 Stage = Callable[["Env", Rows], Rows]
@@ -55,6 +61,21 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
                 if merged is not None:
                     yield merged
 
+    return run
+
+
+def compile_stream(plan: P.GroupPlan) -> Stage | None:
+    """The group's steps as one stage over many input rows (the rows of `compile_group` for
+    each input, concatenated: every step maps rows to rows that extend them), or None for
+    a group with UNIONs or a continuation, whose rows are not such a map."""
+    if plan.then is not None or plan.unions:
+        return None
+    stages = _compile_steps(plan)
+
+    def run(env: Env, rows: Rows) -> Rows:
+        for stage in stages:
+            rows = stage(env, rows)
+        return rows
     return run
 
 
@@ -101,16 +122,18 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     and a query with a thousand sibling FILTERs would pass Python's recursion limit."""
     stages: list[Stage] = []
     tests: list[Test] = []
+    paths: list[A.Path] = []
     for step, layout in zip(plan.steps, step_layouts(plan)):
         if isinstance(step, P.Filter):
             tests.append(compile_filter(step.expr, layout))
+            paths += paths_read(step.expr)
             continue
         if tests:
-            stages.append(_filter_stage(tests))
-            tests = []
+            stages.append(_filter_stage(tests, prefetch_spec(paths, layout)))
+            tests, paths = [], []
         stages.append(_COMPILERS[type(step)](step, layout))
     if tests:
-        stages.append(_filter_stage(tests))
+        stages.append(_filter_stage(tests, prefetch_spec(paths, layout)))
     return stages
 
 
@@ -241,17 +264,21 @@ def _c_check_concept(step: P.CheckConcept, layout: list[str]) -> Stage:
         if step.type is not None and tid is None:
             return
         name = env.value(step.name) if step.name is not None else None
-        head = env.txn.known_head          # row values were read from this snapshot
-        for row in rows:
-            n = row[i]
-            h = head(n) if n is not None else None     # None: an OPTIONAL that matched nothing
-            if type(h) is not ConceptHead:
-                continue
-            if tid is not None and h.type_id != tid:
-                continue
-            if name is not None and h.name != name:
-                continue
-            yield row
+        heads = env.txn.known_heads        # row values were read from this snapshot
+        for chunk in chunks(rows):
+            # (None: an OPTIONAL that matched nothing)
+            known = dict(zip(ids := [n for row in chunk if (n := row[i]) is not None],
+                             heads(ids)))
+            for row in chunk:
+                n = row[i]
+                h = known[n] if n is not None else None
+                if type(h) is not ConceptHead:
+                    continue
+                if tid is not None and h.type_id != tid:
+                    continue
+                if name is not None and h.name != name:
+                    continue
+                yield row
     return check
 
 
@@ -263,27 +290,19 @@ def _c_expand(step: P.Expand, layout: list[str]) -> Stage:
         pids = env.pids(step.predicates)
         if not pids:
             return
-        links = env.txn.out_links if step.direction == "out" else env.txn.in_links
+        links_of = env.txn.out_links_of if step.direction == "out" else env.txn.in_links_of
         tick = env.tick
-        for row in rows:
-            start = row[i]
-            if start is None:
-                continue
-            k = 0
-            for pid in pids:
-                if with_link:
-                    for _, end, link in links(start, pid):
-                        k += 1
-                        if not k & 1023:
-                            tick(1024)
-                        yield row + (end, link)
-                else:
-                    for _, end, _link in links(start, pid):
-                        k += 1
-                        if not k & 1023:
-                            tick(1024)
-                        yield row + (end,)
-            tick((k & 1023) + 1)
+        for chunk in chunks(rows):
+            starts = [s for row in chunk if (s := row[i]) is not None]
+            found = [links_of(starts, pid) for pid in pids] if starts else []
+            tick(len(chunk) + sum(len(v) for by in found for v in by.values()))
+            for row in chunk:
+                start = row[i]
+                if start is None:
+                    continue
+                for by in found:
+                    for _, end, link in by.get(start, ()):
+                        yield row + (end, link) if with_link else row + (end,)
     return expand
 
 
@@ -295,17 +314,21 @@ def _c_link_check(step: P.LinkCheck, layout: list[str]) -> Stage:
         pids = env.pids(step.predicates)
         if not pids:
             return
-        link_id = env.txn.link_id
-        for row in rows:
-            s, o = row[si], row[oi]
-            if s is None or o is None:
-                continue
-            for pid in pids:
-                link = link_id(s, pid, o)
-                if link is not None:
-                    yield row + (link,) if with_link else row
-                    if not with_link:
-                        break
+        link_ids = env.txn.link_ids
+        for chunk in chunks(rows):
+            probes = [(s, pid, o) for row in chunk
+                      if (s := row[si]) is not None and (o := row[oi]) is not None
+                      for pid in pids]
+            found = iter(link_ids(probes))
+            for row in chunk:
+                if row[si] is None or row[oi] is None:
+                    continue
+                links = [next(found) for _ in pids]
+                for link in links:
+                    if link is not None:
+                        yield row + (link,) if with_link else row
+                        if not with_link:
+                            break
     return check
 
 
@@ -343,10 +366,7 @@ def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
 
     def bind(env: Env, rows: Rows) -> Rows:
         pids = set(env.pids(step.predicates))
-        head = env.txn.known_head
-        for row in rows:
-            n = row[li]
-            h = head(n) if n is not None else None
+        for row, h in _with_heads(env, rows, li):
             if type(h) is not LinkHead or h.predicate_id not in pids:
                 continue
             if si is not None and row[si] != h.subject:
@@ -364,6 +384,18 @@ def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
                 out = out + (h.object,)
             yield out
     return bind
+
+
+def _with_heads(env: Env, rows: Rows, i: int) -> Iterator[tuple[Row, object]]:
+    """Each row with the head of the element at position `i` (None for a null or a
+    predicate variable), the heads read a chunk at a time."""
+    heads = env.txn.known_heads
+    for chunk in chunks(rows):
+        ids = [n for row in chunk if (n := row[i]) is not None and n > 0]
+        known = dict(zip(ids, heads(ids)))
+        for row in chunk:
+            n = row[i]
+            yield row, known[n] if n is not None and n > 0 else None
 
 
 def _c_link_by_id(step: P.LinkById, layout: list[str]) -> Stage:
@@ -427,12 +459,30 @@ def _c_path_scan(step: P.PathScan, layout: list[str]) -> Stage:
 
 
 def _c_filter(step: P.Filter, layout: list[str]) -> Stage:
-    return _filter_stage([compile_filter(step.expr, layout)])
+    return _filter_stage([compile_filter(step.expr, layout)],
+                         prefetch_spec(paths_read(step.expr), layout))
 
 
-def _filter_stage(tests: list[Test]) -> Stage:
+def _filter_stage(tests: list[Test], spec: PrefetchSpec) -> Stage:
     """Keeps the rows every test accepts (a FILTER keeps a row only when its expression is
-    true: false, null and errors drop it)."""
+    true: false, null and errors drop it). What the tests read of the rows' elements is
+    prefetched a chunk at a time."""
+    if not spec:
+        return _plain_filter(tests)
+
+    def run(env: Env, rows: Rows) -> Rows:
+        for chunk in chunks(rows):
+            env.prefetch_rows(chunk, spec)
+            for row in chunk:
+                for test in tests:
+                    if test(row, env) is not True:
+                        break
+                else:
+                    yield row
+    return run
+
+
+def _plain_filter(tests: list[Test]) -> Stage:
     if len(tests) == 1:
         test = tests[0]
 
@@ -460,6 +510,28 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     fast = _one_hop_optional(step)
     if fast is not None:
         return fast
+    stream = compile_stream(step.plan) if correlated else None
+    width = len(step.plan.inputs)
+
+    def run_chunks(env: Env, rows: Rows) -> Rows:
+        # The block over a chunk of distinct outer rows at once; its rows grouped by the
+        # outer row they extend (their first `width` values), in order.
+        assert stream is not None
+        tick = env.tick
+        for chunk in chunks(rows):
+            tick(len(chunk))
+            tails: dict[Row, list[Row]] = {row: [] for row in chunk}
+            for sub_row in stream(env, iter(list(tails))):
+                tails[sub_row[:width]].append(tuple(sub_row[i] for i in exports))
+            for row in chunk:
+                found = tails[row]
+                if not found:
+                    yield row + nulls
+                for tail in found:
+                    yield row + tail
+
+    if stream is not None:
+        return run_chunks
 
     def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
@@ -501,31 +573,45 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
 
     def run(env: Env, rows: Rows) -> Rows:
         pids = env.pids(ex.predicates)
-        links = env.txn.out_links if ex.direction == "out" else env.txn.in_links
+        links_of = env.txn.out_links_of if ex.direction == "out" else env.txn.in_links_of
         tick = env.tick
-        one = len(pids) == 1
-        for row in rows:
-            start = row[i]
-            matched = False
-            k = 1
-            if start is not None:
-                if one:
-                    found = links(start, pids[0])
-                else:
-                    found = (t for pid in pids for t in links(start, pid))
-                for _, end, link in found:
-                    matched = True
-                    k += 1
-                    yield row + ((end, link) if with_link else (end,))
-            if not matched:
-                yield row + nulls
-            tick(k)
+        for chunk in chunks(rows):
+            starts = [s for row in chunk if (s := row[i]) is not None]
+            found = [links_of(starts, pid) for pid in pids] if starts else []
+            tick(len(chunk) + sum(len(v) for by in found for v in by.values()))
+            for row in chunk:
+                start = row[i]
+                matched = False
+                if start is not None:
+                    for by in found:
+                        for _, end, link in by.get(start, ()):
+                            matched = True
+                            yield row + ((end, link) if with_link else (end,))
+                if not matched:
+                    yield row + nulls
     return run
 
 
 def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
     sub = compile_group(step.plan)
     correlated = step.correlated
+    stream = compile_stream(step.plan) if correlated else None
+    width = len(step.plan.inputs)
+
+    def run_chunks(env: Env, rows: Rows) -> Rows:
+        # The block over a chunk of distinct outer rows at once: a row survives when no
+        # row of the block extends it.
+        assert stream is not None
+        tick = env.tick
+        for chunk in chunks(rows):
+            tick(len(chunk))
+            matched = {sub_row[:width] for sub_row in stream(env, iter(dict.fromkeys(chunk)))}
+            for row in chunk:
+                if row not in matched:
+                    yield row
+
+    if stream is not None:
+        return run_chunks
 
     def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
@@ -645,10 +731,7 @@ def _c_any_link_from_var(step: P.AnyLinkFromVar, layout: list[str]) -> Stage:
     same_new = step.bind_subject and step.bind_object and step.subject == step.object
 
     def bind(env: Env, rows: Rows) -> Rows:
-        head = env.txn.known_head
-        for row in rows:
-            n = row[li]
-            h = head(n) if n is not None and n > 0 else None
+        for row, h in _with_heads(env, rows, li):
             if type(h) is not LinkHead:
                 continue
             if pi is not None and row[pi] != -h.predicate_id:
