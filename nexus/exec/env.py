@@ -63,7 +63,7 @@ def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
                  "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
-                 "_link_preds")
+                 "_link_preds", "batched")
 
     def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
@@ -82,6 +82,8 @@ class Env:
         self._next_check = _CHECK_EVERY
         self._regexes: dict[tuple[str, str], regex.Pattern[str]] = {}
         self._link_preds: list[int] | None = None
+        # Whether the operators ask the store a chunk of rows at a time (nexus.exec.chunked)
+        self.batched = self.txn.prefers_batches()
 
     # --- values ---------------------------------------------------------------------------
     def value(self, v: A.Value) -> Any:
@@ -200,7 +202,10 @@ class Env:
         """Read what `path_value`/`element` will ask of many elements in one batched call
         per kind (`ReadTxn.known_heads`, `attributes_of`, `metadata_of`): the maps into
         this execution's memos, the heads into the transaction (which keeps what it read).
-        Nulls and predicate variables (negative) are skipped."""
+        Nulls and predicate variables (negative) are skipped. Nothing is read ahead on a
+        store that does not prefer batches (its one-element reads are as cheap)."""
+        if not self.batched:
+            return
         wanted = [n for n in dict.fromkeys(ids) if n is not None and n > 0]
         if not wanted:
             return

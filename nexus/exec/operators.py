@@ -3,11 +3,9 @@
 A stage is `stage(env, rows) -> rows`: it reads the store only through the transaction's
 protocol methods (integer ids, interned symbols) and appends the ids it binds to each row.
 Values (type names, predicates, parameters) are resolved through `env` once per execution.
-Stages that ask the store something per row (the links of a row's element, a link probe,
-an element's head or attributes) take their input a chunk of rows at a time
-(`rows.chunks`) and ask once per chunk through the protocol's batched reads: on
-PostgreSQL each is one SQL statement, so a query's statements do not grow with its rows.
-Output order is the row-at-a-time order. Budgets: scans and walks tick the execution's deadline; path ranges are capped by
+On a store whose calls are round trips (`ReadTxn.prefers_batches()`: PostgreSQL) the
+stages that ask the store something per row run their `nexus.exec.chunked` version
+instead, which asks once per chunk of rows (`_pick`). Budgets: scans and walks tick the execution's deadline; path ranges are capped by
 `Limits.max_hops` and walks by `Limits.max_path_visits` (both `KIP_4002`).
 """
 from __future__ import annotations
@@ -18,9 +16,10 @@ from ..errors import ErrorCode, KipError
 from ..plan import physical as P
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
-from .env import PrefetchSpec, prefetch_spec
+from . import chunked as C
+from .env import prefetch_spec
 from .filters import Test, compile_filter, paths_read
-from .rows import Row, Rows, chunks
+from .rows import Row, Rows
 
 if TYPE_CHECKING:
     from .env import Env
@@ -79,6 +78,13 @@ def compile_stream(plan: P.GroupPlan) -> Stage | None:
     return run
 
 
+def _pick(rowwise: Stage, chunked: Stage) -> Stage:
+    """`chunked` on a transaction that prefers batched reads, else `rowwise`."""
+    def run(env: Env, rows: Rows) -> Rows:
+        return chunked(env, rows) if env.batched else rowwise(env, rows)
+    return run
+
+
 def _continued(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
     """A group with a continuation: its rows (main branch and UNIONs, laid out as
     `union_layout`), each joined with the continuation's rows."""
@@ -129,12 +135,20 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
             paths += paths_read(step.expr)
             continue
         if tests:
-            stages.append(_filter_stage(tests, prefetch_spec(paths, layout)))
+            stages.append(_prefetching_filter(tests, paths, layout))
             tests, paths = [], []
         stages.append(_COMPILERS[type(step)](step, layout))
     if tests:
-        stages.append(_filter_stage(tests, prefetch_spec(paths, layout)))
+        stages.append(_prefetching_filter(tests, paths, layout))
     return stages
+
+
+def _prefetching_filter(tests: list[Test], paths: list[A.Path], layout: list[str]) -> Stage:
+    """The FILTER stage; what its tests read of the rows' elements prefetched a chunk at a
+    time when the store prefers batches."""
+    rowwise = _filter_stage(tests)
+    spec = prefetch_spec(paths, layout)
+    return _pick(rowwise, C.prefetching(rowwise, spec)) if spec else rowwise
 
 
 def compile_step(step: P.Step, layout: list[str]) -> Stage:
@@ -264,21 +278,17 @@ def _c_check_concept(step: P.CheckConcept, layout: list[str]) -> Stage:
         if step.type is not None and tid is None:
             return
         name = env.value(step.name) if step.name is not None else None
-        heads = env.txn.known_heads        # row values were read from this snapshot
-        for chunk in chunks(rows):
-            # (None: an OPTIONAL that matched nothing)
-            known = dict(zip(ids := [n for row in chunk if (n := row[i]) is not None],
-                             heads(ids)))
-            for row in chunk:
-                n = row[i]
-                h = known[n] if n is not None else None
-                if type(h) is not ConceptHead:
-                    continue
-                if tid is not None and h.type_id != tid:
-                    continue
-                if name is not None and h.name != name:
-                    continue
-                yield row
+        head = env.txn.known_head          # row values were read from this snapshot
+        for row in rows:
+            n = row[i]
+            h = head(n) if n is not None else None     # None: an OPTIONAL that matched nothing
+            if type(h) is not ConceptHead:
+                continue
+            if tid is not None and h.type_id != tid:
+                continue
+            if name is not None and h.name != name:
+                continue
+            yield row
     return check
 
 
@@ -290,19 +300,27 @@ def _c_expand(step: P.Expand, layout: list[str]) -> Stage:
         pids = env.pids(step.predicates)
         if not pids:
             return
-        links_of = env.txn.out_links_of if step.direction == "out" else env.txn.in_links_of
+        links = env.txn.out_links if step.direction == "out" else env.txn.in_links
         tick = env.tick
-        for chunk in chunks(rows):
-            starts = [s for row in chunk if (s := row[i]) is not None]
-            found = [links_of(starts, pid) for pid in pids] if starts else []
-            tick(len(chunk) + sum(len(v) for by in found for v in by.values()))
-            for row in chunk:
-                start = row[i]
-                if start is None:
-                    continue
-                for by in found:
-                    for _, end, link in by.get(start, ()):
-                        yield row + (end, link) if with_link else row + (end,)
+        for row in rows:
+            start = row[i]
+            if start is None:
+                continue
+            k = 0
+            for pid in pids:
+                if with_link:
+                    for _, end, link in links(start, pid):
+                        k += 1
+                        if not k & 1023:
+                            tick(1024)
+                        yield row + (end, link)
+                else:
+                    for _, end, _link in links(start, pid):
+                        k += 1
+                        if not k & 1023:
+                            tick(1024)
+                        yield row + (end,)
+            tick((k & 1023) + 1)
     return expand
 
 
@@ -314,21 +332,17 @@ def _c_link_check(step: P.LinkCheck, layout: list[str]) -> Stage:
         pids = env.pids(step.predicates)
         if not pids:
             return
-        link_ids = env.txn.link_ids
-        for chunk in chunks(rows):
-            probes = [(s, pid, o) for row in chunk
-                      if (s := row[si]) is not None and (o := row[oi]) is not None
-                      for pid in pids]
-            found = iter(link_ids(probes))
-            for row in chunk:
-                if row[si] is None or row[oi] is None:
-                    continue
-                links = [next(found) for _ in pids]
-                for link in links:
-                    if link is not None:
-                        yield row + (link,) if with_link else row
-                        if not with_link:
-                            break
+        link_id = env.txn.link_id
+        for row in rows:
+            s, o = row[si], row[oi]
+            if s is None or o is None:
+                continue
+            for pid in pids:
+                link = link_id(s, pid, o)
+                if link is not None:
+                    yield row + (link,) if with_link else row
+                    if not with_link:
+                        break
     return check
 
 
@@ -366,7 +380,10 @@ def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
 
     def bind(env: Env, rows: Rows) -> Rows:
         pids = set(env.pids(step.predicates))
-        for row, h in _with_heads(env, rows, li):
+        head = env.txn.known_head
+        for row in rows:
+            n = row[li]
+            h = head(n) if n is not None else None
             if type(h) is not LinkHead or h.predicate_id not in pids:
                 continue
             if si is not None and row[si] != h.subject:
@@ -384,18 +401,6 @@ def _c_link_from_var(step: P.LinkFromVar, layout: list[str]) -> Stage:
                 out = out + (h.object,)
             yield out
     return bind
-
-
-def _with_heads(env: Env, rows: Rows, i: int) -> Iterator[tuple[Row, object]]:
-    """Each row with the head of the element at position `i` (None for a null or a
-    predicate variable), the heads read a chunk at a time."""
-    heads = env.txn.known_heads
-    for chunk in chunks(rows):
-        ids = [n for row in chunk if (n := row[i]) is not None and n > 0]
-        known = dict(zip(ids, heads(ids)))
-        for row in chunk:
-            n = row[i]
-            yield row, known[n] if n is not None and n > 0 else None
 
 
 def _c_link_by_id(step: P.LinkById, layout: list[str]) -> Stage:
@@ -459,30 +464,13 @@ def _c_path_scan(step: P.PathScan, layout: list[str]) -> Stage:
 
 
 def _c_filter(step: P.Filter, layout: list[str]) -> Stage:
-    return _filter_stage([compile_filter(step.expr, layout)],
-                         prefetch_spec(paths_read(step.expr), layout))
+    return _prefetching_filter([compile_filter(step.expr, layout)], paths_read(step.expr),
+                               layout)
 
 
-def _filter_stage(tests: list[Test], spec: PrefetchSpec) -> Stage:
+def _filter_stage(tests: list[Test]) -> Stage:
     """Keeps the rows every test accepts (a FILTER keeps a row only when its expression is
-    true: false, null and errors drop it). What the tests read of the rows' elements is
-    prefetched a chunk at a time."""
-    if not spec:
-        return _plain_filter(tests)
-
-    def run(env: Env, rows: Rows) -> Rows:
-        for chunk in chunks(rows):
-            env.prefetch_rows(chunk, spec)
-            for row in chunk:
-                for test in tests:
-                    if test(row, env) is not True:
-                        break
-                else:
-                    yield row
-    return run
-
-
-def _plain_filter(tests: list[Test]) -> Stage:
+    true: false, null and errors drop it)."""
     if len(tests) == 1:
         test = tests[0]
 
@@ -511,28 +499,14 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     if fast is not None:
         return fast
     stream = compile_stream(step.plan) if correlated else None
-    width = len(step.plan.inputs)
-
-    def run_chunks(env: Env, rows: Rows) -> Rows:
-        # The block over a chunk of distinct outer rows at once; its rows grouped by the
-        # outer row they extend (their first `width` values), in order.
-        assert stream is not None
-        tick = env.tick
-        for chunk in chunks(rows):
-            tick(len(chunk))
-            tails: dict[Row, list[Row]] = {row: [] for row in chunk}
-            for sub_row in stream(env, iter(list(tails))):
-                tails[sub_row[:width]].append(tuple(sub_row[i] for i in exports))
-            for row in chunk:
-                found = tails[row]
-                if not found:
-                    yield row + nulls
-                for tail in found:
-                    yield row + tail
-
     if stream is not None:
-        return run_chunks
+        return _pick(_optional_rows(sub, exports, nulls, correlated),
+                     C.optional_block(stream, len(step.plan.inputs), exports, nulls))
+    return _optional_rows(sub, exports, nulls, correlated)
 
+
+def _optional_rows(sub: Callable[[Env, Row], Rows], exports: tuple[int, ...], nulls: Row,
+                   correlated: bool) -> Stage:
     def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
         tails = None            # an uncorrelated block's rows, computed once
@@ -573,45 +547,39 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
 
     def run(env: Env, rows: Rows) -> Rows:
         pids = env.pids(ex.predicates)
-        links_of = env.txn.out_links_of if ex.direction == "out" else env.txn.in_links_of
+        links = env.txn.out_links if ex.direction == "out" else env.txn.in_links
         tick = env.tick
-        for chunk in chunks(rows):
-            starts = [s for row in chunk if (s := row[i]) is not None]
-            found = [links_of(starts, pid) for pid in pids] if starts else []
-            tick(len(chunk) + sum(len(v) for by in found for v in by.values()))
-            for row in chunk:
-                start = row[i]
-                matched = False
-                if start is not None:
-                    for by in found:
-                        for _, end, link in by.get(start, ()):
-                            matched = True
-                            yield row + ((end, link) if with_link else (end,))
-                if not matched:
-                    yield row + nulls
-    return run
+        one = len(pids) == 1
+        for row in rows:
+            start = row[i]
+            matched = False
+            k = 1
+            if start is not None:
+                if one:
+                    found = links(start, pids[0])
+                else:
+                    found = (t for pid in pids for t in links(start, pid))
+                for _, end, link in found:
+                    matched = True
+                    k += 1
+                    yield row + ((end, link) if with_link else (end,))
+            if not matched:
+                yield row + nulls
+            tick(k)
+    return _pick(run, C.one_hop_optional(ex, i, with_link, nulls))
 
 
 def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
+    rowwise = _anti_rows(step)
+    stream = compile_stream(step.plan) if step.correlated else None
+    if stream is None:
+        return rowwise
+    return _pick(rowwise, C.anti_block(stream, len(step.plan.inputs)))
+
+
+def _anti_rows(step: P.AntiJoin) -> Stage:
     sub = compile_group(step.plan)
     correlated = step.correlated
-    stream = compile_stream(step.plan) if correlated else None
-    width = len(step.plan.inputs)
-
-    def run_chunks(env: Env, rows: Rows) -> Rows:
-        # The block over a chunk of distinct outer rows at once: a row survives when no
-        # row of the block extends it.
-        assert stream is not None
-        tick = env.tick
-        for chunk in chunks(rows):
-            tick(len(chunk))
-            matched = {sub_row[:width] for sub_row in stream(env, iter(dict.fromkeys(chunk)))}
-            for row in chunk:
-                if row not in matched:
-                    yield row
-
-    if stream is not None:
-        return run_chunks
 
     def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
@@ -731,7 +699,10 @@ def _c_any_link_from_var(step: P.AnyLinkFromVar, layout: list[str]) -> Stage:
     same_new = step.bind_subject and step.bind_object and step.subject == step.object
 
     def bind(env: Env, rows: Rows) -> Rows:
-        for row, h in _with_heads(env, rows, li):
+        head = env.txn.known_head
+        for row in rows:
+            n = row[li]
+            h = head(n) if n is not None and n > 0 else None
             if type(h) is not LinkHead:
                 continue
             if pi is not None and row[pi] != -h.predicate_id:
@@ -754,23 +725,41 @@ def _c_any_link_from_var(step: P.AnyLinkFromVar, layout: list[str]) -> Stage:
     return bind
 
 
+Compiler = Callable[[Any, list[str]], Stage]
+
+
+def _or_chunked(rowwise: Compiler, chunked: Compiler) -> Compiler:
+    def compile(step: Any, layout: list[str]) -> Stage:
+        return _pick(rowwise(step, layout), chunked(step, layout))
+    return compile
+
+
+def _heads_first(rowwise: Compiler, var: Callable[[Any], str]) -> Compiler:
+    """`rowwise`, its variable's heads prefetched a chunk at a time (batching stores)."""
+    def compile(step: Any, layout: list[str]) -> Stage:
+        stage = rowwise(step, layout)
+        return _pick(stage, C.prefetching(stage, [(layout.index(var(step)), True, False,
+                                                   False)]))
+    return compile
+
+
 # Dispatch by the step's class (each compiler takes that class of step).
-_COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
+_COMPILERS: dict[type, Compiler] = {
     P.ConstConcept: _c_const_concept,
     P.ScanType: _c_scan_type,
     P.ScanName: _c_scan_name,
-    P.CheckConcept: _c_check_concept,
-    P.Expand: _c_expand,
-    P.LinkCheck: _c_link_check,
+    P.CheckConcept: _heads_first(_c_check_concept, lambda s: s.var),
+    P.Expand: _or_chunked(_c_expand, C.expand),
+    P.LinkCheck: _or_chunked(_c_link_check, C.link_check),
     P.ScanLinks: _c_scan_links,
-    P.LinkFromVar: _c_link_from_var,
+    P.LinkFromVar: _heads_first(_c_link_from_var, lambda s: s.link),
     P.LinkById: _c_link_by_id,
     P.PathWalk: _c_path_walk,
     P.PathScan: _c_path_scan,
     P.Filter: _c_filter,
     P.OptionalJoin: _c_optional,
     P.AntiJoin: _c_anti,
-    P.ExpandAny: _c_expand_any,
+    P.ExpandAny: _or_chunked(_c_expand_any, C.expand_any),
     P.ScanAnyLinks: _c_scan_any_links,
-    P.AnyLinkFromVar: _c_any_link_from_var,
+    P.AnyLinkFromVar: _heads_first(_c_any_link_from_var, lambda s: s.link),
 }

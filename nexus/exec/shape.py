@@ -253,7 +253,7 @@ class RowSolutions:
                   by_columns: bool) -> None:
         rows = self.rows if repeat_key is None else distinct(self.rows, repeat_key)
         add = agg.add
-        if not agg.row_spec:
+        if not agg.row_spec or not self.env.batched:
             for row in rows:
                 add(row)
             return None
@@ -292,12 +292,20 @@ def project_column(env: Env, layout: list[str], item: A.Path, rows: list[Row]) -
         env.prefetch([row[i] for row in rows], heads=True, attributes=True, metadata=True)
         element = env.element
         return [element(row[i]) for row in rows]
-    if segs == ("name",):
+    if segs == ("name",) and env.batched:
         # row values were read from this snapshot: their heads in one batched read
         ids = [n for row in rows if (n := row[i]) is not None and n > 0]
         names = {n: getattr(h, "name", None) for n, h in zip(ids, env.txn.known_heads(ids))}
         return [names.get(n) if (n := row[i]) is not None and n > 0 else None
                 for row in rows]
+    if segs == ("name",):
+        head = env.txn.known_head          # row values were read from this snapshot
+        out: list[Any] = []
+        append = out.append
+        for row in rows:
+            n = row[i]
+            append(getattr(head(n), "name", None) if n is not None else None)
+        return out
     env.prefetch_rows(rows, prefetch_spec([item], layout))
     path_value = env.path_value
     return [path_value(row[i], segs) for row in rows]

@@ -34,6 +34,9 @@ class LoopBatches:
 
     __slots__ = ()
 
+    def prefers_batches(self) -> bool:
+        return False
+
     def known_heads(self: _Single, ns: Sequence[int]) -> list[Head]:
         head = self.known_head
         return [head(n) for n in ns]

@@ -249,6 +249,9 @@ class PgReadTxn:
         return (r[0] for r in self.paged(select, "TRUE", ["id"], (self.space, self.space)))
 
     # --- batched reads (one statement per BATCH_IDS ids) ---------------------------------
+    def prefers_batches(self) -> bool:
+        return True
+
     def known_heads(self, ns: Sequence[int]) -> list[Head]:
         heads, shared = self.heads, self.host.concept_heads
         found: dict[int, Head] = {}

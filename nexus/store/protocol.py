@@ -173,6 +173,12 @@ class ReadTxn(Protocol):
     # One call for many elements, answering exactly what the one-element calls answer for
     # each (in the order given; repeated ids allowed). The executor calls them a chunk of
     # rows at a time: on PostgreSQL each is one SQL statement, on LMDB and memory a loop.
+    def prefers_batches(self) -> bool:
+        """True when every call costs a round trip (PostgreSQL): the executor then asks
+        the batched calls a chunk of rows at a time. False when a one-element call is an
+        in-process lookup (LMDB, memory), for which the row-at-a-time operators are
+        fastest."""
+        ...
     def known_heads(self, ns: Sequence[int]) -> list[Head]:
         """`known_head(n)` for each n (every n known to exist in this snapshot)."""
         ...
