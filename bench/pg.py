@@ -1,11 +1,12 @@
 """The PostgreSQL column (issue 22), first cut: the peers workload (bench/workload.py) bulk
-loaded into a `postgresql://` nexus and into LMDB, then Q1–Q4 on both — median latency and,
+loaded into a `postgresql://` nexus and into LMDB, then Q1–Q6 on both — median latency and,
 on PostgreSQL, SQL statements (round trips) per query — and the durable single UPSERT (W2).
 
-    python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...]
+    python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...] [--sql]
 
 Without `--url` it starts a PostgreSQL of its own from the `postgres` extra (tests/pgtest.py,
-fsync left on: the figures are durable commits). Prints a JSON report.
+fsync left on: the figures are durable commits). Prints a JSON report; `--sql` adds, per
+query, the statements sent (their first 50 characters) and how often.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def timed(fn: Callable[[], Any], reps: int) -> float:
 
 
 def run(location: str, concepts: list, props: list, meta: dict, reps: int,
-        counter: Statements | None) -> dict:
+        counter: Statements | None, sql: bool = False) -> dict:
     t0 = time.perf_counter()
     nx = NP.open_nexus(location)
     NP.load_into(nx, concepts, props)
@@ -67,17 +68,24 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
         "Q2": lambda p: q.q2(p["symptom"]),
         "Q3": lambda p: q.q3(p["symptom"], p["max_risk"], p["excluded_class"]),
         "Q4": lambda p: q.q4(p["drug_class"], p["min_hops"], p["max_hops"]),
+        "Q5": lambda p: q.q5(),
+        "Q6": lambda p: q.q6(),
     }
     out: dict[str, Any] = {"load_s": round(load_s, 2), "items": len(concepts) + len(props)}
     for name, call in calls.items():
-        sample = params[name][:reps]
+        pool = params.get(name) or [{}]             # Q5, Q6 take no parameters
+        sample = [pool[i % len(pool)] for i in range(reps)]
         for p in sample:                            # warm (parse, plan caches)
             call(p)
         before = counter.n if counter else 0
+        by = Counter(counter.by) if counter else Counter()
         ms = [timed(lambda p=p: call(p), 1) for p in sample]
-        entry = {"median_ms": round(statistics.median(ms), 3)}
+        entry: dict[str, Any] = {"median_ms": round(statistics.median(ms), 3)}
         if counter:
             entry["statements_per_query"] = round((counter.n - before) / len(sample), 1)
+            if sql:
+                entry["sql"] = {k: round(v / len(sample), 1)
+                                for k, v in (counter.by - by).most_common()}
         out[name] = entry
     ups = workload.make_upserts(concepts, meta, k=reps)
     before = counter.n if counter else 0
@@ -94,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--url", default=None)
+    ap.add_argument("--sql", action="store_true", help="list the statements of each query")
     args = ap.parse_args(argv)
     data = tempfile.mkdtemp(prefix="nexus-pg-bench-")
     concepts, props, meta, _ = workload.read(workload.write(workload.generate(args.n), data))
@@ -107,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     counter = Statements()
     try:
         report = {"n": args.n,
-                  "postgresql": run(url, concepts, props, meta, args.reps, counter),
+                  "postgresql": run(url, concepts, props, meta, args.reps, counter,
+                                    args.sql),
                   "lmdb": run(os.path.join(data, "db"), concepts, props, meta, args.reps,
                               None)}
     finally:

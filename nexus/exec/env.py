@@ -9,7 +9,7 @@ the execution (one snapshot, so memoising is always correct).
 from __future__ import annotations
 
 import enum
-from typing import Any, Final, Mapping, Sequence
+from typing import Any, Final, Iterable, Mapping, Sequence
 
 import regex
 
@@ -34,6 +34,23 @@ _MEMO_LIMIT = 200_000
 _CHECK_EVERY = 2048          # work units between deadline checks (a unit is ~0.1–2 µs)
 
 
+# What a stage prefetches for a chunk of rows: (row position, heads, attributes, metadata).
+PrefetchSpec = list[tuple[int, bool, bool, bool]]
+
+
+def prefetch_spec(paths: Iterable[A.Path], layout: list[str]) -> PrefetchSpec:
+    """What reading `paths` (FILTER, FIND, ORDER BY) asks of the rows' elements: their maps
+    for `.attributes`/`.metadata`, their heads for anything else (`.name`, a bare `?x`...)."""
+    spec: dict[int, list[bool]] = {}
+    for p in paths:
+        if p.var not in layout:
+            continue
+        field = p.segments[0] if p.segments else "id"
+        want = spec.setdefault(layout.index(p.var), [False, False, False])
+        want[1 if field == "attributes" else 2 if field == "metadata" else 0] = True
+    return [(i, h, a, m) for i, (h, a, m) in spec.items()]
+
+
 def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
     """KIP_4002 for a path range `{lo,hi}` (`hi` None: open) over the hop cap (CONTRACT §6)."""
     if (hi if hi is not None else lo) > cap:
@@ -46,7 +63,7 @@ def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
                  "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
-                 "_link_preds")
+                 "_link_preds", "batched")
 
     def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
@@ -65,6 +82,8 @@ class Env:
         self._next_check = _CHECK_EVERY
         self._regexes: dict[tuple[str, str], regex.Pattern[str]] = {}
         self._link_preds: list[int] | None = None
+        # Whether the operators ask the store a chunk of rows at a time (nexus.exec.chunked)
+        self.batched = self.txn.prefers_batches()
 
     # --- values ---------------------------------------------------------------------------
     def value(self, v: A.Value) -> Any:
@@ -177,6 +196,37 @@ class Env:
                 self._metas.clear()
             hit = self._metas[n] = self.txn.metadata(n)
         return hit
+
+    def prefetch(self, ids: Iterable[int | None], *, heads: bool = False,
+                 attributes: bool = False, metadata: bool = False) -> None:
+        """Read what `path_value`/`element` will ask of many elements in one batched call
+        per kind (`ReadTxn.known_heads`, `attributes_of`, `metadata_of`): the maps into
+        this execution's memos, the heads into the transaction (which keeps what it read).
+        Nulls and predicate variables (negative) are skipped. Nothing is read ahead on a
+        store that does not prefer batches (its one-element reads are as cheap)."""
+        if not self.batched:
+            return
+        wanted = [n for n in dict.fromkeys(ids) if n is not None and n > 0]
+        if not wanted:
+            return
+        if heads:
+            self.txn.known_heads(wanted)
+        for memo, want, read in ((self._attrs, attributes, self.txn.attributes_of),
+                                 (self._metas, metadata, self.txn.metadata_of)):
+            if not want:
+                continue
+            missing = [n for n in wanted if n not in memo]
+            if missing:
+                if len(memo) + len(missing) > _MEMO_LIMIT:
+                    memo.clear()
+                memo.update(zip(missing, read(missing)))
+
+    def prefetch_rows(self, rows: Sequence[tuple[int | None, ...]], spec: PrefetchSpec
+                      ) -> None:
+        """`prefetch` for the elements a chunk of rows holds at the positions of `spec`."""
+        for i, heads, attributes, metadata in spec:
+            self.prefetch([row[i] for row in rows], heads=heads, attributes=attributes,
+                          metadata=metadata)
 
     def path_value(self, n: int | None, segments: tuple[str, ...]) -> Any:
         """`?var.a.b` for element n — what FILTER, ORDER BY and FIND see.

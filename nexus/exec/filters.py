@@ -38,6 +38,22 @@ def compile_filter(expr: A.Expr, layout: list[str]) -> Fn:
     return _compile(expr, layout)
 
 
+def paths_read(expr: A.Expr) -> list[A.Path]:
+    """The `?var...` paths an expression reads (what a stage may prefetch for a chunk of
+    rows before testing them)."""
+    if isinstance(expr, A.Path):
+        return [expr]
+    if isinstance(expr, A.Compare):
+        return paths_read(expr.left) + paths_read(expr.right)
+    if isinstance(expr, A.BoolOp):
+        return [p for o in expr.operands for p in paths_read(o)]
+    if isinstance(expr, A.NotOp):
+        return paths_read(expr.operand)
+    if isinstance(expr, A.Call):
+        return [p for a in expr.args for p in paths_read(a)]
+    return []
+
+
 def _compile(e: A.Expr, layout: list[str]) -> Fn:
     if isinstance(e, A.Path):
         if e.var not in layout:

@@ -3,7 +3,9 @@
 A stage is `stage(env, rows) -> rows`: it reads the store only through the transaction's
 protocol methods (integer ids, interned symbols) and appends the ids it binds to each row.
 Values (type names, predicates, parameters) are resolved through `env` once per execution.
-Budgets: scans and walks tick the execution's deadline; path ranges are capped by
+On a store whose calls are round trips (`ReadTxn.prefers_batches()`: PostgreSQL) the
+stages that ask the store something per row run their `nexus.exec.chunked` version
+instead, which asks once per chunk of rows (`_pick`). Budgets: scans and walks tick the execution's deadline; path ranges are capped by
 `Limits.max_hops` and walks by `Limits.max_path_visits` (both `KIP_4002`).
 """
 from __future__ import annotations
@@ -13,10 +15,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 from ..errors import ErrorCode, KipError
 from ..plan import physical as P
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
-from .filters import Test, compile_filter
+from ..syntax import ast as A
+from . import chunked as C
+from .env import prefetch_spec
+from .filters import Test, compile_filter, paths_read
 from .rows import Row, Rows
 
-if TYPE_CHECKING:  # env.py builds on the operators; they only name its type
+if TYPE_CHECKING:
     from .env import Env
 
 Stage = Callable[["Env", Rows], Rows]
@@ -55,6 +60,28 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
                 if merged is not None:
                     yield merged
 
+    return run
+
+
+def compile_stream(plan: P.GroupPlan) -> Stage | None:
+    """The group's steps as one stage over many input rows (the rows of `compile_group` for
+    each input, concatenated: every step maps rows to rows that extend them), or None for
+    a group with UNIONs or a continuation, whose rows are not such a map."""
+    if plan.then is not None or plan.unions:
+        return None
+    stages = _compile_steps(plan)
+
+    def run(env: Env, rows: Rows) -> Rows:
+        for stage in stages:
+            rows = stage(env, rows)
+        return rows
+    return run
+
+
+def _pick(rowwise: Stage, chunked: Stage) -> Stage:
+    """`chunked` on a transaction that prefers batched reads, else `rowwise`."""
+    def run(env: Env, rows: Rows) -> Rows:
+        return chunked(env, rows) if env.batched else rowwise(env, rows)
     return run
 
 
@@ -101,17 +128,27 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     and a query with a thousand sibling FILTERs would pass Python's recursion limit."""
     stages: list[Stage] = []
     tests: list[Test] = []
+    paths: list[A.Path] = []
     for step, layout in zip(plan.steps, step_layouts(plan)):
         if isinstance(step, P.Filter):
             tests.append(compile_filter(step.expr, layout))
+            paths += paths_read(step.expr)
             continue
         if tests:
-            stages.append(_filter_stage(tests))
-            tests = []
+            stages.append(_prefetching_filter(tests, paths, layout))
+            tests, paths = [], []
         stages.append(_COMPILERS[type(step)](step, layout))
     if tests:
-        stages.append(_filter_stage(tests))
+        stages.append(_prefetching_filter(tests, paths, layout))
     return stages
+
+
+def _prefetching_filter(tests: list[Test], paths: list[A.Path], layout: list[str]) -> Stage:
+    """The FILTER stage; what its tests read of the rows' elements prefetched a chunk at a
+    time when the store prefers batches."""
+    rowwise = _filter_stage(tests)
+    spec = prefetch_spec(paths, layout)
+    return _pick(rowwise, C.prefetching(rowwise, spec)) if spec else rowwise
 
 
 def compile_step(step: P.Step, layout: list[str]) -> Stage:
@@ -427,7 +464,8 @@ def _c_path_scan(step: P.PathScan, layout: list[str]) -> Stage:
 
 
 def _c_filter(step: P.Filter, layout: list[str]) -> Stage:
-    return _filter_stage([compile_filter(step.expr, layout)])
+    return _prefetching_filter([compile_filter(step.expr, layout)], paths_read(step.expr),
+                               layout)
 
 
 def _filter_stage(tests: list[Test]) -> Stage:
@@ -460,7 +498,15 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     fast = _one_hop_optional(step)
     if fast is not None:
         return fast
+    stream = compile_stream(step.plan) if correlated else None
+    if stream is not None:
+        return _pick(_optional_rows(sub, exports, nulls, correlated),
+                     C.optional_block(stream, len(step.plan.inputs), exports, nulls))
+    return _optional_rows(sub, exports, nulls, correlated)
 
+
+def _optional_rows(sub: Callable[[Env, Row], Rows], exports: tuple[int, ...], nulls: Row,
+                   correlated: bool) -> Stage:
     def run(env: Env, rows: Rows) -> Rows:
         tick = env.tick
         tails = None            # an uncorrelated block's rows, computed once
@@ -520,10 +566,18 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
             if not matched:
                 yield row + nulls
             tick(k)
-    return run
+    return _pick(run, C.one_hop_optional(ex, i, with_link, nulls))
 
 
 def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
+    rowwise = _anti_rows(step)
+    stream = compile_stream(step.plan) if step.correlated else None
+    if stream is None:
+        return rowwise
+    return _pick(rowwise, C.anti_block(stream, len(step.plan.inputs)))
+
+
+def _anti_rows(step: P.AntiJoin) -> Stage:
     sub = compile_group(step.plan)
     correlated = step.correlated
 
@@ -671,23 +725,41 @@ def _c_any_link_from_var(step: P.AnyLinkFromVar, layout: list[str]) -> Stage:
     return bind
 
 
+Compiler = Callable[[Any, list[str]], Stage]
+
+
+def _or_chunked(rowwise: Compiler, chunked: Compiler) -> Compiler:
+    def compile(step: Any, layout: list[str]) -> Stage:
+        return _pick(rowwise(step, layout), chunked(step, layout))
+    return compile
+
+
+def _heads_first(rowwise: Compiler, var: Callable[[Any], str]) -> Compiler:
+    """`rowwise`, its variable's heads prefetched a chunk at a time (batching stores)."""
+    def compile(step: Any, layout: list[str]) -> Stage:
+        stage = rowwise(step, layout)
+        return _pick(stage, C.prefetching(stage, [(layout.index(var(step)), True, False,
+                                                   False)]))
+    return compile
+
+
 # Dispatch by the step's class (each compiler takes that class of step).
-_COMPILERS: dict[type, Callable[[Any, list[str]], Stage]] = {
+_COMPILERS: dict[type, Compiler] = {
     P.ConstConcept: _c_const_concept,
     P.ScanType: _c_scan_type,
     P.ScanName: _c_scan_name,
-    P.CheckConcept: _c_check_concept,
-    P.Expand: _c_expand,
-    P.LinkCheck: _c_link_check,
+    P.CheckConcept: _heads_first(_c_check_concept, lambda s: s.var),
+    P.Expand: _or_chunked(_c_expand, C.expand),
+    P.LinkCheck: _or_chunked(_c_link_check, C.link_check),
     P.ScanLinks: _c_scan_links,
-    P.LinkFromVar: _c_link_from_var,
+    P.LinkFromVar: _heads_first(_c_link_from_var, lambda s: s.link),
     P.LinkById: _c_link_by_id,
     P.PathWalk: _c_path_walk,
     P.PathScan: _c_path_scan,
     P.Filter: _c_filter,
     P.OptionalJoin: _c_optional,
     P.AntiJoin: _c_anti,
-    P.ExpandAny: _c_expand_any,
+    P.ExpandAny: _or_chunked(_c_expand_any, C.expand_any),
     P.ScanAnyLinks: _c_scan_any_links,
-    P.AnyLinkFromVar: _c_any_link_from_var,
+    P.AnyLinkFromVar: _heads_first(_c_any_link_from_var, lambda s: s.link),
 }

@@ -15,12 +15,18 @@ def walk(txn: ReadTxn, start: int, pid: int, lo: int, hi: int | None, forward: b
     execution); running out raises KIP_4002.
     """
     links = txn.out_links if forward else txn.in_links
+    links_of = txn.out_links_of if forward else txn.in_links_of
+    batched = txn.prefers_batches()
 
     def step(nodes: set[int]) -> set[int]:
         out: set[int] = set()
-        for n in nodes:
-            for _p, m, _l in links(n, pid):
-                out.add(m)
+        if batched:         # one batched read per hop (on PostgreSQL one statement)
+            for found in links_of(sorted(nodes), pid).values():
+                out.update(m for _p, m, _l in found)
+        else:
+            for n in nodes:
+                for _p, m, _l in links(n, pid):
+                    out.add(m)
         budget[0] -= len(nodes) + 1
         if budget[0] < 0:
             raise KipError(ErrorCode.KIP_4002,

@@ -17,7 +17,7 @@ import json
 from typing import Any, Callable, Protocol, TypeVar
 
 from ..syntax import ast as A
-from .env import Env
+from .env import Env, prefetch_spec
 from .filters import kind
 from .rows import Row
 
@@ -234,6 +234,12 @@ class Aggregator:
         # identities of the key variables -> (first solution, accumulators)
         self._by_ids: dict[Any, tuple[Row, list[Accumulator]]] = {}
         self._groups: list[Group] | None = None
+        # What the aggregates read of each solution, and the keys of each group's first
+        # solution (prefetched a chunk of rows at a time: `feed`, `groups`).
+        self.row_spec = prefetch_spec([i.arg for i in items if isinstance(i, A.Aggregate)
+                                       and i.arg.segments], layout)
+        self._key_spec = prefetch_spec([i for i in items if not isinstance(i, A.Aggregate)],
+                                       layout)
 
     def _value_fn(self, layout: list[str], path: A.Path) -> Callable[[Row], Any]:
         i = layout.index(path.var)
@@ -284,6 +290,8 @@ class Aggregator:
         whose values are equal (two drugs with the same name are one group)."""
         if self._groups is None:
             groups: dict[Any, tuple[list[Any], Row, list[Accumulator]]] = {}
+            self.env.prefetch_rows([first for first, _ in self._by_ids.values()],
+                                   self._key_spec)
             for first, accs in self._by_ids.values():
                 raw = [fn(first) for _, fn, _ in self._key_fns]
                 key = tuple(hashable(v) for v in raw)
@@ -328,6 +336,8 @@ class Aggregator:
 def order_rows(env: Env, rows: list[Row], keys: tuple[A.OrderKey, ...],
                layout: list[str]) -> list[Row]:
     """Solution rows sorted by the ORDER BY keys (see `_sort`)."""
+    env.prefetch_rows(rows, prefetch_spec([A.item_path(k.expr) for k in keys], layout))
+
     def value_of(expr: A.FindItem) -> Callable[[Row], Any]:
         path = A.item_path(expr)
         i = layout.index(path.var)

@@ -25,8 +25,8 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, TypeVar
 from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
 from .context import ExecContext
-from .env import Env
-from .rows import Row
+from .env import Env, prefetch_spec
+from .rows import Row, chunks
 from .results import Aggregator, order_groups, order_rows
 
 Params = Mapping[str, Any]
@@ -253,8 +253,14 @@ class RowSolutions:
                   by_columns: bool) -> None:
         rows = self.rows if repeat_key is None else distinct(self.rows, repeat_key)
         add = agg.add
-        for row in rows:
-            add(row)
+        if not agg.row_spec or not self.env.batched:
+            for row in rows:
+                add(row)
+            return None
+        for chunk in chunks(iter(rows)):
+            self.env.prefetch_rows(chunk, agg.row_spec)
+            for row in chunk:
+                add(row)
         return None
 
 
@@ -283,8 +289,15 @@ def project_column(env: Env, layout: list[str], item: A.Path, rows: list[Row]) -
     i = layout.index(item.var)
     segs = item.segments
     if not segs:
+        env.prefetch([row[i] for row in rows], heads=True, attributes=True, metadata=True)
         element = env.element
         return [element(row[i]) for row in rows]
+    if segs == ("name",) and env.batched:
+        # row values were read from this snapshot: their heads in one batched read
+        ids = [n for row in rows if (n := row[i]) is not None and n > 0]
+        names = {n: getattr(h, "name", None) for n, h in zip(ids, env.txn.known_heads(ids))}
+        return [names.get(n) if (n := row[i]) is not None and n > 0 else None
+                for row in rows]
     if segs == ("name",):
         head = env.txn.known_head          # row values were read from this snapshot
         out: list[Any] = []
@@ -293,6 +306,7 @@ def project_column(env: Env, layout: list[str], item: A.Path, rows: list[Row]) -
             n = row[i]
             append(getattr(head(n), "name", None) if n is not None else None)
         return out
+    env.prefetch_rows(rows, prefetch_spec([item], layout))
     path_value = env.path_value
     return [path_value(row[i], segs) for row in rows]
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from nexus.history.log import decode_head, entries_after, undo
 from nexus.history.recording import PreImage, pre_image
+from nexus.store.batched import LoopBatches
 from nexus.store.protocol import AuxTable, ConceptHead, Head, JsonMap, LinkHead, ReadTxn
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def past_state(txn: ReadTxn, *, seq: int | None = None, ts: int | None = None) -
     return PastState(chains, ranges, len(entries))
 
 
-class AsOfTxn:
+class AsOfTxn(LoopBatches):
     """A `ReadTxn` over the current snapshot `base` that answers as of `past`."""
 
     def __init__(self, base: ReadTxn, past: PastState) -> None:

@@ -24,6 +24,7 @@ from typing import Callable, Generic, Iterable, Iterator, Literal, NoReturn, Pro
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
+from nexus.store.batched import LoopBatches
 from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, decode_count, first,
                                pack_n, pack_sid)
 from nexus.store.columns import StoreColumns, TxnColumns, columns_for
@@ -57,7 +58,7 @@ class TxnHost(Protocol[Db]):
         ...
 
 
-class GraphReadTxn(Generic[Db]):
+class GraphReadTxn(LoopBatches, Generic[Db]):
     """ReadTxn over one backend snapshot; also its own context manager.
 
     `kv` and `tables` (the key-value transaction and the table handles) are public for

@@ -34,6 +34,18 @@ _HEAD = ("SELECT type_id, name, NULL::bigint, NULL::bigint, NULL::bigint, attrib
          "WHERE space = %s AND id = %s")
 _MAPS = ("SELECT attributes, metadata FROM nexus_concepts WHERE space = %s AND id = %s "
          "UNION ALL SELECT attributes, metadata FROM nexus_links WHERE space = %s AND id = %s")
+# The batched reads (protocol: "batched reads"): one statement for a chunk of ids.
+_HEADS = ("SELECT id, type_id, name, NULL::bigint, NULL::bigint, NULL::bigint "
+          "FROM nexus_concepts WHERE space = %s AND id = ANY(%s::bigint[]) UNION ALL "
+          "SELECT id, NULL, NULL, subject, predicate, object FROM nexus_links "
+          "WHERE space = %s AND id = ANY(%s::bigint[])")
+_MAPS_OF = ("SELECT id, attributes, metadata FROM nexus_concepts WHERE space = %s AND "
+            "id = ANY(%s::bigint[]) UNION ALL SELECT id, attributes, metadata FROM nexus_links "
+            "WHERE space = %s AND id = ANY(%s::bigint[])")
+_LINK_IDS = ("SELECT l.subject, l.predicate, l.object, l.id FROM nexus_links l JOIN "
+             "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS t(s, p, o) ON "
+             "l.subject = t.s AND l.predicate = t.p AND l.object = t.o WHERE l.space = %s")
+BATCH_IDS = 10_000              # ids per statement of a batched read
 LOCAL_MAPS = 4096               # elements whose maps a transaction keeps (emptied when full)
 LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
 MISSING = object()
@@ -290,6 +302,104 @@ class PgReadTxn:
                   "SELECT id FROM nexus_links WHERE space = %s) e")
         return (r[0] for r in self.paged(select, "TRUE", ["id"], (self.space, self.space)))
 
+    # --- batched reads (one statement per BATCH_IDS ids) ---------------------------------
+    def prefers_batches(self) -> bool:
+        return True
+
+    def known_heads(self, ns: Sequence[int]) -> list[Head]:
+        heads, shared = self.heads, self.host.concept_heads
+        found: dict[int, Head] = {}
+        for n in ns:
+            h = heads.get(n) or shared.get(n)
+            if h is not None:
+                found[n] = h
+        missing = [n for n in dict.fromkeys(ns) if n not in found and is_id(n)]
+        fresh: dict[int, ConceptHead] = {}
+        for part in _chunks(missing):
+            for n, t, name, s, p, o in self.rows(_HEADS, (self.space, part, self.space, part)):
+                if name is not None:
+                    h = fresh[n] = ConceptHead(n, t, bytes(name).decode())
+                else:
+                    h = LinkHead(n, s, p, o)
+                found[n] = h
+                self._keep(h)
+        if fresh and not self.writing:
+            self.host.cache_heads(fresh)
+        out = []
+        for n in ns:
+            h = found.get(n)
+            if h is None:
+                raise internal(f"element {n!r} does not exist in this snapshot")
+            out.append(h)
+        return out
+
+    def _maps_of(self, ns: Sequence[int], which: int) -> list[JsonMap]:
+        maps = self.maps
+        raw: dict[int, bytes | None] = {}
+        missing = []
+        for n in ns:
+            pair = maps.get(n)
+            if pair is not None:
+                raw[n] = pair[which]
+            elif n not in raw and is_id(n):
+                raw[n] = None
+                missing.append(n)
+        for part in _chunks(missing):
+            for n, a, m in self.rows(_MAPS_OF, (self.space, part, self.space, part)):
+                self._keep_maps(n, a, m)
+                value = a if which == 0 else m
+                raw[n] = None if value is None else bytes(value)
+        decode = codec.decode_map
+        return [{} if (v := raw.get(n)) is None else decode(v) for n in ns]
+
+    def attributes_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        return self._maps_of(ns, 0)
+
+    def metadata_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        return self._maps_of(ns, 1)
+
+    def link_ids(self, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        wanted = list(dict.fromkeys(t for t in triples if is_id(t[0]) and _is_sid(t[1])
+                                    and is_id(t[2])))
+        found: dict[tuple[int, int, int], int] = {}
+        for start in range(0, len(wanted), BATCH_IDS):
+            part = wanted[start:start + BATCH_IDS]
+            cols = ([t[0] for t in part], [t[1] for t in part], [t[2] for t in part])
+            for s, p, o, n in self.rows(_LINK_IDS, (*cols, self.space)):
+                found[(s, p, o)] = n
+                self._keep(LinkHead(n, s, p, o))
+        return [found.get(t) for t in triples]
+
+    def out_links_of(self, subjects: Sequence[int], predicate_id: int | None = None
+                     ) -> dict[int, list[tuple[int, int, int]]]:
+        return self._ends_of(subjects, predicate_id, "subject", "object", out=True)
+
+    def in_links_of(self, objects: Sequence[int], predicate_id: int | None = None
+                    ) -> dict[int, list[tuple[int, int, int]]]:
+        return self._ends_of(objects, predicate_id, "object", "subject", out=False)
+
+    def _ends_of(self, ns: Sequence[int], p: int | None, end: str, other: str, out: bool
+                 ) -> dict[int, list[tuple[int, int, int]]]:
+        result: dict[int, list[tuple[int, int, int]]] = {}
+        if p is not None and not _is_sid(p):
+            return result
+        wanted = sorted({n for n in ns if is_id(n)})
+        where = f"space = %s AND {end} = ANY(%s::bigint[])"
+        if p is not None:
+            where += " AND predicate = %s"
+        sql = (f"SELECT {end}, predicate, {other}, id FROM nexus_links WHERE {where} "
+               f"ORDER BY {end}, predicate, {other}, id")
+        keep = self._keep
+        for part in _chunks(wanted):
+            params: tuple[Any, ...] = (self.space, part) if p is None else (self.space, part, p)
+            for n, q, m, k in self.rows(sql, params):
+                keep(LinkHead(k, n, q, m) if out else LinkHead(k, m, q, n))
+                found = result.get(n)
+                if found is None:
+                    found = result[n] = []
+                found.append((q, m, k))
+        return result
+
     # --- concept indexes -----------------------------------------------------------------
     def concept_id(self, type_id: int, name: str) -> int | None:
         if not _is_sid(type_id):
@@ -311,9 +421,15 @@ class PgReadTxn:
     def concepts_of_type(self, type_id: int) -> Iterator[int]:
         if not _is_sid(type_id):
             return iter(())
-        return (r[0] for r in self.paged("id FROM nexus_concepts",
-                                         "space = %s AND type_id = %s", ["id"],
-                                         (self.space, type_id)))
+        rows = self.paged("id, name FROM nexus_concepts", "space = %s AND type_id = %s",
+                          ["id"], (self.space, type_id))
+        return self._typed(rows, type_id)
+
+    def _typed(self, rows: Iterator[tuple[Any, ...]], t: int) -> Iterator[int]:
+        keep = self._keep
+        for n, name in rows:
+            keep(ConceptHead(n, t, bytes(name).decode()))     # (the name is usually asked)
+            yield n
 
     def concepts_named(self, name: str) -> Iterator[int]:
         try:
@@ -515,6 +631,12 @@ class PgReadTxn:
 
     def column_cache(self) -> None:
         return None
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    """`ids` in slices of at most BATCH_IDS (none for no ids)."""
+    for start in range(0, len(ids), BATCH_IDS):
+        yield ids[start:start + BATCH_IDS]
 
 
 class PgAux:

@@ -174,6 +174,38 @@ class ReadTxn(Protocol):
         predicate whose links it hides; it never omits one that has a visible link."""
         ...
 
+    # --- batched reads (module doc of `nexus.store.batched`) -----------------------------
+    # One call for many elements, answering exactly what the one-element calls answer for
+    # each (in the order given; repeated ids allowed). The executor calls them a chunk of
+    # rows at a time: on PostgreSQL each is one SQL statement, on LMDB and memory a loop.
+    def prefers_batches(self) -> bool:
+        """True when every call costs a round trip (PostgreSQL): the executor then asks
+        the batched calls a chunk of rows at a time. False when a one-element call is an
+        in-process lookup (LMDB, memory), for which the row-at-a-time operators are
+        fastest."""
+        ...
+    def known_heads(self, ns: Sequence[int]) -> list[Head]:
+        """`known_head(n)` for each n (every n known to exist in this snapshot)."""
+        ...
+    def attributes_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        """`attributes(n)` for each n (fresh dicts)."""
+        ...
+    def metadata_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        """`metadata(n)` for each n (fresh dicts)."""
+        ...
+    def link_ids(self, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        """`link_id(subject, predicate_id, object)` for each triple."""
+        ...
+    def out_links_of(self, subjects: Sequence[int], predicate_id: int | None = None
+                     ) -> dict[int, list[tuple[int, int, int]]]:
+        """subject -> `list(out_links(subject, predicate_id))` for each distinct subject
+        that has such links (a subject without any is absent)."""
+        ...
+    def in_links_of(self, objects: Sequence[int], predicate_id: int | None = None
+                    ) -> dict[int, list[tuple[int, int, int]]]:
+        """object -> `list(in_links(object, predicate_id))`, as `out_links_of`."""
+        ...
+
     # --- statistics (exact, maintained on write) -----------------------------------------
     def count_type(self, type_id: int) -> int: ...
     def count_predicate(self, predicate_id: int) -> int: ...
