@@ -156,6 +156,7 @@ class WriteSession:
             ctx.touched = set()
             ctx.removed = set()
             ctx.unsearched = set()
+            ctx.moved = {}
 
     def abort(self) -> None:
         """Roll the session back when it ends (nothing it wrote is kept)."""

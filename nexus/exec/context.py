@@ -123,7 +123,7 @@ class WriteContext(ExecContext):
     the PRIMER cache) consume them.
     """
 
-    __slots__ = ("touched", "removed", "versioned", "unsearched")
+    __slots__ = ("touched", "removed", "versioned", "unsearched", "moved")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, **kw: object) -> None:
@@ -136,3 +136,7 @@ class WriteContext(ExecContext):
         # Touched ids whose searchable text cannot have changed (only metadata was
         # written): the search indexes skip them.
         self.unsearched: set[int] = set()
+        # Touched links whose only searchable change is an end moved to another element
+        # (MERGE): id → (the old end's endpoint text, the new one's). The lexical index
+        # rewrites their documents from the stored ones (`nexus.search.lexical.write`).
+        self.moved: dict[int, tuple[str, str]] = {}

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ErrorCode, KipError
+from ..search.text import endpoint_text
 from ..store.bulk import gc_paused
 from ..store.protocol import ConceptHead, WriteTxn
 from ..syntax import ast as A
@@ -173,6 +174,9 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
     while work:
         old, new = work.pop()
         moves = _moves(txn, old, new)
+        if not moves:
+            continue
+        ends = (endpoint_text(txn, old), endpoint_text(txn, new))
         ctx.check_deadline()
         made: list[int] = []
         for (link, _, _), holder in zip(moves, txn.repoint_links(moves)):
@@ -183,7 +187,7 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
                 _fill_link(ctx, holder, link)
                 work.append((link, holder))
                 doomed.append(link)
-        writes.touch(ctx, made)         # _version +1; their documents change with their ends
+        writes.touch(ctx, made, ends)   # _version +1; their documents change with their ends
     for link in doomed:
         protect.check_delete(ctx, txn.head(link))
         writes.delete(ctx, link)

@@ -216,7 +216,8 @@ class SearchService:
             st = self._stages[id(ctx)] = _Stage(ctx.txn)
         if not ctx.touched and not ctx.removed:
             return
-        changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed)
+        changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed,
+                                          getattr(ctx, "moved", None))
         st.changed.extend(changed)
         st.gone.extend(gone)
 
@@ -229,7 +230,8 @@ class SearchService:
         if st is None and not ctx.touched and not ctx.removed:
             return
         if st is None:          # one KML command: no copies of its (small) sets
-            changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed)
+            changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed,
+                                          getattr(ctx, "moved", None))
         else:
             self._stages[id(ctx)] = st
             self.stage(ctx)
