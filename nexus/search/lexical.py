@@ -296,6 +296,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
     ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
+    preds: dict[int, str] = {}          # predicate id -> its name
     for n in sorted(touched):
         if len(ends) > END_NAMES:
             ends.clear()
@@ -303,7 +304,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         raw = fwd.get(key)
         texts = moved.get(n) if moved else None
         if texts is not None and raw is not None:
-            redone = _moved(w, txn, n, raw, texts, ends)
+            redone = _moved(w, txn, n, raw, texts, ends, preds)
             if redone is not None:
                 if redone:
                     changed.append(n)
@@ -344,25 +345,26 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
 
 
 def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
-           ends: dict[int, str]) -> bool | None:
+           ends: dict[int, str], preds: dict[int, str]) -> bool | None:
     """Rewrite the entry and postings of link `n` whose end moved from an element shown as
     `texts[0]` to one shown as `texts[1]`, from its stored entry `raw`: the old end's field
     terms out, the new one's in, the rest as stored. Returns whether its vector text
     changed, or None (nothing done: derive it in full) when the stored entry does not show
     the old end's terms coming from that field alone, or the new end's terms also come from
-    another field — the weights of shared terms would need the whole document."""
+    another field — the weights of shared terms would need the whole document.
+    `ends` and `preds` remember end texts and predicate names across calls."""
     old_text, new_text = texts
     if old_text == new_text:
         return False                    # the same document (e.g. a higher-order end)
     head = txn.head(n)
     if type(head) is not LinkHead:
         return None
-    old = Entry(raw)
-    if old.kind != KIND_LINK or old.group != head.predicate_id:
+    kind, group, names, old_vcrc, flat = msgpack.unpackb(raw, raw=False)
+    if kind != KIND_LINK or group != head.predicate_id:
         return None
-    before = old.terms
-    out = _field_weights(old_text)
+    before = dict(zip(flat[0::2], flat[1::2]))
     get = before.get
+    out = _field_weights(old_text)
     for t, v in out.items():
         if get(t) != v:
             return None
@@ -370,30 +372,33 @@ def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
     for t in into:
         if t in before and t not in out:
             return None
-    terms = {t: v for t, v in before.items() if t not in out}
+    terms = before.copy()
+    for t in out:
+        del terms[t]
     terms.update(into)
-    flat: list[Any] = []
-    for t in sorted(terms):
-        flat.append(t)
-        flat.append(terms[t])
-    pred = txn.symbol_text(head.predicate_id)
+    flat = [x for t in sorted(terms) for x in (t, terms[t])]
+    pred = preds.get(group)
+    if pred is None:
+        pred = preds[group] = txn.symbol_text(group)
     vec = link_vec_text(pred, *end_names(txn, head, ends))
     vcrc = zlib.crc32(f"{vec}\x1f{vec}".encode())
-    w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, old.group, old.names, vcrc, flat)))
-    ops, kb, group = w.ops, KIND_BYTES[KIND_LINK], old.group
+    w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, vcrc, flat)))
+    ops, kb = w.ops, KIND_BYTES[KIND_LINK]
     for t in out:
         if t not in into:
-            per = ops.get(kb + t.encode())
+            tb = kb + t.encode()
+            per = ops.get(tb)
             if per is None:
-                per = ops[kb + t.encode()] = {}
+                per = ops[tb] = {}
             per.setdefault(n, None)
     for t, v in into.items():
         if get(t) != v:
-            per = ops.get(kb + t.encode())
+            tb = kb + t.encode()
+            per = ops.get(tb)
             if per is None:
-                per = ops[kb + t.encode()] = {}
+                per = ops[tb] = {}
             per[n] = (v, group)
-    return old.vcrc != vcrc
+    return old_vcrc != vcrc
 
 
 _FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
