@@ -12,7 +12,9 @@ Owns `MERGE CONCEPT ?source INTO ?target WHERE {...}`:
   as for DELETE CONCEPT: its instances would be left undefined);
 * links: every link with the source as subject or object is repointed to the target,
   keeping its id (`WriteTxn.repoint_links`, one batch; `_version` +1, and its search
-  document re-derived: it holds its ends' names). When the repointed triple
+  document brought up to date: it holds its ends' names — `writes.touch` tells the index
+  which end moved, so that it swaps that end's terms in the stored entry instead of
+  deriving the whole document again). When the repointed triple
   already exists, the existing link survives: its missing attribute / author-metadata keys
   are filled from the duplicate (existing keys win), the links that refer to the duplicate
   (higher-order) are moved onto the survivor the same way, and the duplicate is deleted;
