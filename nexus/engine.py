@@ -156,6 +156,7 @@ class WriteSession:
             ctx.touched = set()
             ctx.removed = set()
             ctx.unsearched = set()
+            ctx.moved = {}
 
     def abort(self) -> None:
         """Roll the session back when it ends (nothing it wrote is kept)."""
@@ -227,7 +228,8 @@ class Engine:
                     ctx = WriteContext(txn, self.config.limits,
                                        time.monotonic() + self.config.limits.query_timeout,
                                        privileged=privileged, dry_run=dry_run, text=text,
-                                       clock=now_iso, **self._context_options())
+                                       clock=now_iso, store_txn=store_txn,
+                                       **self._context_options())
                     session = WriteSession(self, txn, ctx, store_txn)
                     yield session
                     if dry_run or session.aborted:

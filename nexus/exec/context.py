@@ -123,11 +123,15 @@ class WriteContext(ExecContext):
     the PRIMER cache) consume them.
     """
 
-    __slots__ = ("touched", "removed", "versioned", "unsearched")
+    __slots__ = ("touched", "removed", "versioned", "unsearched", "moved", "store_txn")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
-    def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, **kw: object) -> None:
+    def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, *,
+                 store_txn: WriteTxn | None = None, **kw: object) -> None:
         super().__init__(txn, limits, deadline, **kw)  # type: ignore[arg-type]
+        # The store's own transaction, below the write wrappers (the version log's
+        # recorder): for the derived tables that change no element (the search index's).
+        self.store_txn: WriteTxn = txn if store_txn is None else store_txn
         self.touched: set[int] = set()
         self.removed: set[int] = set()
         # Elements whose `_version` this command already advanced (or created): a command
@@ -136,3 +140,7 @@ class WriteContext(ExecContext):
         # Touched ids whose searchable text cannot have changed (only metadata was
         # written): the search indexes skip them.
         self.unsearched: set[int] = set()
+        # Touched links whose only searchable change is an end moved to another element
+        # (MERGE): id → (the old end's endpoint text, the new one's). The lexical index
+        # rewrites their documents from the stored ones (`nexus.search.lexical.write`).
+        self.moved: dict[int, tuple[str, str]] = {}

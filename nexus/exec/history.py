@@ -349,6 +349,7 @@ def _restore(ctx: WriteContext, n: int, pre: PreImage) -> bool:
         txn.set_attributes(n, dict(pre.attributes))
         txn.set_metadata(n, meta)
         ctx.touched.add(n)
+        ctx.moved.pop(n, None)
         return True
     if head is not None:                # a link repointed (MERGE): put it back where it was
         protect.check_delete(ctx, head)
@@ -361,6 +362,7 @@ def _restore(ctx: WriteContext, n: int, pre: PreImage) -> bool:
         txn.create_link(n, h.subject, h.predicate_id, h.object, dict(pre.attributes), meta)
     ctx.touched.add(n)
     ctx.removed.discard(n)
+    ctx.moved.pop(n, None)
     return True
 
 

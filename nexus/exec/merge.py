@@ -12,7 +12,9 @@ Owns `MERGE CONCEPT ?source INTO ?target WHERE {...}`:
   as for DELETE CONCEPT: its instances would be left undefined);
 * links: every link with the source as subject or object is repointed to the target,
   keeping its id (`WriteTxn.repoint_links`, one batch; `_version` +1, and its search
-  document re-derived: it holds its ends' names). When the repointed triple
+  document brought up to date: it holds its ends' names — `writes.touch` tells the index
+  which end moved, so that it swaps that end's terms in the stored entry instead of
+  deriving the whole document again). When the repointed triple
   already exists, the existing link survives: its missing attribute / author-metadata keys
   are filled from the duplicate (existing keys win), the links that refer to the duplicate
   (higher-order) are moved onto the survivor the same way, and the duplicate is deleted;
@@ -31,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import ErrorCode, KipError
+from ..search.text import endpoint_text
 from ..store.bulk import gc_paused
 from ..store.protocol import ConceptHead, WriteTxn
 from ..syntax import ast as A
@@ -173,6 +176,9 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
     while work:
         old, new = work.pop()
         moves = _moves(txn, old, new)
+        if not moves:
+            continue
+        ends = (endpoint_text(txn, old), endpoint_text(txn, new))
         ctx.check_deadline()
         made: list[int] = []
         for (link, _, _), holder in zip(moves, txn.repoint_links(moves)):
@@ -183,7 +189,7 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
                 _fill_link(ctx, holder, link)
                 work.append((link, holder))
                 doomed.append(link)
-        writes.touch(ctx, made)         # _version +1; their documents change with their ends
+        writes.touch(ctx, made, ends)   # _version +1; their documents change with their ends
     for link in doomed:
         protect.check_delete(ctx, txn.head(link))
         writes.delete(ctx, link)

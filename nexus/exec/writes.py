@@ -96,6 +96,7 @@ def update_known(ctx: WriteContext, n: int, stored_attributes: dict | None, stor
         stored_attributes.update(attributes)
         txn.set_attributes(n, stored_attributes)
         ctx.unsearched.discard(n)
+        ctx.moved.pop(n, None)
     elif n not in ctx.touched:
         ctx.unsearched.add(n)           # metadata only: nothing searchable changed
     if metadata:
@@ -121,12 +122,25 @@ def update_metadata_many(ctx: WriteContext, items: list[tuple[int, dict, dict]])
     touched.update(n for n, _ in out)
 
 
-def touch(ctx: WriteContext, ids: list[int]) -> None:
+def touch(ctx: WriteContext, ids: list[int], ends: tuple[str, str] | None = None) -> None:
     """A write of existing elements that changed neither map (MERGE moved a link's ends):
-    `_version` +1 and `_updated_at` for each, and their search documents re-derived."""
+    `_version` +1 and `_updated_at` for each, and their search documents re-derived.
+    `ends` (the endpoint texts of the old end and the new one) says each moved one end
+    only: the search index may then rewrite their documents from the stored ones
+    (`ctx.moved`)."""
     metadata = ctx.txn.metadata
     ctx.txn.set_metadata_many([(n, advance(ctx, n, metadata(n))) for n in ids])
-    ctx.touched.update(ids)
+    touched, moved = ctx.touched, ctx.moved
+    for n in ids:
+        before = moved.pop(n, None)
+        if ends is None:
+            continue
+        if before is not None:          # moved again: from where it was first
+            if before[1] == ends[0]:
+                moved[n] = (before[0], ends[1])
+        elif n not in touched:          # written before in another way: derived in full
+            moved[n] = ends
+    touched.update(ids)
     ctx.unsearched.difference_update(ids)
 
 
@@ -158,6 +172,7 @@ def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
         txn.set_attributes(n, target)
         meta = txn.metadata(n)
         ctx.unsearched.discard(n)
+        ctx.moved.pop(n, None)
     else:
         meta = target
         if n not in ctx.touched:
@@ -171,5 +186,6 @@ def delete(ctx: WriteContext, n: int) -> bool:
     if ctx.txn.delete(n):
         ctx.removed.add(n)
         ctx.touched.discard(n)
+        ctx.moved.pop(n, None)
         return True
     return False

@@ -98,7 +98,7 @@ class RecordingTxn(LoopBatches):
         before = self.before
         if n in before:
             return before[n]
-        if any(n in r for r in self.fresh):
+        if self.fresh and any(n in r for r in self.fresh):
             before[n] = None
             return None
         head = self._read_heads.pop(n, None)

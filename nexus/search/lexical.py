@@ -30,15 +30,16 @@ import math
 import struct
 import zlib
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import msgpack
 
 from nexus.store.bulk import gc_paused
+from nexus.store.protocol import LinkHead
 
 from . import postings
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   Doc, element_doc, norm_name, tokens)
+                   KIND_LINK, Doc, element_doc, end_names, link_vec_text, norm_name, tokens)
 
 KIND_BYTES = (b"c", b"p")
 _U64 = struct.Struct(">Q")
@@ -162,9 +163,13 @@ def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
         flat.append(terms[t])
     if vcrc is None:
         vcrc = _vcrc(doc)
+    return _pack(doc.kind, doc.group, names, vcrc, flat)
+
+
+def _pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) -> bytes:
     # Single floats: 5 bytes a weight, and the same bytes for the same document every time
     # (write() skips documents whose entry is unchanged).
-    return msgpack.packb([doc.kind, doc.group, names, vcrc, flat], use_bin_type=True,
+    return msgpack.packb([kind, group, names, vcrc, flat], use_bin_type=True,
                          use_single_float=True)
 
 
@@ -260,20 +265,26 @@ class _Writer:
                 lex.put(key, _U64.pack(value))
 
 
-def write(txn: Any, touched: Iterable[int], removed: Iterable[int]
+def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
+          moved: Mapping[int, tuple[str, str]] | None = None
           ) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
     must go. A rewrite that changes nothing searchable (a metadata-only update) costs one
     forward-index read and writes nothing.
+
+    `moved` names touched links whose only searchable change since their documents were
+    written is an end moved to another element (MERGE): id → (the endpoint text of the old
+    end, of the new one). Their new entries are computed from the stored ones (`_moved`)
+    instead of being derived again; the result is the same bytes.
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
-        return _write(txn, touched, removed)
+        return _write(txn, touched, removed, moved or {})
 
 
-def _write(txn: Any, touched: Iterable[int], removed: Iterable[int]
-           ) -> tuple[list[int], list[int]]:
+def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
+           moved: Mapping[int, tuple[str, str]]) -> tuple[list[int], list[int]]:
     w = _Writer(txn)
     fwd = w.fwd
     changed: list[int] = []
@@ -298,11 +309,19 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int]
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
     ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
+    preds: dict[int, str] = {}          # predicate id -> its name
     for n in order:
         if len(ends) > END_NAMES:
             ends.clear()
         key = _U64.pack(n)
         raw = fwd.get(key)
+        texts = moved.get(n) if moved else None
+        if texts is not None and raw is not None:
+            redone = _moved(w, txn, n, raw, texts, ends, preds)
+            if redone is not None:
+                if redone:
+                    changed.append(n)
+                continue
         doc = element_doc(txn, n, ends)
         if doc is None:
             forget(n, key, raw)
@@ -336,6 +355,85 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int]
             changed.append(n)
     w.flush()
     return changed, gone
+
+
+def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
+           ends: dict[int, str], preds: dict[int, str]) -> bool | None:
+    """Rewrite the entry and postings of link `n` whose end moved from an element shown as
+    `texts[0]` to one shown as `texts[1]`, from its stored entry `raw`: the old end's field
+    terms out, the new one's in, the rest as stored. Returns whether its vector text
+    changed, or None (nothing done: derive it in full) when the stored entry does not show
+    the old end's terms coming from that field alone, or the new end's terms also come from
+    another field — the weights of shared terms would need the whole document.
+    `ends` and `preds` remember end texts and predicate names across calls."""
+    old_text, new_text = texts
+    if old_text == new_text:
+        return False                    # the same document (e.g. a higher-order end)
+    head = txn.head(n)
+    if type(head) is not LinkHead:
+        return None
+    kind, group, names, old_vcrc, flat = msgpack.unpackb(raw, raw=False)
+    if kind != KIND_LINK or group != head.predicate_id:
+        return None
+    before = dict(zip(flat[0::2], flat[1::2]))
+    get = before.get
+    out = _field_weights(old_text)
+    for t, v in out.items():
+        if get(t) != v:
+            return None
+    into = _field_weights(new_text)
+    for t in into:
+        if t in before and t not in out:
+            return None
+    terms = before.copy()
+    for t in out:
+        del terms[t]
+    terms.update(into)
+    flat = [x for t in sorted(terms) for x in (t, terms[t])]
+    pred = preds.get(group)
+    if pred is None:
+        pred = preds[group] = txn.symbol_text(group)
+    vec = link_vec_text(pred, *end_names(txn, head, ends))
+    vcrc = zlib.crc32(f"{vec}\x1f{vec}".encode())
+    w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, vcrc, flat)))
+    ops, kb = w.ops, KIND_BYTES[KIND_LINK]
+    for t in out:
+        if t not in into:
+            tb = kb + t.encode()
+            per = ops.get(tb)
+            if per is None:
+                per = ops[tb] = {}
+            per.setdefault(n, None)
+    for t, v in into.items():
+        if get(t) != v:
+            tb = kb + t.encode()
+            per = ops.get(tb)
+            if per is None:
+                per = ops[tb] = {}
+            per[n] = (v, group)
+    return old_vcrc != vcrc
+
+
+_FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
+
+
+def _field_weights(text: str) -> dict[str, float]:
+    """The stored weights (single floats) of an endpoint field's terms, as `doc_terms`
+    computes them for a document where no other field has those terms."""
+    hit = _FIELD_WEIGHTS.get(text)
+    if hit is None:
+        norm, counts = _field_terms(F_ENDPOINT, text)
+        hit = {}
+        for t, c in counts:
+            v = 0.0 + norm
+            while c > 1:
+                v += norm
+                c -= 1
+            hit[t] = _single(saturate(v))
+        if len(_FIELD_WEIGHTS) >= CACHE_LIMIT:
+            _FIELD_WEIGHTS.clear()
+        _FIELD_WEIGHTS[text] = hit
+    return hit
 
 
 _F32 = struct.Struct("<f")

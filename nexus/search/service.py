@@ -219,7 +219,8 @@ class SearchService:
             st = self._stages[id(ctx)] = _Stage(ctx.txn)
         if not ctx.touched and not ctx.removed:
             return
-        changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed)
+        changed, gone = lexical.write(_index_txn(ctx), _searchable(ctx), ctx.removed,
+                                          getattr(ctx, "moved", None))
         st.changed.extend(changed)
         st.gone.extend(gone)
 
@@ -232,7 +233,8 @@ class SearchService:
         if st is None and not ctx.touched and not ctx.removed:
             return
         if st is None:          # one KML command: no copies of its (small) sets
-            changed, gone = lexical.write(ctx.txn, _searchable(ctx), ctx.removed)
+            changed, gone = lexical.write(_index_txn(ctx), _searchable(ctx), ctx.removed,
+                                          getattr(ctx, "moved", None))
         else:
             self._stages[id(ctx)] = st
             self.stage(ctx)
@@ -445,6 +447,12 @@ def attach_search(host: Host) -> SearchService:
     service = SearchService(host)
     service.open()
     return service
+
+
+def _index_txn(ctx: Any) -> Any:
+    """The transaction the lexical index is written in: the store's own (reads need not
+    pass through the version log's recorder: the index changes no element)."""
+    return getattr(ctx, "store_txn", ctx.txn)
 
 
 def _searchable(ctx: Any) -> Any:

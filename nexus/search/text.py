@@ -174,14 +174,7 @@ def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | N
         doc.context = head.name + (f": {desc}" if isinstance(desc, str) and desc else "")
         return doc
     pred = txn.symbol_text(head.predicate_id)
-    if ends is None:
-        subj, obj = _endpoint_name(txn, head.subject), _endpoint_name(txn, head.object)
-    else:
-        known = ends.get(head.subject)
-        subj = ends[head.subject] = _endpoint_name(txn, head.subject) if known is None \
-            else known
-        known = ends.get(head.object)
-        obj = ends[head.object] = _endpoint_name(txn, head.object) if known is None else known
+    subj, obj = end_names(txn, head, ends)
     doc = Doc(n, KIND_LINK, head.predicate_id, [pred])
     doc.fields.append((F_PREDICATE, pred))
     doc.fields.append((F_ENDPOINT, subj))
@@ -189,13 +182,31 @@ def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | N
     text = _attribute_text(attrs)
     if text:
         doc.fields.append((F_TEXT, text))
-    words = pred.replace("_", " ")
-    doc.vec_texts = [f"{subj} {words} {obj}".strip()]
+    doc.vec_texts = [link_vec_text(pred, subj, obj)]
     doc.context = doc.vec_texts[0]
     return doc
 
 
-def _endpoint_name(txn: Any, n: int) -> str:
+def end_names(txn: Any, head: Any, ends: dict[int, str] | None = None) -> tuple[str, str]:
+    """The texts a link's document shows for its subject and its object (`ends`: as in
+    `element_doc`)."""
+    if ends is None:
+        return endpoint_text(txn, head.subject), endpoint_text(txn, head.object)
+    known = ends.get(head.subject)
+    subj = ends[head.subject] = endpoint_text(txn, head.subject) if known is None else known
+    known = ends.get(head.object)
+    obj = ends[head.object] = endpoint_text(txn, head.object) if known is None else known
+    return subj, obj
+
+
+def link_vec_text(pred: str, subj: str, obj: str) -> str:
+    """What the vector index embeds for a link (its one vector text, also its context)."""
+    words = pred.replace("_", " ")
+    return f"{subj} {words} {obj}".strip()
+
+
+def endpoint_text(txn: Any, n: int) -> str:
+    """The text a link's document shows for its end `n` (in its F_ENDPOINT field)."""
     # A higher-order link's endpoint is itself a link: it reads as its predicate.
     head = txn.head(n)
     if head is None:

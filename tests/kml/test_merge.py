@@ -92,3 +92,71 @@ def test_a_reader_open_before_the_merge_sees_the_old_graph(nx):
         moved = [n for n in ids if after.head(n) is not None and after.head(n) != heads[n]]
         assert len(moved) == 2
         assert nx.store.check_tables(after).report["ok"]
+
+
+THINGS = '''UPSERT {
+  CONCEPT ?t { {type: "$ConceptType", name: "Thing"} SET ATTRIBUTES { description: "a thing" } }
+  CONCEPT ?r { {type: "$PropositionType", name: "rel"} SET ATTRIBUTES { description: "r" } }
+  CONCEPT ?w { {type: "$PropositionType", name: "whale_of"} SET ATTRIBUTES { description: "w" } }
+}'''
+THING_MERGE = ('MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Thing", name: :s} '
+               '?t {type: "Thing", name: :t} }')
+
+
+def things(nx):
+    """A source whose links' documents share words with their other fields every way they
+    can: the other end's name, the predicate, the attribute text, the same end twice."""
+    run(nx, THINGS)
+    run(nx, """UPSERT {
+      CONCEPT ?s { {type: "Thing", name: "Blue Whale"} }
+      CONCEPT ?t { {type: "Thing", name: "Rorqual"} }
+      CONCEPT ?sky { {type: "Thing", name: "Blue Sky"} }
+      CONCEPT ?song { {type: "Thing", name: "Rorqual Song"} }
+      CONCEPT ?krill { {type: "Thing", name: "Krill"} }
+      CONCEPT ?sea { {type: "Thing", name: "Sea"} }
+      CONCEPT ?ship { {type: "Thing", name: "Ship"} }
+      PROPOSITION ?a { (?s, "rel", ?sky) }
+      PROPOSITION ?b { (?song, "rel", ?s) }
+      PROPOSITION ?c { (?s, "rel", ?s) }
+      PROPOSITION ?d { (?s, "whale_of", ?sea) }
+      PROPOSITION ?e { (?krill, "rel", ?s) SET ATTRIBUTES { note: "eaten by the blue one" } }
+      PROPOSITION ?f { (?s, "rel", ?ship) SET ATTRIBUTES { note: "seen from the deck" } }
+      PROPOSITION ?g { (?s, "rel", ?krill) }
+      PROPOSITION ?h { (?t, "rel", ?krill) }
+      PROPOSITION ?i { (?g, "rel", ?sea) }
+    }""")
+
+
+def test_documents_of_links_whose_words_recur_are_rederived_exactly(nx):
+    things(nx)
+    result = run(nx, THING_MERGE, s="Blue Whale", t="Rorqual")
+    assert result["links_repointed"] == 7 and result["links_deduplicated"] == 1
+    report = nx.search.check(deep=True)
+    assert report["ok"] and report["lexical_stale"] == 0, report
+    hits = find(nx, 'SEARCH PROPOSITION "Rorqual Ship" MODE "keyword" LIMIT 3')
+    assert [(h["subject"], h["object"]) for h in hits][:1] == \
+        [(find(nx, 'FIND(?x.id) WHERE { ?x {type: "Thing", name: "Rorqual"} }')[0],
+          find(nx, 'FIND(?x.id) WHERE { ?x {type: "Thing", name: "Ship"} }')[0])]
+    whale = find(nx, 'SEARCH PROPOSITION "whale" MODE "keyword" LIMIT 10')
+    assert [h["predicate"] for h in whale] == ["whale_of"]   # the old name is gone from links
+
+
+def test_writes_around_a_merge_in_one_session_leave_no_stale_document(nx):
+    things(nx)
+    with nx.write_session() as w:
+        w.run('UPSERT { CONCEPT ?k { {type: "Thing", name: "Krill"} } '
+              'PROPOSITION ?g { ({type: "Thing", name: "Blue Whale"}, "rel", ?k) '
+              'SET ATTRIBUTES { note: "swallowed" } } }')
+        w.run(THING_MERGE, {"s": "Blue Whale", "t": "Rorqual"})
+        w.run('UPSERT { CONCEPT ?s { {type: "Thing", name: "Ship"} } '
+              'PROPOSITION ?f { ({type: "Thing", name: "Rorqual"}, "rel", ?s) '
+              'SET ATTRIBUTES { note: "harpooned" } } }')
+        w.run('UPSERT { CONCEPT ?m { {type: "Thing", name: "Minke"} } }')
+        w.run(THING_MERGE, {"s": "Rorqual", "t": "Minke"})
+    report = nx.search.check(deep=True)
+    assert report["ok"] and report["lexical_stale"] == 0, report
+    hits = find(nx, 'SEARCH PROPOSITION "harpooned Minke" MODE "keyword" LIMIT 3')
+    assert hits and hits[0]["attributes"] == {"note": "harpooned"}
+    song = find(nx, 'FIND(?x.id) WHERE { ?x {type: "Thing", name: "Rorqual Song"} }')[0]
+    hits = find(nx, 'SEARCH PROPOSITION "Rorqual" MODE "keyword" LIMIT 10')
+    assert hits and all(song in (h["subject"], h["object"]) for h in hits)
