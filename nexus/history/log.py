@@ -127,7 +127,9 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
     the maps the session wrote are read and compared)."""
     if before is None:
         return make_change(n, None, pre_image(inner, n))
-    head = inner.head(n)
+    # Neither repointed nor deleted by the session (the recorder says): the head is the
+    # one it kept, not read again — a sweep's record costs no read per element.
+    head = before.head if not before.moved else inner.head(n)
     if head is None:
         assert before.attributes is not None and before.metadata is not None
         return make_change(n, PreImage(before.head, before.attributes, before.metadata), None)
