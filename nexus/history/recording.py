@@ -99,7 +99,7 @@ class RecordingTxn:
         before = self.before
         if n in before:
             return before[n]
-        if any(n in r for r in self.fresh):
+        if self.fresh and any(n in r for r in self.fresh):
             before[n] = None
             return None
         head = self._read_heads.pop(n, None)
@@ -186,8 +186,13 @@ class RecordingTxn:
             entry.metadata_now = dict(metadata)
 
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
+        # `_keep_metadata` per item, inline: this runs once per element of a sweep.
+        before, read_metadata, entry_of = self.before, self._read_metadata, self._entry
         for n, _ in items:
-            self._keep_metadata(n)
+            entry = before[n] if n in before else entry_of(n)
+            read = read_metadata.pop(n, None)           # about to change
+            if entry is not None and entry.metadata is None:
+                entry.metadata = self.inner.metadata(n) if read is None else read
         self.inner.set_metadata_many(items)
         if not self.bulk:
             before = self.before
