@@ -147,7 +147,7 @@ def _update_metadata(ctx: WriteContext, command: A.Update, targets: list[int],
 
 Compiled = Callable[[dict, dict], Any]
 Column = Callable[[list[dict], list[dict]], list[Any]]
-_NUMBERS = frozenset({int, float})          # not bool (an int subclass)
+_NUMBERS: frozenset[Any] = frozenset({int, float})     # not bool (an int subclass)
 _LOW, _HIGH = -(1 << 63), 1 << 64
 
 
