@@ -24,7 +24,7 @@ bundled capsules) is ordinary KML. `ctx.privileged` (the capsule bootstrap) bypa
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, LinkHead
@@ -128,6 +128,21 @@ def check_write(ctx: Any, head: Any, attributes: dict | None, pos: Any = None) -
             raise _refuse(f"Cannot set core_directives of {label(txn, head)}: an actor's "
                           f"core directives are protected (only the value they already "
                           f"have may be re-stated)", pos)
+
+
+def write_checker(ctx: Any, pos: Any = None) -> Callable[[Any, dict | None], None]:
+    """`check_write` for the many targets of one command (an UPDATE sweep): a link whose
+    predicate is not `belongs_to_domain` is never protected (only core links are, and
+    actors are concepts), which this decides by symbol id, without a lookup per link."""
+    if ctx.privileged:
+        return lambda head, attributes: None
+    core = ctx.txn.symbol_id("belongs_to_domain")
+
+    def check(head: Any, attributes: dict | None) -> None:
+        if type(head) is LinkHead and head.predicate_id != core:
+            return
+        check_write(ctx, head, attributes, pos)
+    return check
 
 
 def check_remove_keys(ctx: Any, head: Any, present: list[str], field: str) -> None:

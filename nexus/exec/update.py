@@ -51,44 +51,155 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
         if limit is not None and len(targets) >= limit:
             break
     txn = ctx.txn
-    updated = 0
     set_attributes = _compile_entries(command.attributes)
-    set_metadata = _compile_entries(command.metadata)
     # A metadata sweep (the decay pattern) never needs the stored attributes: not read.
     read_attributes = bool(set_attributes) or _reads_attributes(command.metadata)
-    no_attributes: dict = {}
-    # A chunk of targets is read and computed, then its metadata-only writes go to the
-    # store in one call. The cyclic GC is paused meanwhile: the session's bookkeeping (the
-    # version log's pre-images) holds a few objects per element, and each full collection
-    # would walk them all again (a sweep creates no cycles; refcounting frees the rest).
+    check = protect.write_checker(ctx, command.pos)
+    # A chunk of targets is read, computed and written in one store call. The cyclic GC is
+    # paused meanwhile: the session's bookkeeping (the version log's pre-images) holds a few
+    # objects per element, and each full collection would walk them all again (a sweep
+    # creates no cycles; refcounting frees the rest).
     with gc_paused():
-        for start in range(0, len(targets), CHUNK):
-            ctx.check_deadline()
-            batch: list[tuple[int, dict, dict]] = []
-            for n in targets[start:start + CHUNK]:
-                head = txn.head(n)
-                if head is None:
-                    continue
-                stored_meta = txn.metadata(n)
-                stored_attributes = txn.attributes(n) if read_attributes else no_attributes
-                attributes = _values(set_attributes, stored_attributes, stored_meta)
-                metadata = _values(set_metadata, stored_attributes, stored_meta)
-                protect.check_write(ctx, head, attributes or None, command.pos)
-                if attributes:
-                    writes.update_known(ctx, n, stored_attributes, stored_meta, attributes,
-                                        metadata or None)
-                elif metadata:
-                    batch.append((n, stored_meta, metadata))
-                else:
-                    continue
-                updated += 1
-            writes.update_metadata_many(ctx, batch)
+        if set_attributes:
+            updated = _update_rows(ctx, command, targets, set_attributes, check)
+        else:
+            updated = _update_metadata(ctx, command, targets, read_attributes, check)
     if ctx.dry_run:
         return {"updated": 0, "matched": 0}, None
     return {"updated": updated, "matched": len(targets)}, None
 
 
+def _update_rows(ctx: WriteContext, command: A.Update, targets: list[int],
+                 set_attributes: list[tuple[str, Compiled | None, Any]],
+                 check: Callable[[Any, dict | None], None]) -> int:
+    """SET ATTRIBUTES (and maybe METADATA): element by element."""
+    txn = ctx.txn
+    set_metadata = _compile_entries(command.metadata)
+    updated = 0
+    for start in range(0, len(targets), CHUNK):
+        ctx.check_deadline()
+        for n in targets[start:start + CHUNK]:
+            head = txn.head(n)
+            if head is None:
+                continue
+            stored_meta = txn.metadata(n)
+            stored_attributes = txn.attributes(n)
+            attributes = _values(set_attributes, stored_attributes, stored_meta)
+            metadata = _values(set_metadata, stored_attributes, stored_meta)
+            check(head, attributes or None)
+            if attributes:
+                writes.update_known(ctx, n, stored_attributes, stored_meta, attributes,
+                                    metadata or None)
+            elif metadata:
+                stored_meta.update(metadata)
+                writes.update_metadata_many(ctx, [(n, stored_meta)])
+            else:
+                continue
+            updated += 1
+    return updated
+
+
+def _update_metadata(ctx: WriteContext, command: A.Update, targets: list[int],
+                     read_attributes: bool, check: Callable[[Any, dict | None], None]) -> int:
+    """SET METADATA alone (the decay sweep): a chunk at a time, each expression evaluated
+    over the chunk's column of maps (`_compile_column`), merged in place, then written in
+    one store call."""
+    txn = ctx.txn
+    entries = [(e.key, _compile_column(e.value) if isinstance(e.value, (A.UpdateCall, A.Path))
+                else None, None if isinstance(e.value, (A.UpdateCall, A.Path))
+                else literal(e.value)) for e in command.metadata or ()]
+    # A plain JSON value (null included) is always written: every element is updated.
+    always = any(column is None for _, column, _ in entries)
+    head_of, metadata_of, attributes_of = txn.head, txn.metadata, txn.attributes
+    updated = 0
+    for start in range(0, len(targets), CHUNK):
+        ctx.check_deadline()
+        ids: list[int] = []
+        metas: list[dict] = []
+        for n in targets[start:start + CHUNK]:
+            head = head_of(n)
+            if head is None:
+                continue
+            check(head, None)
+            ids.append(n)
+            metas.append(metadata_of(n))
+        attrs = [attributes_of(n) for n in ids] if read_attributes else metas
+        # Every column computed from the stored maps before any is merged into them.
+        values = [(key, column(attrs, metas) if column is not None else None, plain)
+                  for key, column, plain in entries]
+        hits: list[bool] | None = None if always else [False] * len(ids)
+        for key, column_values, plain in values:
+            if column_values is None:
+                for m in metas:
+                    m[key] = plain
+                continue
+            for i, (m, v) in enumerate(zip(metas, column_values)):
+                if v is not None:               # null-yielding expression: key skipped
+                    m[key] = v
+                    if hits is not None:
+                        hits[i] = True
+        batch = (list(zip(ids, metas)) if hits is None
+                 else [(n, m) for n, m, hit in zip(ids, metas, hits) if hit])
+        writes.update_metadata_many(ctx, batch)
+        updated += len(batch)
+    return updated
+
+
 Compiled = Callable[[dict, dict], Any]
+Column = Callable[[list[dict], list[dict]], list[Any]]
+_NUMBERS: frozenset[Any] = frozenset({int, float})     # not bool (an int subclass)
+_LOW, _HIGH = -(1 << 63), 1 << 64
+
+
+def _compile_column(value: Any) -> Column:
+    """`_compile` over a column: the expression as a function of the chunk's (attributes
+    maps, metadata maps), returning one value per element (None: null, key skipped) —
+    a list comprehension per operator instead of a call chain per element."""
+    if isinstance(value, A.Path):
+        field = 0 if value.segments[0] == "attributes" else 1
+        first, rest = value.segments[1], value.segments[2:]
+
+        def path(attributes: list[dict], metadata: list[dict]) -> list[Any]:
+            out = [m.get(first) for m in (attributes if field == 0 else metadata)]
+            for segment in rest:
+                out = [c.get(segment) if c.__class__ is dict else None for c in out]
+            return out
+        return path
+    if isinstance(value, A.UpdateCall):
+        args = [_compile_column(a) for a in value.args]
+        if value.func == "COALESCE":
+            x, default = args
+
+            def coalesce(attributes: list[dict], metadata: list[dict]) -> list[Any]:
+                return [v if v is not None else d for v, d in
+                        zip(x(attributes, metadata), default(attributes, metadata))]
+            return coalesce
+        if value.func == "CLAMP":
+            x, lo, hi = args
+
+            def clamp(attributes: list[dict], metadata: list[dict]) -> list[Any]:
+                return _finite([min(max(a, b), c) if a.__class__ in _NUMBERS and
+                                b.__class__ in _NUMBERS and c.__class__ in _NUMBERS else None
+                                for a, b, c in zip(x(attributes, metadata),
+                                                   lo(attributes, metadata),
+                                                   hi(attributes, metadata))])
+            return clamp
+        left, right = args
+        multiply = value.func == "MUL"
+
+        def arithmetic(attributes: list[dict], metadata: list[dict]) -> list[Any]:
+            pairs = zip(left(attributes, metadata), right(attributes, metadata))
+            return _finite([(a * b if multiply else a + b) if a.__class__ in _NUMBERS and
+                            b.__class__ in _NUMBERS else None for a, b in pairs])
+        return arithmetic
+    constant = literal(value)
+    return lambda attributes, metadata: [constant] * len(metadata)
+
+
+def _finite(values: list[Any]) -> list[Any]:
+    """`values` with what JSON cannot hold exactly (`_representable`) as None."""
+    return [v if v is None or (-math.inf < v < math.inf if v.__class__ is float
+                               else _LOW <= v < _HIGH) else None for v in values]
 
 
 def _compile_entries(entries: tuple[A.UpdateEntry, ...] | None

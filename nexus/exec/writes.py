@@ -105,21 +105,24 @@ def update_known(ctx: WriteContext, n: int, stored_attributes: dict | None, stor
     ctx.touched.add(n)
 
 
-def update_metadata_many(ctx: WriteContext, items: list[tuple[int, dict, dict]]) -> None:
-    """`update_known` for a batch of metadata-only writes `(n, stored metadata, metadata to
-    merge)` (an UPDATE sweep): the same merge and engine metadata per element, then one
-    store call for the batch (`WriteTxn.set_metadata_many`)."""
+def update_metadata_many(ctx: WriteContext, items: list[tuple[int, dict]]) -> None:
+    """`update_known` for a batch of metadata-only writes `(n, metadata)` — each map the
+    element's stored metadata with the new keys already merged in (an UPDATE sweep): the
+    same engine metadata per element, then one store call for the batch
+    (`WriteTxn.set_metadata_many`)."""
     if not items:
         return
-    touched, unsearched = ctx.touched, ctx.unsearched
-    out: list[tuple[int, dict]] = []
-    for n, stored_meta, metadata in items:
+    touched, unsearched, versioned, now = ctx.touched, ctx.unsearched, ctx.versioned, ctx.now
+    for n, meta in items:
         if n not in touched:
             unsearched.add(n)           # metadata only: nothing searchable changed
-        stored_meta.update(metadata)
-        out.append((n, advance(ctx, n, stored_meta)))
-    ctx.txn.set_metadata_many(out)
-    touched.update(n for n, _ in out)
+        if n in versioned:              # `advance`, inline: this runs per element
+            meta["_updated_at"] = now
+        else:
+            versioned.add(n)
+            bump(meta, now)
+    ctx.txn.set_metadata_many(items)
+    touched.update(n for n, _ in items)
 
 
 def touch(ctx: WriteContext, ids: list[int], ends: tuple[str, str] | None = None) -> None:

@@ -15,7 +15,11 @@ Tables (aux, declared in `nexus.store.protocol.AUX_TABLES`):
 - `histel`: `n` + `seq` → empty: the records that changed element `n`, for DESCRIBE HISTORY
   and for REVERT's "changed since" check. A session that creates more than `BULK_INDEX`
   elements (a bulk import) keeps its created ids as ranges in `histnew` (`end` + `seq` →
-  `start`) instead of one `histel` key per element.
+  `start`) instead of one `histel` key per element. So does a session that updates more than
+  `BULK_INDEX` (an UPDATE sweep) for its runs of at least `RUN_MIN` consecutive updated ids:
+  the record lists those runs under `runs` (their changes are in `changes` as usual), and
+  `histnew` indexes them like created ranges — a sweep over 100k links bulk-created together
+  costs one index key, not 100k.
 - the `engine` table's `history.enabled` key: the per-database switch (absent: on).
 
 Retention: `compact(txn, before_ms)` drops the records older than a time and their index
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import struct
 import time
+from bisect import bisect_left
+from operator import itemgetter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator
@@ -42,7 +48,8 @@ LOG = "history"
 BY_ELEMENT = "histel"
 BULK_CREATED = "histnew"
 SWITCH = b"history.enabled"
-BULK_INDEX = 10_000             # created ids per session indexed one by one
+BULK_INDEX = 10_000             # created (or updated) ids per session indexed one by one
+RUN_MIN = 64                    # consecutive updated ids indexed as one range (module doc)
 EXCERPT_CHARS = 300
 
 _SEQ = struct.Struct(">Q")
@@ -60,14 +67,20 @@ class LogEntry:
     changes: list[list[Any]]            # reverse deltas (module doc)
     fresh: list[list[int]]              # [start, end) ranges of bulk-created ids
     notes: dict[str, Any]
+    runs: list[list[int]]               # [start, end) ranges of `changes` indexed as ranges
 
     def change_of(self, n: int) -> list[Any] | None:
         """The change this record made to `n` (a bulk creation reads as `[n, "c", 1]`)."""
-        for change in self.changes:
-            if change[0] == n:
-                return change
+        changes = self.changes
+        # `append` writes the changes sorted by id: a sweep's record is searched, not scanned.
+        i = bisect_left(changes, n, key=itemgetter(0))
+        if i < len(changes) and changes[i][0] == n:
+            return changes[i]
         if any(a <= n < b for a, b in self.fresh):
             return [n, "c", 1]
+        for change in changes:          # not found where sorted order puts it
+            if change[0] == n:
+                return change
         return None
 
 
@@ -127,7 +140,9 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
     the maps the session wrote are read and compared)."""
     if before is None:
         return make_change(n, None, pre_image(inner, n))
-    head = inner.head(n)
+    # Neither repointed nor deleted by the session (the recorder says): the head is the
+    # one it kept, not read again — a sweep's record costs no read per element.
+    head = before.head if not before.moved else inner.head(n)
     if head is None:
         assert before.attributes is not None and before.metadata is not None
         return make_change(n, PreImage(before.head, before.attributes, before.metadata), None)
@@ -234,15 +249,31 @@ def append(ctx: "WriteContext") -> int | None:
     fresh.extend(_runs(loose_created))
     if not changes and not fresh:
         return None
+    runs = _update_runs(changes) if len(changes) > BULK_INDEX else []
     notes = dict(txn.notes)
     record = {"seq": seq, "at": at, "ts": iso_ms(at), "kind": _kind_of(ctx.text, notes),
               "text": (ctx.text or "")[:EXCERPT_CHARS], "changes": changes,
               "fresh": fresh, "notes": {k: v for k, v in notes.items() if k != "kind"}}
+    if runs:
+        record["runs"] = runs
     inner.aux(LOG).put(_SEQ.pack(seq), msgpack.packb(record, use_bin_type=True))
-    inner.aux_put_many(BY_ELEMENT, ((_PAIR.pack(c[0], seq), b"") for c in changes))
-    for start, end in fresh:
+    if runs:
+        ranged = set().union(*(range(a, b) for a, b in runs))
+        single = [c[0] for c in changes if c[0] not in ranged]
+    else:
+        single = [c[0] for c in changes]
+    inner.aux_put_many(BY_ELEMENT, ((_PAIR.pack(n, seq), b"") for n in single))
+    for start, end in fresh + runs:
         inner.aux(BULK_CREATED).put(_PAIR.pack(end, seq), _SEQ.pack(start))
     return seq
+
+
+def _update_runs(changes: list[list[Any]]) -> list[list[int]]:
+    """The runs of at least `RUN_MIN` consecutive ids among the "u" changes (sorted by id):
+    no bulk-created range of the record can overlap one (those ids are created, not
+    updated), so no two index keys of a record share an end."""
+    runs = _runs([c[0] for c in changes if c[1] == "u"])
+    return [r for r in runs if r[1] - r[0] >= RUN_MIN]
 
 
 def _runs(ids: list[int]) -> list[list[int]]:
@@ -306,7 +337,7 @@ class HistoryHook:
 def _decode(raw: bytes) -> LogEntry:
     d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     return LogEntry(d["seq"], d["at"], d["ts"], d["kind"], d["text"], d["changes"],
-                    d.get("fresh", []), d.get("notes", {}))
+                    d.get("fresh", []), d.get("notes", {}), d.get("runs", []))
 
 
 def read_entry(txn: ReadTxn, seq: int) -> LogEntry | None:
@@ -379,7 +410,7 @@ def compact(txn: WriteTxn, before_ms: int) -> int:
     for entry in dropped:
         for change in entry.changes:
             by_element.delete(_PAIR.pack(change[0], entry.seq))
-        for _, end in entry.fresh:
+        for _, end in entry.fresh + entry.runs:
             bulk.delete(_PAIR.pack(end, entry.seq))
         table.delete(_SEQ.pack(entry.seq))
     if dropped:
@@ -410,6 +441,12 @@ def check_log(txn: ReadTxn, examples: int = 5) -> dict[str, Any]:
     for key, _ in txn.aux(BY_ELEMENT).scan():
         n, seq = _PAIR.unpack(key)
         newest[n] = max(seq, newest.get(n, 0))
+    ranged = {_PAIR.unpack(key)[1] for key, _ in txn.aux(BULK_CREATED).scan()}
+    for seq in sorted(ranged):                          # the updates indexed as runs
+        run_entry = read_entry(txn, seq)
+        for a, b in run_entry.runs if run_entry is not None else ():
+            for n in range(a, b):
+                newest[n] = max(seq, newest.get(n, 0))
     for n, seq in newest.items():
         entry = read_entry(txn, seq)
         change = entry.change_of(n) if entry is not None else None

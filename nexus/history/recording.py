@@ -46,10 +46,13 @@ class Before:
     its maps once the session was about to write that map (None: never written, so
     unchanged — a metadata-only sweep reads no attributes)."""
 
-    __slots__ = ("head", "attributes", "metadata", "attributes_now", "metadata_now")
+    __slots__ = ("head", "attributes", "metadata", "attributes_now", "metadata_now", "moved")
 
     def __init__(self, head: Head) -> None:
         self.head = head
+        # Whether the session may have changed its head or existence (a repoint, a delete):
+        # while it has not, the log takes `head` as the current head without reading it.
+        self.moved = False
         self.attributes: JsonMap | None = None
         self.metadata: JsonMap | None = None
         # The maps as the session last wrote them (None: not written, or written by a path
@@ -162,6 +165,7 @@ class RecordingTxn(LoopBatches):
 
     def repoint_link(self, n: int, subject: int, object: int) -> None:
         self._keep(n)                   # the old head: the log keeps where the link was
+        self._moved(n)
         self._forget(n)
         self.inner.repoint_link(n, subject, object)
 
@@ -170,6 +174,7 @@ class RecordingTxn(LoopBatches):
         new = {n for n, _, _ in moves if n not in before}
         for n, _, _ in moves:           # the old heads: the log keeps where the links were
             self._keep(n)
+            self._moved(n)
         self._read_n = -1
         answers = self.inner.repoint_links(moves)
         for (n, _, _), holder in zip(moves, answers):
@@ -192,8 +197,13 @@ class RecordingTxn(LoopBatches):
             entry.metadata_now = dict(metadata)
 
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
+        # `_keep_metadata` per item, inline: this runs once per element of a sweep.
+        before, read_metadata, entry_of = self.before, self._read_metadata, self._entry
         for n, _ in items:
-            self._keep_metadata(n)
+            entry = before[n] if n in before else entry_of(n)
+            read = read_metadata.pop(n, None)           # about to change
+            if entry is not None and entry.metadata is None:
+                entry.metadata = self.inner.metadata(n) if read is None else read
         self.inner.set_metadata_many(items)
         if not self.bulk:
             before = self.before
@@ -213,6 +223,12 @@ class RecordingTxn(LoopBatches):
         entry = self.before.get(n)
         if entry is not None:
             entry.attributes_now = entry.metadata_now = None
+            entry.moved = True
+
+    def _moved(self, n: int) -> None:
+        entry = self.before.get(n)
+        if entry is not None:
+            entry.moved = True
 
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
                                                    JsonMap | None]]) -> int:

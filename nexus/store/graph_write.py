@@ -304,17 +304,19 @@ class GraphWriteTxn(GraphReadTxn[Db]):
 
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
         """set_metadata over many elements (see the protocol): every id checked and every
-        map encoded before anything is written, then one sorted insert."""
+        map encoded (column-wise, `codec.encode_maps`) before anything is written, then one
+        sorted insert; a repeated id keeps its last map."""
         get, head, metas = self._get, self.tables.head, self.tables.metas
-        final: dict[bytes, bytes | None] = {}
-        for n, metadata in items:
+        keys: list[bytes] = []
+        for n, _ in items:
             try:
                 nk = pack_n(n)
             except struct.error:
                 nk = None
             if nk is None or get(nk, None, head) is None:
                 raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
-            final[nk] = codec.encode_map(metadata, "metadata")
+            keys.append(nk)
+        final = dict(zip(keys, codec.encode_maps([m for _, m in items], "metadata")))
         puts = sorted((k, v) for k, v in final.items() if v is not None)
         for k, v in final.items():
             if v is None:

@@ -72,3 +72,36 @@ def test_a_sweep_failing_in_a_later_batch_writes_nothing(nx):
     assert response["error"]["code"] == "KIP_3004", response
     assert strengths(nx) == {(None, 1)}
     assert ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["kind"] != "UPDATE"
+
+
+def test_a_big_sweep_indexes_its_runs_of_ids_and_stays_readable(nx, monkeypatch):
+    # a sweep over more than BULK_INDEX elements indexes runs of consecutive ids as ranges
+    # (docs/history.md): every element's history, REVERT, the log check and retention
+    # behave as with one index key per element
+    from nexus.history import log
+    monkeypatch.setattr(log, "BULK_INDEX", 50)
+    monkeypatch.setattr(log, "RUN_MIN", 8)
+    assert ok(nx, SWEEP, t="2026-11-25") == {"updated": N, "matched": N}
+    seq = ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
+    with nx.read_session() as ctx:
+        entry = log.read_entry(ctx.txn, seq)
+        assert entry is not None and sum(b - a for a, b in entry.runs) == N
+        assert ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["elements"] == N
+        links = [c[0] for c in entry.changes]
+        assert all(log.last_change(ctx.txn, n) == seq for n in links)
+    link = ok(nx, 'FIND(?l) WHERE { ?l (?a, "next", ?b) } LIMIT 1')[0]
+    versions = ok(nx, "DESCRIBE HISTORY (id: :id)", id=link["id"])["versions"]
+    assert [v.get("version") for v in versions][:2] == [2, 1]
+    assert nx.check()["ok"]
+    assert ok(nx, SWEEP, t="2026-11-26") == {"updated": N, "matched": N}
+    later = ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
+    refused = nx.execute_kip({"command": 'REVERT COMMAND :s REASON "r"',
+                              "parameters": {"s": seq}})
+    assert refused["error"]["code"] == "KIP_3005"      # changed since: the later sweep
+    assert ok(nx, 'REVERT COMMAND :s REASON "r"', s=later)["restored"] == N
+    assert strengths(nx) == {(0.63, 4)}
+    assert nx.check()["ok"]
+    nx.compact_history(-3600)               # everything older than an hour from now
+    with nx.read_session() as ctx:
+        assert list(ctx.txn.aux(log.BULK_CREATED).scan()) == []
+        assert all(log.last_change(ctx.txn, n) is None for n in links)
