@@ -85,6 +85,27 @@ def _pick(rowwise: Stage, chunked: Stage) -> Stage:
     return run
 
 
+def _pick_block(rowwise: Stage, make_chunked: Callable[[], Stage]) -> Stage:
+    """`_pick` for a stage over a nested block (OPTIONAL, NOT): the chunked version compiles
+    the block a second time, so it is made only when a transaction that prefers batches
+    first runs it — compiling both eagerly doubles the work at every level of nesting
+    (twenty nested NOTs: 2^20 compilations)."""
+    made: list[Stage] = []
+
+    def run(env: Env, rows: Rows) -> Rows:
+        if not env.batched:
+            return rowwise(env, rows)
+        if not made:
+            made.append(make_chunked())     # two threads may both make it: the same stage
+        return made[0](env, rows)
+    return run
+
+
+def _streams(plan: P.GroupPlan) -> bool:
+    """Whether `compile_stream(plan)` gives a stage (without compiling it)."""
+    return plan.then is None and not plan.unions
+
+
 def _continued(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
     """A group with a continuation: its rows (main branch and UNIONs, laid out as
     `union_layout`), each joined with the continuation's rows."""
@@ -498,11 +519,15 @@ def _c_optional(step: P.OptionalJoin, layout: list[str]) -> Stage:
     fast = _one_hop_optional(step)
     if fast is not None:
         return fast
-    stream = compile_stream(step.plan) if correlated else None
-    if stream is not None:
-        return _pick(_optional_rows(sub, exports, nulls, correlated),
-                     C.optional_block(stream, len(step.plan.inputs), exports, nulls))
-    return _optional_rows(sub, exports, nulls, correlated)
+    rowwise = _optional_rows(sub, exports, nulls, correlated)
+    if not (correlated and _streams(step.plan)):
+        return rowwise
+
+    def chunked() -> Stage:
+        stream = compile_stream(step.plan)
+        assert stream is not None
+        return C.optional_block(stream, len(step.plan.inputs), exports, nulls)
+    return _pick_block(rowwise, chunked)
 
 
 def _optional_rows(sub: Callable[[Env, Row], Rows], exports: tuple[int, ...], nulls: Row,
@@ -571,10 +596,14 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
 
 def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
     rowwise = _anti_rows(step)
-    stream = compile_stream(step.plan) if step.correlated else None
-    if stream is None:
+    if not (step.correlated and _streams(step.plan)):
         return rowwise
-    return _pick(rowwise, C.anti_block(stream, len(step.plan.inputs)))
+
+    def chunked() -> Stage:
+        stream = compile_stream(step.plan)
+        assert stream is not None
+        return C.anti_block(stream, len(step.plan.inputs))
+    return _pick_block(rowwise, chunked)
 
 
 def _anti_rows(step: P.AntiJoin) -> Stage:

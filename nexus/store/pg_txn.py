@@ -60,7 +60,7 @@ _PREFETCH = (
     "JOIN LATERAL (SELECT k, v FROM nexus_aux WHERE space = %s AND tbl = %s AND k >= p.p "
     "AND k < p.e ORDER BY k DESC LIMIT 1) a ON TRUE")
 # prefetch_elements: the heads and maps of many elements, a primary-key probe each.
-_HEADS = (
+_PREFETCH_HEADS = (
     "SELECT q.n, c.type_id, c.name, NULL::bigint, NULL::bigint, NULL::bigint, c.attributes, "
     "c.metadata FROM unnest(%b::bigint[]) AS q(n) JOIN LATERAL (SELECT * FROM nexus_concepts "
     "WHERE space = %s AND id = q.n LIMIT 1) c ON TRUE UNION ALL "
@@ -246,8 +246,8 @@ class PgReadTxn:
                 link_ends += (h.subject, h.object)
         for i in range(0, len(want), PREFETCH_CHUNK):
             part = want[i:i + PREFETCH_CHUNK]
-            for n, t, name, s, p, o, a, m in self.rows(_HEADS, (part, self.space, part,
-                                                                 self.space)):
+            for n, t, name, s, p, o, a, m in self.rows(
+                    _PREFETCH_HEADS, (part, self.space, part, self.space)):
                 self._keep_maps(n, a, m)
                 if name is not None:
                     self._keep(ConceptHead(n, t, bytes(name).decode()))
