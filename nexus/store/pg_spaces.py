@@ -46,12 +46,15 @@ class PgSpaces:
         self.url = url
         self.where = PgLocation(url.partition("://")[2])
         self.shown = self.where.shown
+        self._tables = False            # created (if missing) by this object's first call
 
     def _run(self, work: Callable[[psycopg.Connection[Any]], T], *, writing: bool = False
              ) -> T:
         def go() -> T:
             with psycopg.connect(self.where.conninfo, autocommit=True) as conn:
-                pg_schema.create_tables(conn)
+                if not self._tables:    # its DDL once per object, not on every lookup
+                    pg_schema.create_tables(conn)
+                    self._tables = True
                 if not writing:
                     return work(conn)
                 with conn.transaction():
