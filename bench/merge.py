@@ -11,13 +11,18 @@ tenth of the merge's links collide and are deduplicated), and times
     MERGE CONCEPT ?d INTO ?c WHERE { ?d {type: "Item", name: :d} ?c {type: "Item", name: :c} }
 
 end to end through `execute_kip` (match, repoint, fill, delete, lexical search index, durable
-commit), after the background vector indexer has caught up with the setup (it re-embeds the
-repointed links after the commit, off the clock as for every write).
-The target (issue 16): ≤ 50 ms at N=100k. The CPU column is the calling thread's own CPU
-time over the same span (`time.thread_time`): on a shared machine it moves far less with
-the load than the wall time (it leaves out the commit's disk wait and the time the thread
-waits for a core). `--record` replaces the `## MERGE` section of the
-results file.
+commit). Before each timed MERGE the bench waits, without a time limit, until the background
+vector indexer has embedded every committed write (the bulk load's 2N documents, the
+round's UPSERT, the previous MERGE's repointed links): a backlog would take the GIL and a
+core from the statement being timed, so wall figures under a backlog mean little. The time
+that wait took is reported (`drain s`). The indexer re-embeds the repointed links after
+the commit, off the clock as for every write.
+The target (issue 16): ≤ 50 ms at N=100k, the statement as an agent sees it (the wall
+column: durable commit included). The CPU column is the calling thread's own CPU time over
+the same span (`time.thread_time`): on a shared machine it moves far less with the load
+than the wall time. The commit column is the wall time of the store's commit alone (fsync
+included), measured by a commit hook of the bench (from the last `before_commit` to the
+first `after_commit`). `--record` replaces the `## MERGE` section of the results file.
 """
 from __future__ import annotations
 
@@ -71,26 +76,52 @@ def twins(rng: random.Random, n: int, links: int, k: int) -> str:
     return "UPSERT {\n" + "\n".join(blocks) + "\n}"
 
 
-def run(path: str, n: int, links: int, rounds: int
-        ) -> tuple[list[float], list[float], dict]:
+class CommitClock:
+    """A commit hook timing the store's commit: added last, its `before_commit` runs just
+    before the commit and its `after_commit` first thing after the other hooks' (they only
+    queue work there)."""
+
+    def __init__(self) -> None:
+        self.started = self.seconds = 0.0
+
+    def stage(self, ctx: object) -> None:
+        pass
+
+    def before_commit(self, ctx: object) -> None:
+        self.started = time.perf_counter()
+
+    def after_commit(self, ctx: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+
+    def rolled_back(self, ctx: object) -> None:
+        pass
+
+
+def run(path: str, n: int, links: int, rounds: int) -> dict:
     rng = random.Random(7)
     with Nexus.open(path) as nx:
+        clock = CommitClock()
+        nx.add_commit_hook(clock)
         kip(nx, SCHEMA)
         nx.bulk_import(({"type": "Item", "name": f"item{i}"} for i in range(n)),
                        ({"subject": {"type": "Item", "name": f"item{i}"}, "predicate": "next",
                          "object": {"type": "Item", "name": f"item{i + 1}"}}
                         for i in range(n - 1)))
-        times, cpu, result = [], [], {}
+        out: dict = {"times": [], "cpu": [], "commit": [], "drain": [], "result": {}}
         for k in range(rounds):
             kip(nx, twins(rng, n, links, k))
-            if nx.search is not None:       # the setup's vectors embedded before the clock
-                nx.search.drain(60)
+            waited = time.perf_counter()
+            if nx.search is not None:       # no backlog competes with the statement timed
+                assert nx.search.drain(None)
+            out["drain"].append(time.perf_counter() - waited)
             started, on_cpu = time.perf_counter(), time.thread_time()
             result = kip(nx, MERGE, d=f"dup{k}", c=f"canon{k}")
-            times.append(time.perf_counter() - started)
-            cpu.append(time.thread_time() - on_cpu)
+            out["times"].append(time.perf_counter() - started)
+            out["cpu"].append(time.thread_time() - on_cpu)
+            out["commit"].append(clock.seconds)
+            out["result"] = result
             assert result["links_repointed"] + result["links_deduplicated"] == links, result
-        return times, cpu, result
+        return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +133,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="nexus-merge-")
     try:
-        times, cpu, result = run(os.path.join(work, "db"), args.n, args.links, args.rounds)
+        out = run(os.path.join(work, "db"), args.n, args.links, args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ms = sorted(t * 1000 for t in times)
+    ms = sorted(t * 1000 for t in out["times"])
+    result = out["result"]
+
+    def med(key: str) -> float:
+        return statistics.median(out[key]) * 1000
     command = "python bench/merge.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = "\n".join([
         SECTION, "",
@@ -115,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         f"links; each round MERGEs a duplicate with {args.links:,} links (a tenth colliding "
         f"with its twin's) into the twin (last answer {result}).", "",
         "| MERGE of a concept with its links | median ms | min ms | max ms | median CPU ms "
-        "| rounds | target |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| median commit ms | rounds | drain s (max) | target |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
         f"| {args.links:,} links at N={args.n:,} | {statistics.median(ms):.1f} | {ms[0]:.1f} | "
-        f"{ms[-1]:.1f} | {statistics.median(cpu) * 1000:.1f} | {len(ms)} | ≤ 50 ms at N=100k |",
+        f"{ms[-1]:.1f} | {med('cpu'):.1f} | {med('commit'):.1f} | {len(ms)} | "
+        f"{max(out['drain']):.1f} | ≤ 50 ms at N=100k |",
     ]) + "\n"
     print(text)
     if args.record:
