@@ -39,7 +39,7 @@ from nexus.store.protocol import LinkHead
 
 from . import postings
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   KIND_LINK, Doc, element_doc, end_names, link_vec_text, norm_name, tokens)
+                   KIND_LINK, Doc, element_doc, link_vec_text, norm_name, tokens)
 
 KIND_BYTES = (b"c", b"p")
 _U64 = struct.Struct(">Q")
@@ -369,7 +369,9 @@ def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
     old_text, new_text = texts
     if old_text == new_text:
         return False                    # the same document (e.g. a higher-order end)
-    head = txn.head(n)
+    # A touched link with a stored entry exists (a deleted one is not touched): no read
+    # of the store for its head, nor (below) for its ends', which a link's existence implies.
+    head = txn.known_head(n)
     if type(head) is not LinkHead:
         return None
     kind, group, names, old_vcrc, flat = msgpack.unpackb(raw, raw=False)
@@ -393,7 +395,13 @@ def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
     pred = preds.get(group)
     if pred is None:
         pred = preds[group] = txn.symbol_text(group)
-    vec = link_vec_text(pred, *end_names(txn, head, ends))
+    subj = ends.get(head.subject)
+    if subj is None:
+        subj = ends[head.subject] = _known_end_text(txn, head.subject)
+    obj = ends.get(head.object)
+    if obj is None:
+        obj = ends[head.object] = _known_end_text(txn, head.object)
+    vec = link_vec_text(pred, subj, obj)
     vcrc = zlib.crc32(f"{vec}\x1f{vec}".encode())
     w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, vcrc, flat)))
     ops, kb = w.ops, KIND_BYTES[KIND_LINK]
@@ -412,6 +420,14 @@ def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
                 per = ops[tb] = {}
             per[n] = (v, group)
     return old_vcrc != vcrc
+
+
+def _known_end_text(txn: Any, n: int) -> str:
+    """`endpoint_text` of an end of an existing link (it exists: `known_head`)."""
+    head = txn.known_head(n)
+    if type(head) is not LinkHead:
+        return str(head.name)
+    return str(txn.symbol_text(head.predicate_id)).replace("_", " ")
 
 
 _FIELD_WEIGHTS: dict[str, dict[str, float]] = {}

@@ -452,22 +452,35 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             moved_heads.update(h.n for h, _, _ in made)
             self._heads.clear()
         d, dele = self.tables, self._del
-        for db, key in ((d.spo, _spo_key), (d.ops, _ops_key), (d.pso, _pso_key)):
-            for k in sorted(key(h.subject, h.predicate_id, h.object, h.n) for h, _, _ in made):
-                dele(k, db=db)
+        # The keys built by each index's own Struct (a bound C method: no Python call per
+        # key), old and new at once; each index's deletes, then its inserts, in key order.
+        spo, ops, pso = SPO.pack, OPS.pack, PSO.pack
+        old_spo, old_ops, old_pso, new_spo, new_ops, new_pso = [], [], [], [], [], []
         heads = self._heads
         new_heads = self._new_heads
         head_items = []
+        link_head_value = codec.link_head_value
         for h, s, o in made:
-            n, p = h.n, h.predicate_id
+            n, p, s0, o0 = h.n, h.predicate_id, h.subject, h.object
+            old_spo.append(spo(s0, p, o0, n))
+            old_ops.append(ops(o0, p, s0, n))
+            old_pso.append(pso(p, s0, o0, n))
+            new_spo.append(spo(s, p, o, n))
+            new_ops.append(ops(o, p, s, n))
+            new_pso.append(pso(p, s, o, n))
             heads.pop(n, None)
             new_heads[n] = LinkHead(n, s, p, o)
-            head_items.append((pack_n(n), codec.link_head_value(s, p, o)))
+            head_items.append((pack_n(n), link_head_value(s, p, o)))
         putmulti = self.kv.putmulti
-        putmulti(d.head, sorted(head_items), False, True)
-        for db, key in ((d.spo, _spo_key), (d.ops, _ops_key), (d.pso, _pso_key)):
-            keys = sorted(key(s, h.predicate_id, o, h.n) for h, s, o in made)
-            putmulti(db, zip(keys, repeat(b"")), False, True)
+        for db, old, new in ((d.spo, old_spo, new_spo), (d.ops, old_ops, new_ops),
+                             (d.pso, old_pso, new_pso)):
+            old.sort()
+            for k in old:
+                dele(k, db=db)
+            new.sort()
+            putmulti(db, zip(new, repeat(b"")), False, True)
+        head_items.sort()
+        putmulti(d.head, head_items, False, True)
         self._repointed.extend(h.n for h, _, _ in made)
 
     # --- bulk writes (entries built by nexus.store.bulk) -----------------------------------
@@ -610,18 +623,6 @@ class WriteAux(Aux[Db]):
     def delete(self, key: bytes) -> bool:
         _check_aux_key(key)
         return self._txn.kv.delete(key, db=self._db)
-
-
-def _spo_key(s: int, p: int, o: int, n: int) -> bytes:
-    return SPO.pack(s, p, o, n)
-
-
-def _ops_key(s: int, p: int, o: int, n: int) -> bytes:
-    return OPS.pack(o, p, s, n)
-
-
-def _pso_key(s: int, p: int, o: int, n: int) -> bytes:
-    return PSO.pack(p, s, o, n)
 
 
 def _spo3(key: bytes) -> tuple[int, int, int]:
