@@ -20,9 +20,10 @@ the commit, off the clock as for every write.
 The target (issue 16): ≤ 50 ms at N=100k, the statement as an agent sees it (the wall
 column: durable commit included). The CPU column is the calling thread's own CPU time over
 the same span (`time.thread_time`): on a shared machine it moves far less with the load
-than the wall time. The commit column is the wall time of the store's commit alone (fsync
-included), measured by a commit hook of the bench (from the last `before_commit` to the
-first `after_commit`). `--record` replaces the `## MERGE` section of the results file.
+than the wall time. The commit column is the wall time of the store's commit (fsync
+included), measured by a commit hook of the bench added last (from its `before_commit`, the
+last before the commit, to its `after_commit`, after the other hooks' — which only hand
+work to queues). `--record` replaces the `## MERGE` section of the results file.
 """
 from __future__ import annotations
 
@@ -78,8 +79,8 @@ def twins(rng: random.Random, n: int, links: int, k: int) -> str:
 
 class CommitClock:
     """A commit hook timing the store's commit: added last, its `before_commit` runs just
-    before the commit and its `after_commit` first thing after the other hooks' (they only
-    queue work there)."""
+    before the commit and its `after_commit` right after the other hooks' (they only queue
+    work there)."""
 
     def __init__(self) -> None:
         self.started = self.seconds = 0.0
