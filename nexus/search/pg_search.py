@@ -1,0 +1,308 @@
+"""The search service on a PostgreSQL store: every index in the database, none in the process.
+
+Owns what differs from `service.SearchService` when the store is `postgresql://` and the
+database has pgvector: the vector indexes (the n-gram one that keyword mode uses for typos,
+and the semantic one of MODE "semantic"/"hybrid") are `pg_vectors.PgVectorTable`s written
+in the data's own write transaction, and SEARCH asks them in the reader's snapshot. There
+is no indexer thread, no change queue to follow, no file: several servers on one database
+all read the same rows, and what one commits, the next SEARCH of any other finds.
+
+The keyword side is the lexical index as on LMDB (`lexical`: BM25F postings, names and
+aliases, the forward index) — it already lives in the database (the `nexus_aux` rows),
+written in the data's transaction and read in the reader's snapshot, so it is exact across
+servers; keeping it (rather than PostgreSQL's full-text search) keeps `_score` and the
+ranking identical on every backend. `query` ranks and fuses exactly as on LMDB, with
+`BoundVectors` answering its nearest-neighbour and similarity questions in SQL.
+
+Chosen by `attach_search` for a PostgreSQL store whose database has (or can create) the
+`vector` extension; without it the store keeps the in-process indexes of `service`.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Callable, Iterator
+
+from ..errors import KipError
+from . import lexical, query
+from .embed import make_semantic_embedder, semantic_installed
+from .pg_vectors import PgVectorTable, has_pgvector, read_complete, write_complete
+from .service import (INSTALL_HINT, KEY_SEMANTIC, MODES, Host, Progress, SearchService,
+                      _index_txn, _searchable, kip_only)
+from .text import KIND_CONCEPT, KIND_LINK
+
+log = logging.getLogger("nexus.search")
+
+
+def pg_service(host: Host) -> SearchService | None:
+    """A `PgSearchService` for `host` when its store is PostgreSQL with pgvector."""
+    try:
+        from nexus.store.pg_store import PgGraphStore
+    except ImportError:         # (no postgres extra: no such store either)
+        return None
+    store = host.store
+    if not isinstance(store, PgGraphStore):
+        return None
+    conn = store.connect()
+    try:
+        ok = has_pgvector(conn)
+    finally:
+        store.release(conn)
+    if not ok:
+        log.warning("search: the database has no pgvector (extension 'vector'); the vector "
+                    "indexes are kept in this process")
+        return None
+    return PgSearchService(host)
+
+
+class PgSearchService(SearchService):
+    """`SearchService` with its vector indexes in pgvector tables (see the module doc)."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self.space = str(host.store.space)
+        self.pg_vectors = PgVectorTable(self.embedder, self.space, "vectors")
+        self.pg_semantic: PgVectorTable | None = None
+
+    def tables(self) -> list[PgVectorTable]:
+        return [self.pg_vectors] + ([self.pg_semantic] if self.pg_semantic else [])
+
+    @kip_only
+    def open(self, progress: Progress | None = None) -> None:
+        with self.store.read() as txn:
+            has_data = txn.max_id() > 0 and (txn.count_concepts() + txn.count_links()) > 0
+            unindexed = has_data and not (lexical.doc_count(txn, KIND_CONCEPT)
+                                          + lexical.doc_count(txn, KIND_LINK))
+        self._open_semantic()
+        conn = self.store.connect()
+        try:
+            for table in self.tables():
+                table.ensure(conn)
+        finally:
+            self.store.release(conn)
+        if unindexed:
+            log.info("search: indexing an existing store")
+            self.reindex(progress)
+            self.opened = "rebuilt"
+            return
+        with self.store.read() as txn:
+            complete = read_complete(txn)
+        missing = [t for t in self.tables() if t.table not in complete]
+        if not missing:
+            self.opened = "loaded" if has_data else "empty"
+            return
+        with self._store_write() as txn:      # (under the space's lock: no write between)
+            for table in missing:
+                table.clear(txn)
+                ids = list(txn.elements())
+                for i in range(0, len(ids), 4096):
+                    table.write(txn, ids[i:i + 4096], [])
+                    if progress:
+                        progress(f"{table.prefix} vectors", min(len(ids), i + 4096),
+                                 len(ids))
+            write_complete(txn, read_complete(txn) + [t.table for t in missing])
+        self.opened = "rebuilt" if has_data else "empty"
+
+    def _open_semantic(self) -> None:
+        """As `SearchService._open_semantic`, with the semantic index a pgvector table."""
+        configured = str(getattr(self.host.config, "semantic", "auto") or "auto").strip()
+        with self.store.read() as txn:
+            raw = txn.aux("vecq").get(KEY_SEMANTIC)
+        recorded = bytes(raw).decode() if raw is not None else None
+        choice = self._semantic_choice(configured, recorded)
+        if choice is not None and choice != recorded:
+            with self._write_txn() as w:
+                w.aux("vecq").put(KEY_SEMANTIC, choice.encode())
+        self.semantic_choice = choice
+        if choice is None:
+            self.semantic_note = ("this engine has no semantic embedder installed "
+                                  f"({INSTALL_HINT} adds one)")
+        elif choice == "none":
+            self.semantic_note = "semantic search is turned off for this database"
+        elif not semantic_installed(choice):
+            self.semantic_note = (f"this database uses the semantic embedder {choice!r}, "
+                                  f"which is not installed here ({INSTALL_HINT})")
+        else:
+            self.pg_semantic = PgVectorTable(make_semantic_embedder(choice), self.space,
+                                             "semantic")
+            self.semantic_note = None
+
+    def _semantic_choice(self, configured: str, recorded: str | None) -> str | None:
+        from .embed import SEMANTIC_EMBEDDERS
+        if configured == "auto":
+            return recorded if recorded is not None else (
+                "wordllama" if semantic_installed("wordllama") else None)
+        if configured == "none" or configured in SEMANTIC_EMBEDDERS:
+            return configured
+        from ..errors import ErrorCode
+        raise KipError(ErrorCode.KIP_1001, f"Unknown semantic embedder {configured!r}",
+                       "Use semantic=\"auto\" (the database's choice, else WordLlama "
+                       "when installed), \"wordllama\" or \"none\".")
+
+    @contextlib.contextmanager
+    def _store_write(self) -> Iterator[Any]:
+        """The store's own transaction of a write session (SQL goes to its connection)."""
+        with self.host.write_session(privileged=True) as session:
+            yield getattr(session, "store_txn", session.txn)
+
+    def mode_served(self, mode: str | None) -> tuple[str, str | None]:
+        if self.pg_semantic is not None:
+            return mode or "hybrid", None
+        return self._keyword_only(mode)
+
+    def _keyword_only(self, mode: str | None) -> tuple[str, str | None]:
+        saved, self.semantic = self.semantic, None
+        try:
+            return super().mode_served(mode)
+        finally:
+            self.semantic = saved
+
+    @property
+    def search_capability(self) -> dict:
+        sem = self.pg_semantic
+        if sem is None:
+            return super().search_capability
+        return {"modes": list(MODES), "default_mode": "hybrid",
+                "semantic_embedder": sem.embedder.name,
+                "query_expansion": getattr(sem.embedder, "expansion_name", None),
+                "semantic_fallback": None}
+
+    # --- write hooks ---------------------------------------------------------------------
+    @kip_only
+    def before_commit(self, ctx: Any) -> None:
+        """Inside the write txn: the postings, and the vector rows of what changed."""
+        st = self._stages.pop(id(ctx), None)
+        if st is not None and st.txn is not ctx.txn:
+            st = None
+        if st is None and not ctx.touched and not ctx.removed:
+            return
+        txn = _index_txn(ctx)
+        if st is None:
+            changed, gone = lexical.write(txn, _searchable(ctx), ctx.removed,
+                                          getattr(ctx, "moved", None))
+        else:
+            self._stages[id(ctx)] = st
+            self.stage(ctx)
+            del self._stages[id(ctx)]
+            changed, gone = st.changed, st.gone
+        if not changed and not gone:
+            return
+        mine = [t.table for t in self.tables()]
+        complete = read_complete(txn)
+        if any(t not in mine for t in complete):
+            # A table this server cannot keep (another embedder): no longer complete.
+            write_complete(txn, [t for t in complete if t in mine])
+        for table in self.tables():
+            table.write(txn, list(changed), list(gone))
+
+    def after_commit(self, ctx: Any) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def bulk_loading(self):
+        yield
+
+    @kip_only
+    def drain(self, timeout: float | None = None) -> bool:
+        return True             # nothing is queued: the rows are written with the data
+
+    # --- queries -------------------------------------------------------------------------
+    @kip_only
+    def search(self, txn: Any, target: str, text: str, type_name: str | None = None,
+               limit: int = 10, *, check: Callable[[], None] | None = None,
+               deadline: float | None = None, mode: str = "keyword",
+               threshold: float = 0.0) -> list[tuple[int, float]]:
+        """As `SearchService.search`, the vectors read in `txn`'s own snapshot."""
+        kind = KIND_CONCEPT if target.upper() == "CONCEPT" else KIND_LINK
+        group = None
+        if type_name is not None:
+            group = txn.symbol_id(type_name)
+            if group is None:
+                return []
+        sql = _sql_txn(txn)
+        vectors = self.pg_vectors.bind(sql)
+        sem = self.pg_semantic.bind(sql) if self.pg_semantic and mode != "keyword" else None
+        if sem is None:
+            hits = query.run(txn, vectors, kind, text, group, limit, check=check)
+        elif mode == "semantic":
+            hits = query.semantic(txn, sem, kind, text, group, limit, check=check)
+        else:
+            hits = query.hybrid(txn, vectors, sem, kind, text, group, limit, check=check)
+        return [(n, score) for n, score in hits if score >= threshold]
+
+    # --- maintenance ---------------------------------------------------------------------
+    @kip_only
+    def reindex(self, progress: Progress | None = None, chunk: int = 5000) -> dict:
+        """Rebuild the lexical index and the vector tables from the data, in one write."""
+        with self._store_write() as txn:
+            if progress:
+                progress("clear", 0, 1)
+            lexical.clear(txn)
+            ids = list(txn.elements())
+            total = len(ids)
+            for i in range(0, total, chunk):
+                lexical.write(txn, ids[i:i + chunk], ())
+                if progress:
+                    progress("lexical", min(total, i + chunk), total)
+            if progress and not total:
+                progress("lexical", 0, 0)
+            for table in self.tables():
+                table.clear(txn)
+                for i in range(0, total, chunk):
+                    table.write(txn, ids[i:i + chunk], [])
+                    if progress:
+                        phase = "vectors" if table.prefix == "vectors" \
+                            else f"{table.prefix} vectors"
+                        progress(phase, min(total, i + chunk), total)
+            write_complete(txn, [t.table for t in self.tables()])
+        report: dict[str, Any] = {"elements": total, "seq": 0}
+        if self.pg_semantic is not None:
+            report["semantic_embedder"] = self.pg_semantic.embedder.name
+        return report
+
+    @kip_only
+    def check(self, deep: bool = False, wait: float = 0.0) -> dict:
+        """Drift between the data and the indexes (all counts 0 when in step)."""
+        with self.store.read() as txn:
+            elements = set(txn.elements())
+            indexed = set(lexical.indexed_ids(txn))
+            counted = lexical.doc_count(txn, KIND_CONCEPT) + lexical.doc_count(txn, KIND_LINK)
+            complete = read_complete(txn)
+            report: dict[str, Any] = {
+                "elements": len(elements),
+                "lexical_missing": len(elements - indexed),
+                "lexical_orphans": len(indexed - elements),
+                "lexical_count_drift": abs(counted - len(indexed)),
+            }
+            for table in self.tables():
+                name = "vector" if table.prefix == "vectors" else table.prefix
+                have = table.ids(txn)
+                report[f"{name}_missing"] = sum(
+                    1 for n in elements - have if self._has_texts(txn, n))
+                report[f"{name}_orphans"] = len(have - elements)
+                report[f"{name}_lag"] = 0 if table.table in complete else 1
+            if deep:
+                report["lexical_stale"] = sum(1 for n in elements & indexed
+                                              if lexical.stale(txn, n))
+        report["ok"] = not any(v for k, v in report.items() if k != "elements")
+        return report
+
+    @kip_only
+    def save(self) -> None:
+        pass
+
+    @kip_only
+    def close(self) -> None:
+        self.vectors.release()      # (the unused in-process index: maps nothing)
+
+
+def _sql_txn(txn: Any) -> Any:
+    """The store transaction under `txn` (a reader may see it through a wrapper)."""
+    seen = 0
+    while not hasattr(txn, "rows") and seen < 4:
+        inner = getattr(txn, "store_txn", None) or getattr(txn, "txn", None) \
+            or getattr(txn, "inner", None)
+        if inner is None:
+            break
+        txn, seen = inner, seen + 1
+    return txn
