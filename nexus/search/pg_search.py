@@ -23,6 +23,8 @@ import contextlib
 import logging
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from ..errors import KipError
 from . import lexical, query
 from .embed import make_semantic_embedder, semantic_installed
@@ -285,6 +287,60 @@ class PgSearchService(SearchService):
                 report["lexical_stale"] = sum(1 for n in elements & indexed
                                               if lexical.stale(txn, n))
         report["ok"] = not any(v for k, v in report.items() if k != "elements")
+        return report
+
+    def vector_indexes(self) -> list:
+        return []               # no in-process index (nothing to wait for or compare)
+
+    @kip_only
+    def vector_check(self, examples: int = 5, chunk: int = 2048) -> dict[str, Any]:
+        """The deep check of the vector rows against the data (what `ops.check.VectorCheck`
+        does for the in-process index): for every element with vectors, its slots are
+        those of its current texts (`<name>_slots_wrong`), each holding its text's
+        embedding (`<name>_stale`). Elements with no vector at all are `check`'s
+        `<name>_missing`."""
+        counts: dict[str, int] = {}
+        found: dict[str, list[str]] = {}
+        compared = 0
+
+        def problem(key: str, text: str) -> None:
+            counts[key] = counts.get(key, 0) + 1
+            if len(found.setdefault(key, [])) < examples:
+                found[key].append(text)
+        with self.store.read() as txn:
+            ids = list(txn.elements())
+            for table in self.tables():
+                name = "vector" if table.prefix == "vectors" else table.prefix
+                counts[f"{name}_slots_wrong"] = counts[f"{name}_stale"] = 0
+                for i in range(0, len(ids), chunk):
+                    part = ids[i:i + chunk]
+                    docs = table.docs(txn, part)
+                    have = table.stored(txn, part)
+                    texts = [t for _, _, _, ts in docs for t in ts]
+                    fresh = table.embedder.embed(texts) if texts else None
+                    at = 0
+                    for n, kind, _, ts in docs:
+                        want = fresh[at:at + len(ts)] if fresh is not None else None
+                        at += len(ts)
+                        slots = have.get(n)
+                        if not slots:
+                            continue
+                        compared += 1
+                        label = f"{'C' if kind == 0 else 'P'}:{n}"
+                        if sorted(slots) != list(range(len(ts))) or want is None:
+                            problem(f"{name}_slots_wrong", f"{label} has vector slots "
+                                    f"{sorted(slots)}, its text gives {len(ts)}")
+                            continue
+                        vecs = np.stack([slots[k] for k in range(len(ts))])
+                        norms = np.linalg.norm(vecs, axis=1) * np.linalg.norm(want, axis=1)
+                        cos = (vecs * want).sum(axis=1) / np.where(norms > 0, norms, 1.0)
+                        if (cos < 0.98).any():
+                            problem(f"{name}_stale", f"{label}: a vector is not its text's "
+                                    f"(cosine {float(cos.min()):.3f})")
+        report: dict[str, Any] = dict(counts)
+        report["vectors_compared"] = compared
+        if found:
+            report["examples"] = found
         return report
 
     @kip_only

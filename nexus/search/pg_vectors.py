@@ -184,6 +184,16 @@ class PgVectorTable:
             f"SELECT DISTINCT id FROM {self.table} WHERE space = %s", (self.space,))}
 
 
+    def stored(self, txn: Any, ids: list[int]) -> dict[int, dict[int, np.ndarray]]:
+        """id → slot → stored vector, for the elements `ids` (a deep check)."""
+        out: dict[int, dict[int, np.ndarray]] = {}
+        for n, slot, vec in txn.rows(
+                f"SELECT id, slot, embedding::real[] FROM {self.table} "
+                f"WHERE space = %s AND id = ANY(%s) ORDER BY id, slot", (self.space, ids)):
+            out.setdefault(int(n), {})[int(slot)] = np.asarray(vec, dtype=np.float32)
+        return out
+
+
 class BoundVectors:
     """A `PgVectorTable` read in one transaction's snapshot: what `query` asks of a vector
     index (`query.VectorSource`), each question one SQL statement."""
