@@ -444,8 +444,7 @@ def _phase(progress: Progress | None, prefix: str) -> Progress | None:
 def attach_search(host: Host) -> SearchService:
     """Create the search service of `host` (the engine), open its indexes and start the
     indexer; the engine then registers it as a commit hook."""
-    from .pg_search import pg_service      # (PostgreSQL with pgvector: vectors in SQL)
-    service = pg_service(host) or SearchService(host)
+    service = SearchService(host)
     service.open()
     return service
 
