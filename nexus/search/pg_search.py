@@ -28,6 +28,7 @@ import numpy as np
 from ..errors import KipError
 from . import lexical, query
 from .embed import make_semantic_embedder, semantic_installed
+from . import pg_vectors
 from .pg_vectors import PgVectorTable, has_pgvector, read_complete, write_complete
 from .service import (INSTALL_HINT, KEY_SEMANTIC, MODES, Host, Progress, SearchService,
                       _index_txn, _searchable, kip_only)
@@ -103,6 +104,7 @@ class PgSearchService(SearchService):
                         progress(f"{table.prefix} vectors", min(len(ids), i + 4096),
                                  len(ids))
             write_complete(txn, read_complete(txn) + [t.table for t in missing])
+        self.after_commit(None)         # (a rebuilt big space gets its HNSW index now)
         self.opened = "rebuilt" if has_data else "empty"
 
     def _open_semantic(self) -> None:
@@ -198,7 +200,17 @@ class PgSearchService(SearchService):
             table.write(txn, list(changed), list(gone))
 
     def after_commit(self, ctx: Any) -> None:
-        pass
+        """After a commit that wrote many vectors: build the space's HNSW indexes once it
+        is big enough (`PgVectorTable.index_if_big`; outside the write: not under the
+        space's lock)."""
+        grown = [t for t in self.tables() if t.added >= pg_vectors.INDEX_CHECK]
+        if grown:
+            conn = self.store.connect()
+            try:
+                for table in grown:
+                    table.index_if_big(conn)
+            finally:
+                self.store.release(conn)
 
     @contextlib.contextmanager
     def bulk_loading(self):

@@ -20,14 +20,18 @@ change of embedder never mixes vectors of two models):
                                              "name: description")
     INDEX (space, kind, grp, id)           — WITH TYPE: exact scoring over a small type
     HNSW (embedding vector_cosine_ops) WHERE space = '<space>' AND kind = <kind>
-                                           — one partial index per space and kind
+                                           — one partial index per space and kind, once
+                                             it holds INDEX_AT vectors
 
 Why partial HNSW indexes per space: pgvector (0.6) filters *after* the index scan, so one
 index over every space would return the neighbours of all spaces and keep those of this
 one, which with many spaces can be none. A partial index per space and kind holds only
 the vectors a query may return; the query names its space and kind as literals so that
-the planner can match the index's predicate. Leading with `space` keeps the table
-distributable like the others (`pg_spaces` copies and drops its rows with the space's).
+the planner can match the index's predicate. A space smaller than INDEX_AT has none: its
+few vectors are scored exactly (the planner reads them through the plain index and sorts),
+which is both exact and fast at that size, and a database of a thousand small spaces does
+not carry a thousand indexes. Leading with `space` keeps the table distributable like the
+others (`pg_spaces` copies and drops its rows with the space's).
 
 `complete` marks: a table is only trusted for a space when the vecq aux key `b"G"` lists
 it (written by a rebuild, in the same transaction as its rows). Every write keeps the
@@ -38,6 +42,7 @@ instead of trusting rows that missed a change.
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any, Iterable
 
 import msgpack
@@ -47,9 +52,14 @@ from .embed import Embedder
 from .text import element_doc
 from .vectors import SLOTS, doc_texts
 
+log = logging.getLogger("nexus.search")
+
 KEY_COMPLETE = b"G"         # vecq: msgpack list of the vector tables that are complete
 EF_MAX = 1000               # pgvector's bound on hnsw.ef_search
 WRITE_CHUNK = 2048          # elements embedded and inserted per statement
+INDEX_AT = 2000             # vectors of a space and kind past which they get an HNSW index
+INDEX_CHECK = 500           # vectors written by this process between two looks at that
+LOCK_TIMEOUT = "30s"        # building an index waits at most this long for a lock
 
 
 def table_name(embedder: Embedder) -> str:
@@ -88,12 +98,14 @@ class PgVectorTable:
         self.space_lit = "'" + space.replace("'", "''") + "'"
         tag = hashlib.sha1(space.encode()).hexdigest()[:12]
         self.index_names = [f"{self.table}_{tag}_{kind}" for kind in (0, 1)]
+        self.added = 0          # vectors written since the last `index_if_big`
+        self.indexed = False    # both kinds have their HNSW index (nothing more to look at)
 
     # --- schema ----------------------------------------------------------------------------
     def ensure(self, conn: Any) -> None:
-        """Create the table, its indexes and this space's HNSW indexes where missing (on an
-        autocommit connection; catalog races between servers doing it at once are
-        retried)."""
+        """Create the table and its plain index where missing, and this space's HNSW indexes
+        when it is big enough (`index_if_big`); on an autocommit connection (catalog races
+        between servers doing it at once are retried)."""
         t = self.table
         ddl = [f"""CREATE TABLE IF NOT EXISTS {t} (
                    space text NOT NULL, id bigint NOT NULL, slot smallint NOT NULL,
@@ -101,24 +113,56 @@ class PgVectorTable:
                    embedding vector({int(self.embedder.dim)}) NOT NULL,
                    PRIMARY KEY (space, id, slot))""",
                f"CREATE INDEX IF NOT EXISTS {t}_grp ON {t} (space, kind, grp, id)"]
-        present = {r[0] for r in conn.execute(
-            "SELECT indexname FROM pg_indexes WHERE tablename = %s", (t,)).fetchall()}
-        for kind, name in enumerate(self.index_names):
-            if name not in present:
-                # (Checked first: CREATE INDEX IF NOT EXISTS would still take the table's
-                # SHARE lock, waiting for every other space's writes.)
-                ddl.append(f"CREATE INDEX IF NOT EXISTS {name} ON {t} USING hnsw "
-                           f"(embedding vector_cosine_ops) WHERE space = {self.space_lit} "
-                           f"AND kind = {kind}")
         for attempt in range(3):
             try:
                 for statement in ddl:
                     conn.execute(statement)
-                return
+                break
             except Exception as exc:  # noqa: BLE001 - a concurrent creation: retried
-                if attempt == 2 or "already exists" not in str(exc) and \
-                        "duplicate key" not in str(exc):
+                if attempt == 2 or ("already exists" not in str(exc)
+                                    and "duplicate key" not in str(exc)):
                     raise
+        self.index_if_big(conn)
+
+    def index_if_big(self, conn: Any) -> None:
+        """Give each kind of this space that has INDEX_AT vectors or more its partial HNSW
+        index, built CONCURRENTLY (other spaces' writers are not blocked meanwhile). A
+        smaller one needs none: its vectors are scored exactly, through the plain index,
+        faster than an HNSW scan would find them; and a database of many small spaces
+        carries no index per space (each partial index costs every insert a predicate
+        check and every plan a proof). Failures are logged and retried later."""
+        self.added = 0
+        if self.indexed:
+            return
+        valid = {name: ok for name, ok in conn.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname = ANY(%s)",
+            (self.index_names,)).fetchall()}
+        done = 0
+        at = INDEX_AT
+        for kind, name in enumerate(self.index_names):
+            if valid.get(name):
+                done += 1
+                continue
+            big = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {self.table} WHERE space = %s "
+                f"AND kind = %s LIMIT %s) AS x", (self.space, kind, at)).fetchone()
+            if not big or big[0] < at:
+                continue
+            try:
+                conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+                if name in valid:           # left invalid by a failed build
+                    conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+                conn.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON "
+                             f"{self.table} USING hnsw (embedding vector_cosine_ops) "
+                             f"WHERE space = {self.space_lit} AND kind = {kind}")
+                done += 1
+            except Exception as exc:  # noqa: BLE001 - e.g. another server builds it now
+                log.warning("search: the HNSW index %s was not built (%s); exact scoring "
+                            "meanwhile", name, str(exc).splitlines()[0])
+            finally:
+                conn.execute("RESET lock_timeout")
+        self.indexed = done == len(self.index_names)
 
     # --- writes (inside the data's write transaction) --------------------------------------
     def write(self, txn: Any, changed: list[int], gone: list[int]) -> None:
@@ -162,6 +206,7 @@ class PgVectorTable:
         if not texts:
             return
         vecs = self.embedder.embed(texts)
+        self.added += len(texts)
         lits = [vector_literal(v) for v in vecs]
         txn.run(f"INSERT INTO {self.table} (space, id, slot, kind, grp, embedding) "
                 f"SELECT %s, i, s, k, g, e::vector FROM unnest(%s::bigint[], "

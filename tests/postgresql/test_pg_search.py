@@ -39,11 +39,33 @@ def test_the_database_ships_pgvector_and_search_uses_it(two):
     with a.store.read() as txn:
         rows = txn.rows("SELECT extname FROM pg_extension WHERE extname = 'vector'", ())
         assert rows == [("vector",)]
-        table = a.search.pg_vectors.table
-        # Bootstrapped elements have their vectors, each in this space's HNSW index.
+        # Bootstrapped elements have their vectors.
         assert a.search.pg_vectors.count(txn) > 0
-        kinds = txn.rows("SELECT indexdef FROM pg_indexes WHERE tablename = %s", (table,))
-        assert sum("hnsw" in r[0] for r in kinds) >= 2
+
+
+def test_a_big_space_gets_its_hnsw_index_and_queries_use_it(pg_server, monkeypatch):
+    from nexus.search import pg_vectors
+    monkeypatch.setattr(pg_vectors, "INDEX_AT", 20)      # (the bootstrap alone passes it)
+    monkeypatch.setattr(pg_vectors, "INDEX_CHECK", 10)
+    with Nexus.open(pg_server.fresh_database("search")) as nx:
+        table = nx.search.pg_vectors
+        with nx.store.read() as txn:
+            defs = [r[0] for r in txn.rows(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = ANY(%s)",
+                (table.index_names,))]
+            assert len(defs) == 2 and all("hnsw" in d and "WHERE" in d for d in defs)
+            bound = table.bind(txn)
+            qvec = bound.query_vector("Person")
+            # (At this size a scan and a sort are cheaper: the planner is told not to, to see that the
+            # query's form matches the partial index.)
+            txn.rows("SELECT set_config('enable_seqscan', 'off', true), "
+                     "set_config('enable_sort', 'off', true)", ())
+            plan = txn.rows("EXPLAIN SELECT id FROM " + table.table + " WHERE space = "
+                            + table.space_lit + " AND kind = 0 ORDER BY embedding <=> %s::vector"
+                            " LIMIT 10", (pg_vectors.vector_literal(qvec),))
+            assert table.index_names[0] in " ".join(r[0] for r in plan), plan
+        hits = kip(nx, 'SEARCH CONCEPT "Persn" LIMIT 3')
+        assert names(hits)[:1] == ["Person"], hits
 
 
 def test_what_one_engine_writes_the_other_finds_in_every_mode(two):
