@@ -29,7 +29,8 @@ from ..errors import KipError
 from . import lexical, query
 from .embed import make_semantic_embedder, semantic_installed
 from . import pg_vectors
-from .pg_vectors import PgVectorTable, has_pgvector, read_complete, write_complete
+from .pg_vectors import (PgVectorTable, has_pgvector, read_complete, run_all,
+                         write_complete)
 from .service import (INSTALL_HINT, KEY_SEMANTIC, MODES, Host, Progress, SearchService,
                       _index_txn, _searchable, kip_only)
 from .text import KIND_CONCEPT, KIND_LINK
@@ -196,8 +197,13 @@ class PgSearchService(SearchService):
         if any(t not in mine for t in complete):
             # A table this server cannot keep (another embedder): no longer complete.
             write_complete(txn, [t for t in complete if t in mine])
-        for table in self.tables():
-            table.write(txn, list(changed), list(gone))
+        changed, gone = list(changed), list(gone)
+        if len(changed) <= pg_vectors.WRITE_CHUNK:      # a command: one round trip
+            run_all(txn, [s for table in self.tables()
+                          for s in table.statements(txn, changed, gone)])
+        else:
+            for table in self.tables():
+                table.write(txn, changed, gone)
 
     def after_commit(self, ctx: Any) -> None:
         """After a commit that wrote many vectors: build the space's HNSW indexes once it

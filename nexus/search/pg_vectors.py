@@ -167,13 +167,24 @@ class PgVectorTable:
     # --- writes (inside the data's write transaction) --------------------------------------
     def write(self, txn: Any, changed: list[int], gone: list[int]) -> None:
         """Replace the rows of `changed` (from `txn`'s view of them) and delete those of
-        `gone`."""
+        `gone`, a chunk of elements at a time (a bulk load's vectors are never all held)."""
+        run_all(txn, self.statements(txn, changed[:WRITE_CHUNK], gone))
+        for i in range(WRITE_CHUNK, len(changed), WRITE_CHUNK):
+            run_all(txn, self.statements(txn, changed[i:i + WRITE_CHUNK], []))
+
+    def statements(self, txn: Any, changed: list[int], gone: list[int]
+                   ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements of `write` (the caller may pipeline them with others')."""
+        out: list[tuple[str, tuple[Any, ...]]] = []
         doomed = list(dict.fromkeys([*changed, *gone]))
         if doomed:
-            txn.run(f"DELETE FROM {self.table} WHERE space = %s AND id = ANY(%s)",
-                    (self.space, doomed))
+            out.append((f"DELETE FROM {self.table} WHERE space = %s AND id = ANY(%s)",
+                        (self.space, doomed)))
         for i in range(0, len(changed), WRITE_CHUNK):
-            self.insert(txn, self.docs(txn, changed[i:i + WRITE_CHUNK]))
+            insert = self.insert(self.docs(txn, changed[i:i + WRITE_CHUNK]))
+            if insert is not None:
+                out.append(insert)
+        return out
 
     def docs(self, txn: Any, ids: Iterable[int]) -> list[tuple[int, int, int, list[str]]]:
         """(id, kind, group, texts) of the elements `ids` that exist in `txn`."""
@@ -190,7 +201,9 @@ class PgVectorTable:
                     out.append((n, doc.kind, doc.group, texts))
         return out
 
-    def insert(self, txn: Any, docs: list[tuple[int, int, int, list[str]]]) -> None:
+    def insert(self, docs: list[tuple[int, int, int, list[str]]]
+               ) -> tuple[str, tuple[Any, ...]] | None:
+        """The INSERT of `docs`' vectors (embedded here), or None when they have none."""
         ids: list[int] = []
         slots: list[int] = []
         kinds: list[int] = []
@@ -204,11 +217,11 @@ class PgVectorTable:
                 groups.append(group)
                 texts.append(text)
         if not texts:
-            return
+            return None
         vecs = self.embedder.embed(texts)
         self.added += len(texts)
         lits = [vector_literal(v) for v in vecs]
-        txn.run(f"INSERT INTO {self.table} (space, id, slot, kind, grp, embedding) "
+        return (f"INSERT INTO {self.table} (space, id, slot, kind, grp, embedding) "
                 f"SELECT %s, i, s, k, g, e::vector FROM unnest(%s::bigint[], "
                 f"%s::smallint[], %s::smallint[], %s::bigint[], %s::text[]) "
                 f"AS u(i, s, k, g, e)", (self.space, ids, slots, kinds, groups, lits))
@@ -303,6 +316,24 @@ class BoundVectors:
             f"WHERE space = %s AND kind = %s AND id = ANY(%s) GROUP BY id",
             (vector_literal(qvec), t.space, kind, list(ids)))
         return _best(rows)
+
+
+def run_all(txn: Any, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    """Run `statements` in `txn`, pipelined (one round trip)."""
+    if not statements:
+        return
+    conn = txn.conn
+    if conn is None or len(statements) == 1:
+        for sql, params in statements:
+            txn.run(sql, params)
+        return
+    from nexus.store.pg_conn import call
+
+    def go() -> None:
+        with conn.pipeline():
+            for sql, params in statements:
+                conn.execute(sql, params)
+    call(go, txn.host.where, txn.writing)
 
 
 def _best(rows: list[tuple[Any, ...]]) -> dict[int, float]:
