@@ -40,10 +40,10 @@ log = logging.getLogger("nexus.search")
 
 def pg_service(host: Host) -> SearchService | None:
     """A `PgSearchService` for `host` when its store is PostgreSQL with pgvector."""
-    try:
-        from nexus.store.pg_store import PgGraphStore
-    except ImportError:         # (no postgres extra: no such store either)
-        return None
+    store = host.store
+    if type(store).__module__ != "nexus.store.pg_store":
+        return None             # (and psycopg is not imported for other stores)
+    from nexus.store.pg_store import PgGraphStore
     store = host.store
     if not isinstance(store, PgGraphStore):
         return None
