@@ -150,6 +150,7 @@ def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None
 
     candidates = set(floors) | set(lex) | set(vec)
     leaders = heapq.nlargest(max(RESCORE, 2 * limit), candidates, key=prelim)
+    lexical.prefetch(txn, leaders)      # (their names and heads: read below, one by one)
 
     # Rescore the leaders: similarity (Dice of the names; cosine too for contextual
     # embedders and for links, whose vectors embed "subject predicate object"), and the
@@ -328,7 +329,11 @@ def semantic(txn: Any, vectors: VectorSource, kind: int, text: str, group: int |
     out: list[tuple[int, float]] = []
     # Best first (the score grows with the cosine), so only the hits returned are checked
     # against the snapshot.
-    for n, cos in sorted(cand.items(), key=lambda kv: (-kv[1], kv[0])):
+    ranked = sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))
+    heads = getattr(txn, "prefetch_elements", None)
+    if heads is not None:               # (PostgreSQL: the heads checked below, at once)
+        heads([n for n, _ in ranked[:2 * limit]], ends=False)
+    for n, cos in ranked:
         # 1.0 only for the same meaning vector (the name as typed, give or take the int8
         # rounding of the index); anything else stays below it, as in keyword mode.
         score = 1.0 if cos >= SEM_SAME else min(0.99, max(0.0, (cos - SEM_LO)
