@@ -103,7 +103,7 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
     nx = NP.open_nexus(location)
     NP.load_into(nx, concepts, props)
     load_s = time.perf_counter() - t0
-    NP.settle(nx)
+    settle_s = NP.settle(nx)
     q = NP.NexusQueries(nx)
     params = meta["params"]
     calls = {
@@ -114,7 +114,8 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
         "Q5": lambda p: q.q5(),
         "Q6": lambda p: q.q6(),
     }
-    out: dict[str, Any] = {"load_s": round(load_s, 2), "items": len(concepts) + len(props)}
+    out: dict[str, Any] = {"load_s": round(load_s, 2), "settle_s": settle_s,
+                           "items": len(concepts) + len(props)}
     for name, call in calls.items():
         pool = params.get(name) or [{}]             # Q5, Q6 take no parameters
         sample = [pool[i % len(pool)] for i in range(reps)]

@@ -68,7 +68,13 @@ def table_name(embedder: Embedder) -> str:
 
 def vector_literal(vec: np.ndarray) -> str:
     """pgvector's text form of one vector."""
-    return "[" + ",".join(map(repr, np.asarray(vec, dtype=np.float32).tolist())) + "]"
+    return vector_literals(np.asarray(vec)[None, :])[0]
+
+
+def vector_literals(vecs: np.ndarray) -> list[str]:
+    """pgvector's text form of each row of `vecs`, to 6 decimals (a cosine moves by less
+    than 1e-5; the text is half as long as float32's shortest form, and made faster)."""
+    return [str(row) for row in np.round(np.asarray(vecs, dtype=np.float64), 6).tolist()]
 
 
 def has_pgvector(conn: Any) -> bool:
@@ -220,7 +226,7 @@ class PgVectorTable:
             return None
         vecs = self.embedder.embed(texts)
         self.added += len(texts)
-        lits = [vector_literal(v) for v in vecs]
+        lits = vector_literals(vecs)
         return (f"INSERT INTO {self.table} (space, id, slot, kind, grp, embedding) "
                 f"SELECT %s, i, s, k, g, e::vector FROM unnest(%s::bigint[], "
                 f"%s::smallint[], %s::smallint[], %s::bigint[], %s::text[]) "
