@@ -56,8 +56,8 @@ def test_a_big_space_gets_its_hnsw_index_and_queries_use_it(pg_server, monkeypat
             assert len(defs) == 2 and all("hnsw" in d and "WHERE" in d for d in defs)
             bound = table.bind(txn)
             qvec = bound.query_vector("Person")
-            # (At this size a scan and a sort are cheaper: the planner is told not to, to see that the
-            # query's form matches the partial index.)
+            # (At this size a scan and a sort are cheaper: the planner is told not to, to
+            # see that the query's form matches the partial index.)
             txn.rows("SELECT set_config('enable_seqscan', 'off', true), "
                      "set_config('enable_sort', 'off', true)", ())
             plan = txn.rows("EXPLAIN SELECT id FROM " + table.table + " WHERE space = "
