@@ -153,14 +153,7 @@ class PgSearchService(SearchService):
     def mode_served(self, mode: str | None) -> tuple[str, str | None]:
         if self.pg_semantic is not None:
             return mode or "hybrid", None
-        return self._keyword_only(mode)
-
-    def _keyword_only(self, mode: str | None) -> tuple[str, str | None]:
-        saved, self.semantic = self.semantic, None
-        try:
-            return super().mode_served(mode)
-        finally:
-            self.semantic = saved
+        return super().mode_served(mode)    # (keyword; `semantic` stays None here)
 
     @property
     def search_capability(self) -> dict:
