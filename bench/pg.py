@@ -1,8 +1,10 @@
 """The PostgreSQL column (issue 22), first cut: the peers workload (bench/workload.py) bulk
 loaded into a `postgresql://` nexus and into LMDB, then Q1–Q6 on both — median latency and,
-on PostgreSQL, SQL statements (round trips) per query — and the durable single UPSERT (W2).
+on PostgreSQL, SQL statements (round trips) per query — the durable single UPSERT (W2), and
+SEARCH per mode (keyword, semantic, hybrid, keyword WITH TYPE) over the loaded drugs: their
+names exactly, their names with a typo, and words of their descriptions.
 
-    python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...] [--sql]
+    python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...] [--sql] [--no-search]
 
 Without `--url` it starts a PostgreSQL of its own from the `postgres` extra (tests/pgtest.py,
 fsync left on: the figures are durable commits). Prints a JSON report; `--sql` adds, per
@@ -54,13 +56,54 @@ def timed(fn: Callable[[], Any], reps: int) -> float:
     return statistics.median(times) * 1000
 
 
+def search_queries(concepts: list, reps: int) -> list[str]:
+    """`reps` query texts: drug names as typed, with a typo (a letter dropped), and two
+    words of a description, in turn."""
+    drugs = [c for c in concepts if c["type"] == "Drug"]
+    out = []
+    for i in range(reps):
+        c = drugs[(i * 7919) % len(drugs)]
+        name = c["name"]
+        if i % 3 == 0:
+            out.append(name)
+        elif i % 3 == 1:
+            out.append(name[:2] + name[3:] if len(name) > 4 else name)
+        else:
+            words = str(c["attributes"].get("description", name)).split()
+            out.append(" ".join(words[:2]) or name)
+    return out
+
+
+def run_search(nx: Any, texts: list[str], counter: Statements | None) -> dict:
+    """SEARCH per mode: median ms and statements per SEARCH (PostgreSQL)."""
+    modes = {"keyword": 'MODE "keyword"', "semantic": 'MODE "semantic"',
+             "hybrid": 'MODE "hybrid"', "keyword_with_type": 'WITH TYPE "Drug" MODE "keyword"'}
+    out: dict[str, Any] = {}
+    for mode, clause in modes.items():
+        command = f"SEARCH CONCEPT :q {clause} LIMIT 10"
+
+        def one(text: str, command: str = command) -> None:
+            r = nx.execute_kip_readonly({"command": command, "parameters": {"q": text}})
+            assert "result" in r, r
+        for text in texts:                          # warm
+            one(text)
+        before = counter.n if counter else 0
+        ms = [timed(lambda t=t: one(t), 1) for t in texts]
+        entry: dict[str, Any] = {"median_ms": round(statistics.median(ms), 3),
+                                 "p90_ms": round(sorted(ms)[int(len(ms) * 0.9)], 3)}
+        if counter:
+            entry["statements_per_search"] = round((counter.n - before) / len(texts), 1)
+        out[mode] = entry
+    return out
+
+
 def run(location: str, concepts: list, props: list, meta: dict, reps: int,
-        counter: Statements | None, sql: bool = False) -> dict:
+        counter: Statements | None, sql: bool = False, search: bool = True) -> dict:
     t0 = time.perf_counter()
     nx = NP.open_nexus(location)
     NP.load_into(nx, concepts, props)
     load_s = time.perf_counter() - t0
-    NP.settle(nx)
+    settle_s = NP.settle(nx)
     q = NP.NexusQueries(nx)
     params = meta["params"]
     calls = {
@@ -71,7 +114,8 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
         "Q5": lambda p: q.q5(),
         "Q6": lambda p: q.q6(),
     }
-    out: dict[str, Any] = {"load_s": round(load_s, 2), "items": len(concepts) + len(props)}
+    out: dict[str, Any] = {"load_s": round(load_s, 2), "settle_s": settle_s,
+                           "items": len(concepts) + len(props)}
     for name, call in calls.items():
         pool = params.get(name) or [{}]             # Q5, Q6 take no parameters
         sample = [pool[i % len(pool)] for i in range(reps)]
@@ -93,6 +137,8 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
     out["W2"] = {"median_ms": round(statistics.median(ms), 3)}
     if counter:
         out["W2"]["statements_per_upsert"] = round((counter.n - before) / len(ups), 1)
+    if search:
+        out["SEARCH"] = run_search(nx, search_queries(concepts, reps), counter)
     nx.close()
     return out
 
@@ -103,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--url", default=None)
     ap.add_argument("--sql", action="store_true", help="list the statements of each query")
+    ap.add_argument("--no-search", action="store_true", help="skip the SEARCH figures")
     args = ap.parse_args(argv)
     data = tempfile.mkdtemp(prefix="nexus-pg-bench-")
     concepts, props, meta, _ = workload.read(workload.write(workload.generate(args.n), data))
@@ -117,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = {"n": args.n,
                   "postgresql": run(url, concepts, props, meta, args.reps, counter,
-                                    args.sql),
+                                    args.sql, not args.no_search),
                   "lmdb": run(os.path.join(data, "db"), concepts, props, meta, args.reps,
-                              None)}
+                              None, search=not args.no_search)}
     finally:
         if server is not None:
             server.stop()

@@ -1,10 +1,22 @@
-"""Hybrid SEARCH: a lexical index in the store's transactions fused with a usearch index.
+"""Hybrid SEARCH: a lexical index in the store's transactions fused with vector indexes.
 
-`attach_search(nexus)` sets `nexus.search` to a `SearchService` (see `service.py`).
-Modules: `text` (normalisation, the searchable document of an element), `lexical`
-(postings in LMDB aux tables), `embed` (pluggable embedders), `vectors` (usearch index,
-persistence and catch-up), `query` (ranking and fusion), `service` (hooks and lifecycle).
+`attach_search(nexus)` sets `nexus.search` to a `SearchService` (see `service.py`), or on a
+PostgreSQL store with pgvector to a `pg_search.PgSearchService` (the vectors in the
+database). Modules: `text` (normalisation, the searchable document of an element),
+`lexical` (postings in aux tables), `embed` (pluggable embedders), `vectors` (usearch
+index, persistence and catch-up), `pg_vectors` (pgvector tables), `query` (ranking and
+fusion), `service` and `pg_search` (hooks and lifecycle).
 """
-from .service import SearchService, attach_search
+from .service import Host, SearchService
+
+
+def attach_search(host: Host) -> SearchService:
+    """Create the search service of `host` (the engine), open its indexes and start the
+    indexer; the engine then registers it as a commit hook."""
+    from .pg_search import pg_service
+    service = pg_service(host) or SearchService(host)
+    service.open()
+    return service
+
 
 __all__ = ["SearchService", "attach_search"]

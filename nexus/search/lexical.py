@@ -522,6 +522,17 @@ def entry(txn: Any, n: int) -> Entry | None:
     return None if raw is None else Entry(raw)
 
 
+def prefetch(txn: Any, ids: list[int]) -> None:
+    """Read the forward entries of `ids` at once, and their heads where the store reads
+    in batches (PostgreSQL: two statements instead of two per id; nothing elsewhere)."""
+    if not ids:
+        return
+    txn.aux("lexdoc").prefetch([_U64.pack(n) for n in ids])
+    heads = getattr(txn, "prefetch_elements", None)
+    if heads is not None:
+        heads(ids, ends=False)
+
+
 def names(txn: Any, n: int) -> list[str]:
     """The normalised name and aliases of `n` ([] if not indexed), without decoding the
     terms (they come last in the entry for this reason)."""

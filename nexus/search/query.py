@@ -47,7 +47,7 @@ With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from . import lexical
 from .lexical import REF_WEIGHT, idf
 from ..store.protocol import ConceptHead
 from .text import KIND_CONCEPT, KIND_LINK, dice, grams, norm_grams, norm_name, tokens
-from .vectors import VectorIndex
+from .embed import Embedder
 
 NAME_CAP = 64               # name/alias keys scanned for exact and prefix matches
 POSTING_CAP = 65_536        # postings read per query term (whole blocks)
@@ -74,7 +74,21 @@ W_SEM_MIN, W_SEM_MAX = 0.3, 0.9   # hybrid: the bounds of the semantic weight
 HYBRID_EXPANSION = 128      # hybrid: the HNSW search breadth of each of its two rankings
 
 
-def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
+class VectorSource(Protocol):
+    """What ranking asks of a vector index: `vectors.VectorIndex` (in the process), or
+    `pg_vectors.BoundVectors` (a pgvector table read in the reader's snapshot, whose `knn`
+    also takes the WITH TYPE group: `filters_groups`)."""
+
+    embedder: Embedder
+
+    def query_vector(self, text: str) -> np.ndarray: ...
+    def knn(self, kind: int, qvec: np.ndarray, count: int, expansion: int | None = None
+            ) -> dict[int, float]: ...
+    def similarity(self, kind: int, qvec: np.ndarray, ids: list[int]
+                   ) -> dict[int, float]: ...
+
+
+def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None,
         limit: int, check: Callable[[], None] | None = None,
         expansion: int | None = None) -> list[tuple[int, float]]:
     """The best `limit` (id, score) pairs for `text`, best first. `check()` (the command's
@@ -126,7 +140,8 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
     check()
     vec = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
                              expansion)
-    if group is not None and len(vec) and _needs_group_check(txn, kind, group):
+    if group is not None and len(vec) and _unfiltered(vectors) \
+            and _needs_group_check(txn, kind, group):
         vec = {n: s for n, s in vec.items() if _group_of(txn, n, kind) == group}
 
     def prelim(n: int) -> float:
@@ -135,6 +150,7 @@ def run(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
 
     candidates = set(floors) | set(lex) | set(vec)
     leaders = heapq.nlargest(max(RESCORE, 2 * limit), candidates, key=prelim)
+    lexical.prefetch(txn, leaders)      # (their names and heads: read below, one by one)
 
     # Rescore the leaders: similarity (Dice of the names; cosine too for contextual
     # embedders and for links, whose vectors embed "subject predicate object"), and the
@@ -238,6 +254,11 @@ def _kind_of(head: Any) -> int:
     return KIND_CONCEPT if type(head) is ConceptHead else KIND_LINK
 
 
+def _unfiltered(vectors: VectorSource) -> bool:
+    """Whether `vectors`' neighbours of a WITH TYPE search may be of other types."""
+    return not getattr(vectors, "filters_groups", False)
+
+
 def _needs_group_check(txn: Any, kind: int, group: int) -> bool:
     size = txn.count_type(group) if kind == KIND_CONCEPT else txn.count_predicate(group)
     return size > EXACT_GROUP
@@ -264,10 +285,12 @@ def _raw_name(txn: Any, head: Any) -> str:
     return head.name if type(head) is ConceptHead else txn.symbol_text(head.predicate_id)
 
 
-def _vector_candidates(txn: Any, vectors: VectorIndex, kind: int, qvec, group: int | None,
+def _vector_candidates(txn: Any, vectors: VectorSource, kind: int, qvec, group: int | None,
                        count: int, expansion: int | None = None) -> dict[int, float]:
     if group is None:
         return vectors.knn(kind, qvec, count, expansion)
+    if getattr(vectors, "filters_groups", False):     # the group filtered where they are
+        return vectors.knn(kind, qvec, count, expansion, group=group)  # type: ignore[call-arg]
     size = txn.count_type(group) if kind == KIND_CONCEPT else txn.count_predicate(group)
     if size == 0:
         return {}
@@ -287,7 +310,7 @@ def _vector_candidates(txn: Any, vectors: VectorIndex, kind: int, qvec, group: i
 
 # --- MODE "semantic" and "hybrid" ----------------------------------------------------------
 
-def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | None,
+def semantic(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None,
              limit: int, check: Callable[[], None] | None = None,
              expansion: int | None = None) -> list[tuple[int, float]]:
     """MODE "semantic": the best `limit` (id, score) by meaning alone, best first."""
@@ -299,13 +322,18 @@ def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | 
     qvec = vectors.query_vector(text)
     cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
                               expansion)
-    if group is not None and len(cand) and _needs_group_check(txn, kind, group):
+    if group is not None and len(cand) and _unfiltered(vectors) \
+            and _needs_group_check(txn, kind, group):
         cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
     check()
     out: list[tuple[int, float]] = []
     # Best first (the score grows with the cosine), so only the hits returned are checked
     # against the snapshot.
-    for n, cos in sorted(cand.items(), key=lambda kv: (-kv[1], kv[0])):
+    ranked = sorted(cand.items(), key=lambda kv: (-kv[1], kv[0]))
+    heads = getattr(txn, "prefetch_elements", None)
+    if heads is not None:               # (PostgreSQL: the heads checked below, at once)
+        heads([n for n, _ in ranked[:2 * limit]], ends=False)
+    for n, cos in ranked:
         # 1.0 only for the same meaning vector (the name as typed, give or take the int8
         # rounding of the index); anything else stays below it, as in keyword mode.
         score = 1.0 if cos >= SEM_SAME else min(0.99, max(0.0, (cos - SEM_LO)
@@ -319,7 +347,7 @@ def semantic(txn: Any, vectors: VectorIndex, kind: int, text: str, group: int | 
     return out
 
 
-def hybrid(txn: Any, lexical_vectors: VectorIndex, semantic_vectors: VectorIndex, kind: int,
+def hybrid(txn: Any, lexical_vectors: VectorSource, semantic_vectors: VectorSource, kind: int,
            text: str, group: int | None, limit: int,
            check: Callable[[], None] | None = None) -> list[tuple[int, float]]:
     """MODE "hybrid": keyword and semantic rankings fused (see the module doc)."""

@@ -81,6 +81,11 @@ def test_two_servers_share_one_database_and_lose_no_update(two_servers):
     assert "result" in b.kip('UPSERT { CONCEPT ?c { {type: "Person", name: "from_b"} } }')
     found = a.kip('FIND(?c.name) WHERE { ?c {type: "Person", name: "from_b"} }')
     assert "from_b" in json.dumps(found.get("result")), found
+    # SEARCH too: the vectors and postings are rows of the database, not an index in B.
+    assert "result" in b.kip('UPSERT { CONCEPT ?c { {type: "Person", name: "Wendeline '
+                             'Strobach"} } }')
+    hits = a.kip('SEARCH CONCEPT "wendelin strobach" LIMIT 3')
+    assert "Wendeline Strobach" in json.dumps(hits.get("result")), hits
 
     agents, each = 6, 10
     errors: list[dict] = []

@@ -1,0 +1,363 @@
+"""Vectors in the database on PostgreSQL: a pgvector table per embedder, HNSW-indexed.
+
+Owns the table of one vector index (the n-gram one, or the semantic one) on a
+`postgresql://` store, writing its rows inside the data's own write transaction, and
+answering nearest-neighbour and similarity questions with SQL in the reader's snapshot.
+The embedder stays in the engine: it embeds the texts, the database stores and searches
+the vectors.
+
+Why in the write transaction and not from a queue (as `vectors.VectorIndex` does beside
+LMDB): several servers may share the database, and an index kept in one process is stale
+as soon as another server commits. Rows written with the data are exactly as current as
+the data in every snapshot of every server: a SEARCH never waits for an indexer and never
+sees a vector its snapshot's data does not have.
+
+Table `nexus_vec_<hash of the embedder's name>` (a new embedder gets a new table, so a
+change of embedder never mixes vectors of two models):
+
+    space text, id bigint, slot smallint, kind smallint, grp bigint, embedding vector(dim)
+    PRIMARY KEY (space, id, slot)          — slots as in `vectors.SLOTS` (name, aliases,
+                                             "name: description")
+    INDEX (space, kind, grp, id)           — WITH TYPE: exact scoring over a small type
+    HNSW (embedding vector_cosine_ops) WHERE space = '<space>' AND kind = <kind>
+                                           — one partial index per space and kind, once
+                                             it holds INDEX_AT vectors
+
+Why partial HNSW indexes per space: pgvector (0.6) filters *after* the index scan, so one
+index over every space would return the neighbours of all spaces and keep those of this
+one, which with many spaces can be none. A partial index per space and kind holds only
+the vectors a query may return; the query names its space and kind as literals so that
+the planner can match the index's predicate. A space smaller than INDEX_AT has none: its
+few vectors are scored exactly (the planner reads them through the plain index and sorts),
+which is both exact and fast at that size, and a database of a thousand small spaces does
+not carry a thousand indexes. Leading with `space` keeps the table distributable like the
+others (`pg_spaces` copies and drops its rows with the space's).
+
+`complete` marks: a table is only trusted for a space when the vecq aux key `b"G"` lists
+it (written by a rebuild, in the same transaction as its rows). Every write keeps the
+tables of the embedders its server has; a write by a server that lacks one of the listed
+tables removes it from the list, so that a server with that embedder rebuilds it on open
+instead of trusting rows that missed a change.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any, Iterable
+
+import msgpack
+import numpy as np
+
+from .embed import Embedder
+from .text import element_doc
+from .vectors import SLOTS, doc_texts
+
+log = logging.getLogger("nexus.search")
+
+KEY_COMPLETE = b"G"         # vecq: msgpack list of the vector tables that are complete
+EF_MAX = 1000               # pgvector's bound on hnsw.ef_search
+WRITE_CHUNK = 2048          # elements embedded and inserted per statement
+INDEX_AT = 2000             # vectors of a space and kind past which they get an HNSW index
+INDEX_CHECK = 500           # vectors written by this process between two looks at that
+LOCK_TIMEOUT = "30s"        # building an index waits at most this long for a lock
+
+
+def table_name(embedder: Embedder) -> str:
+    return "nexus_vec_" + hashlib.sha1(embedder.name.encode()).hexdigest()[:12]
+
+
+def vector_literal(vec: np.ndarray) -> str:
+    """pgvector's text form of one vector."""
+    return vector_literals(np.asarray(vec)[None, :])[0]
+
+
+def vector_literals(vecs: np.ndarray) -> list[str]:
+    """pgvector's text form of each row of `vecs`, to 6 decimals (a cosine moves by less
+    than 1e-5; the text is half as long as float32's shortest form, and made faster)."""
+    return [str(row) for row in np.round(np.asarray(vecs, dtype=np.float64), 6).tolist()]
+
+
+def has_pgvector(conn: Any) -> bool:
+    """Whether the database has the `vector` extension, creating it when it is available
+    (and this role may)."""
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+        return True
+    if not conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+                        ).fetchone():
+        return False
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except Exception:  # noqa: BLE001 - no privilege, or created meanwhile
+        return bool(conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'"
+                                 ).fetchone())
+    return True
+
+
+class PgVectorTable:
+    """One vector index of one space, kept in a pgvector table (see the module doc)."""
+
+    def __init__(self, embedder: Embedder, space: str, prefix: str = "vectors") -> None:
+        self.embedder = embedder
+        self.prefix = prefix
+        self.space = space
+        self.table = table_name(embedder)
+        self.space_lit = "'" + space.replace("'", "''") + "'"
+        tag = hashlib.sha1(space.encode()).hexdigest()[:12]
+        self.index_names = [f"{self.table}_{tag}_{kind}" for kind in (0, 1)]
+        self.added = 0          # vectors written since the last `index_if_big`
+        self.indexed = False    # both kinds have their HNSW index (nothing more to look at)
+
+    # --- schema ----------------------------------------------------------------------------
+    def ensure(self, conn: Any) -> None:
+        """Create the table and its plain index where missing, and this space's HNSW indexes
+        when it is big enough (`index_if_big`); on an autocommit connection (catalog races
+        between servers doing it at once are retried)."""
+        t = self.table
+        ddl = [f"""CREATE TABLE IF NOT EXISTS {t} (
+                   space text NOT NULL, id bigint NOT NULL, slot smallint NOT NULL,
+                   kind smallint NOT NULL, grp bigint NOT NULL,
+                   embedding vector({int(self.embedder.dim)}) NOT NULL,
+                   PRIMARY KEY (space, id, slot))""",
+               f"CREATE INDEX IF NOT EXISTS {t}_grp ON {t} (space, kind, grp, id)"]
+        for attempt in range(3):
+            try:
+                for statement in ddl:
+                    conn.execute(statement)
+                break
+            except Exception as exc:  # noqa: BLE001 - a concurrent creation: retried
+                if attempt == 2 or ("already exists" not in str(exc)
+                                    and "duplicate key" not in str(exc)):
+                    raise
+        self.index_if_big(conn)
+
+    def index_if_big(self, conn: Any) -> None:
+        """Give each kind of this space that has INDEX_AT vectors or more its partial HNSW
+        index, built CONCURRENTLY (other spaces' writers are not blocked meanwhile). A
+        smaller one needs none: its vectors are scored exactly, through the plain index,
+        faster than an HNSW scan would find them; and a database of many small spaces
+        carries no index per space (each partial index costs every insert a predicate
+        check and every plan a proof). Failures are logged and retried later."""
+        self.added = 0
+        if self.indexed:
+            return
+        valid = {name: ok for name, ok in conn.execute(
+            "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname = ANY(%s)",
+            (self.index_names,)).fetchall()}
+        done = 0
+        at = INDEX_AT
+        for kind, name in enumerate(self.index_names):
+            if valid.get(name):
+                done += 1
+                continue
+            big = conn.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {self.table} WHERE space = %s "
+                f"AND kind = %s LIMIT %s) AS x", (self.space, kind, at)).fetchone()
+            if not big or big[0] < at:
+                continue
+            try:
+                conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+                if name in valid:           # left invalid by a failed build
+                    conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+                conn.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON "
+                             f"{self.table} USING hnsw (embedding vector_cosine_ops) "
+                             f"WHERE space = {self.space_lit} AND kind = {kind}")
+                done += 1
+            except Exception as exc:  # noqa: BLE001 - e.g. another server builds it now
+                log.warning("search: the HNSW index %s was not built (%s); exact scoring "
+                            "meanwhile", name, str(exc).splitlines()[0])
+            finally:
+                conn.execute("RESET lock_timeout")
+        self.indexed = done == len(self.index_names)
+
+    # --- writes (inside the data's write transaction) --------------------------------------
+    def write(self, txn: Any, changed: list[int], gone: list[int]) -> None:
+        """Replace the rows of `changed` (from `txn`'s view of them) and delete those of
+        `gone`, a chunk of elements at a time (a bulk load's vectors are never all held)."""
+        run_all(txn, self.statements(txn, changed[:WRITE_CHUNK], gone))
+        for i in range(WRITE_CHUNK, len(changed), WRITE_CHUNK):
+            run_all(txn, self.statements(txn, changed[i:i + WRITE_CHUNK], []))
+
+    def statements(self, txn: Any, changed: list[int], gone: list[int]
+                   ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The statements of `write` (the caller may pipeline them with others')."""
+        out: list[tuple[str, tuple[Any, ...]]] = []
+        doomed = list(dict.fromkeys([*changed, *gone]))
+        if doomed:
+            out.append((f"DELETE FROM {self.table} WHERE space = %s AND id = ANY(%s)",
+                        (self.space, doomed)))
+        for i in range(0, len(changed), WRITE_CHUNK):
+            insert = self.insert(self.docs(txn, changed[i:i + WRITE_CHUNK]))
+            if insert is not None:
+                out.append(insert)
+        return out
+
+    def docs(self, txn: Any, ids: Iterable[int]) -> list[tuple[int, int, int, list[str]]]:
+        """(id, kind, group, texts) of the elements `ids` that exist in `txn`."""
+        ids = list(ids)
+        prefetch = getattr(txn, "prefetch_elements", None)
+        if prefetch is not None:
+            prefetch(ids)
+        out = []
+        for n in ids:
+            doc = element_doc(txn, n)
+            if doc is not None:
+                texts = doc_texts(doc, self.embedder)
+                if texts:
+                    out.append((n, doc.kind, doc.group, texts))
+        return out
+
+    def insert(self, docs: list[tuple[int, int, int, list[str]]]
+               ) -> tuple[str, tuple[Any, ...]] | None:
+        """The INSERT of `docs`' vectors (embedded here), or None when they have none."""
+        ids: list[int] = []
+        slots: list[int] = []
+        kinds: list[int] = []
+        groups: list[int] = []
+        texts: list[str] = []
+        for n, kind, group, ts in docs:
+            for slot, text in enumerate(ts):
+                ids.append(n)
+                slots.append(slot)
+                kinds.append(kind)
+                groups.append(group)
+                texts.append(text)
+        if not texts:
+            return None
+        vecs = self.embedder.embed(texts)
+        self.added += len(texts)
+        lits = vector_literals(vecs)
+        return (f"INSERT INTO {self.table} (space, id, slot, kind, grp, embedding) "
+                f"SELECT %s, i, s, k, g, e::vector FROM unnest(%s::bigint[], "
+                f"%s::smallint[], %s::smallint[], %s::bigint[], %s::text[]) "
+                f"AS u(i, s, k, g, e)", (self.space, ids, slots, kinds, groups, lits))
+
+    def clear(self, txn: Any) -> None:
+        txn.run(f"DELETE FROM {self.table} WHERE space = %s", (self.space,))
+
+    # --- reads (in the reader's snapshot) -------------------------------------------------
+    def bind(self, txn: Any) -> BoundVectors:
+        return BoundVectors(self, txn)
+
+    def count(self, txn: Any) -> int:
+        row = txn.one(f"SELECT count(*) FROM {self.table} WHERE space = %s", (self.space,))
+        return int(row[0]) if row else 0
+
+    def ids(self, txn: Any) -> set[int]:
+        return {int(r[0]) for r in txn.rows(
+            f"SELECT DISTINCT id FROM {self.table} WHERE space = %s", (self.space,))}
+
+
+    def stored(self, txn: Any, ids: list[int]) -> dict[int, dict[int, np.ndarray]]:
+        """id → slot → stored vector, for the elements `ids` (a deep check)."""
+        out: dict[int, dict[int, np.ndarray]] = {}
+        for n, slot, vec in txn.rows(
+                f"SELECT id, slot, embedding::real[] FROM {self.table} "
+                f"WHERE space = %s AND id = ANY(%s) ORDER BY id, slot", (self.space, ids)):
+            out.setdefault(int(n), {})[int(slot)] = np.asarray(vec, dtype=np.float32)
+        return out
+
+
+class BoundVectors:
+    """A `PgVectorTable` read in one transaction's snapshot: what `query` asks of a vector
+    index (`query.VectorSource`), each question one SQL statement."""
+
+    filters_groups = True       # knn takes the WITH TYPE group and filters in SQL
+
+    def __init__(self, table: PgVectorTable, txn: Any) -> None:
+        self.table = table
+        self.txn = txn
+        self.embedder = table.embedder
+
+    def query_vector(self, text: str) -> np.ndarray:
+        embed_query = getattr(self.embedder, "embed_query", None)
+        if embed_query is not None:
+            return np.asarray(embed_query(text), dtype=np.float32)
+        return self.embedder.embed([text])[0]
+
+    def knn(self, kind: int, qvec: np.ndarray, count: int, expansion: int | None = None,
+            group: int | None = None) -> dict[int, float]:
+        """id → similarity in [0, 1] of the `count` nearest vectors (best slot per id): one
+        statement, `ORDER BY embedding <=> q LIMIT count` over this space's HNSW index, the
+        WITH TYPE group (if any) filtered in the same statement — the planner then picks
+        the HNSW scan for a common group and the (space, kind, grp) index with an exact
+        sort for a rare one."""
+        from .vectors import EXPANSION_SEARCH
+        t = self.table
+        ef = min(EF_MAX, max(count, expansion or EXPANSION_SEARCH))
+        where = f"space = {t.space_lit} AND kind = {int(kind)}"
+        params: list[Any] = [vector_literal(qvec)]
+        if group is not None:
+            where += " AND grp = %s"
+            params.append(group)
+        params.append(count)
+        rows = self._with_ef(
+            ef, f"SELECT id, embedding <=> q.v FROM {t.table}, (SELECT %s::vector AS v) AS q "
+            f"WHERE {where} ORDER BY embedding <=> q.v LIMIT %s", params)
+        return _best(rows)
+
+    def _with_ef(self, ef: int, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Rows of `sql` with the HNSW search breadth `ef` for this transaction: the setting
+        and the query pipelined (one round trip)."""
+        from nexus.store.pg_conn import call
+        txn = self.txn
+        conn = txn.conn
+        if conn is None:                # (ended: the transaction's own error)
+            return txn.rows(sql, params)
+
+        def go() -> list[tuple[Any, ...]]:
+            with conn.pipeline():
+                conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+                cur = conn.execute(sql, params)
+            return cur.fetchall()
+        return call(go, txn.host.where, txn.writing)
+
+    def similarity(self, kind: int, qvec: np.ndarray, ids: list[int]) -> dict[int, float]:
+        """Exact similarity of `qvec` to each id's best slot (ids without vectors: absent)."""
+        if not ids:
+            return {}
+        t = self.table
+        rows = self.txn.rows(
+            f"SELECT id, min(embedding <=> %s::vector) FROM {t.table} "
+            f"WHERE space = %s AND kind = %s AND id = ANY(%s) GROUP BY id",
+            (vector_literal(qvec), t.space, kind, list(ids)))
+        return _best(rows)
+
+
+def run_all(txn: Any, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+    """Run `statements` in `txn`, pipelined (one round trip)."""
+    if not statements:
+        return
+    conn = txn.conn
+    if conn is None or len(statements) == 1:
+        for sql, params in statements:
+            txn.run(sql, params)
+        return
+    from nexus.store.pg_conn import call
+
+    def go() -> None:
+        with conn.pipeline():
+            for sql, params in statements:
+                conn.execute(sql, params)
+    call(go, txn.host.where, txn.writing)
+
+
+def _best(rows: list[tuple[Any, ...]]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for n, dist in rows:
+        sim = 1.0 - float(dist)
+        if sim > out.get(n, -1.0):
+            out[n] = sim
+    return {int(n): min(1.0, max(0.0, s)) for n, s in out.items()}
+
+
+def read_complete(txn: Any) -> list[str]:
+    raw = txn.aux("vecq").get(KEY_COMPLETE)
+    return list(msgpack.unpackb(bytes(raw))) if raw is not None else []
+
+
+def write_complete(txn: Any, tables: list[str]) -> None:
+    txn.aux("vecq").put(KEY_COMPLETE, msgpack.packb(sorted(set(tables))))
+
+
+__all__ = ["PgVectorTable", "BoundVectors", "has_pgvector", "table_name", "SLOTS"]
