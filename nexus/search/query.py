@@ -43,7 +43,7 @@ With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
   their semantic score from the exact cosines of their own vectors (a few dozen at most),
   so a hit's fused score does not depend on whether the approximate neighbourhood found it:
   at 100k (bench/RESULTS.md, "SEARCH at 100k") this lifted hybrid's recall@5 on typos with
-  two edits from 0.61 to 0.85 and on description words from 0.40 to 0.90, where scoring a
+  two edits from 0.61 to 0.83 and on description words from 0.40 to 0.90, where scoring a
   missing side as 0 let semantic near-misses push the named element out. Its two
   nearest-neighbour searches run narrower than the index's 256 (HYBRID_EXPANSION for the
   n-gram one, HYBRID_SEM_EXPANSION for the semantic one, which now only has to bring the
@@ -77,7 +77,7 @@ MIN_SCORE = 0.1             # below this a hit shares no more than noise with th
 SEM_LO, SEM_HI = 0.0, 0.60  # semantic: cosines mapped onto [0, 1] (see the module doc)
 SEM_SAME = 0.995            # semantic: a cosine this close to 1 is the same text
 W_SEM_MIN, W_SEM_MAX = 0.3, 0.9   # hybrid: the bounds of the semantic weight
-HYBRID_EXPANSION = 128      # hybrid: the HNSW search breadth of its keyword ranking
+HYBRID_EXPANSION = 96       # hybrid: the HNSW search breadth of its keyword ranking
 HYBRID_SEM_EXPANSION = 64   # ... and of its semantic one (see the module doc)
 
 
