@@ -51,6 +51,7 @@ from usearch.index import Index
 
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
+from .layered import LayeredIndex
 from .text import KIND_CONCEPT, KIND_LINK, Doc
 
 log = logging.getLogger("nexus.search")
@@ -113,7 +114,11 @@ class VectorIndex:
         self.waiters = 0          # readers waiting in wait() (the indexer then starts at once)
         self._pause_lock = threading.Lock()
 
-    def _new(self) -> Index:
+    def _new(self) -> LayeredIndex:
+        """A fresh, empty index of one kind (in memory until saved; see `layered`)."""
+        return LayeredIndex(self._usearch)
+
+    def _usearch(self) -> Index:
         # Measured on 212k name vectors of the 100k-concept bench graph (typo queries, is
         # the target among the 40 neighbours; exact search: 0.995): expansion_add 48 builds
         # twice as fast but its graph strands typo'd queries in the wrong region (0.88 even
@@ -380,6 +385,8 @@ class VectorIndex:
                 return
             try:
                 for ix, path in zip(self.indexes, files):
+                    if ix.unchanged_since_saved(path):
+                        continue                # mapped from that file: nothing to write
                     ix.save(path + ".tmp")
                     os.replace(path + ".tmp", path)
                 meta = {"format": FORMAT, "embedder": self.embedder.name,
@@ -399,6 +406,19 @@ class VectorIndex:
                                "`kip reindex` rebuilds the index.") from None
             self.saved_seq = self.applied_seq
             self.unsaved = 0
+            self._remap(files)
+
+    def _remap(self, files: list[str]) -> None:
+        """After a save: map each index from the file just written, freeing its in-memory
+        copy (`layered`); one that cannot be mapped stays in memory, as it was."""
+        for ix, path in zip(self.indexes, files):
+            if ix.unchanged_since_saved(path):
+                continue
+            try:
+                ix.remap(path)
+            except (OSError, RuntimeError, ValueError) as exc:
+                log.warning("vector index %s not memory-mapped (%s); kept in memory",
+                            path, exc)
 
     def open(self, store: Any, write: Callable[[], ContextManager[Any]],
              progress: Callable | None = None) -> str:
@@ -454,9 +474,9 @@ class VectorIndex:
                 return None
             loaded = []
             for path in files:
-                ix = self._new()
-                ix.load(path)
-                ix.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # settable in C
+                # Memory-mapped, not read into the heap (`layered`: changes go to a delta).
+                ix = LayeredIndex.mapped(self._usearch, path)
+                ix.expansion_search = EXPANSION_SEARCH
                 loaded.append(ix)
         except (OSError, ValueError, RuntimeError) as exc:
             if os.path.exists(meta_path):
