@@ -30,7 +30,8 @@ is the delta of the writes since.
 """
 from __future__ import annotations
 
-import os
+import contextlib
+import mmap
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -52,6 +53,7 @@ class LayeredIndex:
         self._make = make               # a fresh, empty, mutable usearch index
         self.delta: Index = make()      # full layout: every vector; mapped: the changes
         self.base: Index | None = None  # the saved file, mapped read-only (mapped layout)
+        self._map: mmap.mmap | None = None  # ... through this mapping (it must outlive base)
         self.path: str | None = None    # the file `base` maps
         self.hidden: set[int] = set()   # keys of `base` removed or replaced since
         self.vecs: dict[int, np.ndarray] = {}   # the delta's vectors, float32 (mapped only)
@@ -68,13 +70,19 @@ class LayeredIndex:
 
     def remap(self, path: str) -> None:
         """Map the file at `path` (just saved from this index) and drop the in-memory copy."""
+        with open(path, "rb") as f:
+            mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
         base = self._make()
-        if not os.path.isfile(path):
-            raise OSError(f"no index file at {path}")
-        base.view(path)
+        base.view(mapping)
+        # Mapping the file made usearch read every node's header (to find where each node
+        # starts): drop those pages from this process's page tables — they stay in the page
+        # cache, and what searches touch comes back on demand.
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            mapping.madvise(mmap.MADV_DONTNEED)
         if self._expansion is not None:
             base.expansion_search = self._expansion     # type: ignore[misc]  # settable in C
-        self.base, self.path = base, path
+        self._unmap()
+        self.base, self._map, self.path = base, mapping, path
         self.delta = self._fresh()
         self.hidden = set()
         self.vecs = {}
@@ -93,10 +101,19 @@ class LayeredIndex:
         if self.vecs:
             keys = np.fromiter(self.vecs, dtype=np.uint64, count=len(self.vecs))
             full.add(keys, np.stack(list(self.vecs.values())))
-        self.base, self.path = None, None
+        self._unmap()
         self.delta = full
         self.hidden = set()
         self.vecs = {}
+
+    def _unmap(self) -> None:
+        # usearch keeps no reference to the buffer it views: the view goes first, then the
+        # mapping (unmapping under a live view would crash its next read).
+        self.base, self.path = None, None
+        self._map = None
+
+    def __del__(self) -> None:
+        self._unmap()
 
     @property
     def is_mapped(self) -> bool:
