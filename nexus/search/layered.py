@@ -13,8 +13,8 @@ that `vectors` uses (`len`, `add`, `remove`, `contains`, `get`, `search`, `keys`
   index (`delta`, same metric and quantisation, so scores are the same as in the base), and
   the base's keys that were removed or replaced in `hidden`. Every read merges the two:
   a hidden key is never returned, a delta key always is. `search` asks the base for
-  `count` neighbours, and when hidden keys took some of those places asks again for
-  `count + len(hidden)` — what a search of one index holding exactly the live vectors
+  `count` neighbours, and when hidden keys took some of those places asks again for twice
+  as many, up to `count + len(hidden)` — what a search of one index holding exactly the live vectors
   would have found (usearch's own `remove` likewise leaves a removed node in the graph and
   filters it out of the results).
 * **full** — every vector in one in-memory usearch index (no file yet, a rebuild, a bulk
@@ -37,7 +37,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from usearch.index import Index
 
-DELTA_MAX = 4096        # delta + hidden keys of a mapped index before it materialises
+DELTA_MAX = 8192        # delta + hidden keys of a mapped index before it materialises
 
 
 class Found(NamedTuple):
@@ -221,11 +221,11 @@ class LayeredIndex:
                 if self.hidden:
                     keep = ~self._hidden_mask(keys)
                     keys, dists = keys[keep], dists[keep]
-                # Hidden keys took places: ask once more, for enough neighbours that even
-                # every hidden key among them leaves `count` live ones.
+                # Hidden keys took places: ask again for twice as many, up to enough
+                # neighbours that even every hidden key among them leaves `count` live ones.
                 if len(keys) >= count or k >= total or k >= count + len(self.hidden):
                     break
-                k = min(total, count + len(self.hidden))
+                k = min(total, count + len(self.hidden), 2 * k)
             parts_k.append(keys)
             parts_d.append(dists)
         if not parts_k:

@@ -62,6 +62,8 @@ EXPANSION_SEARCH = 256
 FORMAT = 1
 SAVE_EVERY = 50_000          # changed vectors between periodic saves
 SAVE_SECONDS = 300.0         # ... or this long after the first unsaved change
+REMAP_SECONDS = 5.0          # ... or, once an index left its mapped file, this long after it
+#                              while nothing is queued (`layered`: saved, it is mapped again)
 ADD_CHUNK = 2048             # vectors embedded and inserted per lock hold
 ADD_THREADS = 2              # usearch insertion threads
 IDLE_SECONDS = 5.0           # the indexer looks for work (and a due save) this often anyway
@@ -370,7 +372,10 @@ class VectorIndex:
     def maybe_save(self) -> None:
         if self.dir is None or not self.unsaved:
             return
-        if self.unsaved >= SAVE_EVERY or time.monotonic() - self.first_unsaved > SAVE_SECONDS:
+        since = time.monotonic() - self.first_unsaved
+        if self.unsaved >= SAVE_EVERY or since > SAVE_SECONDS or (
+                since > REMAP_SECONDS and self.backlog == 0
+                and not all(ix.is_mapped for ix in self.indexes)):
             self.save()
 
     # --- persistence ---------------------------------------------------------------------
