@@ -21,9 +21,9 @@ that `vectors` uses (`len`, `add`, `remove`, `contains`, `get`, `search`, `keys`
   catch-up): the layout the index always had before.
 
 The delta is bounded: past DELTA_MAX keys (delta + hidden) the index *materialises* — the
-saved file is loaded into memory, the hidden keys removed and the delta's vectors added
-(kept as float32 for that, so they are quantised once, as in a full index) — and is full
-from then on. `save(path)` writes a full index (materialising a mapped one that changed; an
+saved file is loaded into memory, the hidden keys removed and the delta's vectors added (as
+the int8 vectors the delta stores: usearch takes them as they are, so nothing is quantised
+twice) — and is full from then on. `save(path)` writes a full index (materialising a mapped one that changed; an
 unchanged mapped one is already its file) and `remap(path)` then maps the saved file again,
 freeing the in-memory copy: after every save the index is mapped, and the memory it holds
 is the delta of the writes since.
@@ -31,6 +31,8 @@ is the delta of the writes since.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import mmap
 from typing import Any, Callable, NamedTuple
 
@@ -56,7 +58,6 @@ class LayeredIndex:
         self._map: mmap.mmap | None = None  # ... through this mapping (it must outlive base)
         self.path: str | None = None    # the file `base` maps
         self.hidden: set[int] = set()   # keys of `base` removed or replaced since
-        self.vecs: dict[int, np.ndarray] = {}   # the delta's vectors, float32 (mapped only)
         self._expansion: int | None = None
 
     # --- layouts -------------------------------------------------------------------------
@@ -85,7 +86,7 @@ class LayeredIndex:
         self.base, self._map, self.path = base, mapping, path
         self.delta = self._fresh()
         self.hidden = set()
-        self.vecs = {}
+        _trim()                 # the in-memory copy just freed: give its pages back
 
     def materialise(self) -> None:
         """Switch to the full layout: the saved file loaded, the changes applied to it."""
@@ -98,13 +99,12 @@ class LayeredIndex:
             full.expansion_search = self._expansion     # type: ignore[misc]
         if self.hidden:
             full.remove(np.fromiter(self.hidden, dtype=np.uint64, count=len(self.hidden)))
-        if self.vecs:
-            keys = np.fromiter(self.vecs, dtype=np.uint64, count=len(self.vecs))
-            full.add(keys, np.stack(list(self.vecs.values())))
+        if len(self.delta):
+            keys = np.asarray(self.delta.keys, dtype=np.uint64)
+            full.add(keys, np.asarray(self.delta.get(keys), dtype=np.int8).reshape(len(keys), -1))
         self._unmap()
         self.delta = full
         self.hidden = set()
-        self.vecs = {}
 
     def _unmap(self) -> None:
         # usearch keeps no reference to the buffer it views: the view goes first, then the
@@ -156,12 +156,8 @@ class LayeredIndex:
 
     def add(self, keys: np.ndarray, vectors: np.ndarray, threads: int = 0) -> None:
         self.delta.add(keys, vectors, threads=threads)
-        if self.base is not None:
-            vectors = np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1)
-            for key, vec in zip(np.asarray(keys, dtype=np.uint64).tolist(), vectors):
-                self.vecs[key] = vec.copy()
-            if len(self.vecs) + len(self.hidden) > DELTA_MAX:
-                self.materialise()
+        if self.base is not None and len(self.delta) + len(self.hidden) > DELTA_MAX:
+            self.materialise()
 
     def remove(self, keys: np.ndarray) -> None:
         """Remove `keys` (each present: `contains` said so)."""
@@ -172,15 +168,12 @@ class LayeredIndex:
         in_delta = np.asarray(self.delta.contains(keys), dtype=bool) if len(self.delta) \
             else np.zeros(len(keys), dtype=bool)
         if in_delta.any():
-            gone = keys[in_delta]
-            self.delta.remove(gone)
-            for key in gone.tolist():
-                self.vecs.pop(key, None)
+            self.delta.remove(keys[in_delta])
         rest = keys[~in_delta]
         if len(rest):
             in_base = rest[np.asarray(self.base.contains(rest), dtype=bool)]
             self.hidden.update(in_base.tolist())
-        if len(self.vecs) + len(self.hidden) > DELTA_MAX:
+        if len(self.delta) + len(self.hidden) > DELTA_MAX:
             self.materialise()
 
     def get(self, keys: np.ndarray) -> np.ndarray:
@@ -258,7 +251,7 @@ class LayeredIndex:
 
     def memory_usage(self) -> int:
         """Bytes of the in-memory part (the mapped file is not counted)."""
-        return int(self.delta.memory_usage) + sum(v.nbytes for v in self.vecs.values())
+        return int(self.delta.memory_usage)
 
     def _hidden_mask(self, keys: np.ndarray) -> np.ndarray:
         return np.isin(keys, np.fromiter(self.hidden, dtype=np.uint64,
@@ -267,3 +260,21 @@ class LayeredIndex:
 
 def _rows(got: Any, n: int) -> np.ndarray:
     return np.asarray(got, dtype=np.float32).reshape(n, -1)
+
+
+def _libc_trim() -> Callable[[int], Any] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], Any] = libc.malloc_trim
+        return trim
+    except (OSError, AttributeError):       # not glibc
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def _trim() -> None:
+    """Return freed heap pages to the system (glibc keeps them otherwise)."""
+    if _TRIM is not None:
+        _TRIM(0)
