@@ -55,7 +55,7 @@ class LayeredIndex:
         self._make = make               # a fresh, empty, mutable usearch index
         self.delta: Index = make()      # full layout: every vector; mapped: the changes
         self.base: Index | None = None  # the saved file, mapped read-only (mapped layout)
-        self._map: mmap.mmap | None = None  # ... through this mapping (it must outlive base)
+        self._map: memoryview | None = None  # ... through this mapping (it must outlive base)
         self.path: str | None = None    # the file `base` maps
         self.hidden: set[int] = set()   # keys of `base` removed or replaced since
         self._expansion: int | None = None
@@ -74,7 +74,8 @@ class LayeredIndex:
         with open(path, "rb") as f:
             mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
         base = self._make()
-        base.view(mapping)
+        view = memoryview(mapping)      # (holds the mapping open while it is referenced)
+        base.view(view)
         # Mapping the file made usearch read every node's header (to find where each node
         # starts): drop those pages from this process's page tables — they stay in the page
         # cache, and what searches touch comes back on demand.
@@ -83,7 +84,7 @@ class LayeredIndex:
         if self._expansion is not None:
             base.expansion_search = self._expansion     # type: ignore[misc]  # settable in C
         self._unmap()
-        self.base, self._map, self.path = base, mapping, path
+        self.base, self._map, self.path = base, view, path
         self.delta = self._fresh()
         self.hidden = set()
         _trim()                 # the in-memory copy just freed: give its pages back
@@ -181,15 +182,15 @@ class LayeredIndex:
         usearch returns them; `vectors.similarity` normalises them anyway)."""
         keys = np.asarray(keys, dtype=np.uint64)
         if self.base is None:
-            return _rows(self.delta.get(keys, dtype=np.float32), len(keys))
+            return _rows(self.delta.get(keys, dtype="f32"), len(keys))
         out = np.zeros((len(keys), self.delta.ndim), dtype=np.float32)
         in_delta = np.asarray(self.delta.contains(keys), dtype=bool) if len(self.delta) \
             else np.zeros(len(keys), dtype=bool)
         if in_delta.any():
-            out[in_delta] = _rows(self.delta.get(keys[in_delta], dtype=np.float32),
+            out[in_delta] = _rows(self.delta.get(keys[in_delta], dtype="f32"),
                                   int(in_delta.sum()))
         if (~in_delta).any():
-            out[~in_delta] = _rows(self.base.get(keys[~in_delta], dtype=np.float32),
+            out[~in_delta] = _rows(self.base.get(keys[~in_delta], dtype="f32"),
                                    int((~in_delta).sum()))
         return out
 

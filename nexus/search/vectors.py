@@ -62,8 +62,8 @@ EXPANSION_SEARCH = 256
 FORMAT = 1
 SAVE_EVERY = 50_000          # changed vectors between periodic saves
 SAVE_SECONDS = 300.0         # ... or this long after the first unsaved change
-REMAP_SECONDS = 5.0          # ... or, once an index left its mapped file, this long after it
-#                              while nothing is queued (`layered`: saved, it is mapped again)
+REMAP_SECONDS = 5.0          # ... or, when an index left its mapped file, once no vector
+#                              changed for this long (`layered`: saved, it is mapped again)
 ADD_CHUNK = 2048             # vectors embedded and inserted per lock hold
 ADD_THREADS = 2              # usearch insertion threads
 IDLE_SECONDS = 5.0           # the indexer looks for work (and a due save) this often anyway
@@ -108,6 +108,7 @@ class VectorIndex:
         self.needs_rebuild = False
         self.unsaved = 0
         self.first_unsaved = 0.0
+        self.last_change = 0.0
         self.store: Any = None
         self.indexer: Indexer | None = None
         self.error: BaseException | None = None   # the indexer's last failure (logged)
@@ -365,16 +366,18 @@ class VectorIndex:
                     self._dirty(len(chunk))
 
     def _dirty(self, count: int) -> None:
+        now = time.monotonic()
         if not self.unsaved:
-            self.first_unsaved = time.monotonic()
+            self.first_unsaved = now
         self.unsaved += count
+        self.last_change = now
 
     def maybe_save(self) -> None:
         if self.dir is None or not self.unsaved:
             return
-        since = time.monotonic() - self.first_unsaved
-        if self.unsaved >= SAVE_EVERY or since > SAVE_SECONDS or (
-                since > REMAP_SECONDS and self.backlog == 0
+        now = time.monotonic()
+        if self.unsaved >= SAVE_EVERY or now - self.first_unsaved > SAVE_SECONDS or (
+                now - self.last_change > REMAP_SECONDS
                 and not all(ix.is_mapped for ix in self.indexes)):
             self.save()
 
@@ -551,11 +554,11 @@ class VectorIndex:
             if expansion is None:
                 m = ix.search(qvec, min(count, len(ix)))
             else:
-                ix.expansion_search = expansion  # type: ignore[misc]  # settable in C
+                ix.expansion_search = expansion
                 try:
                     m = ix.search(qvec, min(count, len(ix)))
                 finally:
-                    ix.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+                    ix.expansion_search = EXPANSION_SEARCH
             keys, dists = m.keys, m.distances
         out: dict[int, float] = {}
         for key, dist in zip(keys.tolist(), dists.tolist()):
