@@ -250,6 +250,7 @@ class LayeredIndex:
         return (self.base is not None and self.path == path and not self.hidden
                 and not len(self.delta))
 
+    @property
     def memory_usage(self) -> int:
         """Bytes of the in-memory part (the mapped file is not counted)."""
         return int(self.delta.memory_usage)
