@@ -14,7 +14,7 @@ file — shared page cache the kernel may drop), and VmHWM (the peak). Phases:
 1. fresh — as soon as /healthz answers;
 2. after one SEARCH (the default mode: hybrid when the database has a semantic embedder)
    and a few FINDs;
-3. after `--searches` more SEARCHes (names read from the database, every other one with a
+3. after `--searches` more SEARCHes (names of its Drug concepts, every other one with a
    typo, default mode);
 4. after a load: `--load` new concepts (their own type) with descriptions and two links each,
    sent as UPSERT commands of 500 blocks over HTTP (`bench.loader.upsert_batches`), right
@@ -125,13 +125,13 @@ def run(args) -> list[tuple[str, dict[str, float], str]]:
     try:
         rows.append(("fresh (/healthz answers)", status(proc.pid), ""))
         names = [r for r in kip(None, 'FIND(?d.name) WHERE { ?d {type: "Drug"} } LIMIT :n',
-                                n=max(args.searches, 10))]            # type: ignore[union-attr]
+                                n=max(args.searches, 10))]
         hits = kip(None, "SEARCH CONCEPT :q LIMIT 10", q=typo(str(names[1]), 1))
         kip(None, 'FIND(?s.name) WHERE { ?d {type: "Drug", name: :n} (?d, "treats", ?s) }',
             n=names[0])
         kip(None, 'FIND(COUNT(?d)) WHERE { ?d {type: "Drug"} }')
         rows.append(("after 1 SEARCH and 3 FINDs", status(proc.pid),
-                     f"top hit {hits[0]['name']!r} for {typo(str(names[1]), 1)!r}"))  # type: ignore[index]
+                     f"top hit {hits[0]['name']!r} for {typo(str(names[1]), 1)!r}"))
         t0 = time.perf_counter()
         for i in range(args.searches):
             kip(None, "SEARCH CONCEPT :q LIMIT 10", q=typo(str(names[i % len(names)]), i))
@@ -169,7 +169,7 @@ def run(args) -> list[tuple[str, dict[str, float], str]]:
             found = kip(None, "SEARCH CONCEPT :q LIMIT 3", q=typo(last, 1))
             rows.append((f"after the load, {args.settle:.0f} s later", status(proc.pid),
                          f"peak VmRSS while settling {peak:.0f} MB; SEARCH {typo(last, 1)!r}"
-                         f" → {found[0]['name']!r}"))                  # type: ignore[index]
+                         f" → {found[0]['name']!r}"))
     finally:
         proc.terminate()
         try:
