@@ -140,12 +140,19 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
     the maps the session wrote are read and compared)."""
     if before is None:
         return make_change(n, None, pre_image(inner, n))
-    # Neither repointed nor deleted by the session (the recorder says): the head is the
-    # one it kept, not read again — a sweep's record costs no read per element.
-    head = before.head if not before.moved else inner.head(n)
-    if head is None:
-        assert before.attributes is not None and before.metadata is not None
-        return make_change(n, PreImage(before.head, before.attributes, before.metadata), None)
+    # Neither repointed nor deleted by the session (the recorder says): the head is
+    # unchanged, not read — a sweep's record costs no read per element (and the recorder
+    # may not have read it either: `Before.head`).
+    head_was = None
+    if before.moved:
+        assert before.head is not None         # (the recorder reads it before a move)
+        head = inner.head(n)
+        if head is None:
+            assert before.attributes is not None and before.metadata is not None
+            return make_change(n, PreImage(before.head, before.attributes, before.metadata),
+                               None)
+        if head != before.head:
+            head_was = encode_head(before.head)
     # The maps as the session left them: kept by the recorder as it wrote them, else read.
     meta = before.metadata_now
     if meta is None:
@@ -156,8 +163,7 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
         if attributes is None:
             attributes = inner.attributes(n)
         attributes_delta = _delta(before.attributes, attributes)
-    return [n, "u", None if before.head == head else encode_head(before.head),
-            attributes_delta,
+    return [n, "u", head_was, attributes_delta,
             None if before.metadata is None else _delta(before.metadata, meta),
             meta.get("_version")]
 
