@@ -17,6 +17,7 @@ Owns the execution of `UPDATE ?target SET ATTRIBUTES {…} SET METADATA {…} WH
 from __future__ import annotations
 
 import math
+from itertools import islice
 from typing import Any, Callable, Mapping
 
 from ..errors import ErrorCode, KipError
@@ -30,6 +31,7 @@ from .upsert import literal
 
 Params = Mapping[str, Any]
 CHUNK = 1024                # targets read, computed and written per store call
+SCAN_STEP = 4096            # links read from an index between two deadline checks
 
 
 @executes(A.Update)
@@ -104,17 +106,16 @@ def _predicate_scan(ctx: WriteContext, command: A.Update, limit: int | None
         return None                         # (the matcher answers the unknown name)
     ids: list[int] = []
     cap = ctx.limits.max_rows
-    want = limit if limit is not None else -1
-    for _, _, n in ctx.txn.links_of_predicate(pid):
-        ids.append(n)
-        if len(ids) == want:
+    links = ctx.txn.links_of_predicate(pid)
+    while limit is None or len(ids) < limit:
+        step = SCAN_STEP if limit is None else min(SCAN_STEP, limit - len(ids))
+        found = [n for _, _, n in islice(links, step)]
+        ids += found
+        if len(ids) > cap:
+            raise ctx.too_many_rows()
+        if len(found) < step:
             break
-        if not len(ids) & 4095:
-            ctx.check_deadline()
-            if len(ids) > cap:
-                raise ctx.too_many_rows()
-    if len(ids) > cap:
-        raise ctx.too_many_rows()
+        ctx.check_deadline()
     return ids, pid
 
 

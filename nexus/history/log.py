@@ -243,11 +243,24 @@ def append(ctx: "WriteContext") -> int | None:
         sum(1 for p in txn.before.values() if p is None) > BULK_INDEX
     fresh: list[list[int]] = [[r.start, r.stop] for r in txn.fresh if len(r)]
     loose_created: list[int] = []
+    before = txn.before
     with gc_paused():           # a change per element, no cycle: no full collection walks them
-        for n in sorted(txn.before):
-            pre = txn.before[n]
-            if pre is None and created_many:
-                loose_created.append(n)
+        for n in sorted(before):
+            pre = before[n]
+            if pre is None:
+                if created_many:
+                    loose_created.append(n)
+                    continue
+            elif (pre.attributes is None and pre.metadata is not None and not pre.moved
+                  and pre.metadata_now is not None):
+                # Metadata written and kept by the recorder, nothing else (an UPDATE
+                # sweep): `_change`, inline — this runs once per element.
+                old, meta = pre.metadata, pre.metadata_now
+                restore = {k: v for k, v in old.items() if k not in meta or meta[k] != v}
+                unset = [k for k in meta if k not in old]
+                changes.append([n, "u", None, None,
+                                [restore, unset] if restore or unset else None,
+                                meta.get("_version")])
                 continue
             change = _change(inner, n, pre)
             if change is not None:

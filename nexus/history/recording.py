@@ -224,11 +224,12 @@ class RecordingTxn(LoopBatches):
                 before.pop(n, None)
             raise
         if not self.bulk:
-            before = self.before
+            # Kept as they are, not copied: a batch writer hands its maps over (the
+            # protocol's `set_metadata_many`: built for the call, not changed after it).
             for n, metadata in items:
                 entry = before.get(n)
                 if entry is not None:
-                    entry.metadata_now = dict(metadata)
+                    entry.metadata_now = metadata
 
     def delete(self, n: int) -> bool:
         self._keep_attributes(n)        # a deletion is logged with the element's whole state
