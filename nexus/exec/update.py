@@ -5,7 +5,10 @@ Owns the execution of `UPDATE ?target SET ATTRIBUTES {…} SET METADATA {…} WH
 * the targets are the distinct elements bound to `?target` by the WHERE (the KQL matcher,
   `nexus.exec.kql.solutions`), at most LIMIT of them — read first (their ids only, so the
   scan never runs under its own writes), then written, all in the command's transaction:
-  atomic, like every command;
+  atomic, like every command. The sweep shape of RC11 §4.3, one predicate's links
+  (`WHERE { ?target (?s, "pred", ?o) }`), is read straight from the predicate's index in
+  the order the matcher would give (`_predicate_scan`), and, that predicate not being
+  `belongs_to_domain`, its links' heads are not read: they exist and are never protected;
 * a value is JSON, or an update expression — `ADD(a, b)`, `MUL(a, b)`, `CLAMP(x, lo, hi)`,
   `COALESCE(x, default)` over numbers, placeholders and paths on `?target` itself; an
   expression that meets `null` (outside COALESCE) or a non-number yields null and its key is
