@@ -5,7 +5,10 @@ Owns the execution of `UPDATE ?target SET ATTRIBUTES {…} SET METADATA {…} WH
 * the targets are the distinct elements bound to `?target` by the WHERE (the KQL matcher,
   `nexus.exec.kql.solutions`), at most LIMIT of them — read first (their ids only, so the
   scan never runs under its own writes), then written, all in the command's transaction:
-  atomic, like every command;
+  atomic, like every command. The sweep shape of RC11 §4.3, one predicate's links
+  (`WHERE { ?target (?s, "pred", ?o) }`), is read straight from the predicate's index in
+  the order the matcher would give (`_predicate_scan`), and, that predicate not being
+  `belongs_to_domain`, its links' heads are not read: they exist and are never protected;
 * a value is JSON, or an update expression — `ADD(a, b)`, `MUL(a, b)`, `CLAMP(x, lo, hi)`,
   `COALESCE(x, default)` over numbers, placeholders and paths on `?target` itself; an
   expression that meets `null` (outside COALESCE) or a non-number yields null and its key is
@@ -17,6 +20,7 @@ Owns the execution of `UPDATE ?target SET ATTRIBUTES {…} SET METADATA {…} WH
 from __future__ import annotations
 
 import math
+from itertools import islice
 from typing import Any, Callable, Mapping
 
 from ..errors import ErrorCode, KipError
@@ -30,6 +34,7 @@ from .upsert import literal
 
 Params = Mapping[str, Any]
 CHUNK = 1024                # targets read, computed and written per store call
+SCAN_STEP = 4096            # links read from an index between two deadline checks
 
 
 @executes(A.Update)
@@ -43,14 +48,18 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
         for entry in entries or ():
             writes.check_keys([entry.key], where, entry.pos)
     limit = literal(command.limit) if command.limit is not None else None
-    targets: list[int] = []
-    for (n,) in solutions(ctx, command.where, [command.target], params):
-        if n is None:
-            continue                        # ?target unbound in an OPTIONAL branch
-        targets.append(n)
-        if limit is not None and len(targets) >= limit:
-            break
-    txn = ctx.txn
+    scanned = _predicate_scan(ctx, command, limit)
+    if scanned is not None:
+        targets, pid = scanned
+    else:
+        pid = None
+        targets = []
+        for (n,) in solutions(ctx, command.where, [command.target], params):
+            if n is None:
+                continue                        # ?target unbound in an OPTIONAL branch
+            targets.append(n)
+            if limit is not None and len(targets) >= limit:
+                break
     set_attributes = _compile_entries(command.attributes)
     # A metadata sweep (the decay pattern) never needs the stored attributes: not read.
     read_attributes = bool(set_attributes) or _reads_attributes(command.metadata)
@@ -63,10 +72,54 @@ def run_update(ctx: WriteContext, command: A.Update, params: Params) -> tuple[di
         if set_attributes:
             updated = _update_rows(ctx, command, targets, set_attributes, check)
         else:
-            updated = _update_metadata(ctx, command, targets, read_attributes, check)
+            # Links of one predicate that is not `belongs_to_domain` are never protected
+            # (`protect.write_checker`), and exist (just read from the index): no head read.
+            heads = pid is None or (not ctx.privileged
+                                    and pid == ctx.txn.symbol_id("belongs_to_domain"))
+            updated = _update_metadata(ctx, command, targets, read_attributes, check, heads)
     if ctx.dry_run:
         return {"updated": 0, "matched": 0}, None
     return {"updated": updated, "matched": len(targets)}, None
+
+
+def _predicate_scan(ctx: WriteContext, command: A.Update, limit: int | None
+                    ) -> tuple[list[int], int] | None:
+    """The targets of the sweep shape of RC11 §4.3, `WHERE { ?target (?s, "pred", ?o) }`
+    (one predicate name, two distinct free ends): the predicate's links in its index's
+    order — the order the matcher's scan yields them in, so LIMIT keeps the same ones —
+    read straight from the index, with the matcher's row cap and deadline (and the
+    predicate id). None: another shape, left to the matcher (`solutions`)."""
+    if len(command.where) != 1:
+        return None
+    pattern = command.where[0]
+    if type(pattern) is not A.PropositionPattern or pattern.var != command.target:
+        return None
+    match = pattern.match
+    if type(match) is not A.PropositionMatch:
+        return None
+    predicate, subject, obj = match.predicate, match.subject, match.object
+    if (type(predicate) is not A.Predicate or predicate.hops is not None
+            or len(predicate.names) != 1 or type(predicate.names[0]) is not A.Literal
+            or type(subject) is not A.VarTerm or type(obj) is not A.VarTerm
+            or len({subject.name, obj.name, command.target}) != 3):
+        return None
+    name = predicate.names[0].value
+    pid = ctx.txn.symbol_id(name) if type(name) is str else None
+    if pid is None:
+        return None                         # (the matcher answers the unknown name)
+    ids: list[int] = []
+    cap = ctx.limits.max_rows
+    links = ctx.txn.links_of_predicate(pid)
+    while limit is None or len(ids) < limit:
+        step = SCAN_STEP if limit is None else min(SCAN_STEP, limit - len(ids))
+        found = [n for _, _, n in islice(links, step)]
+        ids += found
+        if len(ids) > cap:
+            raise ctx.too_many_rows()
+        if len(found) < step:
+            break
+        ctx.check_deadline()
+    return ids, pid
 
 
 def _update_rows(ctx: WriteContext, command: A.Update, targets: list[int],
@@ -100,30 +153,34 @@ def _update_rows(ctx: WriteContext, command: A.Update, targets: list[int],
 
 
 def _update_metadata(ctx: WriteContext, command: A.Update, targets: list[int],
-                     read_attributes: bool, check: Callable[[Any, dict | None], None]) -> int:
-    """SET METADATA alone (the decay sweep): a chunk at a time, each expression evaluated
-    over the chunk's column of maps (`_compile_column`), merged in place, then written in
-    one store call."""
+                     read_attributes: bool, check: Callable[[Any, dict | None], None],
+                     heads: bool = True) -> int:
+    """SET METADATA alone (the decay sweep): a chunk at a time, its maps read in one call,
+    each expression evaluated over the chunk's column of maps (`_compile_column`), merged
+    in place, then written in one store call. `heads=False`: the targets are known to
+    exist and to be unprotected (`_predicate_scan`), their heads are not read."""
     txn = ctx.txn
     entries = [(e.key, _compile_column(e.value) if isinstance(e.value, (A.UpdateCall, A.Path))
                 else None, None if isinstance(e.value, (A.UpdateCall, A.Path))
                 else literal(e.value)) for e in command.metadata or ()]
     # A plain JSON value (null included) is always written: every element is updated.
     always = any(column is None for _, column, _ in entries)
-    head_of, metadata_of, attributes_of = txn.head, txn.metadata, txn.attributes
+    head_of, metadata_of, attributes_of = txn.head, txn.metadata_of, txn.attributes_of
     updated = 0
     for start in range(0, len(targets), CHUNK):
         ctx.check_deadline()
-        ids: list[int] = []
-        metas: list[dict] = []
-        for n in targets[start:start + CHUNK]:
-            head = head_of(n)
-            if head is None:
-                continue
-            check(head, None)
-            ids.append(n)
-            metas.append(metadata_of(n))
-        attrs = [attributes_of(n) for n in ids] if read_attributes else metas
+        ids = targets[start:start + CHUNK]
+        if heads:
+            known: list[int] = []
+            for n in ids:
+                head = head_of(n)
+                if head is None:
+                    continue
+                check(head, None)
+                known.append(n)
+            ids = known
+        metas = metadata_of(ids)
+        attrs = attributes_of(ids) if read_attributes else metas
         # Every column computed from the stored maps before any is merged into them.
         values = [(key, column(attrs, metas) if column is not None else None, plain)
                   for key, column, plain in entries]

@@ -140,12 +140,19 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
     the maps the session wrote are read and compared)."""
     if before is None:
         return make_change(n, None, pre_image(inner, n))
-    # Neither repointed nor deleted by the session (the recorder says): the head is the
-    # one it kept, not read again — a sweep's record costs no read per element.
-    head = before.head if not before.moved else inner.head(n)
-    if head is None:
-        assert before.attributes is not None and before.metadata is not None
-        return make_change(n, PreImage(before.head, before.attributes, before.metadata), None)
+    # Neither repointed nor deleted by the session (the recorder says): the head is
+    # unchanged, not read — a sweep's record costs no read per element (and the recorder
+    # may not have read it either: `Before.head`).
+    head_was = None
+    if before.moved:
+        assert before.head is not None         # (the recorder reads it before a move)
+        head = inner.head(n)
+        if head is None:
+            assert before.attributes is not None and before.metadata is not None
+            return make_change(n, PreImage(before.head, before.attributes, before.metadata),
+                               None)
+        if head != before.head:
+            head_was = encode_head(before.head)
     # The maps as the session left them: kept by the recorder as it wrote them, else read.
     meta = before.metadata_now
     if meta is None:
@@ -156,8 +163,7 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
         if attributes is None:
             attributes = inner.attributes(n)
         attributes_delta = _delta(before.attributes, attributes)
-    return [n, "u", None if before.head == head else encode_head(before.head),
-            attributes_delta,
+    return [n, "u", head_was, attributes_delta,
             None if before.metadata is None else _delta(before.metadata, meta),
             meta.get("_version")]
 
@@ -237,11 +243,24 @@ def append(ctx: "WriteContext") -> int | None:
         sum(1 for p in txn.before.values() if p is None) > BULK_INDEX
     fresh: list[list[int]] = [[r.start, r.stop] for r in txn.fresh if len(r)]
     loose_created: list[int] = []
+    before = txn.before
     with gc_paused():           # a change per element, no cycle: no full collection walks them
-        for n in sorted(txn.before):
-            pre = txn.before[n]
-            if pre is None and created_many:
-                loose_created.append(n)
+        for n in sorted(before):
+            pre = before[n]
+            if pre is None:
+                if created_many:
+                    loose_created.append(n)
+                    continue
+            elif (pre.attributes is None and pre.metadata is not None and not pre.moved
+                  and pre.metadata_now is not None):
+                # Metadata written and kept by the recorder, nothing else (an UPDATE
+                # sweep): `_change`, inline — this runs once per element.
+                old, meta = pre.metadata, pre.metadata_now
+                restore = {k: v for k, v in old.items() if k not in meta or meta[k] != v}
+                unset = [k for k in meta if k not in old]
+                changes.append([n, "u", None, None,
+                                [restore, unset] if restore or unset else None,
+                                meta.get("_version")])
                 continue
             change = _change(inner, n, pre)
             if change is not None:

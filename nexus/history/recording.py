@@ -48,7 +48,9 @@ class Before:
 
     __slots__ = ("head", "attributes", "metadata", "attributes_now", "metadata_now", "moved")
 
-    def __init__(self, head: Head) -> None:
+    def __init__(self, head: Head | None) -> None:
+        # None: not read — a batch writer of maps (`set_metadata_many`) does not read the
+        # head of an element it leaves in place; it is read before any move or delete.
         self.head = head
         # Whether the session may have changed its head or existence (a repoint, a delete):
         # while it has not, the log takes `head` as the current head without reading it.
@@ -197,20 +199,37 @@ class RecordingTxn(LoopBatches):
             entry.metadata_now = dict(metadata)
 
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
-        # `_keep_metadata` per item, inline: this runs once per element of a sweep.
-        before, read_metadata, entry_of = self.before, self._read_metadata, self._entry
+        # `_keep_metadata` per item, inline: this runs once per element of a sweep. An
+        # element met for the first time gets an entry without reading its head (the
+        # inner call checks that it exists; the entries are dropped if it refuses).
+        before, read_metadata, heads = self.before, self._read_metadata, self._read_heads
+        fresh = self.fresh
+        added: list[int] = []
         for n, _ in items:
-            entry = before[n] if n in before else entry_of(n)
+            if n in before:
+                entry = before[n]
+            elif fresh and any(n in r for r in fresh):
+                entry = before[n] = None
+                added.append(n)
+            else:
+                entry = before[n] = Before(heads.pop(n, None))
+                added.append(n)
             read = read_metadata.pop(n, None)           # about to change
             if entry is not None and entry.metadata is None:
                 entry.metadata = self.inner.metadata(n) if read is None else read
-        self.inner.set_metadata_many(items)
+        try:
+            self.inner.set_metadata_many(items)
+        except BaseException:
+            for n in added:
+                before.pop(n, None)
+            raise
         if not self.bulk:
-            before = self.before
+            # Kept as they are, not copied: a batch writer hands its maps over (the
+            # protocol's `set_metadata_many`: built for the call, not changed after it).
             for n, metadata in items:
                 entry = before.get(n)
                 if entry is not None:
-                    entry.metadata_now = dict(metadata)
+                    entry.metadata_now = metadata
 
     def delete(self, n: int) -> bool:
         self._keep_attributes(n)        # a deletion is logged with the element's whole state
@@ -223,11 +242,14 @@ class RecordingTxn(LoopBatches):
         entry = self.before.get(n)
         if entry is not None:
             entry.attributes_now = entry.metadata_now = None
-            entry.moved = True
+            self._moved(n)
 
     def _moved(self, n: int) -> None:
+        """`n` is about to move or go: its head before that is kept (read if not yet)."""
         entry = self.before.get(n)
         if entry is not None:
+            if entry.head is None:
+                entry.head = self.inner.head(n)
             entry.moved = True
 
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
@@ -337,6 +359,16 @@ class RecordingTxn(LoopBatches):
             read.clear()
         read[n] = dict(metadata)            # the caller may change its own copy
         return metadata
+
+    def metadata_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        """`metadata` over many elements: the inner transaction's batched read."""
+        maps = self.inner.metadata_of(ns)
+        read = self._read_metadata
+        if len(read) + len(ns) > READ_METADATA_CAP:
+            read.clear()
+        if len(ns) <= READ_METADATA_CAP:
+            read.update(zip(ns, map(dict, maps)))   # the caller may change its own copies
+        return maps
 
     def max_id(self) -> int:
         return self.inner.max_id()

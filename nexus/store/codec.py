@@ -263,6 +263,15 @@ def decode_map(data: bytes) -> JsonMap:
                        f"stored value cannot be decoded ({type(exc).__name__}: {exc})") from None
 
 
+def decode_maps(values: Sequence[bytes | None]) -> list[JsonMap]:
+    """`decode_map` over many stored values (None: no map stored, an empty one)."""
+    unpackb = msgpack.unpackb
+    try:
+        return [{} if v is None else unpackb(v, raw=False) for v in values]
+    except Exception:  # noqa: BLE001 - reported precisely, value by value
+        return [{} if v is None else decode_map(v) for v in values]
+
+
 def decode_count(v: bytes | None) -> int:
     """A counter or statistic value (big-endian); absent is 0."""
     return 0 if v is None else int.from_bytes(v, "big")

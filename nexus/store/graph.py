@@ -20,7 +20,8 @@ import struct
 from itertools import takewhile
 from operator import methodcaller
 from types import TracebackType
-from typing import Callable, Generic, Iterable, Iterator, Literal, NoReturn, Protocol, cast
+from typing import (Callable, Generic, Iterable, Iterator, Literal, NoReturn, Protocol,
+                    Sequence, cast)
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
@@ -208,6 +209,15 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         except struct.error:
             return {}
         return {} if v is None else codec.decode_map(v)
+
+    def metadata_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        """`metadata` over many elements in one loop (an UPDATE sweep reads a chunk)."""
+        get, db = self._get, self.tables.metas
+        try:
+            values = [get(pack_n(n), None, db) for n in ns]
+        except struct.error:
+            return [self.metadata(n) for n in ns]
+        return codec.decode_maps(values)
 
     def max_id(self) -> int:
         return decode_count(self._get(codec.META_MAX_ID, None, self.tables.meta))

@@ -283,7 +283,9 @@ class WriteTxn(ReadTxn, Protocol):
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
         """`set_metadata(n, metadata)` for every pair, in one call (an UPDATE sweep): the
         maps are encoded together and inserted sorted. Every element must exist (else
-        KIP_3002, nothing of the batch written); a repeated id keeps its last map."""
+        KIP_3002, nothing of the batch written); a repeated id keeps its last map. The
+        maps are handed over: the caller does not change them after the call (a wrapper
+        such as the version log's recorder keeps them as they are)."""
         ...
     def delete(self, n: int) -> bool:
         """Remove one element and its index entries (no cascade: the caller cascades).

@@ -105,3 +105,54 @@ def test_a_big_sweep_indexes_its_runs_of_ids_and_stays_readable(nx, monkeypatch)
     with nx.read_session() as ctx:
         assert list(ctx.txn.aux(log.BULK_CREATED).scan()) == []
         assert all(log.last_change(ctx.txn, n) is None for n in links)
+
+
+def test_a_capped_sweep_and_its_marker_reruns_update_every_link_once(nx):
+    # RC11 §4.3 "Iterating large sweeps": LIMIT caps the updates; a marker written by the
+    # same statement and excluded by a FILTER lets re-runs traverse the rest, each link
+    # once; the graph before the sweep stays readable AS OF the record before it
+    before = ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
+    assert ok(nx, SWEEP + " LIMIT 7", t="c1") == {"updated": 7, "matched": 7}
+    guarded = SWEEP.replace("WHERE { ?l (?a, \"next\", ?b) }", (
+        'WHERE { ?l (?a, "next", ?b) FILTER(IS_NULL(?l.metadata.decay_applied_at) || '
+        '?l.metadata.decay_applied_at != :t) }')) + " LIMIT :cap"
+    assert guarded != SWEEP + " LIMIT :cap"
+    total = 7
+    while True:
+        got = ok(nx, guarded, t="c1", cap=100)
+        total += got["updated"]
+        if got["updated"] < 100:
+            break
+    assert total == N
+    assert strengths(nx) == {(0.63, 2)}
+    old = ok(nx, 'FIND(?l.metadata.memory_strength) WHERE { ?l (?a, "next", ?b) } '
+                 f'LIMIT 10000 AS OF VERSION {before}')
+    assert old == [None] * N
+    assert nx.check()["ok"]
+
+
+def test_links_of_the_core_predicate_are_protected_from_a_sweep(nx):
+    # RC11 §4.3: a protected match fails the whole statement (the CoreSchema's
+    # belongs_to_domain links are protected system definitions, CONTRACT)
+    response = nx.execute_kip({"command": 'UPDATE ?l SET METADATA { x: 1 } '
+                                          'WHERE { ?l (?a, "belongs_to_domain", ?d) }'})
+    assert response["error"]["code"] == "KIP_3004", response
+
+
+def test_a_session_that_sweeps_then_deletes_a_link_logs_its_whole_state(nx):
+    # the recorder does not read the heads of the elements a batch write leaves in place;
+    # one deleted later in the same session is still logged (and restored) with its head
+    link = ok(nx, 'FIND(?l) WHERE { ?l (?a, "next", ?b) } LIMIT 1')[0]["id"]
+    n = int(link.split(":")[1])
+    with nx.write_session() as session:
+        txn = session.txn
+        meta = txn.metadata(n)
+        meta["memory_strength"] = 0.5
+        txn.set_metadata_many([(n, meta)])
+        assert txn.delete(n)
+    seq = ok(nx, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
+    assert ok(nx, 'FIND(COUNT(?l)) WHERE { ?l (?a, "next", ?b) }') == N - 1
+    assert ok(nx, 'REVERT COMMAND :s REASON "undo"', s=seq)["restored"] == 1
+    assert ok(nx, 'FIND(COUNT(?l)) WHERE { ?l (?a, "next", ?b) }') == N
+    assert {s for s, _ in strengths(nx)} == {None}     # as it was before the session
+    assert nx.check()["ok"]
