@@ -48,6 +48,7 @@ from typing import Any, Iterable
 import msgpack
 import numpy as np
 
+from ..store.pg_spaces import space_index_tag
 from .embed import Embedder
 from .text import element_doc
 from .vectors import SLOTS, doc_texts
@@ -102,7 +103,7 @@ class PgVectorTable:
         self.space = space
         self.table = table_name(embedder)
         self.space_lit = "'" + space.replace("'", "''") + "'"
-        tag = hashlib.sha1(space.encode()).hexdigest()[:12]
+        tag = space_index_tag(space)        # (a drop of the space drops these indexes)
         self.index_names = [f"{self.table}_{tag}_{kind}" for kind in (0, 1)]
         self.added = 0          # vectors written since the last `index_if_big`
         self.indexed = False    # both kinds have their HNSW index (nothing more to look at)

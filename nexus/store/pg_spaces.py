@@ -13,6 +13,8 @@ be: they never show up as spaces.
 """
 from __future__ import annotations
 
+import hashlib
+import logging
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -22,6 +24,7 @@ from nexus.store import pg_schema
 from nexus.store.pg_conn import TEMPLATE_PREFIX, PgLocation, call
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _TABLES = ("SELECT table_name, column_name FROM information_schema.columns "
            "WHERE table_schema = current_schema() AND table_name LIKE 'nexus\\_%' "
@@ -85,14 +88,41 @@ class PgSpaces:
         return self._run(work, writing=True)
 
     def drop(self, space: str) -> bool:
-        """Delete every row of `space`, in one transaction; False if it did not exist."""
+        """Delete every row of `space`, in one transaction; False if it did not exist. Then
+        the indexes of that space alone (SEARCH's partial HNSW indexes, named with
+        `space_index_tag`) are dropped too."""
         def work(conn: psycopg.Connection[Any]) -> bool:
             existed = False
             for table in _columns(conn):
                 cur = conn.execute(f'DELETE FROM "{table}" WHERE space = %s', (space,))
                 existed = existed or (table == "nexus_meta" and cur.rowcount > 0)
             return existed
-        return self._run(work, writing=True)
+        existed = self._run(work, writing=True)
+        self._run(lambda conn: _drop_space_indexes(conn, space))
+        return existed
+
+
+def space_index_tag(space: str) -> str:
+    """The part of an index's name that says it belongs to `space` alone: the partial HNSW
+    indexes of SEARCH on PostgreSQL are `<table>_<tag>_<kind>` (`nexus.search.pg_vectors`),
+    so that a drop of the space finds them."""
+    return hashlib.sha1(space.encode()).hexdigest()[:12]
+
+
+def _drop_space_indexes(conn: psycopg.Connection[Any], space: str) -> None:
+    # After the rows' transaction and CONCURRENTLY (which cannot run inside one): a plain
+    # DROP INDEX would lock the whole table, every other space's SEARCH and writes with it.
+    # An index left by a failure is empty and harmless; the next drop of the name retries.
+    rows = conn.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+        "AND tablename LIKE 'nexus\\_%%' AND indexname LIKE %s",
+        ("nexus\\_%\\_" + space_index_tag(space) + "\\_%",)).fetchall()
+    for (name,) in rows:
+        try:
+            conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+        except psycopg.Error as exc:
+            log.warning("spaces: the index %s of the dropped space was left (%s)", name,
+                        str(exc).splitlines()[0])
 
 
 def _columns(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:

@@ -206,3 +206,32 @@ def test_kip_serve_spaces_on_a_url(spaces_url, tmp_path):
             proc.kill()
             proc.wait()
     assert "Sh-secret-77" not in log.read_text()
+
+
+def test_a_drop_also_drops_that_space_s_search_indexes(spaces_url, pg_server, monkeypatch):
+    from nexus.search import pg_vectors
+    monkeypatch.setattr(pg_vectors, "INDEX_AT", 20)     # (the bootstrap alone passes it)
+    dbname = urlsplit(spaces_url).path.lstrip("/")
+    registry = Spaces(spaces_url)
+    try:
+        names = {}
+        for name in ("stays", "goes"):
+            registry.create(name)
+            with registry.acquire(name) as nexus:
+                _result(nexus, _person(f"p-{name}"))
+                names[name] = nexus.search.pg_vectors.index_names
+
+        def present(indexes: list[str]) -> int:
+            listed = ", ".join(f"'{i}'" for i in indexes)      # (hex names: no quoting)
+            return pg_server.sql(f"SELECT count(*) FROM pg_indexes WHERE indexname IN "
+                                 f"({listed})", dbname)[0][0]
+        assert present(names["stays"]) == 2 and present(names["goes"]) == 2
+        assert registry.drop("goes") is True
+        assert present(names["goes"]) == 0
+        assert present(names["stays"]) == 2
+        with registry.acquire("stays") as nexus:
+            assert _people(_result(nexus, PEOPLE)) == ["p-stays"]
+            hits = nexus.execute_kip({"command": 'SEARCH CONCEPT "p-stays" LIMIT 1'})
+            assert [h["name"] for h in hits["result"]] == ["p-stays"], hits
+    finally:
+        registry.close()
