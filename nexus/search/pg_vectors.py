@@ -48,7 +48,7 @@ from typing import Any, Iterable
 import msgpack
 import numpy as np
 
-from ..store.pg_spaces import space_index_tag
+from ..store.pg_names import space_index_tag
 from .embed import Embedder
 from .text import element_doc
 from .vectors import SLOTS, doc_texts

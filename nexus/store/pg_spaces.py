@@ -13,7 +13,6 @@ be: they never show up as spaces.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -22,6 +21,7 @@ import psycopg
 
 from nexus.store import pg_schema
 from nexus.store.pg_conn import TEMPLATE_PREFIX, PgLocation, call
+from nexus.store.pg_names import space_index_tag
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -100,13 +100,6 @@ class PgSpaces:
         existed = self._run(work, writing=True)
         self._run(lambda conn: _drop_space_indexes(conn, space))
         return existed
-
-
-def space_index_tag(space: str) -> str:
-    """The part of an index's name that says it belongs to `space` alone: the partial HNSW
-    indexes of SEARCH on PostgreSQL are `<table>_<tag>_<kind>` (`nexus.search.pg_vectors`),
-    so that a drop of the space finds them."""
-    return hashlib.sha1(space.encode()).hexdigest()[:12]
 
 
 def _drop_space_indexes(conn: psycopg.Connection[Any], space: str) -> None:
