@@ -32,7 +32,7 @@ from . import pg_vectors
 from .pg_vectors import (PgVectorTable, has_pgvector, read_complete, run_all,
                          write_complete)
 from .service import (INSTALL_HINT, KEY_SEMANTIC, MODES, Host, Progress, SearchService,
-                      _index_txn, _searchable, kip_only)
+                      _index_txn, _phase, _searchable, kip_only, rebuild_lexical)
 from .text import KIND_CONCEPT, KIND_LINK
 
 log = logging.getLogger("nexus.search")
@@ -248,25 +248,15 @@ class PgSearchService(SearchService):
     def reindex(self, progress: Progress | None = None, chunk: int = 5000) -> dict:
         """Rebuild the lexical index and the vector tables from the data, in one write."""
         with self._store_write() as txn:
-            if progress:
-                progress("clear", 0, 1)
-            lexical.clear(txn)
-            ids = list(txn.elements())
+            ids = rebuild_lexical(txn, progress, chunk)
             total = len(ids)
-            for i in range(0, total, chunk):
-                lexical.write(txn, ids[i:i + chunk], ())
-                if progress:
-                    progress("lexical", min(total, i + chunk), total)
-            if progress and not total:
-                progress("lexical", 0, 0)
             for table in self.tables():
+                named = _phase(progress, table.prefix)
                 table.clear(txn)
                 for i in range(0, total, chunk):
                     table.write(txn, ids[i:i + chunk], [])
-                    if progress:
-                        phase = "vectors" if table.prefix == "vectors" \
-                            else f"{table.prefix} vectors"
-                        progress(phase, min(total, i + chunk), total)
+                    if named:
+                        named("vectors", min(total, i + chunk), total)
             write_complete(txn, [t.table for t in self.tables()])
         report: dict[str, Any] = {"elements": total, "seq": 0}
         if self.pg_semantic is not None:

@@ -318,17 +318,7 @@ class SearchService:
             for index in self.vector_indexes():
                 index.drain()
             txn = session.txn
-            if progress:
-                progress("clear", 0, 1)
-            lexical.clear(txn)
-            ids = list(txn.elements())
-            total = len(ids)
-            for i in range(0, total, chunk):
-                lexical.write(txn, ids[i:i + chunk], ())
-                if progress:
-                    progress("lexical", min(total, i + chunk), total)
-            if progress and not total:
-                progress("lexical", 0, 0)
+            total = len(rebuild_lexical(txn, progress, chunk))
             for index in self.vector_indexes():
                 index.rebuild(txn, _phase(progress, index.prefix))
             seq = self.vectors.record(txn, [], [])
@@ -432,6 +422,23 @@ class _Stage:
         self.txn = txn
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
+
+
+def rebuild_lexical(txn: Any, progress: Progress | None, chunk: int) -> list[int]:
+    """Clear the lexical index and write it again from every element of `txn`, `chunk`
+    elements at a time (the first part of `reindex`, on every backend); the ids written."""
+    if progress:
+        progress("clear", 0, 1)
+    lexical.clear(txn)
+    ids = list(txn.elements())
+    total = len(ids)
+    for i in range(0, total, chunk):
+        lexical.write(txn, ids[i:i + chunk], ())
+        if progress:
+            progress("lexical", min(total, i + chunk), total)
+    if progress and not total:
+        progress("lexical", 0, 0)
+    return ids
 
 
 def _phase(progress: Progress | None, prefix: str) -> Progress | None:
