@@ -5,6 +5,13 @@ SEARCH per mode (keyword, semantic, hybrid, keyword WITH TYPE) over the loaded d
 names exactly, their names with a typo, and words of their descriptions.
 
     python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...] [--sql] [--no-search]
+    python -m bench.pg --load-only [--n 5000] [--rounds 1]
+
+`--load-only` measures the bulk load alone (W1 through `bulk_import`, what `kip load`
+runs), each time into a fresh database: store only (the search service detached) and
+with SEARCH (its postings and vectors written in the load's transactions, the HNSW
+indexes built before it returns), alternating for `--rounds`, with wall time, process
+CPU time and statements; LMDB store only in the same run for reference.
 
 Without `--url` it starts a PostgreSQL of its own from the `postgres` extra (tests/pgtest.py,
 fsync left on: the figures are durable commits). Prints a JSON report; `--sql` adds, per
@@ -143,6 +150,68 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
     return out
 
 
+def server_cpu(server: Any) -> float | None:
+    """CPU seconds the PostgreSQL server's processes have used so far (the postmaster,
+    its live children, and the children it reaped: backends that ended), when the bench
+    runs that server itself and psutil is installed; else None."""
+    if server is None:
+        return None
+    try:
+        import psutil
+        main = psutil.Process(server.pid())
+        t = main.cpu_times()
+        total = t.user + t.system + t.children_user + t.children_system
+        for child in main.children(recursive=True):
+            try:
+                c = child.cpu_times()
+                total += c.user + c.system
+            except psutil.Error:
+                pass
+        return total
+    except Exception:  # noqa: BLE001 - no psutil, or the server went away
+        return None
+
+
+def load_only(fresh: Callable[[], str], concepts: list, props: list, data: str,
+              counter: Statements, rounds: int, server: Any = None) -> dict:
+    """Bulk loads only (see the module doc): a list of runs per kind."""
+    import shutil
+    out: dict[str, list] = {"postgresql_store_only": [], "postgresql_with_search": [],
+                            "lmdb_store_only": []}
+    items = len(concepts) + len(props)
+
+    def one(location: str, search: bool) -> dict:
+        nx = NP.open_nexus(location)
+        if not search:
+            nx.detach_search()
+        before = counter.n
+        pg = server if location.startswith("postgresql:") else None
+        s0, c0, t0 = server_cpu(pg), time.process_time(), time.perf_counter()
+        NP.load_into(nx, concepts, props)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        s1 = server_cpu(pg)
+        statements = counter.n - before
+        nx.close()
+        run = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+               "items_per_s": round(items / wall), "load_average":
+               round(os.getloadavg()[0], 1)}
+        if pg is not None:
+            run["statements"] = statements
+            if s0 is not None and s1 is not None:
+                run["server_cpu_s"] = round(s1 - s0, 2)
+                run["items_per_cpu_s"] = round(items / (cpu + s1 - s0))
+        return run
+    for i in range(rounds):
+        for search in (False, True):
+            where = fresh()
+            key = "postgresql_with_search" if search else "postgresql_store_only"
+            out[key].append(one(where, search))
+        db = os.path.join(data, f"load{i}")
+        out["lmdb_store_only"].append(one(db, False))
+        shutil.rmtree(db, ignore_errors=True)
+    return {"items": items, **out}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--n", type=int, default=5000)
@@ -150,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--url", default=None)
     ap.add_argument("--sql", action="store_true", help="list the statements of each query")
     ap.add_argument("--no-search", action="store_true", help="skip the SEARCH figures")
+    ap.add_argument("--load-only", action="store_true",
+                    help="measure the bulk load alone (store only and with SEARCH)")
+    ap.add_argument("--rounds", type=int, default=1, help="--load-only: loads of each kind")
     args = ap.parse_args(argv)
     data = tempfile.mkdtemp(prefix="nexus-pg-bench-")
     concepts, props, meta, _ = workload.read(workload.write(workload.generate(args.n), data))
@@ -161,6 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         server = PgServer(fast=False)
         url = server.fresh_database("bench")
     counter = Statements()
+    if args.load_only:
+        try:
+            spaces = iter(range(1, 1 << 30))
+            fresh = ((lambda: server.fresh_database("bench")) if server is not None else
+                     lambda: f"{url}{'&' if '?' in url else '?'}space=load-{os.getpid()}-"
+                     f"{next(spaces)}")     # (--url: a new space of that database each time)
+            report = {"n": args.n, **load_only(fresh, concepts, props, data, counter,
+                                               args.rounds, server)}
+        finally:
+            if server is not None:
+                server.stop()
+        print(json.dumps(report, indent=2))
+        return 0
     try:
         report = {"n": args.n,
                   "postgresql": run(url, concepts, props, meta, args.reps, counter,

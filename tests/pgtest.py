@@ -64,6 +64,10 @@ class PgServer:
         self.sql(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def pid(self) -> int:
+        """The postmaster's process id (bench: the server's CPU time)."""
+        return int(self._server.get_pid())
+
     def stop(self) -> None:
         try:
             self._server.cleanup()

@@ -185,6 +185,11 @@ class PgWriteTxn(PgReadTxn):
     def max_id(self) -> int:
         return self._max_id
 
+    def first_new_id(self) -> int:
+        """The lowest id this transaction may create: an id at or above it was not in use
+        when the transaction began (the search tables need not delete rows of it)."""
+        return self._max_id0 + 1
+
     def pending_stats(self) -> dict[str, int]:
         return self._dstats
 
