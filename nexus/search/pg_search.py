@@ -191,7 +191,7 @@ class PgSearchService(SearchService):
             # A table this server cannot keep (another embedder): no longer complete.
             write_complete(txn, [t for t in complete if t in mine])
         changed, gone = list(changed), list(gone)
-        if len(changed) <= pg_vectors.WRITE_CHUNK:      # a command: one round trip
+        if len(changed) + len(gone) <= pg_vectors.PIPELINE_MAX:  # a command: one round trip
             run_all(txn, [s for table in self.tables()
                           for s in table.statements(txn, changed, gone)])
         else:

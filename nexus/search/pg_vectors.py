@@ -58,6 +58,7 @@ log = logging.getLogger("nexus.search")
 KEY_COMPLETE = b"G"         # vecq: msgpack list of the vector tables that are complete
 EF_MAX = 1000               # pgvector's bound on hnsw.ef_search
 WRITE_CHUNK = 2048          # elements embedded and inserted per statement
+PIPELINE_MAX = 64           # elements a write pipelines as INSERTs (more: a binary COPY)
 INDEX_AT = 2000             # vectors of a space and kind past which they get an HNSW index
 INDEX_CHECK = 500           # vectors written by this process between two looks at that
 LOCK_TIMEOUT = "30s"        # building an index waits at most this long for a lock
