@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nexus import Nexus
+from nexus.errors import ErrorCode, KipError
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -141,3 +142,48 @@ def test_reindex_and_a_fresh_engine_rebuild_the_tables(pg_server):
         assert names(kip(nx, 'SEARCH CONCEPT "Orlaith Brenock" LIMIT 3'))[:1] == \
             ["Orlaith Brennock"]
         assert nx.search.check()["ok"]
+
+
+def _people(prefix: str, count: int) -> list[dict]:
+    return [{"type": "Person", "name": f"{prefix} {i:03d}",
+             "attributes": {"description": f"a keeper of {prefix.lower()} lighthouse {i}"}}
+            for i in range(count)]
+
+
+def test_a_bulk_load_writes_vectors_that_are_its_texts_embeddings(pg_server):
+    # More than a command's worth of elements: the vectors go by binary COPY; the deep
+    # check compares every stored vector with its text's embedding, so a byte out of place
+    # in that format would show.
+    with Nexus.open(pg_server.fresh_database("search")) as nx:
+        table = nx.search.pg_vectors
+        with nx.store.read() as txn:
+            before = table.count(txn)
+        report = nx.bulk_import(_people("Quillon", 300))
+        assert report["concepts_created"] == 300
+        with nx.store.read() as txn:
+            assert table.count(txn) >= before + 300     # (a vector per name at least)
+        assert names(kip(nx, 'SEARCH CONCEPT "Quillon 123" MODE "keyword" LIMIT 1')) == \
+            ["Quillon 123"]
+        assert names(kip(nx, 'SEARCH CONCEPT "Quilon 123" MODE "keyword" LIMIT 3'))[:1] == \
+            ["Quillon 123"]
+        deep = nx.check(deep=True)
+        assert deep["ok"], deep
+        assert deep["search"]["vectors_compared"] >= 300
+
+
+def test_a_failed_bulk_load_leaves_no_rows_and_no_vectors(pg_server):
+    with Nexus.open(pg_server.fresh_database("search")) as nx:
+        tables = nx.search.tables()
+        with nx.store.read() as txn:
+            before = [t.count(txn) for t in tables]
+            elements = txn.count_concepts()
+        items: list = _people("Marrowby", 200)
+        items[150] = {"type": "Person"}                 # no name: the batch fails
+        with pytest.raises(KipError) as failed:        # (after the first chunk's COPY)
+            nx.bulk_import(items, batch_size=1000, chunk_size=100)
+        assert failed.value.code is ErrorCode.KIP_1001
+        with nx.store.read() as txn:
+            assert [t.count(txn) for t in tables] == before
+            assert txn.count_concepts() == elements
+        assert "Marrowby 001" not in names(kip(nx, 'SEARCH CONCEPT "Marrowby 001" LIMIT 3'))
+        assert nx.check()["ok"]
