@@ -270,6 +270,23 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
             for i in exports:
                 layout.append(sub_plan.out_layout[i])
                 bound.add(sub_plan.out_layout[i])
+        elif correlated and anti_link(sub_plan) is not None:
+            # A NOT that only tests one link to a constant goes before the FILTERs placed
+            # right before it: both only drop rows (neither binds, so layouts are the same),
+            # and its test is a key probe — a set membership once the rows are many
+            # (operators._anti_link_set) — where a FILTER on a value decodes a record per
+            # row, so the FILTERs see fewer rows.
+            k = len(steps)
+            while k > 0 and isinstance(steps[k - 1], Filter) \
+                    and not _calls(steps[k - 1].expr, "REGEX"):    # (may raise: keep order)
+                k -= 1
+            before = estimates[k - 1] if k > 0 else 1.0
+            steps.insert(k, AntiJoin(sub_plan, correlated))
+            estimates.insert(k, before * 0.5)
+            for j in range(k + 1, len(estimates)):
+                estimates[j] *= 0.5
+            rows *= 0.5
+            continue
         else:
             steps.append(AntiJoin(sub_plan, correlated))
             rows *= 0.5
@@ -294,6 +311,51 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
     return GroupPlan(tuple(inputs), steps, layout, unions,
                      out_layout if then is None else list(then.out_layout), main_empty,
                      estimates, then, out_layout)
+
+
+@dataclass(frozen=True, slots=True)
+class AntiLink:
+    """A NOT block that is constant clauses and one link between an outer variable and one
+    of those constants (`NOT { (?x, "p", {type: T, name: N}) }`): what `anti_link` found."""
+    consts: tuple[ConstConcept, ...]
+    check: LinkCheck
+    outer: str              # the outer variable the link tests
+    anchor: ConstConcept    # the constant at the link's other end
+    forward: bool           # True: the constant is the subject (the outer is the object)
+
+
+def _calls(e: A.Expr, func: str) -> bool:
+    """Whether the FILTER expression calls `func` anywhere."""
+    if isinstance(e, A.Call):
+        return e.func == func or any(_calls(a, func) for a in e.args)
+    if isinstance(e, A.Compare):
+        return _calls(e.left, func) or _calls(e.right, func)
+    if isinstance(e, A.BoolOp):
+        return any(_calls(o, func) for o in e.operands)
+    if isinstance(e, A.NotOp):
+        return _calls(e.operand, func)
+    return False
+
+
+def anti_link(plan: GroupPlan) -> AntiLink | None:
+    """The block's AntiLink when its plan has that shape (see AntiLink), else None."""
+    if plan.unions or plan.then is not None or plan.main_empty or not plan.steps:
+        return None
+    *consts, last = plan.steps
+    if not isinstance(last, LinkCheck) or last.link is not None:
+        return None
+    anchors: dict[str, ConstConcept] = {}
+    for c in consts:
+        if not isinstance(c, ConstConcept) or c.bound:
+            return None
+        anchors[c.var] = c
+    if last.subject in plan.inputs and last.object in anchors:
+        return AntiLink(tuple(anchors.values()), last, last.subject, anchors[last.object],
+                        False)
+    if last.object in plan.inputs and last.subject in anchors:
+        return AntiLink(tuple(anchors.values()), last, last.object, anchors[last.subject],
+                        True)
+    return None
 
 
 def without_then(plan: GroupPlan) -> GroupPlan:
