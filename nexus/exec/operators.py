@@ -10,14 +10,13 @@ instead, which asks once per chunk of rows (`_pick`). Budgets: scans and walks t
 """
 from __future__ import annotations
 
-import itertools
-import operator
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from ..errors import ErrorCode, KipError
 from ..plan import physical as P
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
+from . import anti_link as AL
 from . import chunked as C
 from .env import prefetch_spec
 from .filters import Test, compile_filter, paths_read
@@ -152,18 +151,34 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     stages: list[Stage] = []
     tests: list[Test] = []
     paths: list[A.Path] = []
+    raises = False
     for step, layout in zip(plan.steps, step_layouts(plan)):
         if isinstance(step, P.Filter):
             tests.append(compile_filter(step.expr, layout))
             paths += paths_read(step.expr)
+            raises = raises or AL.may_raise(step.expr)
             continue
         if tests:
-            stages.append(_prefetching_filter(tests, paths, layout))
-            tests, paths = [], []
+            filters = _prefetching_filter(tests, paths, layout)
+            shape = AL.shape_of(step, layout) if isinstance(step, P.AntiJoin) else None
+            if shape is not None and not raises:
+                # FILTERs then `NOT { (?x, "p", C) }`: one loop (nexus.exec.anti_link).
+                fused = AL.filtered_stage(tests, shape, layout)
+                stages.append(_pick(fused, _chained(filters, compile_step(step, layout))))
+                tests, paths, raises = [], [], False
+                continue
+            stages.append(filters)
+            tests, paths, raises = [], [], False
         stages.append(_COMPILERS[type(step)](step, layout))
     if tests:
         stages.append(_prefetching_filter(tests, paths, layout))
     return stages
+
+
+def _chained(first: Stage, then: Stage) -> Stage:
+    def run(env: Env, rows: Rows) -> Rows:
+        return then(env, first(env, rows))
+    return run
 
 
 def _prefetching_filter(tests: list[Test], paths: list[A.Path], layout: list[str]) -> Stage:
@@ -597,7 +612,8 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
 
 
 def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
-    rowwise = _anti_link_set(step, layout) or _anti_rows(step)
+    shape = AL.shape_of(step, layout)
+    rowwise = AL.stage(shape, layout) if shape is not None else _anti_rows(step)
     if not (step.correlated and _streams(step.plan)):
         return rowwise
 
@@ -606,89 +622,6 @@ def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
         assert stream is not None
         return C.anti_block(stream, len(step.plan.inputs))
     return _pick_block(rowwise, chunked)
-
-
-# `_anti_link_set`: rows probed one by one before the set of the constant's neighbours is
-# read alongside, and neighbours read per probe after that.
-PROBES_BEFORE_SCAN = 16
-SCAN_PER_PROBE = 8
-_END = operator.itemgetter(1)          # (predicate, end, link) -> end
-
-
-def _anti_link_set(step: P.AntiJoin, layout: list[str]) -> Stage | None:
-    """`NOT { (?x, "p", C) }` — the block is constant clauses and one link between an outer
-    variable and one of those constants (either direction, no link variable) — as an anti
-    join against the set of C's neighbours, or None for another block.
-
-    Probing each row (a B-tree seek and a sub-plan) is right for a few rows; for many rows
-    (the candidates of a hub) one range read of C's links and a set membership per row is.
-    Which is unknown until the rows come, so it adapts: from PROBES_BEFORE_SCAN probes on,
-    each time the probes double it reads on in C's links up to SCAN_PER_PROBE per probe so
-    far, and once they are all read the rest of the rows are tested against the set. A link
-    read costs about a third of a probe (measured at N=100k), so the work stays within ~3x
-    of the cheaper of the two, whatever C's degree and however many rows come. Same answers as the probe: a row is dropped
-    iff the link exists; a null outer value or an unresolved constant drops nothing."""
-    shape = P.anti_link(step.plan) if step.correlated else None
-    if shape is None or shape.outer not in layout:
-        return None
-    i = layout.index(shape.outer)
-    anchor = shape.anchor.atom
-    every = [c.atom for c in shape.consts]
-    predicates = shape.check.predicates
-    forward = shape.forward
-
-    def run(env: Env, rows: Rows) -> Rows:
-        rows = iter(rows)
-        tick = env.tick
-        first = next(rows, None)
-        if first is None:
-            return
-        ns = [env.const_concept(a) for a in every]       # as the block's steps would
-        c = env.const_concept(anchor)
-        pids = env.pids(predicates)
-        if c is None or not pids or any(n is None for n in ns):
-            tick()
-            yield first                                  # the block matches nothing
-            for row in rows:
-                tick()
-                yield row
-            return
-        link_id = env.txn.link_id
-        links = env.txn.out_links if forward else env.txn.in_links
-        members: set[int] | None = None
-        partial: set[int] = set()
-        scanner: Iterator[int] | None = None
-        probes = scanned = 0
-        for row in itertools.chain((first,), rows):
-            tick()
-            x = row[i]
-            if x is None:
-                yield row
-                continue
-            if members is not None:
-                if x not in members:
-                    yield row
-                continue
-            for pid in pids:
-                if (link_id(c, pid, x) if forward else link_id(x, pid, c)) is not None:
-                    break
-            else:
-                yield row
-            probes += 1
-            if probes >= PROBES_BEFORE_SCAN and not probes & (probes - 1):
-                # At 16, 32, 64… probes: read on up to SCAN_PER_PROBE links per probe so far
-                # (in one C-level pass; a link read costs a small fraction of a probe).
-                if scanner is None:
-                    scanner = itertools.chain.from_iterable(
-                        map(_END, links(c, pid)) for pid in pids)
-                want = SCAN_PER_PROBE * probes - scanned
-                got = list(itertools.islice(scanner, want))
-                scanned += len(got)
-                partial.update(got)
-                tick(len(got))
-                if len(got) < want:
-                    members = partial
-    return run
 
 
 def _anti_rows(step: P.AntiJoin) -> Stage:

@@ -270,23 +270,6 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
             for i in exports:
                 layout.append(sub_plan.out_layout[i])
                 bound.add(sub_plan.out_layout[i])
-        elif correlated and anti_link(sub_plan) is not None:
-            # A NOT that only tests one link to a constant goes before the FILTERs placed
-            # right before it: both only drop rows (neither binds, so layouts are the same),
-            # and its test is a key probe — a set membership once the rows are many
-            # (operators._anti_link_set) — where a FILTER on a value decodes a record per
-            # row, so the FILTERs see fewer rows.
-            k = len(steps)
-            while k > 0 and isinstance(steps[k - 1], Filter) \
-                    and not _calls(steps[k - 1].expr, "REGEX"):    # (may raise: keep order)
-                k -= 1
-            before = estimates[k - 1] if k > 0 else 1.0
-            steps.insert(k, AntiJoin(sub_plan, correlated))
-            estimates.insert(k, before * 0.5)
-            for j in range(k + 1, len(estimates)):
-                estimates[j] *= 0.5
-            rows *= 0.5
-            continue
         else:
             steps.append(AntiJoin(sub_plan, correlated))
             rows *= 0.5
@@ -322,19 +305,6 @@ class AntiLink:
     outer: str              # the outer variable the link tests
     anchor: ConstConcept    # the constant at the link's other end
     forward: bool           # True: the constant is the subject (the outer is the object)
-
-
-def _calls(e: A.Expr, func: str) -> bool:
-    """Whether the FILTER expression calls `func` anywhere."""
-    if isinstance(e, A.Call):
-        return e.func == func or any(_calls(a, func) for a in e.args)
-    if isinstance(e, A.Compare):
-        return _calls(e.left, func) or _calls(e.right, func)
-    if isinstance(e, A.BoolOp):
-        return any(_calls(o, func) for o in e.operands)
-    if isinstance(e, A.NotOp):
-        return _calls(e.operand, func)
-    return False
 
 
 def anti_link(plan: GroupPlan) -> AntiLink | None:

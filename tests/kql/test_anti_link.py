@@ -1,20 +1,19 @@
 """`NOT { (?x, "p", C) }` with C a constant clause — the block that excludes the neighbours
 of one concept (spec §3.3 NOT: drop the outer rows for which the block has a solution).
 
-The planner puts such a block before the FILTERs placed right before it (both only drop
-rows), and the row path runs it as an anti join that probes row by row and switches to the
-set of C's neighbours once the rows are many (`nexus.exec.operators._anti_link_set`). These
-tests state the answers KIP gives — computed here from how the graph was built — on a hub
-(hundreds of rows: the set is used) and on a small node (a few probes), in both link
-directions, with an unknown constant and with a null (OPTIONAL) outer value; under both FIND
-executors, and with the switch forced early and never taken. EXPLAIN shows where the rule
-applies and where it does not.
+The row path runs such a block as an anti join that probes row by row and switches to the
+set of C's neighbours once the rows are many, and puts that set before the FILTERs written
+before the block once it is complete (`nexus.exec.anti_link`). These tests state the
+answers KIP gives — computed here from how the graph was built — on a hub (hundreds of
+rows: the set is used) and on a small node (a few probes), in both link directions, with an
+unknown constant and with a null (OPTIONAL) outer value; under both FIND executors, and with
+the switch forced early and never taken; and that the set is used where it should be.
 """
 from __future__ import annotations
 
 import pytest
 
-import nexus.exec.operators as operators
+import nexus.exec.anti_link as anti_link
 from kqlsupport import MODES, STORES, open_db
 
 N = 300
@@ -93,10 +92,10 @@ Q3_SHAPE = '''FIND(?d.name) WHERE {
 def switch(request, monkeypatch):
     """The anti join's switch to the neighbour set: as shipped, at the first row, never."""
     if request.param == "early":
-        monkeypatch.setattr(operators, "PROBES_BEFORE_SCAN", 0)
-        monkeypatch.setattr(operators, "SCAN_PER_PROBE", 1)
+        monkeypatch.setattr(anti_link, "PROBES_BEFORE_SCAN", 0)
+        monkeypatch.setattr(anti_link, "SCAN_PER_PROBE", 1)
     elif request.param == "never":
-        monkeypatch.setattr(operators, "PROBES_BEFORE_SCAN", 10 ** 9)
+        monkeypatch.setattr(anti_link, "PROBES_BEFORE_SCAN", 10 ** 9)
     return request.param
 
 
@@ -148,18 +147,23 @@ def test_null_outer_value_is_kept(db, mode, switch):
     assert _find(db, q, mode) == _names(lambda i: i % 14 != 0)
 
 
-def _ops(nx, command: str, **params) -> list[str]:
-    response = nx.execute_kip_readonly({"command": "EXPLAIN " + command,
-                                        "parameters": params})
-    assert "result" in response, response
-    return [step["op"] for step in response["result"]["plan"]["steps"]]
+def test_the_set_is_read_for_a_hub_only(db, monkeypatch):
+    reads: list[bool] = []          # per read of C's links: whether the set is now complete
+    real = anti_link.Probe._read_on
+
+    def spy(self, probes):
+        real(self, probes)
+        reads.append(self.members is not None)
+    monkeypatch.setattr(anti_link.Probe, "_read_on", spy)
+    _find(db, Q3_SHAPE, "never", symptom="S", max_risk=3, cls="C")
+    assert reads == []              # 10 candidates: probed one by one
+    _find(db, Q3_SHAPE, "never", symptom="H", max_risk=3, cls="C")
+    assert reads and reads[-1]      # 300 candidates: C's 150 links read, then the set
 
 
-def test_explain_shows_where_it_applies(db):
-    assert _ops(db, Q3_SHAPE, symptom="H", max_risk=3, cls="C")[-2:] == ["Not", "Filter"]
-    # Another block (a FILTER inside the NOT) keeps the written order: FILTERs first.
-    other = Q3_SHAPE.replace('name: :cls}) }', 'name: :cls}) FILTER(?d.name != "x") }')
-    assert _ops(db, other, symptom="H", max_risk=3, cls="C")[-2:] == ["Filter", "Not"]
-    # A FILTER that may raise (REGEX) is not moved past.
-    regex = Q3_SHAPE.replace("?d.attributes.risk < :max_risk", 'REGEX(?d.name, "^d1")')
-    assert _ops(db, regex, symptom="H", cls="C")[-2:] == ["Filter", "Not"]
+def test_regex_filter_keeps_the_written_order(db):
+    # A REGEX that raises on its first row raises whatever the NOT would have dropped.
+    q = Q3_SHAPE.replace("?d.attributes.risk < :max_risk", "REGEX(?d.name, :pattern)")
+    response = db.execute_kip_readonly({"command": q, "parameters": {
+        "symptom": "H", "cls": "C", "pattern": "("}})
+    assert response["error"]["code"] == "KIP_1001", response
