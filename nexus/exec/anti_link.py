@@ -50,10 +50,11 @@ class Probe:
 
     def __init__(self, env: Env, shape: P.AntiLink) -> None:
         ns = [env.const_concept(c.atom) for c in shape.consts]   # as the block's steps would
-        self.c = env.const_concept(shape.anchor.atom)
+        c = env.const_concept(shape.anchor.atom)
+        self.c: int = c if c is not None else 0
         self.pids = env.pids(shape.check.predicates)
-        # The block matches nothing: every row is kept.
-        self.empty = self.c is None or not self.pids or any(n is None for n in ns)
+        # The block matches nothing: every row is kept (an empty set, never probed).
+        self.empty = c is None or not self.pids or any(n is None for n in ns)
         self.forward = shape.forward
         self.link_id = env.txn.link_id
         self.links = env.txn.out_links if shape.forward else env.txn.in_links
