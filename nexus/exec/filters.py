@@ -67,8 +67,11 @@ def _compile(e: A.Expr, layout: list[str]) -> Fn:
     if isinstance(e, (A.Param, A.ObjectValue, A.ArrayValue)):
         return lambda row, env: env.value(e)
     if isinstance(e, A.Compare):
-        left, right = _compile(e.left, layout), _compile(e.right, layout)
         test = _COMPARE[e.op]
+        fast = _compare_map_path(e, layout, test)
+        if fast is not None:
+            return fast
+        left, right = _compile(e.left, layout), _compile(e.right, layout)
         return lambda row, env: test(left(row, env), right(row, env))
     if isinstance(e, A.BoolOp):
         parts = [_compile(o, layout) for o in e.operands]
@@ -81,6 +84,64 @@ def _compile(e: A.Expr, layout: list[str]) -> Fn:
     if isinstance(e, A.Call):
         return _compile_call(e, layout)
     raise TypeError(f"not a FILTER expression: {e!r}")  # pragma: no cover
+
+
+# Values that are the same on every row of an execution.
+_ROW_FREE = (A.Literal, A.Param, A.ObjectValue, A.ArrayValue)
+
+
+def _compare_map_path(e: A.Compare, layout: list[str],
+                      test: Callable[[Any, Any], bool]) -> Fn | None:
+    """`?x.attributes.k… op v` or `?x.metadata.k… op v` (either side) with `v` the same on
+    every row — the common FILTER, run once per candidate row of a hub — as one closure:
+    the map read (`Env.attributes` / `Env.metadata`, memoised per execution) and the key
+    walk inline instead of `Env.path_value` behind two more calls. Same values as the
+    general form: a null row value, a predicate variable or a missing key reads as null."""
+    if isinstance(e.left, A.Path) and isinstance(e.right, _ROW_FREE):
+        path, other, flipped = e.left, e.right, False
+    elif isinstance(e.right, A.Path) and isinstance(e.left, _ROW_FREE):
+        path, other, flipped = e.right, e.left, True
+    else:
+        return None
+    segments = path.segments
+    if path.var not in layout or len(segments) < 2 or segments[0] not in ("attributes",
+                                                                          "metadata"):
+        return None
+    i = layout.index(path.var)
+    meta = segments[0] == "metadata"
+    first, rest = segments[1], segments[2:]
+
+    def compare(row: Row, env: Env) -> bool:
+        n = row[i]
+        if n is None or n < 0:
+            v: Any = None
+        else:
+            v = (env.metadata(n) if meta else env.attributes(n)).get(first)
+            for key in rest:
+                if not isinstance(v, dict):
+                    v = None
+                    break
+                v = v.get(key)
+        c = env.value(other)
+        return test(c, v) if flipped else test(v, c)
+
+    if isinstance(other, A.Literal):
+        const = other.value
+
+        def compare_literal(row: Row, env: Env) -> bool:
+            n = row[i]
+            if n is None or n < 0:
+                v: Any = None
+            else:
+                v = (env.metadata(n) if meta else env.attributes(n)).get(first)
+                for key in rest:
+                    if not isinstance(v, dict):
+                        v = None
+                        break
+                    v = v.get(key)
+            return test(const, v) if flipped else test(v, const)
+        return compare_literal
+    return compare
 
 
 def _compile_call(e: A.Call, layout: list[str]) -> Fn:
@@ -195,6 +256,9 @@ def equal(a: Any, b: Any) -> bool:
 
 def _ordered(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
     def test(a: Any, b: Any) -> bool:
+        ta, tb = type(a), type(b)
+        if (ta is int or ta is float) and (tb is int or tb is float):
+            return op(a, b)             # two numbers (bool is neither type): the common case
         ka = kind(a)
         if ka == 0 or ka == 4 or ka != kind(b):
             return False

@@ -16,6 +16,7 @@ from ..errors import ErrorCode, KipError
 from ..plan import physical as P
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
+from . import anti_link as AL
 from . import chunked as C
 from .env import prefetch_spec
 from .filters import Test, compile_filter, paths_read
@@ -150,18 +151,34 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     stages: list[Stage] = []
     tests: list[Test] = []
     paths: list[A.Path] = []
+    raises = False
     for step, layout in zip(plan.steps, step_layouts(plan)):
         if isinstance(step, P.Filter):
             tests.append(compile_filter(step.expr, layout))
             paths += paths_read(step.expr)
+            raises = raises or AL.may_raise(step.expr)
             continue
         if tests:
-            stages.append(_prefetching_filter(tests, paths, layout))
-            tests, paths = [], []
+            filters = _prefetching_filter(tests, paths, layout)
+            shape = AL.shape_of(step, layout) if isinstance(step, P.AntiJoin) else None
+            if shape is not None and not raises:
+                # FILTERs then `NOT { (?x, "p", C) }`: one loop (nexus.exec.anti_link).
+                fused = AL.filtered_stage(tests, shape, layout)
+                stages.append(_pick(fused, _chained(filters, compile_step(step, layout))))
+                tests, paths, raises = [], [], False
+                continue
+            stages.append(filters)
+            tests, paths, raises = [], [], False
         stages.append(_COMPILERS[type(step)](step, layout))
     if tests:
         stages.append(_prefetching_filter(tests, paths, layout))
     return stages
+
+
+def _chained(first: Stage, then: Stage) -> Stage:
+    def run(env: Env, rows: Rows) -> Rows:
+        return then(env, first(env, rows))
+    return run
 
 
 def _prefetching_filter(tests: list[Test], paths: list[A.Path], layout: list[str]) -> Stage:
@@ -595,7 +612,8 @@ def _one_hop_optional(step: P.OptionalJoin) -> Stage | None:
 
 
 def _c_anti(step: P.AntiJoin, layout: list[str]) -> Stage:
-    rowwise = _anti_rows(step)
+    shape = AL.shape_of(step, layout)
+    rowwise = AL.stage(shape, layout) if shape is not None else _anti_rows(step)
     if not (step.correlated and _streams(step.plan)):
         return rowwise
 

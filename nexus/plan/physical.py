@@ -296,6 +296,38 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
                      estimates, then, out_layout)
 
 
+@dataclass(frozen=True, slots=True)
+class AntiLink:
+    """A NOT block that is constant clauses and one link between an outer variable and one
+    of those constants (`NOT { (?x, "p", {type: T, name: N}) }`): what `anti_link` found."""
+    consts: tuple[ConstConcept, ...]
+    check: LinkCheck
+    outer: str              # the outer variable the link tests
+    anchor: ConstConcept    # the constant at the link's other end
+    forward: bool           # True: the constant is the subject (the outer is the object)
+
+
+def anti_link(plan: GroupPlan) -> AntiLink | None:
+    """The block's AntiLink when its plan has that shape (see AntiLink), else None."""
+    if plan.unions or plan.then is not None or plan.main_empty or not plan.steps:
+        return None
+    *consts, last = plan.steps
+    if not isinstance(last, LinkCheck) or last.link is not None:
+        return None
+    anchors: dict[str, ConstConcept] = {}
+    for c in consts:
+        if not isinstance(c, ConstConcept) or c.bound:
+            return None
+        anchors[c.var] = c
+    if last.subject in plan.inputs and last.object in anchors:
+        return AntiLink(tuple(anchors.values()), last, last.subject, anchors[last.object],
+                        False)
+    if last.object in plan.inputs and last.subject in anchors:
+        return AntiLink(tuple(anchors.values()), last, last.object, anchors[last.subject],
+                        True)
+    return None
+
+
 def without_then(plan: GroupPlan) -> GroupPlan:
     """The plan of a group's rows before its continuation (laid out as `union_layout`)."""
     return replace(plan, then=None, out_layout=list(plan.union_layout))
