@@ -23,31 +23,54 @@ import math
 import re
 import time
 from bisect import bisect_right
+from itertools import accumulate, repeat
+from operator import add
 from . import ast as A
 from .transform_common import IDENTIFIER
 
-# One token per match; `x` is any character the grammar has no token for. The patterns are
-# the grammar's own (nexus/grammar/kip.lark): WS, COMMENT, STRING, NUMBER, VAR, PARAM and
-# IDENT (`\w+`, which also covers the keywords and true/false/null). A ':' before a digit is
-# not taken for a placeholder: `{a:1}` is a key, ':' and a number (a placeholder's name never
-# starts with a digit: the LALR parser refuses `:1` where a value goes, and so do we).
+# One token per match, after the blanks and comments before it (WS and COMMENT, ignored by
+# the grammar). The token patterns are the grammar's own (nexus/grammar/kip.lark): STRING,
+# NUMBER, VAR, PARAM and IDENT (`\w+`, which also covers the keywords and true/false/null);
+# any other character is a token of its own (punctuation, or one the grammar has none for).
+# A ':' before a digit is not taken for a placeholder: `{a:1}` is a key, ':' and a number (a
+# placeholder's name never starts with a digit: the LALR parser refuses `:1` where a value
+# goes, and so do we). The prefix is possessive: a blank or a comment is never re-read.
 _TOKEN = re.compile(r"""
-    (?P<ws>[ \t\f\r\n]+)
-  | (?P<c>//[^\n]*)
-  | (?P<s>"[^"\\\n\r]*(?:\\[^\n\r][^"\\\n\r]*)*")
-  | (?P<n>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)
-  | (?P<v>\?\w+(?:\.\w+)*)
-  | (?P<p>:(?![0-9])\w+)
-  | (?P<w>\w+)
-  | (?P<o>[{}()\[\],:;])
-  | (?P<x>.)
-""", re.VERBOSE | re.DOTALL)
+    ((?:[ \t\f\r\n]++|//[^\n]*+)*+)
+    (
+      [{}()\[\],;]
+    | :(?![0-9])\w+
+    | -?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?
+    | \w+
+    | "[^"\\\n\r]*(?:\\[^\n\r][^"\\\n\r]*)*"
+    | \?\w+(?:\.\w+)*
+    | [^ \t\f\r\n]
+    )""", re.VERBOSE)
+# Appended to the text so that the last match is this token, never a failed one (findall
+# would retry inside the blanks and comments the failed match skipped). A NUL in the text is
+# a character the grammar has no token for: kind "x".
+_END = "\x00"
+# A token's kind: a one-character token by itself (ASCII; punctuation is its own kind), a
+# longer one by its first character; _kind looks at the rest ("x": no token of the grammar).
+_ONE = {c: "w" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_"}
+_ONE.update({c: "n" for c in "0123456789"})
+_ONE.update({c: c for c in "{}()[],;:"})
+_MULTI = dict(_ONE)
+_MULTI.update({c: "n" for c in "-0123456789"})
+_MULTI.update({'"': "s", "?": "v", ":": "p"})
+_DEPTH = {"{": 1, "(": 1, "[": 1, "}": -1, ")": -1, "]": -1}
+_WORD = re.compile(r"\w")
+
+
+def _kind(tok: str) -> str:
+    r"""Non-ASCII words (IDENT is `\w+`: the parser declines them where it checks an
+    identifier) and characters the grammar has no token for."""
+    return "w" if _WORD.match(tok) else "x"
+
 
 # The text must start (after blanks and comments) with the word UPSERT; else decline now.
 _UPSERT_START = re.compile(r"(?:[ \t\f\r\n]++|//[^\n]*+)*+UPSERT(?!\w)")
 
-_OPEN = frozenset("{([")
-_CLOSE = frozenset("})]")
 _CONCEPT_FIELDS = frozenset(("id", "type", "name"))
 _WORD_LITERALS = {"true": True, "false": False, "null": None}
 # How many blocks are read between two looks at the clock (a parse's time budget).
@@ -77,35 +100,19 @@ def fast_upsert(text: str, max_nesting: int, deadline: float | None = None
 
 def _tokenize(text: str, max_nesting: int
               ) -> tuple[list[str], list[str], list[int]] | None:
-    """Token kinds (a punctuation character is its own kind), texts and offsets; None at the
-    first character no token starts with, or when brackets nest deeper than the parser's
-    budget allows (the LALR parser reports both)."""
-    kinds: list[str] = []
-    texts: list[str] = []
-    starts: list[int] = []
-    depth = 0
-    for m in _TOKEN.finditer(text):
-        kind = m.lastgroup
-        if kind == "ws" or kind == "c":
-            continue
-        tok = m.group()
-        if kind == "o":
-            kind = tok
-            if tok in _OPEN:
-                depth += 1
-                if depth > max_nesting:
-                    return None
-            elif tok in _CLOSE:
-                depth -= 1
-        elif kind == "x":
-            return None
-        kinds.append(kind)  # type: ignore[arg-type]  # lastgroup: one of the groups above
-        texts.append(tok)
-        starts.append(m.start())
+    """Token kinds (a punctuation character is its own kind; "$" ends the list), texts and
+    end offsets; None when brackets nest deeper than the parser's budget allows (the LALR
+    parser reports it). Runs in C but for a dict lookup per token."""
+    blanks, tokens = zip(*_TOKEN.findall(text + _END))
+    texts = list(tokens)
+    texts[-1] = ""
+    one, multi = _ONE.get, _MULTI.get
+    kinds = [(multi(t[0]) if len(t) > 1 else one(t)) or _kind(t) for t in texts[:-1]]
     kinds.append("$")
-    texts.append("")
-    starts.append(len(text))
-    return kinds, texts, starts
+    if max(accumulate(map(_DEPTH.get, kinds, repeat(0))), default=0) > max_nesting:
+        return None
+    ends = list(accumulate(map(add, map(len, blanks), map(len, texts))))
+    return kinds, texts, ends
 
 
 def _string(raw: str) -> str:
@@ -149,11 +156,11 @@ class _Reader:
     """Recursive descent over the token lists; `i` is the next token. Each method reads one
     grammar rule and builds what the transformer builds for it."""
 
-    def __init__(self, text: str, kinds: list[str], texts: list[str], starts: list[int],
+    def __init__(self, text: str, kinds: list[str], texts: list[str], ends: list[int],
                  deadline: float | None) -> None:
         self.kinds = kinds
         self.texts = texts
-        self.starts = starts
+        self.ends = ends
         self.i = 0
         self.deadline = deadline
         self.params: set[str] = set()
@@ -163,7 +170,7 @@ class _Reader:
     def pos(self, index: int) -> A.Pos:
         """Line and column of token `index`, counted as the LALR lexer counts them (lines
         split on \\n, columns in characters, both from 1)."""
-        offset = self.starts[index]
+        offset = self.ends[index] - len(self.texts[index])
         line = bisect_right(self.newlines, offset)
         start = self.newlines[line - 1] + 1 if line else 0
         return A.Pos(line + 1, offset - start + 1)
@@ -195,7 +202,6 @@ class _Reader:
             raise _DECLINE
         self.kinds[i] = "w"
         self.texts[i] = self.texts[i][1:]
-        self.starts[i] += 1
 
     def at_word(self, word: str) -> bool:
         return self.kinds[self.i] == "w" and self.texts[self.i] == word
