@@ -23,6 +23,7 @@ from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF,
 from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError, caret_snippet
 from . import ast as A
+from .fastparse import fast_upsert
 from .statements import StatementKind, info, kind_of
 from .transform_common import PositionedError, safe_text
 from .transformer import KipTransformer
@@ -178,7 +179,17 @@ CACHE_MAX_BYTES = 128 << 20
 AST_BYTES_PER_CHAR = 32
 
 
-def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
+def parse_lalr(text: str, *, max_bytes: int = MAX_COMMAND_BYTES,
+               max_nesting: int = MAX_NESTING) -> ParsedCommand:
+    """`parse` without the UPSERT fast path and without the cache: the LALR parser alone, the
+    reference that nexus/syntax/fastparse.py is tested against."""
+    if not isinstance(text, str):
+        return parse(text)
+    return _parse_text(text, max_bytes, max_nesting, fast=False)
+
+
+def _parse_text(text: str, max_bytes: int, max_nesting: int,
+                fast: bool = True) -> ParsedCommand:
     # A character is at least one UTF-8 byte: encode only when the length leaves a doubt.
     size, exact = len(text), False
     if size <= max_bytes:
@@ -196,6 +207,11 @@ def _parse_text(text: str, max_bytes: int, max_nesting: int) -> ParsedCommand:
     _reset_depth(max_nesting)
     timeout = getattr(_depth, "timeout", None)
     _depth.deadline = None if timeout is None else time.monotonic() + timeout
+    # Big UPSERT commands are read by hand (same AST); anything else, and every error, is
+    # the LALR parser's (nexus/syntax/fastparse.py).
+    read = fast_upsert(text, max_nesting, _depth.deadline) if fast else None
+    if read is not None:
+        return ParsedCommand(read[0], kind_of(read[0]), read[1])
     try:
         tree = _lark().parse(text)
         _check_clock()

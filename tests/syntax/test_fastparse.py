@@ -1,0 +1,382 @@
+"""The UPSERT fast path (nexus/syntax/fastparse.py) against the LALR parser.
+
+For every text: either the fast path declines, or it returns exactly the AST the LALR parser
+and the transformer build — positions, placeholder expectations and value types included —
+for a text the LALR parser accepts. `parse()` (fast path first) and `parse_lalr()` (the
+grammar alone) give the same command or the same error, field for field: errors only ever
+come from the grammar. Texts: every string holding UPSERT in the test suite, the spec
+examples, the RC11 spec blocks, the bundled capsules, the RC11 capsules (when ../shared is
+present), the docs; then random UPSERT texts and mutations of them.
+"""
+from __future__ import annotations
+
+import ast as pyast
+import dataclasses
+import json
+import os
+import re
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus.errors import KipError
+from nexus.syntax import MAX_NESTING, parse
+from nexus.syntax import fastparse
+from nexus.syntax.fastparse import fast_upsert
+from nexus.syntax.parser import parse_lalr
+
+from spec import rc11_blocks  # tests/spec/rc11_blocks.py (tests/ is on the path)
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+SCALE = int(os.environ.get("NEXUS_FUZZ_EXAMPLES", "0")) or None
+
+
+def exactly(a: Any, b: Any, path: str = "$") -> str | None:
+    """None when `a` and `b` are equal with positions and exact types (AST equality leaves
+    positions out); else where they differ."""
+    if type(a) is not type(b):
+        return f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            diff = exactly(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+            if diff:
+                return diff
+        return None
+    if isinstance(a, (tuple, list)):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items != {len(b)}"
+        for n, (x, y) in enumerate(zip(a, b)):
+            diff = exactly(x, y, f"{path}[{n}]")
+            if diff:
+                return diff
+        return None
+    if isinstance(a, dict):
+        if list(a) != list(b):
+            return f"{path}: keys {list(a)} != {list(b)}"
+        for k in a:
+            diff = exactly(a[k], b[k], f"{path}.{k}")
+            if diff:
+                return diff
+        return None
+    if repr(a) != repr(b):
+        return f"{path}: {a!r} != {b!r}"
+    return None
+
+
+def _error(exc: KipError) -> tuple[Any, ...]:
+    return (exc.code, exc.message, exc.hint, exc.line, exc.column, exc.snippet, exc.data)
+
+
+def check(text: str, max_nesting: int = MAX_NESTING) -> bool:
+    """The property; True when the fast path read the text."""
+    fast = fast_upsert(text, max_nesting)
+    try:
+        reference = parse_lalr(text, max_nesting=max_nesting)
+    except KipError as exc:
+        assert fast is None, f"the fast path accepted a text the grammar refuses: {exc}"
+        with pytest.raises(KipError) as caught:
+            parse(text, max_nesting=max_nesting)
+        assert _error(caught.value) == _error(exc)
+        return False
+    if fast is None:
+        return False
+    command, names = fast
+    diff = exactly(command, reference.command)
+    assert diff is None, f"{diff}\n{text}"
+    assert names == reference.parameters
+    parsed = parse(text, max_nesting=max_nesting)
+    assert exactly(parsed.command, reference.command) is None
+    assert (parsed.kind, parsed.parameters, parsed.writes, parsed.late_binding) == (
+        reference.kind, reference.parameters, reference.writes, reference.late_binding)
+    return True
+
+
+# --- the corpora -------------------------------------------------------------------------
+
+def _strings_in_tests() -> list[str]:
+    """Every string constant holding UPSERT in the test suite (commands and fragments)."""
+    found: list[str] = []
+    for path in sorted((ROOT / "tests").glob("**/*.py")):
+        tree = pyast.parse(path.read_text(encoding="utf-8"))
+        for node in pyast.walk(tree):
+            if isinstance(node, pyast.Constant) and isinstance(node.value, str) \
+                    and "UPSERT" in node.value:
+                found.append(node.value)
+    return found
+
+
+def _files(*patterns: tuple[Path, str]) -> list[str]:
+    return [p.read_text(encoding="utf-8") for base, pattern in patterns
+            for p in sorted(base.glob(pattern))]
+
+
+_FENCE = re.compile(r"^```[a-z]*[ \t]*\n(.*?)^```", re.S | re.M)
+
+
+def _doc_blocks() -> list[str]:
+    texts = _files((ROOT, "README.md"), (ROOT / "docs", "**/*.md"))
+    return [m.group(1) for t in texts for m in _FENCE.finditer(t) if "UPSERT" in m.group(1)]
+
+
+SHARED_CAPSULES = ROOT.parent / "shared" / "spec" / "capsules-v1.0-RC11"
+CORPORA = {
+    "tests": _strings_in_tests(),
+    "spec examples": _files((HERE / "spec_examples", "*.kip")),
+    "rc11 blocks": [b.text for b in rc11_blocks.blocks()],
+    "bundled": _files((Path(str(files("nexus.bundled"))), "**/*.kip")),
+    "rc11 capsules": _files((SHARED_CAPSULES, "**/*.kip")),
+    "docs": _doc_blocks(),
+}
+
+
+@pytest.mark.parametrize("corpus", sorted(CORPORA))
+def test_corpus(corpus: str) -> None:
+    texts = CORPORA[corpus]
+    if not texts and corpus.startswith("rc11"):
+        pytest.skip("../shared/spec is not present")
+    read = sum(check(text) for text in texts)
+    if corpus in ("bundled", "rc11 capsules", "tests"):
+        assert read, f"the fast path read none of the {len(texts)} texts of {corpus}"
+
+
+def test_the_bundled_capsules_take_the_fast_path() -> None:
+    for text in CORPORA["bundled"]:
+        assert fast_upsert(text, MAX_NESTING) is not None, text[:200]
+
+
+def test_other_statements_are_declined_before_any_tokenizing(monkeypatch) -> None:
+    def tokenize(*args: object) -> None:
+        raise AssertionError("tokenized a text that does not start with UPSERT")
+    monkeypatch.setattr(fastparse, "_tokenize", tokenize)
+    for text in ('FIND(?x) WHERE { ?x {type: "T"} }', "UPSERTED {}", " // UPSERT\nFIND(?x)",
+                 "upsert { }", "DESCRIBE PRIMER"):
+        assert fast_upsert(text, MAX_NESTING) is None
+
+
+def test_nesting_beyond_the_budget_is_the_grammars_error() -> None:
+    text = 'UPSERT { CONCEPT ?a { {type: "T", name: "n"} SET ATTRIBUTES {a: [[[[1]]]]} } }'
+    assert check(text, max_nesting=8)
+    assert not check(text, max_nesting=6)
+
+
+def test_subtle_texts() -> None:
+    """Shapes where the grammar is subtle: read exactly, or declined."""
+    c = 'CONCEPT ?a { {type: "T", name: "n"} '
+    for text in (
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: 1, a: 2} } }',          # duplicate key
+            'UPSERT { ' + c + 'SET ATTRIBUTES {"a b": 1} } }',            # not an identifier
+            'UPSERT { ' + c + 'SET ATTRIBUTES {"a": 1, "b": {"c d": 2}} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {é: 1} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: "\\ud800"} } }',        # lone surrogate
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: "\\ud83d\\ude00 \\u00e9\\n\\"\\/"} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: "\\x41"} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: "tab\tinside"} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: -0, b: -0.0, c: 1E400, d: 1e-400} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: 01} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: 1.} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: 12abc} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: ' + "9" * 5000 + '} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: True} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: trueish} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {true: null, null: false} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: :b, c: [:d, {e: :f}]} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a::b} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a:1, b:true, c:1e5, d:null, "e":0} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a:0123} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a:1.5} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a:truex} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a:x} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a:1e} } }',
+            'UPSERT { CONCEPT ?a { {type:"T", name:1} } }',
+            'UPSERT { PROPOSITION ?p { (id:"x") } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a::1b} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: $b} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES :a SET ATTRIBUTES :b } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {}, } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {,} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: [,]} } }',
+            'UPSERT { ' + c + 'SET ATTRIBUTES {a: [1,]} } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p", ?b) ("q", ?c),, } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p", ?b) ("q", ?c), } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p" | "q", ?b) } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p", ?b.name) } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p", {type: "T"}) } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p", (?a, "q"{1,2}, ?b)) } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { ("p", (?a, ?q, ?b)) } } }',
+            'UPSERT { ' + c + 'SET PROPOSITIONS { (:p, (id: :i)) WITH METADATA {} } } }',
+            'UPSERT { ' + c + 'EXPECT VERSION 0 } }',
+            'UPSERT { ' + c + 'EXPECT VERSION -1 } }',
+            'UPSERT { ' + c + 'EXPECT VERSION 1.0 } }',
+            'UPSERT { ' + c + 'EXPECT VERSION :v SET ATTRIBUTES {} } }',
+            'UPSERT { CONCEPT ?a { {type: "T"} } }',
+            'UPSERT { CONCEPT ?a { {id: "C:1", name: "n"} } }',
+            'UPSERT { CONCEPT ?a { {type: "T", name: 1} } }',
+            'UPSERT { CONCEPT ?a.b { {id: "C:1"} } }',
+            'UPSERT { CONCEPT ?1a { {id: "C:1"} } }',
+            'UPSERT { CONCEPT { {"type": "T", "name": "n",} } }',
+            'UPSERT { CONCEPT { {type: "T", type: "n"} } }',
+            'UPSERT { CONCEPT { {kind: "T", name: "n"} } }',
+            'UPSERT { PROPOSITION ?p { (?a, "p", ?b) SET PROPOSITIONS {} } }',
+            'UPSERT { PROPOSITION ?p { (idx: "x") } }',
+            'UPSERT { PROPOSITION ?p { (id: "x") EXPECT VERSION 2 } } WITH METADATA {a: 1}',
+            'UPSERT{CONCEPT?a{{type:"T",name:"n"}SET ATTRIBUTES{a:1}}}UPSERT{};;',
+            'UPSERT {} ; UPSERT {}',
+            'UPSERT {} // end',
+            'UPSERT {}\r\n// a comment\r\n',
+            'UPSERT {} \x0b',
+            'UPSERT { CONCEPT ?a { {type: "T", name: "n"\n} } }',
+            'UPSERT { concept ?a { {type: "T", name: "n"} } }',
+            'UPSERT { CONCEPT ?a { {type: "T", name: "line\nbreak"} } }',
+            'UPSERT { CONCEPT ?a { {type: "T", name: "n"} } } FIND',
+            'UPSERT { CONCEPT ?a { {type: "T", name: "n"} }',
+            'UPSERT',
+    ):
+        check(text)
+
+
+# --- random texts ------------------------------------------------------------------------
+
+def fuzz_settings(default_examples: int) -> settings:
+    return settings(max_examples=SCALE or default_examples, deadline=None,
+                    derandomize=SCALE is None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+BLANK = st.sampled_from([" ", "", "\n", "  ", "\t", " // note\n", "\r\n", "\n\n  "])
+NAME = st.sampled_from(["a", "x1", "_b", "Type", "name", "id", "true", "CONCEPT", "é", "1a"])
+STRING = st.one_of(
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters='"\\\n\r'),
+            max_size=8).map(lambda s: f'"{s}"'),
+    st.text(max_size=6).map(json.dumps),
+    st.text(max_size=6).map(lambda s: json.dumps(s, ensure_ascii=False)),
+    st.sampled_from(['"\\u00e9"', '"\\ud83d\\ude00"', '"\\ud800"', '"\\q"', '"\\/\\b"',
+                     '"a\\"b"', '"\\\\"']),
+)
+
+
+NUMBER = st.one_of(
+    st.integers(-10**6, 10**6).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.sampled_from(["0", "-0", "1e5", "1E-3", "2.50", "-0.0", "1e999", "007", "1.", ".5"]),
+)
+PARAM = NAME.map(lambda n: ":" + n)
+SCALAR = st.one_of(STRING, NUMBER, PARAM, st.sampled_from(["true", "false", "null"]))
+
+
+def _join(draw: Any, parts: list[str], open_: str, close: str) -> str:
+    comma = draw(st.sampled_from([",", ", ", " ,\n"]))
+    trailing = draw(st.sampled_from(["", ","])) if parts else ""
+    return (open_ + draw(BLANK) + comma.join(parts) + trailing + draw(BLANK) + close)
+
+
+@st.composite
+def value(draw: Any, depth: int = 0) -> str:
+    if depth >= 3 or draw(st.booleans()):
+        return draw(SCALAR)
+    if draw(st.booleans()):
+        items = draw(st.lists(value(depth + 1), max_size=3))
+        return _join(draw, items, "[", "]")
+    return draw(obj(depth + 1))
+
+
+@st.composite
+def obj(draw: Any, depth: int = 0) -> str:
+    keys = draw(st.lists(st.one_of(NAME, NAME.map(json.dumps)), max_size=3))
+    return _join(draw, [f"{k}{draw(BLANK)}:{draw(BLANK)}{draw(value(depth))}" for k in keys],
+                 "{", "}")
+
+
+@st.composite
+def concept_ref(draw: Any) -> str:
+    if draw(st.integers(0, 5)) == 0:
+        return "{id: " + draw(st.one_of(STRING, PARAM)) + "}"
+    t, n = draw(st.one_of(STRING, PARAM)), draw(st.one_of(STRING, PARAM))
+    return f"{{type: {t},{draw(BLANK)}name: {n}}}"
+
+
+@st.composite
+def term(draw: Any, depth: int = 0) -> str:
+    kind = draw(st.integers(0, 4 if depth < 2 else 2))
+    if kind == 0:
+        return "?" + draw(NAME)
+    if kind <= 2:
+        return draw(concept_ref())
+    if kind == 3:
+        return "(id: " + draw(st.one_of(STRING, PARAM)) + ")"
+    return draw(triple(depth + 1))
+
+
+@st.composite
+def triple(draw: Any, depth: int = 0) -> str:
+    b = draw(BLANK)
+    pred = draw(st.one_of(STRING, PARAM))
+    return f"({b}{draw(term(depth))},{b}{pred}, {draw(term(depth))}{b})"
+
+
+def meta(draw: Any) -> str:
+    if draw(st.booleans()):
+        return ""
+    return f" WITH METADATA {draw(st.one_of(PARAM, obj()))}"
+
+
+@st.composite
+def block(draw: Any) -> str:
+    b = draw(BLANK)
+    handle = draw(st.sampled_from(["", "?h ", "?h2 "]))
+    expect = draw(st.sampled_from(["", " EXPECT VERSION 0", " EXPECT VERSION :v",
+                                   " EXPECT VERSION 2"]))
+    attrs = f" SET ATTRIBUTES {draw(st.one_of(PARAM, obj()))}" if draw(st.booleans()) else ""
+    if draw(st.booleans()):
+        props = ""
+        if draw(st.booleans()):
+            entries = [f"({draw(st.one_of(STRING, PARAM))}, {draw(term())}){meta(draw)}"
+                       for _ in range(draw(st.integers(0, 3)))]
+            sep = draw(st.sampled_from([",", " ", ",\n"]))
+            props = f" SET PROPOSITIONS {{{b}{sep.join(entries)}{b}}}"
+        clauses = [attrs, props] if draw(st.booleans()) else [props, attrs]
+        return (f"CONCEPT {handle}{{{b}{draw(concept_ref())}{expect}{''.join(clauses)}{b}}}"
+                f"{meta(draw)}")
+    return f"PROPOSITION {handle}{{{b}{draw(triple())}{expect}{attrs}{b}}}{meta(draw)}"
+
+
+@st.composite
+def upsert(draw: Any) -> str:
+    statements = []
+    for _ in range(draw(st.integers(1, 2))):
+        blocks = draw(st.lists(block(), max_size=4))
+        statements.append(f"UPSERT {{{draw(BLANK)}{draw(BLANK).join(blocks)}{draw(BLANK)}}}"
+                          f"{meta(draw)}")
+    return draw(BLANK) + draw(BLANK).join(statements) + draw(st.sampled_from(["", ";", " ;;"]))
+
+
+@given(upsert())
+@fuzz_settings(400)
+def test_random_upserts(text: str) -> None:
+    check(text)
+
+
+NOISE = st.sampled_from(list("{}()[],:;\"\\?$. \n") + ["//", "UPSERT", "SET", "WITH", "1e",
+                                                       "\u00a0", "\u200b", "\x00", "'"])
+
+
+@given(upsert(), st.data())
+@fuzz_settings(400)
+def test_mutated_upserts(text: str, data: Any) -> None:
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(text)))
+        how = data.draw(st.integers(0, 3))
+        if how == 0:
+            text = text[:at]                                         # truncated
+        elif how == 1:
+            text = text[:at] + text[at + 1:]                         # a character dropped
+        elif how == 2:
+            text = text[:at] + data.draw(NOISE) + text[at:]          # something inserted
+        else:
+            end = data.draw(st.integers(at, len(text)))
+            text = text[:at] + text[at:end] + text[at:]              # a span repeated
+    check(text)
