@@ -310,6 +310,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         forget(n, key, fwd.get(key))
     ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
     preds: dict[int, str] = {}          # predicate id -> its name
+    plans: dict[tuple[str, str], _Move] = {}    # a MERGE moves its links the same way
     for n in order:
         if len(ends) > END_NAMES:
             ends.clear()
@@ -317,7 +318,10 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         raw = fwd.get(key)
         texts = moved.get(n) if moved else None
         if texts is not None and raw is not None:
-            redone = _moved(w, txn, n, raw, texts, ends, preds)
+            plan = plans.get(texts)
+            if plan is None:
+                plan = plans[texts] = _Move(w, texts)
+            redone = _moved(plan, txn, n, raw, ends, preds)
             if redone is not None:
                 if redone:
                     changed.append(n)
@@ -357,17 +361,47 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     return changed, gone
 
 
-def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
-           ends: dict[int, str], preds: dict[int, str]) -> bool | None:
-    """Rewrite the entry and postings of link `n` whose end moved from an element shown as
-    `texts[0]` to one shown as `texts[1]`, from its stored entry `raw`: the old end's field
-    terms out, the new one's in, the rest as stored. Returns whether its vector text
-    changed, or None (nothing done: derive it in full) when the stored entry does not show
-    the old end's terms coming from that field alone, or the new end's terms also come from
-    another field — the weights of shared terms would need the whole document.
+class _Move:
+    """What moving a link end from an element shown as `texts[0]` to one shown as
+    `texts[1]` does to any link's entry (computed once per pair: a MERGE moves all of
+    its links the same way): the old end's field terms with their weights (`out`), the new
+    end's (`into`), the new end's terms the stored entry must not have (`clash`: their
+    weights would need the whole document), and the posting changes."""
+
+    __slots__ = ("w", "same", "out", "into", "clash", "_pers")
+
+    def __init__(self, w: _Writer, texts: tuple[str, str]) -> None:
+        self.w = w
+        self.same = texts[0] == texts[1]
+        out = _field_weights(texts[0])
+        self.into = _field_weights(texts[1])
+        self.out = tuple(out.items())
+        self.clash = tuple(t for t in self.into if t not in out)
+        self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
+
+    def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
+        """The writer's per-term op maps: the old end's terms the new one lacks (to
+        delete), and the new end's terms with their weights (to set when they differ from
+        the stored weight). Made on first use: an empty op map must not reach `flush`."""
+        if self._pers is None:
+            ops, kb = self.w.ops, KIND_BYTES[KIND_LINK]
+            into = self.into
+            gone = [ops.setdefault(kb + t.encode(), {}) for t, _ in self.out if t not in into]
+            added = [(v, ops.setdefault(kb + t.encode(), {})) for t, v in into.items()]
+            self._pers = (gone, added)
+        return self._pers
+
+
+def _moved(plan: _Move, txn: Any, n: int, raw: bytes, ends: dict[int, str],
+           preds: dict[int, str]) -> bool | None:
+    """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
+    stored entry `raw`: the old end's field terms out, the new one's in, the rest as
+    stored. Returns whether its vector text changed, or None (nothing done: derive it in
+    full) when the stored entry does not show the old end's terms coming from that field
+    alone, or the new end's terms also come from another field — the weights of shared
+    terms would need the whole document.
     `ends` and `preds` remember end texts and predicate names across calls."""
-    old_text, new_text = texts
-    if old_text == new_text:
+    if plan.same:
         return False                    # the same document (e.g. a higher-order end)
     # A touched link with a stored entry exists (a deleted one is not touched): no read
     # of the store for its head, nor (below) for its ends', which a link's existence implies.
@@ -377,20 +411,18 @@ def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
     kind, group, names, old_vcrc, flat = msgpack.unpackb(raw, raw=False)
     if kind != KIND_LINK or group != head.predicate_id:
         return None
-    before = dict(zip(flat[0::2], flat[1::2]))
-    get = before.get
-    out = _field_weights(old_text)
-    for t, v in out.items():
+    terms = dict(zip(flat[0::2], flat[1::2]))
+    get = terms.get
+    for t, v in plan.out:
         if get(t) != v:
             return None
-    into = _field_weights(new_text)
-    for t in into:
-        if t in before and t not in out:
+    for t in plan.clash:
+        if t in terms:
             return None
-    terms = before.copy()
-    for t in out:
+    before = [get(t) for t in plan.into]
+    for t, _ in plan.out:
         del terms[t]
-    terms.update(into)
+    terms.update(plan.into)
     flat = [x for t in sorted(terms) for x in (t, terms[t])]
     pred = preds.get(group)
     if pred is None:
@@ -403,21 +435,12 @@ def _moved(w: _Writer, txn: Any, n: int, raw: bytes, texts: tuple[str, str],
         obj = ends[head.object] = _known_end_text(txn, head.object)
     vec = link_vec_text(pred, subj, obj)
     vcrc = zlib.crc32(f"{vec}\x1f{vec}".encode())
-    w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, vcrc, flat)))
-    ops, kb = w.ops, KIND_BYTES[KIND_LINK]
-    for t in out:
-        if t not in into:
-            tb = kb + t.encode()
-            per = ops.get(tb)
-            if per is None:
-                per = ops[tb] = {}
-            per.setdefault(n, None)
-    for t, v in into.items():
-        if get(t) != v:
-            tb = kb + t.encode()
-            per = ops.get(tb)
-            if per is None:
-                per = ops[tb] = {}
+    plan.w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, vcrc, flat)))
+    gone, added = plan.postings()
+    for per in gone:
+        per.setdefault(n, None)
+    for was, (v, per) in zip(before, added):
+        if was != v:
             per[n] = (v, group)
     return old_vcrc != vcrc
 

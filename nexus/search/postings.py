@@ -14,6 +14,7 @@ key per posting.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from typing import Any
 
 import numpy as np
@@ -52,13 +53,37 @@ def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
     for key, _ in aux.scan(prefix, reverse=True, start=prefix + _U64.pack(lo)):
         start = key
         break
-    blocks: list[tuple[bytes, bytes]] = []
+    # The blocks whose id ranges hold an op: only those are decoded and rewritten (a MERGE
+    # deleting 100 links scattered over a list of 100k postings rewrites ~100 blocks, not
+    # the whole list). Block i holds the ids from its key's id up to the next block's.
+    firsts: list[int] = []
+    raws: list[tuple[bytes, bytes]] = []
     for key, raw in aux.scan(prefix, start=start or prefix):
-        if blocks and _U64.unpack(key[-8:])[0] > hi:
+        first = _U64.unpack(key[-8:])[0]
+        if raws and first > hi:
             break
-        blocks.append((key, raw))
+        firsts.append(first)
+        raws.append((key, raw))
+    if not raws:
+        return _rewrite(aux, prefix, None, None, ids, ops)
+    delta = 0
+    at = 0
+    for i, (key, raw) in enumerate(raws):
+        end = firsts[i + 1] if i + 1 < len(raws) else None
+        j = len(ids) if end is None else bisect_left(ids, end, at)
+        if j > at:
+            delta += _rewrite(aux, prefix, key, raw, ids[at:j], ops)
+            at = j
+    return delta
+
+
+def _rewrite(aux: Any, prefix: bytes, key: bytes | None, raw: bytes | None,
+             ids: list[int], ops: dict[int, Op]) -> int:
+    """Apply the ops of `ids` (sorted) to the one block `key` (None: no block yet) and
+    write the result: deleted when empty, else re-keyed by its first id and split in
+    blocks of at most BLOCK. Returns the change in the number of postings."""
     entries: dict[int, tuple[float, int]] = {}
-    for _, raw in blocks:
+    if raw is not None:
         b_ids, b_w, b_g = decode(raw)
         entries.update(zip(b_ids.tolist(), zip(b_w.tolist(), b_g.tolist())))
     before = len(entries)
@@ -68,6 +93,8 @@ def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
             entries.pop(n, None)
         else:
             entries[n] = op
+    if key is not None and len(entries) == before and all(ops[n] is None for n in ids):
+        return 0                        # only deletes of ids the block does not hold
     new_ids = sorted(entries)
     written: dict[bytes, bytes] = {}
     for i in range(0, len(new_ids), BLOCK):
@@ -75,13 +102,11 @@ def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
         w = np.fromiter((entries[n][0] for n in chunk), dtype=np.float32, count=len(chunk))
         g = np.fromiter((entries[n][1] for n in chunk), dtype=np.uint32, count=len(chunk))
         written[prefix + _U64.pack(chunk[0])] = encode(np.asarray(chunk, dtype=np.uint64), w, g)
-    old = dict(blocks)
-    for key in old:
-        if key not in written:
-            aux.delete(key)
-    for key, raw in written.items():
-        if old.get(key) != raw:
-            aux.put(key, raw)
+    if key is not None and key not in written:
+        aux.delete(key)
+    for k, value in written.items():
+        if k != key or value != raw:
+            aux.put(k, value)
     return len(entries) - before
 
 

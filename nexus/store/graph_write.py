@@ -148,6 +148,12 @@ class GraphWriteTxn(GraphReadTxn[Db]):
 
     # --- reads that must see this transaction's pending state ----------------------------
     def head(self, n: int) -> Head | None:
+        # A head this transaction decoded or moved is current: `delete` drops it from
+        # `_new_heads` and a move replaces it there (a MERGE asks for each moved link's
+        # head several times: its pre-image, the move, the version log).
+        h = self._new_heads.get(n)
+        if h is not None:
+            return h
         try:
             v = self._get(pack_n(n), None, self.tables.head)
         except struct.error:
@@ -307,13 +313,14 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         map encoded (column-wise, `codec.encode_maps`) before anything is written, then one
         sorted insert; a repeated id keeps its last map."""
         get, head, metas = self._get, self.tables.head, self.tables.metas
+        known = self._new_heads         # current heads (see `head`): no existence read
         keys: list[bytes] = []
         for n, _ in items:
             try:
                 nk = pack_n(n)
             except struct.error:
                 nk = None
-            if nk is None or get(nk, None, head) is None:
+            if nk is None or (n not in known and get(nk, None, head) is None):
                 raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
             keys.append(nk)
         final = dict(zip(keys, codec.encode_maps([m for _, m in items], "metadata")))
