@@ -261,11 +261,14 @@ class SearchService:
     @contextlib.contextmanager
     def bulk_loading(self):
         """`with search.bulk_loading(): ...` around a bulk load: the vector indexer waits
-        until it ends (see `VectorIndex.pause`); the lexical index is written as usual."""
+        until it ends (see `VectorIndex.pause`); the lexical index is written as usual, and
+        when the load ends without an error its vectors are built before it returns
+        (`complete_vectors`), so that SEARCH finds everything it loaded at once."""
         for index in self.vector_indexes():
             index.pause()
         try:
             yield
+            complete_vectors(self.vector_indexes())
         finally:
             for index in self.vector_indexes():
                 index.resume()
@@ -422,6 +425,20 @@ class _Stage:
         self.txn = txn
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
+
+
+def complete_vectors(indexes: list[VectorIndex]) -> None:
+    """Build the vectors of every committed change now, in the caller's thread (the end
+    of a bulk load, its indexer paused): embedded in large batches and inserted with one
+    multithreaded usearch `add` per batch (`VectorIndex.fill`). A failure here leaves the
+    changes queued, as they were: the indexer applies them after the load, as it always
+    did, so the load itself (committed) does not fail for it."""
+    for index in indexes:
+        try:
+            index.fill()
+        except Exception:  # noqa: BLE001 - the durable queue still holds every change
+            log.exception("search: building a bulk load's vectors failed; the background "
+                          "indexer will apply them")
 
 
 def rebuild_lexical(txn: Any, progress: Progress | None, chunk: int) -> list[int]:
