@@ -13,6 +13,12 @@ exist (`KIP_3002`), one link per (s, p, o), engine metadata, protected targets (
 Each batch of `batch_size` items is one write transaction: a failing batch leaves nothing of
 itself, the batches before it stay committed.
 
+With SEARCH attached, the lexical postings are written in the batches' transactions and the
+vectors of everything loaded are built before `bulk_import` returns (`fill` of each vector
+index: large embedding batches, multithreaded usearch inserts), not caught up in the
+background afterwards; a failed import builds none (its committed batches' vectors are left
+to the background indexer).
+
 Memory: a transaction consumes its items `chunk_size` at a time and keeps nothing of an item
 once its chunk is written (the SEARCH index is fed chunk by chunk too), so a big transaction
 does not hold its whole input; what grows with the transaction is ~60 bytes per link (the
@@ -68,7 +74,9 @@ def bulk_import(engine: Engine, concepts: Iterable[dict] = (), links: Iterable[d
     chunk_size = min(chunk_size, batch_size)
     state = _Import(engine, privileged)
     # The vector indexer waits for the end of the import (it would compete with the load
-    # for the GIL; see nexus.search.vectors.VectorIndex.pause) and then catches up.
+    # for the GIL; see nexus.search.vectors.VectorIndex.pause); when the import succeeds
+    # the search service then builds its vectors in this thread, in large batches, so they
+    # are complete when it returns (SearchService.bulk_loading).
     search = engine.search
     with search.bulk_loading() if search is not None else nullcontext():
         for kind, items, fn in (("concepts", concepts, state.concept_batch),

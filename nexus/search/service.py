@@ -22,7 +22,8 @@ at once, and eventually consistent on vectors: a SEARCH whose snapshot is ahead 
 vector index waits up to `wait_seconds` for the indexer when at most `wait_backlog` ids are
 queued (so an agent finds what it just wrote, typos included), and otherwise answers from the
 lexical index and the vectors indexed so far. `drain()` waits for the indexer; `reindex`,
-`check` and `close` drain first.
+`check` and `close` drain first. A bulk load builds its own vectors before it returns
+(`bulk_loading`, `complete_vectors`): nothing of it is left to catch up.
 """
 from __future__ import annotations
 
@@ -261,11 +262,14 @@ class SearchService:
     @contextlib.contextmanager
     def bulk_loading(self):
         """`with search.bulk_loading(): ...` around a bulk load: the vector indexer waits
-        until it ends (see `VectorIndex.pause`); the lexical index is written as usual."""
+        until it ends (see `VectorIndex.pause`); the lexical index is written as usual, and
+        when the load ends without an error its vectors are built before it returns
+        (`complete_vectors`), so that SEARCH finds everything it loaded at once."""
         for index in self.vector_indexes():
             index.pause()
         try:
             yield
+            complete_vectors(self.vector_indexes())
         finally:
             for index in self.vector_indexes():
                 index.resume()
@@ -422,6 +426,20 @@ class _Stage:
         self.txn = txn
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
+
+
+def complete_vectors(indexes: list[VectorIndex]) -> None:
+    """Build the vectors of every committed change now, in the caller's thread (the end
+    of a bulk load, its indexer paused): embedded in large batches and inserted with one
+    multithreaded usearch `add` per batch (`VectorIndex.fill`). A failure here leaves the
+    changes queued, as they were: the indexer applies them after the load, as it always
+    did, so the load itself (committed) does not fail for it."""
+    for index in indexes:
+        try:
+            index.fill()
+        except Exception:  # noqa: BLE001 - the durable queue still holds every change
+            log.exception("search: building a bulk load's vectors failed; the background "
+                          "indexer will apply them")
 
 
 def rebuild_lexical(txn: Any, progress: Progress | None, chunk: int) -> list[int]:

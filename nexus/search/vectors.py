@@ -66,6 +66,7 @@ REMAP_SECONDS = 5.0          # ... or, when an index left its mapped file, once 
 #                              changed for this long (`layered`: saved, it is mapped again)
 ADD_CHUNK = 2048             # vectors embedded and inserted per lock hold
 ADD_THREADS = 2              # usearch insertion threads
+FILL_CHUNK = 16_384          # ids read, embedded and inserted per step of `fill` (bulk load)
 IDLE_SECONDS = 5.0           # the indexer looks for work (and a due save) this often anyway
 # The indexer starts on queued work once commits pause for QUIET_SECONDS, or at once when a
 # reader waits for it or QUIET_BACKLOG ids are queued (see Indexer.run).
@@ -116,6 +117,8 @@ class VectorIndex:
         self.saving = True        # False: never write the files (a `kip check` process)
         self.waiters = 0          # readers waiting in wait() (the indexer then starts at once)
         self._pause_lock = threading.Lock()
+        # One catch-up at a time: the indexer's, or a bulk load's `fill` in its own thread.
+        self._catching = threading.Lock()
 
     def _new(self) -> LayeredIndex:
         """A fresh, empty index of one kind (in memory until saved; see `layered`)."""
@@ -207,9 +210,26 @@ class VectorIndex:
             self.indexer.start()
             self.indexer.wake()
 
-    def catch_up(self, chunk: int = ADD_CHUNK) -> bool:
+    def catch_up(self, chunk: int = ADD_CHUNK, add_chunk: int = ADD_CHUNK) -> bool:
         """Apply every change committed so far (the indexer's job; also callable directly).
         Returns whether there was anything to do."""
+        with self._catching:
+            return self._catch_up(chunk, add_chunk)
+
+    def fill(self) -> bool:
+        """Apply every committed change now, in the caller's thread, in large steps: what a
+        bulk load does before it returns (while the indexer is paused), so that its vectors
+        are complete when it ends instead of caught up in the background. Each step reads
+        FILL_CHUNK ids in one read transaction; their texts are embedded and inserted
+        ADD_CHUNK at a time (multithreaded usearch `add`), as the indexer does: larger adds
+        measured no cheaper (HNSW insertion is ~85% of the cost either way) and would hold
+        the lock that concurrent SEARCHes wait for longer. Returns whether there was
+        anything to do."""
+        if self.store is None:          # not opened: nothing is queued for it
+            return False
+        return self.catch_up(FILL_CHUNK)
+
+    def _catch_up(self, chunk: int, add_chunk: int) -> bool:
         store = self.store
         upserts: list[tuple[int, int, list[str]]] | None = None
         with store.read() as txn:
@@ -233,11 +253,11 @@ class VectorIndex:
             if isinstance(me, Indexer) and (self.paused or me is not self.indexer):
                 return False
             self._drop(ids)
-            self._add(upserts)
+            self._add(upserts, add_chunk=add_chunk)
             with self.lock:
                 self.backlog = max(0, self.backlog - len(ids))
         elif ids is None:
-            self._rebuild_from(store, top, None)
+            self._rebuild_from(store, top, None, add_chunk=add_chunk)
             with self.lock:
                 self.needs_rebuild = False
         else:
@@ -250,7 +270,7 @@ class VectorIndex:
                 with store.read() as txn:
                     upserts = self._docs(txn, part)
                 self._drop(part)
-                self._add(upserts)
+                self._add(upserts, add_chunk=add_chunk)
                 with self.lock:
                     self.backlog = max(0, self.backlog - len(part))
         with self.progress:
@@ -347,8 +367,8 @@ class VectorIndex:
                         ix.remove(present)
                         self._dirty(len(present))
 
-    def _add(self, upserts: list[tuple[int, int, list[str]]], indexes: list | None = None
-             ) -> None:
+    def _add(self, upserts: list[tuple[int, int, list[str]]], indexes: list | None = None,
+             add_chunk: int = ADD_CHUNK) -> None:
         target = self.indexes if indexes is None else indexes
         for kind in (KIND_CONCEPT, KIND_LINK):
             keys: list[int] = []
@@ -358,9 +378,9 @@ class VectorIndex:
                     for slot, t in enumerate(ts):
                         keys.append(n * SLOTS + slot)
                         texts.append(t)
-            for i in range(0, len(keys), ADD_CHUNK):
-                vecs = self.embedder.embed(texts[i:i + ADD_CHUNK])
-                chunk = np.asarray(keys[i:i + ADD_CHUNK], dtype=np.uint64)
+            for i in range(0, len(keys), add_chunk):
+                vecs = self.embedder.embed(texts[i:i + add_chunk])
+                chunk = np.asarray(keys[i:i + add_chunk], dtype=np.uint64)
                 with self.lock:
                     target[kind].add(chunk, vecs, threads=ADD_THREADS)
                     self._dirty(len(chunk))
@@ -512,7 +532,7 @@ class VectorIndex:
                            total=txn.count_concepts() + txn.count_links())
 
     def _rebuild_from(self, store: Any, top: int, progress: Callable | None, txn: Any = None,
-                      chunk: int = 4096, total: int = 0) -> None:
+                      chunk: int = 4096, total: int = 0, add_chunk: int = ADD_CHUNK) -> None:
         """Fresh indexes over the elements with ids 1..top, read `chunk` ids at a time (from
         `txn`, or from a short read transaction of `store` per slice), then swapped in."""
         fresh = [self._new(), self._new()]
@@ -524,7 +544,7 @@ class VectorIndex:
             else:
                 with store.read() as t:
                     upserts = self._docs(t, part)
-            self._add(upserts, fresh)
+            self._add(upserts, fresh, add_chunk)
             done += len(upserts)
             if progress:
                 progress("vectors", done, max(total, done))

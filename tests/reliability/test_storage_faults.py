@@ -158,13 +158,16 @@ BULK = 20_000       # the size at which a check once waited > 10 minutes for the
 
 @pytest.fixture(scope="module")
 def backlog(tmp_path_factory) -> Path:
-    """A freshly bulk-loaded database whose vectors are all still queued (the loader's
-    indexer held back, as a bulk load does, and the loader closed without waiting)."""
+    """A freshly bulk-loaded database whose vectors are all still queued: the loader's
+    indexer held back and the load's own vector building skipped (as when a load's process
+    stops right after its last commit), and the loader closed without waiting."""
+    import contextlib
     db = tmp_path_factory.mktemp("backlog") / "db"
     with Nexus.open(str(db), durable=False) as nx:
         nx.execute_kip({"command": 'UPSERT { CONCEPT ?t { {type: "$ConceptType", '
                         'name: "Item"} SET ATTRIBUTES {description: "an item"} } }'})
         nx.search.vectors.pause()
+        nx.search.bulk_loading = contextlib.nullcontext      # the load builds no vectors
         nx.bulk_import([{"type": "Item", "name": f"bulk item {i}", "attributes": {"k": i}}
                         for i in range(BULK)])
     return db

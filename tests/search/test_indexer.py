@@ -22,16 +22,34 @@ def test_writes_only_queue_vectors_and_drain_builds_them(nexus, kip):
     kip(nexus, SCHEMA)
     vectors = nexus.search.vectors
     vectors.stop()                                   # no indexer: nothing is embedded
-    bulk_import(nexus, [{"type": "Drug", "name": f"Metrazolam {i}"} for i in range(500)])
+    blocks = " ".join(f'CONCEPT ?c{i} {{ {{type: "Drug", name: "Metrazolam {i}"}} }}'
+                      for i in range(50))
+    kip(nexus, f"UPSERT {{ {blocks} }}")
     with nexus.store.read() as txn:
         assert read_seq(txn) > vectors.applied_seq   # queued, not applied
     nexus.search.wait_backlog = 0                    # do not wait: answer from what is there
     # lexical is transactional: the exact name is found at once
-    assert names(kip(nexus, 'SEARCH CONCEPT "Metrazolam 417" LIMIT 1')) == ["Metrazolam 417"]
+    assert names(kip(nexus, 'SEARCH CONCEPT "Metrazolam 41" LIMIT 1')) == ["Metrazolam 41"]
     assert nexus.search.drain()                      # without a thread: applied inline
     report = nexus.search.check()
     assert report["ok"] and report["vector_lag"] == 0, report
-    assert names(kip(nexus, 'SEARCH CONCEPT "metrazolm 417" LIMIT 1')) == ["Metrazolam 417"]
+    assert names(kip(nexus, 'SEARCH CONCEPT "metrazolm 41" LIMIT 1')) == ["Metrazolam 41"]
+
+
+def test_a_bulk_import_returns_with_its_vectors_built(nexus, kip):
+    kip(nexus, SCHEMA)
+    for index in nexus.search.vector_indexes():
+        index.stop()                                 # no indexer: only the load builds them
+    bulk_import(nexus, [{"type": "Drug", "name": f"Oxaprozine {i}",
+                         "attributes": {"description": f"loaded compound {i}"}}
+                        for i in range(600)], batch_size=250, chunk_size=100)
+    with nexus.store.read() as txn:
+        seq = read_seq(txn)
+    assert all(index.applied_seq == seq for index in nexus.search.vector_indexes())
+    nexus.search.wait_backlog = 0                    # nothing to wait for anyway
+    assert names(kip(nexus, 'SEARCH CONCEPT "oxaprozin 417" LIMIT 1')) == ["Oxaprozine 417"]
+    report = nexus.search.check(wait=0)
+    assert report["ok"] and report["vector_lag"] == 0, report
 
 
 def test_search_reads_its_own_writes_through_the_indexer(nexus, kip):
