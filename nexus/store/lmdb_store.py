@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 import lmdb
@@ -195,6 +196,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             raise
         self._last_commit = time.monotonic()
         self._ckpt_size = self._data_size()
+        self._stop = threading.Event()
+        if self._wal is not None:
+            threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self),
+                             self._stop), name="nexus-wal-checkpoint", daemon=True).start()
         # Open read transactions of this process, and the lock under which reads begin and
         # end and the environment is swapped (see the module doc, "Memory").
         self._rlock = threading.Lock()
@@ -317,6 +322,32 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             if self._wal is not None and not self._closed:
                 self._checkpoint()
 
+    def _idle_checkpoint(self) -> None:
+        """The checkpoint thread's turn: after WAL_IDLE_SECONDS without a commit, flush LMDB
+        without holding the writer lock (most of the work), then checkpoint under it if no
+        write is open."""
+        w = self._wal
+        if w is None or not w.pending or self._closed or \
+                time.monotonic() - self._last_commit < WAL_IDLE_SECONDS:
+            return
+        try:    # on a descriptor of its own: the environment may be closed meanwhile
+            fd = os.open(self._data_file, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        if not self._wlock.acquire(blocking=False):
+            return
+        try:
+            if self._wal is not None and self._wal.pending and not self._closed:
+                self._checkpoint()
+        except Exception:  # noqa: BLE001 - the log still holds every commit
+            log.warning("checkpoint of the store at %s failed", self._path, exc_info=True)
+        finally:
+            self._wlock.release()
+
     def _drop_wal(self) -> None:
         if self._pin is not None:
             try:
@@ -413,6 +444,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         return _lmdb_error(exc, self._path) or super()._translate(exc)
 
     def _close(self) -> None:
+        self._stop.set()
         with self._rlock:
             try:
                 if self._wal is not None:
@@ -433,6 +465,16 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         tables.update({AUX_PREFIX + name: db for name, db in d.aux.items()})
         with self._env.begin() as txn:
             return {name: list(txn.cursor(db).iternext()) for name, db in tables.items()}
+
+
+def _checkpoint_when_idle(ref: weakref.ref[LmdbGraphStore], stop: threading.Event) -> None:
+    """The checkpoint thread of a store with a write-ahead log (ends with the store)."""
+    while not stop.wait(WAL_IDLE_SECONDS / 2):
+        store = ref()
+        if store is None:
+            return
+        store._idle_checkpoint()
+        del store
 
 
 def _check_directory(path: str) -> None:
