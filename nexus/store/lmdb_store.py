@@ -47,11 +47,12 @@ RELEASE_PAGES = 16384
 # Write-ahead log (module doc): a transaction whose operations pass WAL_MAX_TXN bytes is
 # committed with a full LMDB sync instead of a record; a checkpoint is due when the log
 # passes WAL_CHECKPOINT_BYTES, when the data file grew by WAL_CHECKPOINT_GROWTH since the
-# last one (the pinned snapshot keeps LMDB from reusing pages freed after it), and after
-# WAL_IDLE_SECONDS without a commit.
+# last one (the pinned snapshot keeps LMDB from reusing pages freed after it: the file
+# grows by what the writes between two checkpoints dirty), and, in the background, after
+# WAL_IDLE_SECONDS without a commit (so a burst of writes pays no checkpoint inline).
 WAL_MAX_TXN = 32 << 20
 WAL_CHECKPOINT_BYTES = 64 << 20
-WAL_CHECKPOINT_GROWTH = 64 << 20
+WAL_CHECKPOINT_GROWTH = 256 << 20
 WAL_IDLE_SECONDS = 1.0
 
 
@@ -216,6 +217,11 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}",
                            _damage_hint(exc)) from None
+        if not self._readonly:
+            try:        # slots of dead processes (a killed owner's pin) hold pages back
+                env.reader_check()
+            except lmdb.Error:
+                pass
         try:
             handles = _open_tables(env, self._path, self._readonly)
         except BaseException:
@@ -450,6 +456,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 if self._wal is not None:
                     try:
                         self._checkpoint()
+                        self._wal.truncate()    # empty after a checkpoint: no disk kept
                     except Exception:  # noqa: BLE001 - the log still holds every commit
                         log.warning("could not checkpoint the store at %s at close",
                                     self._path, exc_info=True)

@@ -284,6 +284,11 @@ class Wal:
         os.fdatasync(self._ckpt)
         self.generation, self.seq, self.offset = gen, 0, 0
 
+    def truncate(self) -> None:
+        """Give the log's disk back (at a clean close, right after a checkpoint)."""
+        os.ftruncate(self._log, 0)
+        self._size = 0
+
     @property
     def pending(self) -> bool:
         """Whether records were appended since the last checkpoint."""

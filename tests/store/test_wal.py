@@ -232,3 +232,22 @@ def test_a_reader_in_another_process_sees_committed_data(tmp_path):
         out = subprocess.run([sys.executable, "-c", reader, path], capture_output=True,
                              text=True, timeout=120, check=True).stdout
         assert out.strip() == "1"
+
+
+def test_an_idle_store_checkpoints_by_itself(tmp_path):
+    """After a second without a commit the log is folded into LMDB (so a later crash has
+    little to replay); a clean close leaves an empty log."""
+    import time
+    path = str(tmp_path / "db")
+    with Nexus.open(path, wal=True) as nx:
+        _upsert(nx, "idle", 1)
+        nx.search.drain()
+        log_ = nx.store._wal
+        assert log_ is not None
+        deadline = time.monotonic() + 60
+        while log_.pending and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not log_.pending
+    assert os.path.getsize(os.path.join(path, wal.LOG_NAME)) == 0
+    with Nexus.open(path, wal=True) as nx:
+        assert _age(nx, "idle") == 1
