@@ -45,15 +45,20 @@ log = logging.getLogger("nexus.store")
 # commit releases LMDB's page buffers.
 RELEASE_PAGES = 16384
 # Write-ahead log (module doc): a transaction whose operations pass WAL_MAX_TXN bytes is
-# committed with a full LMDB sync instead of a record; a checkpoint is due when the log
-# passes WAL_CHECKPOINT_BYTES, when the data file grew by WAL_CHECKPOINT_GROWTH since the
-# last one (the pinned snapshot keeps LMDB from reusing pages freed after it: the file
-# grows by what the writes between two checkpoints dirty), and, in the background, after
-# WAL_IDLE_SECONDS without a commit (so a burst of writes pays no checkpoint inline).
+# committed with a full LMDB sync instead of a record. The checkpoint thread checkpoints
+# when the log passes WAL_SOFT_BYTES, when the data file grew by WAL_SOFT_GROWTH since the
+# last checkpoint (the pinned snapshot keeps LMDB from reusing pages freed after it, so the
+# file grows by what the writes between two checkpoints dirty), or after WAL_IDLE_SECONDS
+# without a commit; it flushes the data file first without the writer lock, so writers
+# wait only for the last small sync. A commit checkpoints inline only past the hard limits
+# (WAL_CHECKPOINT_BYTES, WAL_CHECKPOINT_GROWTH: writes outrunning the thread).
 WAL_MAX_TXN = 32 << 20
+WAL_SOFT_BYTES = 8 << 20
+WAL_SOFT_GROWTH = 1 << 20
 WAL_CHECKPOINT_BYTES = 64 << 20
 WAL_CHECKPOINT_GROWTH = 256 << 20
 WAL_IDLE_SECONDS = 1.0
+WAL_POLL_SECONDS = 0.1
 
 
 def _malloc_trim() -> Callable[[int], Any] | None:
@@ -176,31 +181,32 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         self._data_file = os.path.join(self._path, "data.mdb")
         self._pin: lmdb.Transaction[bytes] | None = None     # the checkpoint's snapshot
         self._names: dict[LmdbTable, str] = {}
+        self._claim: tuple[int, int] | None = None
         try:
+            if not readonly:
+                self._claim = walog.claim(self._path)
             pending = None if readonly else walog.prepare(self._path)
             env, tables = self._open_env()
             self._env = env
-            if pending is not None:
+            self._use_wal = use_wal
+            self._generation = 0 if pending is None else pending[0].generation
+            self._stop = threading.Event()
+            self._last_commit = time.monotonic()
+            if pending is not None and pending[1]:
                 self._replay(pending[1])
-            if use_wal:
-                self._wal = walog.Wal(self._path, 0 if pending is None else
-                                    pending[0].generation)
-                self._checkpoint()
-            elif pending is not None:
+                if use_wal:
+                    self._start_wal()
+            if not use_wal and pending is not None:
                 env.sync(True)
                 walog.remove(self._path)
         except BaseException:
             self._drop_wal()
             if hasattr(self, "_env"):
                 self._env.close()
+            walog.unclaim(self._claim)
             owner.release(self._owner)
             raise
-        self._last_commit = time.monotonic()
         self._ckpt_size = self._data_size()
-        self._stop = threading.Event()
-        if self._wal is not None:
-            threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self),
-                             self._stop), name="nexus-wal-checkpoint", daemon=True).start()
         # Open read transactions of this process, and the lock under which reads begin and
         # end and the environment is swapped (see the module doc, "Memory").
         self._rlock = threading.Lock()
@@ -262,7 +268,9 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                            "Open it without readonly=True to write (as its one owner).")
         if self._release_due:           # we hold the writer lock: no write is open
             self._release()
-        if self._wal is not None:
+        if self._use_wal:
+            if self._wal is None:
+                self._start_wal()
             return WalKv(self._env.begin(write=True), self._names, WAL_MAX_TXN)
         return LmdbKv(self._env.begin(write=True))
 
@@ -299,6 +307,14 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                         txn.put(key, value, db=db)
         log.info("%s: replayed %d write-ahead log records", self._path, len(payloads))
 
+    def _start_wal(self) -> None:
+        """Open the log and checkpoint: at the first write (so that opening a database
+        only to read it writes no file), or after a recovery."""
+        self._wal = walog.Wal(self._path, self._generation)
+        self._checkpoint()
+        threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self), self._stop),
+                         name="nexus-wal-checkpoint", daemon=True).start()
+
     def _checkpoint(self) -> None:
         """Sync LMDB, save its meta pages as the next checkpoint, pin that snapshot and start
         the next generation of the log (the caller holds the writer lock, or is opening)."""
@@ -328,12 +344,14 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             if self._wal is not None and not self._closed:
                 self._checkpoint()
 
-    def _idle_checkpoint(self) -> None:
-        """The checkpoint thread's turn: after WAL_IDLE_SECONDS without a commit, flush LMDB
-        without holding the writer lock (most of the work), then checkpoint under it if no
-        write is open."""
+    def _background_checkpoint(self) -> None:
+        """The checkpoint thread's turn (see WAL_SOFT_BYTES): flush the data file without
+        holding the writer lock (most of the work), then checkpoint under it."""
         w = self._wal
-        if w is None or not w.pending or self._closed or \
+        if w is None or not w.pending or self._closed:
+            return
+        if w.offset < WAL_SOFT_BYTES and \
+                self._data_size() - self._ckpt_size < WAL_SOFT_GROWTH and \
                 time.monotonic() - self._last_commit < WAL_IDLE_SECONDS:
             return
         try:    # on a descriptor of its own: the environment may be closed meanwhile
@@ -344,7 +362,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 os.close(fd)
         except OSError:
             return
-        if not self._wlock.acquire(blocking=False):
+        if not self._wlock.acquire(timeout=WAL_IDLE_SECONDS):
             return
         try:
             if self._wal is not None and self._wal.pending and not self._closed:
@@ -422,6 +440,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
                 self._drop_wal()
+                walog.unclaim(self._claim)
                 owner.release(self._owner)
                 self._owner = None
                 raise
@@ -463,6 +482,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 self._drop_wal()
                 self._env.close()
             finally:
+                walog.unclaim(self._claim)
                 owner.release(self._owner)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
@@ -476,11 +496,11 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
 def _checkpoint_when_idle(ref: weakref.ref[LmdbGraphStore], stop: threading.Event) -> None:
     """The checkpoint thread of a store with a write-ahead log (ends with the store)."""
-    while not stop.wait(WAL_IDLE_SECONDS / 2):
+    while not stop.wait(WAL_POLL_SECONDS):
         store = ref()
         if store is None:
             return
-        store._idle_checkpoint()
+        store._background_checkpoint()
         del store
 
 

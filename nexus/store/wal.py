@@ -61,11 +61,10 @@ _REC = struct.Struct("<IIQQ")           # payload length, crc32, generation, seq
 _CK = struct.Struct("<8sQQII")          # magic, generation, txnid, page size, crc32
 _CK_MAGIC = b"NXWALCK1"
 _SLOT = 4096 + 2 * 65536                # a slot holds two meta pages of the largest size
-GROW = 1 << 20                          # the log grows by zero-filled chunks of 1 MiB
+GROW = 256 << 10                        # the log grows by zero-filled chunks of 256 KiB
 MAX_RECORD = 1 << 31
 
-# Directories whose log this process has open (a second open in the process must never
-# "recover" under a live environment).
+# Directories this process has open as their owner (`claim`).
 _open: set[tuple[int, int]] = set()
 _open_guard = threading.Lock()
 
@@ -180,8 +179,13 @@ def prepare(directory: str) -> tuple[Checkpoint, list[bytes]] | None:
         raise KipError(ErrorCode.KIP_4003, f"the database at {directory} has a write-ahead "
                        f"log but no data.mdb", lmdb_file.HINT) from None
     with f:
-        if f.read(2 * psize) != ckpt.metas:
-            if _others_have_it_open(directory):
+        disk = f.read(2 * psize)
+        if disk != ckpt.metas:
+            if not _newer(disk, ckpt):
+                log.warning("%s: the meta pages of data.mdb are not those of a state after "
+                            "the checkpoint: left alone (damage is reported on open)",
+                            directory)
+            elif _others_have_it_open(directory):
                 log.info("%s: another process has the database open (no power loss): "
                          "replaying %d log records onto it as it is", directory, len(payloads))
             else:
@@ -192,6 +196,40 @@ def prepare(directory: str) -> tuple[Checkpoint, list[bytes]] | None:
                 f.flush()
                 os.fsync(f.fileno())
     return ckpt, payloads
+
+
+def _newer(disk: bytes, ckpt: Checkpoint) -> bool:
+    """Whether `disk` (the file's meta pages) can be a state written after `ckpt`: both LMDB
+    meta pages, the newest one later than the checkpoint. Anything else is damage (a file
+    overwritten, truncated, restored from elsewhere) that this recovery must not touch."""
+    psize = len(ckpt.metas) // 2
+    if len(disk) != 2 * psize:
+        return False
+    metas = [lmdb_file.Meta(disk[i * psize:(i + 1) * psize]) for i in range(2)]
+    return all(m.magic == lmdb_file.MAGIC and m.version == lmdb_file.DATA_VERSION and
+               m.psize == psize for m in metas) and \
+        max(m.txnid for m in metas) > ckpt.txnid
+
+
+def claim(directory: str) -> tuple[int, int]:
+    """Mark the database as open in this process (before `prepare`: a second open in the
+    process must never touch the files under a live environment). Returns the key to
+    `unclaim`."""
+    st = os.stat(directory)
+    key = (st.st_dev, st.st_ino)
+    with _open_guard:
+        if key in _open:
+            raise KipError(ErrorCode.KIP_4003,
+                           f"cannot open the store at {directory}: it is already open in "
+                           f"this process", "Close it first, or use the open one.")
+        _open.add(key)
+    return key
+
+
+def unclaim(key: tuple[int, int] | None) -> None:
+    if key is not None:
+        with _open_guard:
+            _open.discard(key)
 
 
 def remove(directory: str) -> None:
@@ -209,14 +247,6 @@ class Wal:
     """The open log of one database (its owner's): appends and checkpoint slots."""
 
     def __init__(self, directory: str, generation: int) -> None:
-        st = os.stat(directory)
-        self._key = (st.st_dev, st.st_ino)
-        with _open_guard:
-            if self._key in _open:
-                raise KipError(ErrorCode.KIP_4003,
-                               f"the database at {directory} is already open in this process",
-                               "Close it first, or use the open one.")
-            _open.add(self._key)
         self.directory = directory
         self.generation = generation      # of the last checkpoint written (0: none yet)
         self.seq = 0                      # of the last record appended
@@ -300,8 +330,6 @@ class Wal:
                 os.close(fd)
             except OSError:
                 pass
-        with _open_guard:
-            _open.discard(self._key)
 
 
 def read_metas(data_path: str, psize: int) -> bytes:

@@ -69,8 +69,10 @@ class Summary:
 
 
 def _spawn(path: str, model_file: str, seed: int, start: int, big: int, durable: bool,
-           wal: bool = False) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", NEXUS_WAL="1" if wal else "0")
+           wal: bool | None = None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if wal is not None:
+        env["NEXUS_WAL"] = "1" if wal else "0"
     return subprocess.Popen([sys.executable, WRITER, path, model_file, str(seed), str(start),
                              str(big)] + ([] if durable else ["nosync"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -130,18 +132,20 @@ def _diff(state: dict, expected: dict) -> str:
 
 
 def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: float = 1.0,
-                early_share: float = 0.15, durable: bool = True, wal: bool = False,
+                early_share: float = 0.15, durable: bool = True, wal: bool | None = None,
                 log=None) -> Summary:
     """Run `kills` kill/reopen/verify cycles on a new database at `path` (see module doc).
     `durable=False` runs the writer with `Nexus.open(..., durable=False)` (no fsync per
     commit): a killed *process* must lose nothing either, since its commits are in the
     operating system's page cache. `wal=True` runs the writer (and the verifying opens)
-    with the write-ahead log (`nexus.store.wal`)."""
+    with the write-ahead log (`nexus.store.wal`), `wal=False` without, None as configured
+    (`NEXUS_WAL`)."""
+    opts = {} if wal is None else {"wal": wal}
     started = time.monotonic()
     rng = random.Random(seed)
     summary = Summary(seed=seed)
     kinds: Counter = Counter()
-    with Nexus.open(path, wal=wal) as nx:
+    with Nexus.open(path, **opts) as nx:
         response = nx.execute_kip({"command": SCHEMA})
         if "error" in response:
             raise CrashCheckFailed(f"schema: {response}")
@@ -174,7 +178,7 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
             kinds[op.kind] += 1
         summary.acknowledged_ops += acked - q
         check_started = time.monotonic()
-        with Nexus.open(path, wal=wal) as nx:
+        with Nexus.open(path, **opts) as nx:
             state, problems = read_state(nx)
             if problems:
                 raise CrashCheckFailed(f"kill {k}: {problems[:3]}")
@@ -243,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
     try:
         summary = run_harness(base, seed=args.seed, kills=kills, big=big, window=window,
-                              durable=not args.no_sync, wal=args.wal,
+                              durable=not args.no_sync, wal=args.wal or None,
                               log=lambda line: print(line, flush=True))
     except CrashCheckFailed as exc:
         print(f"FAILED: {exc}", file=sys.stderr)
