@@ -20,7 +20,7 @@ import pytest
 
 from nexus import Nexus
 from nexus.ops.check import verify
-from nexus.store import wal
+from nexus.store import lmdb_store, wal
 
 PAGE = 4096
 UPSERT = ('UPSERT { CONCEPT ?e { {type: "Person", name: :n} '
@@ -78,10 +78,13 @@ def _power_lost(ckpt: bytes, now: bytes, rng: random.Random) -> bytes:
 
 
 @pytest.fixture
-def wal_db(tmp_path):
+def wal_db(tmp_path, monkeypatch):
     """A WAL database with acknowledged writes before and after a checkpoint: (the
     directory as the crash left it, data.mdb at the checkpoint, {name: age} acknowledged,
-    names deleted)."""
+    names deleted). The checkpoint thread is held back, so that the copy of data.mdb taken
+    at the explicit checkpoint is the file the last checkpoint describes."""
+    for name in ("WAL_SOFT_BYTES", "WAL_SOFT_GROWTH", "WAL_IDLE_SECONDS"):
+        monkeypatch.setattr(lmdb_store, name, 1 << 40)
     path = str(tmp_path / "db")
     nx = Nexus.open(path, wal=True)
     try:
@@ -91,6 +94,7 @@ def wal_db(tmp_path):
             acked[f"before{i}"] = i
         nx.search.drain()
         nx.store.checkpoint()
+        ckpt = wal.read_checkpoint(path)
         with open(os.path.join(path, "data.mdb"), "rb") as f:
             at_checkpoint = f.read()
         for i in range(80):               # new elements, and changes to the checkpoint's
@@ -110,6 +114,7 @@ def wal_db(tmp_path):
         assert nx.store._wal is not None and nx.store._wal.pending
         crashed = str(tmp_path / "crashed")
         _copy_state(path, crashed)      # the files as they are now: what a crash leaves
+        assert wal.read_checkpoint(crashed) == ckpt
     finally:
         nx.close()
     return crashed, at_checkpoint, acked, deleted
