@@ -46,15 +46,17 @@ log = logging.getLogger("nexus.store")
 RELEASE_PAGES = 16384
 # Write-ahead log (module doc): a transaction whose operations pass WAL_MAX_TXN bytes is
 # committed with a full LMDB sync instead of a record. The checkpoint thread checkpoints
-# when the log passes WAL_SOFT_BYTES, when the data file grew by WAL_SOFT_GROWTH since the
-# last checkpoint (the pinned snapshot keeps LMDB from reusing pages freed after it, so the
-# file grows by what the writes between two checkpoints dirty), or after WAL_IDLE_SECONDS
+# when the log passes WAL_SOFT_BYTES, when the data file grew since the last checkpoint by
+# an eighth of its size, at least WAL_SOFT_GROWTH, at most WAL_SOFT_GROWTH_MAX (the pinned
+# snapshot keeps LMDB from reusing pages freed after it, so the file grows by what the
+# writes between two checkpoints dirty; each checkpoint flushes them), or after WAL_IDLE_SECONDS
 # without a commit; it flushes the data file first without the writer lock, so writers
 # wait only for the last small sync. A commit checkpoints inline only past the hard limits
 # (WAL_CHECKPOINT_BYTES, WAL_CHECKPOINT_GROWTH: writes outrunning the thread).
 WAL_MAX_TXN = 32 << 20
 WAL_SOFT_BYTES = 8 << 20
 WAL_SOFT_GROWTH = 1 << 20
+WAL_SOFT_GROWTH_MAX = 64 << 20
 WAL_CHECKPOINT_BYTES = 64 << 20
 WAL_CHECKPOINT_GROWTH = 256 << 20
 WAL_IDLE_SECONDS = 1.0
@@ -350,8 +352,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         w = self._wal
         if w is None or not w.pending or self._closed:
             return
-        if w.offset < WAL_SOFT_BYTES and \
-                self._data_size() - self._ckpt_size < WAL_SOFT_GROWTH and \
+        soft = min(max(WAL_SOFT_GROWTH, self._ckpt_size // 8), WAL_SOFT_GROWTH_MAX)
+        if w.offset < WAL_SOFT_BYTES and self._data_size() - self._ckpt_size < soft and \
                 time.monotonic() - self._last_commit < WAL_IDLE_SECONDS:
             return
         try:    # on a descriptor of its own: the environment may be closed meanwhile

@@ -83,7 +83,8 @@ def wal_db(tmp_path, monkeypatch):
     directory as the crash left it, data.mdb at the checkpoint, {name: age} acknowledged,
     names deleted). The checkpoint thread is held back, so that the copy of data.mdb taken
     at the explicit checkpoint is the file the last checkpoint describes."""
-    for name in ("WAL_SOFT_BYTES", "WAL_SOFT_GROWTH", "WAL_IDLE_SECONDS"):
+    for name in ("WAL_SOFT_BYTES", "WAL_SOFT_GROWTH", "WAL_SOFT_GROWTH_MAX",
+                 "WAL_IDLE_SECONDS"):
         monkeypatch.setattr(lmdb_store, name, 1 << 40)
     path = str(tmp_path / "db")
     nx = Nexus.open(path, wal=True)
