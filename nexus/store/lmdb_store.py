@@ -346,9 +346,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             if self._wal is not None and not self._closed:
                 self._checkpoint()
 
-    def _background_checkpoint(self) -> None:
-        """The checkpoint thread's turn (see WAL_SOFT_BYTES): flush the data file without
-        holding the writer lock (most of the work), then checkpoint under it."""
+    def background_checkpoint(self) -> None:
+        """The checkpoint thread's turn (see WAL_SOFT_BYTES; for that thread only): flush
+        the data file without holding the writer lock (most of the work), then checkpoint
+        under it."""
         w = self._wal
         if w is None or not w.pending or self._closed:
             return
@@ -502,7 +503,7 @@ def _checkpoint_when_idle(ref: weakref.ref[LmdbGraphStore], stop: threading.Even
         store = ref()
         if store is None:
             return
-        store._background_checkpoint()
+        store.background_checkpoint()
         del store
 
 

@@ -199,7 +199,7 @@ def test_a_torn_log_tail_drops_only_the_unacknowledged_command(tmp_path, damage)
 
 def test_opening_without_the_log_recovers_it_first(wal_db):
     crashed, _, acked, deleted = wal_db
-    with Nexus.open(crashed) as nx:         # plain LMDB durability from now on
+    with Nexus.open(crashed, wal=False) as nx:     # plain LMDB durability from now on
         for name, age in acked.items():
             assert _age(nx, name) == age, name
     assert not any(os.path.exists(os.path.join(crashed, n)) for n in wal.FILES)
