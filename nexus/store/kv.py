@@ -1,7 +1,8 @@
 """The sorted key-value layer under the graph store, with its LMDB and in-memory backends.
 
 `nexus.store.graph` writes the graph logic once against `KvRead` / `KvWrite`; this module
-provides them over an `lmdb.Transaction` (`LmdbKv`) and over sorted in-memory tables
+provides them over an `lmdb.Transaction` (`LmdbKv`; `WalKv` also records the writes for the
+write-ahead log of `nexus.store.wal`) and over sorted in-memory tables
 (`MemReadKv`, `MemWriteKv`). It owns no key layout and no graph semantics.
 
 The point-access methods are deliberately py-lmdb's own signatures
