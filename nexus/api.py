@@ -77,7 +77,7 @@ class Nexus(Engine):
                            "Use columnar=\"auto\", \"always\" or \"never\".")
         config = options.pop("config", None) or Config.from_options(**options)
         store = open_store("memory://" if location is None else location,
-                           durable=config.durable)
+                           durable=config.durable, wal=config.wal)
         nexus = cls(store, config)
         _OPEN.add(nexus)
         if mode is not None:

@@ -21,6 +21,11 @@ def semantic_default() -> str:
     return os.environ.get("NEXUS_SEMANTIC", "").strip().lower() or "auto"
 
 
+def wal_default() -> bool:
+    """The `wal` option when none is given: $NEXUS_WAL ("1", "on", "true"), else off."""
+    return os.environ.get("NEXUS_WAL", "").strip().lower() in ("1", "on", "true", "yes")
+
+
 @dataclass(frozen=True)
 class Limits:
     max_command_bytes: int = 8 * 1024 * 1024   # one command's text
@@ -44,6 +49,9 @@ class Limits:
 class Config:
     limits: Limits = field(default_factory=Limits)
     durable: bool = True              # fsync every commit (LMDB sync)
+    # With durable: a commit is made durable by one write-ahead log append + fdatasync
+    # (LMDB runs without sync and is checkpointed: nexus.store.wal). Default $NEXUS_WAL.
+    wal: bool = field(default_factory=wal_default)
     bootstrap: bool = True            # apply the bundled capsules on first open
     self_id: str | None = None        # the deployment's principal id, set into $self.id
     embedder: str = "hashed-ngrams"   # SEARCH vector embedder (see nexus.search)

@@ -52,7 +52,8 @@ def split_location(location: str | os.PathLike[str]) -> tuple[str, str]:
 
 def open_store(location: str | os.PathLike[str] | None, **options: Any) -> GraphStore:
     """The store at `location` (see the module doc); `None` is `memory://`. Options:
-    `durable` (LMDB: fsync each commit), and backend-specific ones (`map_size`,
+    `durable` (LMDB: fsync each commit), `wal` (LMDB: durable through a write-ahead log,
+    `nexus.store.wal`; other backends ignore it), and backend-specific ones (`map_size`,
     `head_cache_size`...)."""
     if location is None:
         location = "memory://"
@@ -72,7 +73,8 @@ def _open_lmdb(path: str, **options: Any) -> LmdbGraphStore:
     return LmdbGraphStore(path, **options)
 
 
-def _open_memory(rest: str, *, durable: bool = True, **options: Any) -> MemoryGraphStore:
+def _open_memory(rest: str, *, durable: bool = True, wal: bool = False,
+                 **options: Any) -> MemoryGraphStore:
     if rest.strip("/"):
         raise KipError(ErrorCode.KIP_4003, f"memory:// takes no path (got {rest!r})",
                        "Write memory:// for a fresh in-memory store.")
@@ -83,7 +85,7 @@ register_backend("lmdb", _open_lmdb)
 register_backend("memory", _open_memory)
 
 
-def _open_postgresql(rest: str, **options: Any) -> GraphStore:
+def _open_postgresql(rest: str, *, wal: bool = False, **options: Any) -> GraphStore:
     """`postgresql://user[:password]@host[:port]/dbname[?space=NAME&...]`: the PostgreSQL
     backend (`nexus.store.pg_store`), which needs the `postgres` extra (psycopg)."""
     try:

@@ -1,7 +1,8 @@
 """The sorted key-value layer under the graph store, with its LMDB and in-memory backends.
 
 `nexus.store.graph` writes the graph logic once against `KvRead` / `KvWrite`; this module
-provides them over an `lmdb.Transaction` (`LmdbKv`) and over sorted in-memory tables
+provides them over an `lmdb.Transaction` (`LmdbKv`; `WalKv` also records the writes for the
+write-ahead log of `nexus.store.wal`) and over sorted in-memory tables
 (`MemReadKv`, `MemWriteKv`). It owns no key layout and no graph semantics.
 
 The point-access methods are deliberately py-lmdb's own signatures
@@ -153,6 +154,68 @@ class LmdbKv:
 
     def count(self, db: LmdbTable, /) -> int:
         return self.txn.stat(db)["entries"]
+
+
+class WalKv(LmdbKv):
+    """LmdbKv that also records its writes, in order, for the write-ahead log
+    (`nexus.store.wal`): `ops` is the flat list [table, key, value-or-None, ...] of what
+    changed, or None once their size passed `limit` (the commit then syncs LMDB itself
+    instead of logging). A separate class so that the plain path pays nothing."""
+
+    __slots__ = ("ops", "size", "names", "limit")
+
+    def __init__(self, txn: lmdb.Transaction[bytes], names: Mapping[LmdbTable, str],
+                 limit: int) -> None:
+        super().__init__(txn)
+        self.ops: list[object] | None = []
+        self.size = 0
+        self.names = names
+        self.limit = limit
+
+    @property
+    def put(self) -> PutFn[LmdbTable]:
+        return self._put
+
+    @property
+    def delete(self) -> DeleteFn[LmdbTable]:
+        return self._delete
+
+    def _record(self, db: LmdbTable, key: bytes, value: bytes | None) -> None:
+        ops = self.ops
+        if ops is not None:
+            self.size += len(key) + (len(value) if value is not None else 0) + 8
+            if self.size > self.limit:
+                self.ops = None
+            else:
+                ops += (self.names[db], key, value)
+
+    def _put(self, key: bytes, value: bytes, *, overwrite: bool = True,
+             db: LmdbTable) -> bool:
+        if self.txn.put(key, value, overwrite=overwrite, db=db):
+            self._record(db, key, value)
+            return True
+        return False
+
+    def _delete(self, key: bytes, *, db: LmdbTable) -> bool:
+        if self.txn.delete(key, db=db):
+            self._record(db, key, None)
+            return True
+        return False
+
+    def putmulti(self, db: LmdbTable, items: Iterable[tuple[bytes, bytes]],
+                 append: bool, overwrite: bool, /) -> int:
+        pairs = list(items)
+        added: int = self.txn.cursor(db).putmulti(pairs, overwrite=overwrite,
+                                                   append=append)[1]
+        if self.ops is None:
+            return added
+        if (append or not overwrite) and added != len(pairs):
+            # Some keys existed (and kept their values): log what the table now holds.
+            get = self.txn.get
+            pairs = [(k, v) for k, v in pairs if get(k, None, db) == v]
+        for k, v in pairs:
+            self._record(db, k, v)
+        return added
 
 
 # --- memory ---------------------------------------------------------------------------------

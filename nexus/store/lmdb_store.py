@@ -9,7 +9,10 @@ file is refused instead of killing the process with SIGBUS).
 
 Durability: by default every committed write transaction is fsync'd (`sync=True`,
 `metasync=True`); `durable=False` skips the fsyncs (a crash may lose the latest commits but
-never corrupts the environment). LMDB gives readers an MVCC snapshot that never blocks the
+never corrupts the environment). `wal=True` (with `durable=True`) makes a commit durable by
+one append to a write-ahead log instead, LMDB running without sync and checkpointed
+(`wal`: the files, the checkpoint, the recovery; this module: when). Whatever the options,
+an owner opening a database that has a log recovers from it first. LMDB gives readers an MVCC snapshot that never blocks the
 writer, and serializes writers across processes with its own lock; `StoreBase` adds the
 in-process writer lock.
 """
@@ -21,14 +24,17 @@ import logging
 import os
 import sys
 import threading
+import time
+import weakref
 from typing import Any, Callable
 
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, lmdb_file, owner
+from nexus.store import wal as walog
 from nexus.store.base import StoreBase
-from nexus.store.kv import KvRead, KvWrite, LmdbKv, LmdbTable
+from nexus.store.kv import KvRead, KvWrite, LmdbKv, LmdbTable, WalKv
 from nexus.store.protocol import AUX_TABLES
 from nexus.store.tables import AUX_PREFIX, CORE_TABLES, Tables
 
@@ -38,6 +44,23 @@ log = logging.getLogger("nexus.store")
 # When the data file has grown by this many pages (64 MiB) since the last release, the next
 # commit releases LMDB's page buffers.
 RELEASE_PAGES = 16384
+# Write-ahead log (module doc): a transaction whose operations pass WAL_MAX_TXN bytes is
+# committed with a full LMDB sync instead of a record. The checkpoint thread checkpoints
+# when the log passes WAL_SOFT_BYTES, when the data file grew since the last checkpoint by
+# an eighth of its size, at least WAL_SOFT_GROWTH, at most WAL_SOFT_GROWTH_MAX (the pinned
+# snapshot keeps LMDB from reusing pages freed after it, so the file grows by what the
+# writes between two checkpoints dirty; each checkpoint flushes them), or after WAL_IDLE_SECONDS
+# without a commit; it flushes the data file first without the writer lock, so writers
+# wait only for the last small sync. A commit checkpoints inline only past the hard limits
+# (WAL_CHECKPOINT_BYTES, WAL_CHECKPOINT_GROWTH: writes outrunning the thread).
+WAL_MAX_TXN = 32 << 20
+WAL_SOFT_BYTES = 8 << 20
+WAL_SOFT_GROWTH = 1 << 20
+WAL_SOFT_GROWTH_MAX = 64 << 20
+WAL_CHECKPOINT_BYTES = 64 << 20
+WAL_CHECKPOINT_GROWTH = 256 << 20
+WAL_IDLE_SECONDS = 1.0
+WAL_POLL_SECONDS = 0.1
 
 
 def _malloc_trim() -> Callable[[int], Any] | None:
@@ -132,7 +155,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
     `max_readers` (concurrent read transactions), `head_cache_mb` (memory budget of the
-    head cache, default 64 MB) or `head_cache_size` (its size in heads), `readonly`: open
+    head cache, default 64 MB) or `head_cache_size` (its size in heads), `wal` (with
+    `durable`: commits made durable by the write-ahead log, module doc), `readonly`: open
     an existing store for reading only — no owner lock (LMDB readers never disturb the
     owner's writes: tools and tests look at a served database this way), every write
     refused.
@@ -140,7 +164,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
 
     def __init__(self, path: str, *, map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
                  max_readers: int = 1024, head_cache_size: int | None = None,
-                 head_cache_mb: float | None = None, readonly: bool = False) -> None:
+                 head_cache_mb: float | None = None, readonly: bool = False,
+                 wal: bool = False) -> None:
         self._path = os.path.abspath(os.fspath(path))
         _check_directory(self._path)
         self._readonly = readonly
@@ -148,21 +173,46 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             raise KipError(ErrorCode.KIP_4003, f"no store at {self._path} to read",
                            "A read-only open needs an existing database.")
         self._owner = None if readonly else _become_owner(self._path)
+        use_wal = wal and durable and not readonly
+        sync = durable and not use_wal
         self._options: dict[str, Any] = dict(
             subdir=True, map_size=map_size, max_dbs=len(CORE_TABLES) + len(AUX_TABLES) + 8,
-            max_readers=max_readers, sync=durable, metasync=durable, create=not readonly,
+            max_readers=max_readers, sync=sync, metasync=sync, create=not readonly,
             lock=True, readonly=readonly)
+        self._wal: walog.Wal | None = None
+        self._data_file = os.path.join(self._path, "data.mdb")
+        self._pin: lmdb.Transaction[bytes] | None = None     # the checkpoint's snapshot
+        self._names: dict[LmdbTable, str] = {}
+        self._claim: tuple[int, int] | None = None
         try:
+            if not readonly:
+                self._claim = walog.claim(self._path)
+            pending = None if readonly else walog.prepare(self._path)
             env, tables = self._open_env()
+            self._env = env
+            self._use_wal = use_wal
+            self._generation = 0 if pending is None else pending[0].generation
+            self._stop = threading.Event()
+            self._last_commit = time.monotonic()
+            if pending is not None and pending[1]:
+                self._replay(pending[1])
+                if use_wal:
+                    self._start_wal()
+            if not use_wal and pending is not None:
+                env.sync(True)
+                walog.remove(self._path)
         except BaseException:
+            self._drop_wal()
+            if hasattr(self, "_env"):
+                self._env.close()
+            walog.unclaim(self._claim)
             owner.release(self._owner)
             raise
-        self._env = env
+        self._ckpt_size = self._data_size()
         # Open read transactions of this process, and the lock under which reads begin and
         # end and the environment is swapped (see the module doc, "Memory").
         self._rlock = threading.Lock()
         self._reading = 0
-        self._data_file = os.path.join(self._path, "data.mdb")
         self._size_seen = self._data_size()     # file size when last released (or opened)
         self._release_due = False   # a big commit found readers open: release later
         super().__init__(tables, head_cache_size, head_cache_mb)
@@ -175,11 +225,17 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}",
                            _damage_hint(exc)) from None
+        if not self._readonly:
+            try:        # slots of dead processes (a killed owner's pin) hold pages back
+                env.reader_check()
+            except lmdb.Error:
+                pass
         try:
             handles = _open_tables(env, self._path, self._readonly)
         except BaseException:
             env.close()
             raise
+        self._names = {db: name for name, db in handles.items()}
         aux = {name: handles.pop(AUX_PREFIX + name) for name in AUX_TABLES}
         return env, Tables(handles, aux)
 
@@ -214,20 +270,150 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                            "Open it without readonly=True to write (as its one owner).")
         if self._release_due:           # we hold the writer lock: no write is open
             self._release()
+        if self._use_wal:
+            if self._wal is None:
+                self._start_wal()
+            return WalKv(self._env.begin(write=True), self._names, WAL_MAX_TXN)
         return LmdbKv(self._env.begin(write=True))
 
     def _data_size(self) -> int:
+        return self._data_size_of(self._data_file)
+
+    @staticmethod
+    def _data_size_of(path: str) -> int:
         # One stat: LMDB (without MDB_WRITEMAP) grows the file as it writes new pages, so
         # its size tracks the pages written. (env.info() was measured at ~1 ms a call
         # with another thread running Python: it releases the GIL.)
         try:
-            return os.stat(self._data_file).st_size
+            return os.stat(path).st_size
         except OSError:
             return 0
 
+    # --- the write-ahead log (module doc; `wal`) -------------------------------------------
+    def _replay(self, payloads: list[bytes]) -> None:
+        """Apply the log's records (recovery), in one transaction; synced by the caller's
+        checkpoint (or `env.sync`)."""
+        if not payloads:
+            return
+        by_name = {name: db for db, name in self._names.items()}
+        with self._env.begin(write=True) as txn:
+            for payload in payloads:
+                for table, key, value in walog.decode_ops(payload):
+                    db = by_name.get(table)
+                    if db is None:
+                        log.warning("%s: the log names an unknown table %r: skipped",
+                                    self._path, table)
+                    elif value is None:
+                        txn.delete(key, db=db)
+                    else:
+                        txn.put(key, value, db=db)
+        log.info("%s: replayed %d write-ahead log records", self._path, len(payloads))
+
+    def _start_wal(self) -> None:
+        """Open the log and checkpoint: at the first write (so that opening a database
+        only to read it writes no file), or after a recovery."""
+        self._wal = walog.Wal(self._path, self._generation)
+        self._checkpoint()
+        threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self), self._stop),
+                         name="nexus-wal-checkpoint", daemon=True).start()
+
+    def _checkpoint(self) -> None:
+        """Sync LMDB, save its meta pages as the next checkpoint, pin that snapshot and start
+        the next generation of the log (the caller holds the writer lock, or is opening)."""
+        assert self._wal is not None
+        env = self._env
+        env.sync(True)
+        pin = env.begin(write=False)
+        try:
+            psize = env.stat()["psize"]
+            metas = walog.read_metas(self._data_file, psize)
+            txnids = [lmdb_file.Meta(metas[i * psize:]).txnid for i in range(2)]
+            if max(txnids) != pin.id():
+                raise OSError(f"the meta pages of {self._data_file} name transaction "
+                              f"{max(txnids)} after a sync at {pin.id()}")
+            self._wal.checkpoint(pin.id(), metas)
+        except BaseException:
+            pin.abort()
+            raise
+        if self._pin is not None:
+            self._pin.abort()
+        self._pin = pin
+        self._ckpt_size = self._data_size()
+
+    def checkpoint(self) -> None:
+        """Checkpoint the write-ahead log now (no-op without it): waits for the writer."""
+        with self._wlock:
+            if self._wal is not None and not self._closed:
+                self._checkpoint()
+
+    def background_checkpoint(self) -> None:
+        """The checkpoint thread's turn (see WAL_SOFT_BYTES; for that thread only): flush
+        the data file without holding the writer lock (most of the work), then checkpoint
+        under it."""
+        w = self._wal
+        if w is None or not w.pending or self._closed:
+            return
+        soft = min(max(WAL_SOFT_GROWTH, self._ckpt_size // 8), WAL_SOFT_GROWTH_MAX)
+        if w.offset < WAL_SOFT_BYTES and self._data_size() - self._ckpt_size < soft and \
+                time.monotonic() - self._last_commit < WAL_IDLE_SECONDS:
+            return
+        try:    # on a descriptor of its own: the environment may be closed meanwhile
+            fd = os.open(self._data_file, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        if not self._wlock.acquire(timeout=WAL_IDLE_SECONDS):
+            return
+        try:
+            if self._wal is not None and self._wal.pending and not self._closed:
+                self._checkpoint()
+        except Exception:  # noqa: BLE001 - the log still holds every commit
+            log.warning("checkpoint of the store at %s failed", self._path, exc_info=True)
+        finally:
+            self._wlock.release()
+
+    def _drop_wal(self) -> None:
+        if self._pin is not None:
+            try:
+                self._pin.abort()
+            except lmdb.Error:
+                pass
+            self._pin = None
+        if self._wal is not None:
+            self._wal.close()
+            self._wal = None
+
     def _commit(self, kv: KvWrite[LmdbTable]) -> None:
         assert isinstance(kv, LmdbKv)       # the kv of _begin_write
-        kv.txn.commit()
+        if isinstance(kv, WalKv) and self._wal is not None:
+            self._commit_logged(kv, self._wal)
+        else:
+            kv.txn.commit()
+        self._after_commit()
+
+    def _commit_logged(self, kv: WalKv, log_: walog.Wal) -> None:
+        if kv.ops is None:                  # too big to log twice: a synced commit
+            kv.txn.commit()
+            self._checkpoint()
+            return
+        if kv.ops:
+            log_.append(walog.encode_ops(kv.ops))
+            try:
+                kv.txn.commit()
+            except BaseException:
+                log_.retract()
+                raise
+        else:
+            kv.txn.commit()
+        self._last_commit = time.monotonic()
+        if log_.offset >= WAL_CHECKPOINT_BYTES or \
+                self._data_size() - self._ckpt_size >= WAL_CHECKPOINT_GROWTH:
+            self._checkpoint()
+
+    def _after_commit(self) -> None:
         size = self._data_size()
         if size - self._size_seen >= RELEASE_PAGES * 4096:
             self._size_seen = size
@@ -245,15 +431,22 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         with self._rlock:
             if self._reading or self._closed:
                 return False
+            if self._pin is not None:       # ends with the environment; nothing writes
+                self._pin.abort()           # until the checkpoint below pins it again
+                self._pin = None
             self._env.close()
             try:
                 env, tables = self._open_env()
+                self._env, self.tables = env, tables
+                if self._wal is not None:
+                    self._checkpoint()
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
+                self._drop_wal()
+                walog.unclaim(self._claim)
                 owner.release(self._owner)
                 self._owner = None
                 raise
-            self._env, self.tables = env, tables
             self._release_due = False
         if _TRIM is not None:
             _TRIM(0)
@@ -279,10 +472,20 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         return _lmdb_error(exc, self._path) or super()._translate(exc)
 
     def _close(self) -> None:
+        self._stop.set()
         with self._rlock:
             try:
+                if self._wal is not None:
+                    try:
+                        self._checkpoint()
+                        self._wal.truncate()    # empty after a checkpoint: no disk kept
+                    except Exception:  # noqa: BLE001 - the log still holds every commit
+                        log.warning("could not checkpoint the store at %s at close",
+                                    self._path, exc_info=True)
+                self._drop_wal()
                 self._env.close()
             finally:
+                walog.unclaim(self._claim)
                 owner.release(self._owner)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
@@ -292,6 +495,16 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         tables.update({AUX_PREFIX + name: db for name, db in d.aux.items()})
         with self._env.begin() as txn:
             return {name: list(txn.cursor(db).iternext()) for name, db in tables.items()}
+
+
+def _checkpoint_when_idle(ref: weakref.ref[LmdbGraphStore], stop: threading.Event) -> None:
+    """The checkpoint thread of a store with a write-ahead log (ends with the store)."""
+    while not stop.wait(WAL_POLL_SECONDS):
+        store = ref()
+        if store is None:
+            return
+        store.background_checkpoint()
+        del store
 
 
 def _check_directory(path: str) -> None:

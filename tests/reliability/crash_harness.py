@@ -68,9 +68,11 @@ class Summary:
     seconds: float = 0.0
 
 
-def _spawn(path: str, model_file: str, seed: int, start: int, big: int, durable: bool
-           ) -> subprocess.Popen:
+def _spawn(path: str, model_file: str, seed: int, start: int, big: int, durable: bool,
+           wal: bool | None = None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if wal is not None:
+        env["NEXUS_WAL"] = "1" if wal else "0"
     return subprocess.Popen([sys.executable, WRITER, path, model_file, str(seed), str(start),
                              str(big)] + ([] if durable else ["nosync"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -130,16 +132,20 @@ def _diff(state: dict, expected: dict) -> str:
 
 
 def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: float = 1.0,
-                early_share: float = 0.15, durable: bool = True, log=None) -> Summary:
+                early_share: float = 0.15, durable: bool = True, wal: bool | None = None,
+                log=None) -> Summary:
     """Run `kills` kill/reopen/verify cycles on a new database at `path` (see module doc).
     `durable=False` runs the writer with `Nexus.open(..., durable=False)` (no fsync per
     commit): a killed *process* must lose nothing either, since its commits are in the
-    operating system's page cache."""
+    operating system's page cache. `wal=True` runs the writer (and the verifying opens)
+    with the write-ahead log (`nexus.store.wal`), `wal=False` without, None as configured
+    (`NEXUS_WAL`)."""
+    opts = {} if wal is None else {"wal": wal}
     started = time.monotonic()
     rng = random.Random(seed)
     summary = Summary(seed=seed)
     kinds: Counter = Counter()
-    with Nexus.open(path) as nx:
+    with Nexus.open(path, **opts) as nx:
         response = nx.execute_kip({"command": SCHEMA})
         if "error" in response:
             raise CrashCheckFailed(f"schema: {response}")
@@ -156,7 +162,7 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
         # the other half after the first acknowledgement — and always so after a run that
         # acknowledged nothing, so that the harness makes progress however slow the machine.
         after_ack = (rng.random() < 0.5 or stalled) and not early
-        child = _spawn(path, model_file, seed, q, big, durable)
+        child = _spawn(path, model_file, seed, q, big, durable, wal)
         acks, before_ready = _kill_cycle(child, rng, early, after_ack, window)
         summary.after_ack_kills += after_ack
         stalled = not acks
@@ -172,7 +178,7 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
             kinds[op.kind] += 1
         summary.acknowledged_ops += acked - q
         check_started = time.monotonic()
-        with Nexus.open(path) as nx:
+        with Nexus.open(path, **opts) as nx:
             state, problems = read_state(nx)
             if problems:
                 raise CrashCheckFailed(f"kill {k}: {problems[:3]}")
@@ -231,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", help="database directory (default: a new temporary one)")
     ap.add_argument("--no-sync", action="store_true",
                     help="run the writer with durable=False (no fsync per commit)")
+    ap.add_argument("--wal", action="store_true",
+                    help="durable commits through the write-ahead log (nexus.store.wal)")
     args = ap.parse_args(argv)
     kills = args.kills or (120 if args.full else 4)
     big = args.big or (300 if args.full else 200)
@@ -239,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
     try:
         summary = run_harness(base, seed=args.seed, kills=kills, big=big, window=window,
-                              durable=not args.no_sync,
+                              durable=not args.no_sync, wal=args.wal or None,
                               log=lambda line: print(line, flush=True))
     except CrashCheckFailed as exc:
         print(f"FAILED: {exc}", file=sys.stderr)

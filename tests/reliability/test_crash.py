@@ -56,6 +56,19 @@ def test_sigkill_at_random_points(tmp_path):
 
 
 @pytest.mark.slow
+def test_sigkill_with_the_write_ahead_log(tmp_path):
+    """With the write-ahead log (LMDB without sync, one log append per commit, recovery on
+    open) a killed writer loses nothing acknowledged and leaves no index drift either."""
+    kills = full_or(3, 120)
+    summary = run_harness(str(tmp_path / "db"), seed=full_or(41, 42), kills=kills,
+                          big=full_or(150, 300), window=full_or(1.0, 1.5), wal=True)
+    print(summary)
+    assert summary.kills == kills
+    assert summary.after_ack_kills >= 1
+    assert summary.acknowledged_ops >= summary.after_ack_kills
+
+
+@pytest.mark.slow
 def test_sigkill_without_fsync_loses_nothing_acknowledged(tmp_path):
     """`durable=False` skips the fsync of each commit: an operating-system crash may lose
     the latest commits, but a killed process may not — its commits are in the page cache."""
