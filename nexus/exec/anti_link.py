@@ -101,22 +101,7 @@ def shape_of(step: P.AntiJoin, layout: list[str]) -> P.AntiLink | None:
 
 def stage(shape: P.AntiLink, layout: list[str]) -> Stage:
     """The NOT alone."""
-    i = layout.index(shape.outer)
-
-    def run(env: Env, rows: Rows) -> Rows:
-        probe: Probe | None = None
-        tick = env.tick
-        for row in rows:
-            tick()
-            x = row[i]
-            if x is None:
-                yield row
-                continue
-            if probe is None:
-                probe = Probe(env, shape)
-            if probe.keep(x):
-                yield row
-    return run
+    return filtered_stage([], shape, layout)
 
 
 def filtered_stage(tests: list[Test], shape: P.AntiLink, layout: list[str]) -> Stage:
@@ -126,6 +111,8 @@ def filtered_stage(tests: list[Test], shape: P.AntiLink, layout: list[str]) -> S
     test = tests[0] if len(tests) == 1 else None
 
     def passes(row: Row, env: Env) -> bool:
+        if not tests:
+            return True
         if test is not None:
             return test(row, env) is True
         for t in tests:

@@ -111,6 +111,10 @@ def _compare_map_path(e: A.Compare, layout: list[str],
     meta = segments[0] == "metadata"
     first, rest = segments[1], segments[2:]
 
+    # A literal is read once here; a parameter (or another row-free value) per call.
+    literal = isinstance(other, A.Literal)
+    const = other.value if isinstance(other, A.Literal) else None
+
     def compare(row: Row, env: Env) -> bool:
         n = row[i]
         if n is None or n < 0:
@@ -122,25 +126,8 @@ def _compare_map_path(e: A.Compare, layout: list[str],
                     v = None
                     break
                 v = v.get(key)
-        c = env.value(other)
+        c = const if literal else env.value(other)
         return test(c, v) if flipped else test(v, c)
-
-    if isinstance(other, A.Literal):
-        const = other.value
-
-        def compare_literal(row: Row, env: Env) -> bool:
-            n = row[i]
-            if n is None or n < 0:
-                v: Any = None
-            else:
-                v = (env.metadata(n) if meta else env.attributes(n)).get(first)
-                for key in rest:
-                    if not isinstance(v, dict):
-                        v = None
-                        break
-                    v = v.get(key)
-            return test(const, v) if flipped else test(v, const)
-        return compare_literal
     return compare
 
 

@@ -175,6 +175,18 @@ class _Reader:
         start = self.newlines[line - 1] + 1 if line else 0
         return A.Pos(line + 1, offset - start + 1)
 
+    def item_closes(self, close: str) -> bool:
+        """After an item of a `{…}` or `[…]` list: True at its `close` (a trailing comma
+        allowed, as the grammar does), False after the comma before the next item; anything
+        else declines. Leaves `i` on the `close` or on the next item."""
+        kinds = self.kinds
+        if kinds[self.i] == ",":
+            self.i += 1
+            return kinds[self.i] == close
+        if kinds[self.i] == close:
+            return True
+        raise _DECLINE
+
     def expect(self, kind: str) -> int:
         i = self.i
         if self.kinds[i] != kind:
@@ -358,14 +370,8 @@ class _Reader:
                 raise _DECLINE
             self.colon()
             fields[key] = self.string_slot()
-            if kinds[self.i] == ",":
-                self.i += 1
-                if kinds[self.i] == "}":
-                    break
-            elif kinds[self.i] == "}":
+            if self.item_closes("}"):
                 break
-            else:
-                raise _DECLINE
         self.i += 1
         concept_id = fields.get("id")
         if concept_id is not None:
@@ -443,14 +449,8 @@ class _Reader:
                 seen.add(key)
                 self.colon()
                 entries.append((key, self.value()))
-                if kinds[self.i] == ",":
-                    self.i += 1
-                    if kinds[self.i] == "}":
-                        break
-                elif kinds[self.i] == "}":
+                if self.item_closes("}"):
                     break
-                else:
-                    raise _DECLINE
         self.i += 1
         if all(type(v) is A.Literal for _, v in entries):
             return A.Literal({k: v.value for k, v in entries},  # type: ignore[union-attr]
@@ -465,14 +465,8 @@ class _Reader:
         if kinds[self.i] != "]":
             while True:
                 items.append(self.value())
-                if kinds[self.i] == ",":
-                    self.i += 1
-                    if kinds[self.i] == "]":
-                        break
-                elif kinds[self.i] == "]":
+                if self.item_closes("]"):
                     break
-                else:
-                    raise _DECLINE
         self.i += 1
         if all(type(v) is A.Literal for v in items):
             return A.Literal([v.value for v in items], self.pos(start))  # type: ignore[union-attr]
