@@ -84,10 +84,16 @@ class _Decline(Exception):
 _DECLINE = _Decline()
 
 
+# Texts past this size go to the LALR parser: tokenizing is one C call that cannot look at
+# the deadline (~0.25 µs a character here), so this bounds how far it can overshoot; the big
+# UPSERTs of a KIP load are ~100k characters.
+MAX_CHARS = 1 << 20
+
+
 def fast_upsert(text: str, max_nesting: int, deadline: float | None = None
                 ) -> tuple[A.Upsert, frozenset[str]] | None:
     """The AST of an UPSERT command and its placeholder names, or None (declined)."""
-    if not _UPSERT_START.match(text):
+    if len(text) > MAX_CHARS or not _UPSERT_START.match(text):
         return None
     try:
         tokens = _tokenize(text, max_nesting)

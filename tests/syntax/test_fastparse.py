@@ -158,6 +158,29 @@ def test_other_statements_are_declined_before_any_tokenizing(monkeypatch) -> Non
         assert fast_upsert(text, MAX_NESTING) is None
 
 
+def test_a_text_past_the_size_bound_goes_to_the_grammar_untokenized(monkeypatch) -> None:
+    """Tokenizing cannot look at the deadline, so a text over MAX_CHARS is the grammar's
+    (which stops at the deadline); one just under it still takes the fast path."""
+    block = 'CONCEPT ?c{} {{ {{type: "Drug", name: "many {}"}} }} '
+
+    def upsert_of(size: int) -> str:
+        body, i = [], 0
+        while sum(map(len, body)) < size - 40:
+            body.append(block.format(i, i))
+            i += 1
+        return "UPSERT { " + "".join(body) + "}"
+    under = upsert_of(fastparse.MAX_CHARS - 100)
+    assert len(under) <= fastparse.MAX_CHARS
+    assert fast_upsert(under, MAX_NESTING) is not None
+    over = under[:-1] + " " * (fastparse.MAX_CHARS - len(under) + 1) + "}"
+    assert len(over) == fastparse.MAX_CHARS + 1
+
+    def tokenize(*args: object) -> None:
+        raise AssertionError("tokenized a text over the size bound")
+    monkeypatch.setattr(fastparse, "_tokenize", tokenize)
+    assert fast_upsert(over, MAX_NESTING) is None
+
+
 def test_nesting_beyond_the_budget_is_the_grammars_error() -> None:
     text = 'UPSERT { CONCEPT ?a { {type: "T", name: "n"} SET ATTRIBUTES {a: [[[[1]]]]} } }'
     assert check(text, max_nesting=8)
