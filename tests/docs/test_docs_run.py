@@ -16,8 +16,9 @@ and the README's quick start, each against a fresh directory.
 * The quick start (the README's first block): `pip install .` is done as the same build
   into a private folder (`pip install --no-deps --target`; the
   dependencies come from this environment), and `kip serve` from there must answer from a
-  directory outside the repository — so the wheel carries everything (grammar, capsules),
-  and `from nexus import Nexus` works from the repository root too. The second quick-start
+  directory outside the repository — so the wheel carries everything (grammar, capsules);
+  the README's library block runs beside that server, in its directory (it must not need
+  the server's database); and `from nexus import Nexus` works from the repository root too. The second quick-start
   line, `pip install -e '.[test]' && pytest`, is what `.ci/run` runs.
 """
 from __future__ import annotations
@@ -226,10 +227,16 @@ def test_quick_start(tmp_path):
                          tmp_path / "serve.log")
     try:
         answer = _post(bound, 'FIND(?t.name) WHERE { ?t {type: "$ConceptType"} }', None)
+        # the README's library block, next to that server (the first command keeps running
+        # in the directory where a reader tries the next block)
+        library = blocks(ROOT / "README.md", "python")[0][1]
+        beside = subprocess.run([sys.executable, "-c", library], cwd=fresh, env=env,
+                                capture_output=True, text=True, timeout=300)
     finally:
         code = _stop(proc)
     assert "$ConceptType" in answer["result"], answer
     assert code == 0
+    assert beside.returncode == 0, beside.stderr[-3000:]
     assert (fresh / "nexus-data" / "data.mdb").is_file()
     loaded = subprocess.run([sys.executable, "-c", "import nexus; print(nexus.__file__)"],
                             cwd=fresh, env=env, capture_output=True, text=True)
