@@ -277,15 +277,11 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         return LmdbKv(self._env.begin(write=True))
 
     def _data_size(self) -> int:
-        return self._data_size_of(self._data_file)
-
-    @staticmethod
-    def _data_size_of(path: str) -> int:
         # One stat: LMDB (without MDB_WRITEMAP) grows the file as it writes new pages, so
         # its size tracks the pages written. (env.info() was measured at ~1 ms a call
         # with another thread running Python: it releases the GIL.)
         try:
-            return os.stat(path).st_size
+            return os.stat(self._data_file).st_size
         except OSError:
             return 0
 
