@@ -210,11 +210,11 @@ class VectorIndex:
             self.indexer.start()
             self.indexer.wake()
 
-    def catch_up(self, chunk: int = ADD_CHUNK, add_chunk: int = ADD_CHUNK) -> bool:
+    def catch_up(self, chunk: int = ADD_CHUNK) -> bool:
         """Apply every change committed so far (the indexer's job; also callable directly).
         Returns whether there was anything to do."""
         with self._catching:
-            return self._catch_up(chunk, add_chunk)
+            return self._catch_up(chunk)
 
     def fill(self) -> bool:
         """Apply every committed change now, in the caller's thread, in large steps: what a
@@ -229,7 +229,7 @@ class VectorIndex:
             return False
         return self.catch_up(FILL_CHUNK)
 
-    def _catch_up(self, chunk: int, add_chunk: int) -> bool:
+    def _catch_up(self, chunk: int) -> bool:
         store = self.store
         upserts: list[tuple[int, int, list[str]]] | None = None
         with store.read() as txn:
@@ -253,11 +253,11 @@ class VectorIndex:
             if isinstance(me, Indexer) and (self.paused or me is not self.indexer):
                 return False
             self._drop(ids)
-            self._add(upserts, add_chunk=add_chunk)
+            self._add(upserts)
             with self.lock:
                 self.backlog = max(0, self.backlog - len(ids))
         elif ids is None:
-            self._rebuild_from(store, top, None, add_chunk=add_chunk)
+            self._rebuild_from(store, top, None)
             with self.lock:
                 self.needs_rebuild = False
         else:
@@ -270,7 +270,7 @@ class VectorIndex:
                 with store.read() as txn:
                     upserts = self._docs(txn, part)
                 self._drop(part)
-                self._add(upserts, add_chunk=add_chunk)
+                self._add(upserts)
                 with self.lock:
                     self.backlog = max(0, self.backlog - len(part))
         with self.progress:
@@ -367,8 +367,8 @@ class VectorIndex:
                         ix.remove(present)
                         self._dirty(len(present))
 
-    def _add(self, upserts: list[tuple[int, int, list[str]]], indexes: list | None = None,
-             add_chunk: int = ADD_CHUNK) -> None:
+    def _add(self, upserts: list[tuple[int, int, list[str]]], indexes: list | None = None
+             ) -> None:
         target = self.indexes if indexes is None else indexes
         for kind in (KIND_CONCEPT, KIND_LINK):
             keys: list[int] = []
@@ -378,9 +378,9 @@ class VectorIndex:
                     for slot, t in enumerate(ts):
                         keys.append(n * SLOTS + slot)
                         texts.append(t)
-            for i in range(0, len(keys), add_chunk):
-                vecs = self.embedder.embed(texts[i:i + add_chunk])
-                chunk = np.asarray(keys[i:i + add_chunk], dtype=np.uint64)
+            for i in range(0, len(keys), ADD_CHUNK):
+                vecs = self.embedder.embed(texts[i:i + ADD_CHUNK])
+                chunk = np.asarray(keys[i:i + ADD_CHUNK], dtype=np.uint64)
                 with self.lock:
                     target[kind].add(chunk, vecs, threads=ADD_THREADS)
                     self._dirty(len(chunk))
@@ -532,7 +532,7 @@ class VectorIndex:
                            total=txn.count_concepts() + txn.count_links())
 
     def _rebuild_from(self, store: Any, top: int, progress: Callable | None, txn: Any = None,
-                      chunk: int = 4096, total: int = 0, add_chunk: int = ADD_CHUNK) -> None:
+                      chunk: int = 4096, total: int = 0) -> None:
         """Fresh indexes over the elements with ids 1..top, read `chunk` ids at a time (from
         `txn`, or from a short read transaction of `store` per slice), then swapped in."""
         fresh = [self._new(), self._new()]
@@ -544,7 +544,7 @@ class VectorIndex:
             else:
                 with store.read() as t:
                     upserts = self._docs(t, part)
-            self._add(upserts, fresh, add_chunk)
+            self._add(upserts, fresh)
             done += len(upserts)
             if progress:
                 progress("vectors", done, max(total, done))
