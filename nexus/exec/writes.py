@@ -131,15 +131,9 @@ def touch(ctx: WriteContext, ids: list[int], ends: tuple[str, str] | None = None
     `ends` (the endpoint texts of the old end and the new one) says each moved one end
     only: the search index may then rewrite their documents from the stored ones
     (`ctx.moved`)."""
-    txn, versioned, now = ctx.txn, ctx.versioned, ctx.now
+    txn = ctx.txn
     maps = txn.metadata_of(ids)         # one batched read
-    for n, meta in zip(ids, maps):      # `advance`, inline: this runs per element
-        if n in versioned:
-            meta["_updated_at"] = now
-        else:
-            versioned.add(n)
-            bump(meta, now)
-    txn.set_metadata_many(list(zip(ids, maps)))
+    txn.set_metadata_many([(n, advance(ctx, n, meta)) for n, meta in zip(ids, maps)])
     touched, moved = ctx.touched, ctx.moved
     for n in ids:
         before = moved.pop(n, None)
