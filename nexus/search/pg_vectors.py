@@ -100,13 +100,11 @@ def build_memory(conn: Any, table: PgVectorTable, kind: int) -> int:
     """kB of maintenance_work_mem for building the HNSW index of `table`'s `kind` in
     memory: ~2 × (the vector + its neighbour lists at m = 16) per row, at least what the
     server has set and at most BUILD_MEMORY_MAX."""
-    row = conn.execute(f"SELECT count(*), current_setting('maintenance_work_mem') FROM "
-                       f"{table.table} WHERE space = %s AND kind = %s",
-                       (table.space, kind)).fetchone()
-    count, setting = int(row[0]), str(row[1])
-    units = {"kB": 1, "MB": 1 << 10, "GB": 1 << 20, "TB": 1 << 30}
-    digits = setting.rstrip("kMGTB")
-    have = int(digits) * units.get(setting[len(digits):], 1) if digits.isdigit() else 65536
+    # pg_settings gives maintenance_work_mem in its base unit, kB.
+    row = conn.execute(f"SELECT count(*), (SELECT setting::bigint FROM pg_settings WHERE "
+                       f"name = 'maintenance_work_mem') FROM {table.table} "
+                       f"WHERE space = %s AND kind = %s", (table.space, kind)).fetchone()
+    count, have = int(row[0]), int(row[1])
     need = count * 2 * (4 * int(table.embedder.dim) + 16 * 2 * 10 + 64) // 1024 + 16384
     return max(have, min(need, BUILD_MEMORY_MAX))
 
