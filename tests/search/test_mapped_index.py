@@ -62,12 +62,17 @@ def test_a_mapped_index_with_changes_answers_as_one_index_of_the_live_vectors(
     exact = Index(ndim=16, metric="cos", dtype="i8")
     keys = np.fromiter(live, dtype=np.uint64)
     exact.add(keys, np.stack(list(live.values())))
+    # Recall is measured over all the queries, not per query: usearch builds its graph on
+    # several threads, so an approximate search can miss a neighbour or two on a rare build
+    # (seen ~1 run in 15 under load); a wrong merge of base, delta and hidden keys loses many.
+    overlap = 0
     for q in _vectors(30, seed=11):
         found = ix.search(q, 10)
         assert not set(found.keys.tolist()) & set(gone.tolist())
         assert list(found.distances) == sorted(found.distances)
         truth = exact.search(q, 10, exact=True)
-        assert len(set(found.keys.tolist()) & set(truth.keys.tolist())) >= 9
+        overlap += len(set(found.keys.tolist()) & set(truth.keys.tolist()))
+    assert overlap >= 0.97 * 30 * 10
     ix.save(path)                                            # then mapped again
     ix.remap(path)
     assert ix.is_mapped and set(ix.keys.tolist()) == set(live)
