@@ -2,7 +2,9 @@
 loaded into a `postgresql://` nexus and into LMDB, then Q1–Q6 on both — median latency and,
 on PostgreSQL, SQL statements (round trips) per query — the durable single UPSERT (W2), and
 SEARCH per mode (keyword, semantic, hybrid, keyword WITH TYPE) over the loaded drugs: their
-names exactly, their names with a typo, and words of their descriptions.
+names exactly, their names with a typo, and words of their descriptions. The answers of
+Q1–Q6 are compared between the two stores (`answers_equal`; exit status 1 when they
+differ).
 
     python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...] [--sql] [--no-search]
     python -m bench.pg --load-only [--n 5000] [--rounds 1]
@@ -104,8 +106,17 @@ def run_search(nx: Any, texts: list[str], counter: Statements | None) -> dict:
     return out
 
 
+def answer(result: Any) -> Any:
+    """A query's answer in a comparable form (rows in any order)."""
+    if isinstance(result, list):
+        return sorted(json.dumps(row, sort_keys=True) for row in result)
+    return json.dumps(result, sort_keys=True)
+
+
 def run(location: str, concepts: list, props: list, meta: dict, reps: int,
-        counter: Statements | None, sql: bool = False, search: bool = True) -> dict:
+        counter: Statements | None, sql: bool = False, search: bool = True,
+        answers: dict | None = None) -> dict:
+    """The figures of one store; `answers` (when given) receives each query's answers."""
     t0 = time.perf_counter()
     nx = NP.open_nexus(location)
     NP.load_into(nx, concepts, props)
@@ -126,8 +137,9 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
     for name, call in calls.items():
         pool = params.get(name) or [{}]             # Q5, Q6 take no parameters
         sample = [pool[i % len(pool)] for i in range(reps)]
-        for p in sample:                            # warm (parse, plan caches)
-            call(p)
+        got = [answer(call(p)) for p in sample]     # warm (parse, plan caches)
+        if answers is not None:
+            answers[name] = got
         before = counter.n if counter else 0
         by = Counter(counter.by) if counter else Counter()
         ms = [timed(lambda p=p: call(p), 1) for p in sample]
@@ -246,17 +258,24 @@ def main(argv: list[str] | None = None) -> int:
                 server.stop()
         print(json.dumps(report, indent=2))
         return 0
+    pg_answers: dict = {}
+    lmdb_answers: dict = {}
     try:
         report = {"n": args.n,
                   "postgresql": run(url, concepts, props, meta, args.reps, counter,
-                                    args.sql, not args.no_search),
+                                    args.sql, not args.no_search, pg_answers),
                   "lmdb": run(os.path.join(data, "db"), concepts, props, meta, args.reps,
-                              None, search=not args.no_search)}
+                              None, search=not args.no_search, answers=lmdb_answers)}
     finally:
         if server is not None:
             server.stop()
+    # The same answers from both stores, query by query (Q1-Q6 over the same parameters).
+    differ = [q for q in lmdb_answers if pg_answers.get(q) != lmdb_answers[q]]
+    report["answers_equal"] = not differ
+    if differ:
+        report["answers_differ"] = differ
     print(json.dumps(report, indent=2))
-    return 0
+    return 1 if differ else 0
 
 
 if __name__ == "__main__":

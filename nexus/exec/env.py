@@ -14,7 +14,7 @@ from typing import Any, Final, Iterable, Mapping, Sequence
 import regex
 
 from ..errors import ErrorCode, KipError
-from ..plan.logical import ConceptAtom, LinkIdAtom
+from ..plan.logical import ConceptAtom, Group, LinkIdAtom
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
 from ..syntax import bind
@@ -61,8 +61,8 @@ def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
 
 
 class Env:
-    __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_links", "_attrs",
-                 "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
+    __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_named", "_links",
+                 "_attrs", "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
                  "_link_preds", "batched")
 
     def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
@@ -73,6 +73,7 @@ class Env:
         self._values: dict[int, Any] = {}
         self._sids: dict[int, int | None] = {}
         self._concepts: dict[int, int | None] = {}
+        self._named: dict[tuple[int, str], int | None] = {}     # prefetch_constants
         self._links: dict[int, int | None] = {}
         self._attrs: dict[int, dict[str, Any]] = {}
         self._metas: dict[int, dict[str, Any]] = {}
@@ -148,7 +149,33 @@ class Env:
         name = self.value(atom.name)
         if tid is None or not isinstance(name, str):
             return None
+        hit = self._named.get((tid, name), _MISSING)
+        if hit is not _MISSING:
+            return hit
         return txn.concept_id(tid, name)
+
+    def prefetch_constants(self, root: Group) -> None:
+        """On a store whose reads are round trips: the `{type, name}` constants of every
+        block of the query looked up in one batched read (`concept_ids`), which resolving
+        them then answers from. A hint: a constant whose values do not resolve here is
+        left to be reported where it is used."""
+        pairs: dict[tuple[int, str], None] = {}
+        groups = [root]
+        while groups:
+            group = groups.pop()
+            groups += group.children()
+            for atom in group.atoms:
+                if type(atom) is not ConceptAtom or atom.id is not None or \
+                        atom.type is None or atom.name is None:
+                    continue
+                try:
+                    tid, name = self.sid(atom.type), self.value(atom.name)
+                except KipError:
+                    continue
+                if tid is not None and isinstance(name, str):
+                    pairs[(tid, name)] = None
+        if len(pairs) > 1:
+            self._named.update(zip(pairs, self.txn.concept_ids(list(pairs))))
 
     def const_link(self, atom: LinkIdAtom) -> int | None:
         hit = self._links.get(id(atom), _MISSING)

@@ -189,6 +189,8 @@ def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> An
     prep = prepare(ctx, find, params)
     check_hops(ctx, prep)
     env = Env(ctx, params)
+    if env.batched:
+        env.prefetch_constants(prep.logical.root)
     env.check_mandatory(prep.mandatory)
     limit = env.value(find.limit) if find.limit is not None else None
     offset = decode_cursor(env.value(find.cursor), prep.shape, params) if find.cursor else 0
@@ -298,6 +300,8 @@ def solutions(ctx: ExecContext, where: tuple[A.Pattern, ...], variables: Sequenc
         if v in prep.logical.predicate_vars:
             raise predicate_var_misuse(v, None, "the statement's target (an element)")
     env = Env(ctx, params)
+    if env.batched:
+        env.prefetch_constants(prep.logical.root)
     env.check_mandatory(prep.mandatory)
     key_idx = tuple(prep.layout.index(v) for v in variables)
     for row in distinct(_solutions(env, prep), key_idx):

@@ -157,11 +157,13 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
             members.add(head.subject)
             members.add(head.object)
             defs.add((pt, head.predicate_id))
-    for meta, sid in defs:
-        if meta is not None:
-            n = txn.concept_id(meta, txn.symbol_text(sid))
-            if n is not None:
-                members.add(n)
+    pairs = [(meta, txn.symbol_text(sid)) for meta, sid in defs if meta is not None]
+    members.update(n for n in txn.concept_ids(pairs) if n is not None)
+    if txn.prefers_batches():       # every read a round trip: all members' links at once
+        for found in txn.out_links_of(list(members), bd).values():
+            for _, d, _ in found[:32]:
+                out.add(d)
+        return out
     # Few `belongs_to_domain` links (the usual case: a handful of domains and their
     # definitions) are read in one scan; many are sought per member.
     few = list(islice(txn.links_of_predicate(bd), len(members) + 1))

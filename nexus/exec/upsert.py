@@ -30,7 +30,7 @@ from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from ..syntax.bind import check_values, value_of
-from . import protect, writes
+from . import protect, upsert_names, writes
 from .context import WriteContext
 from .registry import executes
 from .schema import CONCEPT_TYPE, Schema, check_definition_name
@@ -57,6 +57,8 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     params = {} if params is None else params
     check_values(command, params)
     schema = Schema(ctx.txn)
+    if ctx.txn.prefers_batches():     # PostgreSQL: the names it resolves, in one statement
+        upsert_names.prefetch(ctx.txn, command, params)
     concepts: list[str] = []
     links: list[str] = []
     # `{type, name}` references resolved so far in this command: a load's links share
@@ -171,6 +173,8 @@ class _Statement:
                 n = found
                 self.write_existing(n, attributes, effective, block.pos, bare)
         if block.propositions:
+            if len(block.propositions) > 1 and self.txn.prefers_batches():
+                self.prefetch_links(n, block.propositions)
             for entry in block.propositions:
                 self.set_proposition(n, entry, effective, own_meta is None)
         return n
@@ -213,6 +217,19 @@ class _Statement:
             return      # an identical re-application (a capsule loaded again): no write
         protect.check_write(self.ctx, head, attributes, pos)
         writes.update(self.ctx, n, attributes, effective)
+
+    def prefetch_links(self, subject: int, entries: tuple[A.SetProposition, ...]) -> None:
+        """A hint (PostgreSQL): the entries' links looked up in one statement, which the
+        transaction remembers for `link_id`. An entry in error stops it: the loop reports
+        that error in its place."""
+        triples = []
+        for entry in entries:
+            try:
+                pid = self.schema.predicate(self.value(entry.predicate), entry.pos)
+                triples.append((subject, pid, self.resolve(entry.target)))
+            except KipError:
+                return
+        self.txn.link_ids(triples)
 
     def set_proposition(self, subject: int, entry: A.SetProposition, effective: dict | None,
                         bare_block: bool) -> None:

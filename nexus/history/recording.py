@@ -370,6 +370,36 @@ class RecordingTxn(LoopBatches):
             read.update(zip(ns, map(dict, maps)))   # the caller may change its own copies
         return maps
 
+    # The other batched reads: the inner transaction's (a store whose calls are round trips
+    # answers each in one); what they read is not a prior state the recorder keeps.
+    def prefers_batches(self) -> bool:
+        return self.inner.prefers_batches()
+
+    def known_heads(self, ns: Sequence[int]) -> list[Head]:
+        return self.inner.known_heads(ns)
+
+    def attributes_of(self, ns: Sequence[int]) -> list[JsonMap]:
+        """`attributes` over many elements: the last one's is kept, as the loop would."""
+        maps = self.inner.attributes_of(ns)
+        if maps:
+            self._reading(ns[-1])
+            self._read_attributes = dict(maps[-1])
+        return maps
+
+    def link_ids(self, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        return self.inner.link_ids(triples)
+
+    def concept_ids(self, pairs: Sequence[tuple[int, str]]) -> list[int | None]:
+        return self.inner.concept_ids(pairs)
+
+    def out_links_of(self, subjects: Sequence[int], predicate_id: int | None = None
+                     ) -> dict[int, list[tuple[int, int, int]]]:
+        return self.inner.out_links_of(subjects, predicate_id)
+
+    def in_links_of(self, objects: Sequence[int], predicate_id: int | None = None
+                    ) -> dict[int, list[tuple[int, int, int]]]:
+        return self.inner.in_links_of(objects, predicate_id)
+
     def max_id(self) -> int:
         return self.inner.max_id()
 

@@ -1,7 +1,8 @@
 """The batched reads of the storage protocol, answered one element at a time.
 
 `ReadTxn` has, beside its one-element reads, calls that take many elements at once
-(`known_heads`, `attributes_of`, `metadata_of`, `link_ids`, `out_links_of`, `in_links_of`):
+(`known_heads`, `attributes_of`, `metadata_of`, `link_ids`, `concept_ids`, `out_links_of`,
+`in_links_of`):
 the executor's operators call them a chunk of rows at a time, so that a backend for which
 every call is a round trip (PostgreSQL: one SQL statement per call) answers a query in a
 number of statements that does not grow with the rows. A backend for which a call is a
@@ -23,6 +24,7 @@ class _Single(Protocol):
     def attributes(self, n: int) -> JsonMap: ...
     def metadata(self, n: int) -> JsonMap: ...
     def link_id(self, subject: int, predicate_id: int, object: int) -> int | None: ...
+    def concept_id(self, type_id: int, name: str) -> int | None: ...
     def out_links(self, subject: int, predicate_id: int | None = None
                   ) -> Iterator[tuple[int, int, int]]: ...
     def in_links(self, object: int, predicate_id: int | None = None
@@ -52,6 +54,10 @@ class LoopBatches:
     def link_ids(self: _Single, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
         link_id = self.link_id
         return [link_id(s, p, o) for s, p, o in triples]
+
+    def concept_ids(self: _Single, pairs: Sequence[tuple[int, str]]) -> list[int | None]:
+        concept_id = self.concept_id
+        return [concept_id(t, name) for t, name in pairs]
 
     def out_links_of(self: _Single, subjects: Sequence[int], predicate_id: int | None = None
                      ) -> dict[int, list[tuple[int, int, int]]]:

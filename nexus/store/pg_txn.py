@@ -45,6 +45,12 @@ _MAPS_OF = ("SELECT id, attributes, metadata FROM nexus_concepts WHERE space = %
 _LINK_IDS = ("SELECT l.subject, l.predicate, l.object, l.id FROM nexus_links l JOIN "
              "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS t(s, p, o) ON "
              "l.subject = t.s AND l.predicate = t.p AND l.object = t.o WHERE l.space = %s")
+_LINK_IDS_MAPS = _LINK_IDS.replace("l.id FROM", "l.id, l.attributes, l.metadata FROM")
+# concept_ids: `{type, name}` pairs, a probe of the (space, type_id, name_key) key each.
+_CONCEPT_IDS = ("SELECT q.t, c.id, c.name, c.attributes, c.metadata FROM "
+                "unnest(%b::bigint[], %b::bytea[]) AS q(t, k) JOIN LATERAL (SELECT id, name, "
+                "attributes, metadata FROM nexus_concepts WHERE space = %s AND type_id = q.t "
+                "AND name_key = q.k LIMIT 1) c ON TRUE")
 BATCH_IDS = 10_000              # ids per statement of a batched read
 LOCAL_MAPS = 4096               # elements whose maps a transaction keeps (emptied when full)
 LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
@@ -100,6 +106,7 @@ class PgReadTxn:
     """ReadTxn over one REPEATABLE READ snapshot; also its own context manager."""
 
     writing = False
+    link_maps = False       # link_ids also reads (and keeps) the links' maps
 
     def __init__(self, host: PgHost, conn: psycopg.Connection[Any]) -> None:
         self.host = host
@@ -362,13 +369,52 @@ class PgReadTxn:
         wanted = list(dict.fromkeys(t for t in triples if is_id(t[0]) and _is_sid(t[1])
                                     and is_id(t[2])))
         found: dict[tuple[int, int, int], int] = {}
+        maps = self.link_maps
+        sql = _LINK_IDS_MAPS if maps else _LINK_IDS
         for start in range(0, len(wanted), BATCH_IDS):
             part = wanted[start:start + BATCH_IDS]
             cols = ([t[0] for t in part], [t[1] for t in part], [t[2] for t in part])
-            for s, p, o, n in self.rows(_LINK_IDS, (*cols, self.space)):
+            for row in self.rows(sql, (*cols, self.space)):
+                s, p, o, n = row[:4]
                 found[(s, p, o)] = n
                 self._keep(LinkHead(n, s, p, o))
+                if maps:
+                    self._keep_maps(n, row[4], row[5])
         return [found.get(t) for t in triples]
+
+    def concept_ids(self, pairs: Sequence[tuple[int, str]]) -> list[int | None]:
+        found = self._concept_ids_of(pairs)
+        return [found.get(pair) if type(pair[1]) is str else None for pair in pairs]
+
+    def _concept_ids_of(self, pairs: Iterable[tuple[int, str]]
+                        ) -> dict[tuple[int, str], int | None]:
+        """The concepts `{type_id, name}` of `pairs` (valid ones; absent: None), a
+        statement per BATCH_IDS pairs; their heads and maps kept, as `concept_id` does."""
+        wanted: dict[tuple[int, bytes], tuple[int, str]] = {}
+        for t, name in pairs:
+            if not _is_sid(t) or type(name) is not str:
+                continue
+            try:
+                utf8 = codec.encode_text(name)
+            except KipError:
+                continue
+            wanted[(t, codec.text_key(utf8))] = (t, name)
+        found: dict[tuple[int, str], int | None] = dict.fromkeys(wanted.values())
+        keys = list(wanted)
+        for start in range(0, len(keys), BATCH_IDS):
+            part = keys[start:start + BATCH_IDS]
+            rows = self.rows(_CONCEPT_IDS, ([t for t, _ in part], [k for _, k in part],
+                                            self.space))
+            by_name = {(t, bytes(name)): (n, a, m) for t, n, name, a, m in rows}
+            for t, k in part:
+                pair = wanted[(t, k)]
+                hit = by_name.get((t, codec.encode_text(pair[1])))
+                if hit is not None:
+                    n, a, m = hit
+                    found[pair] = n
+                    self._keep(ConceptHead(n, t, pair[1]))
+                    self._keep_maps(n, a, m)
+        return found
 
     def out_links_of(self, subjects: Sequence[int], predicate_id: int | None = None
                      ) -> dict[int, list[tuple[int, int, int]]]:

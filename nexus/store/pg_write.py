@@ -20,8 +20,9 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
 from nexus.store.pg_conn import PgHost, call
-from nexus.store.pg_txn import (LOCAL_AUX, MISSING, ST_CONCEPTS, ST_LINKS, PgAux, PgReadTxn,
-                                PgWriteAux, internal, is_id, pred_key, type_key, used_after_end)
+from nexus.store.pg_txn import (LOCAL_AUX, MAX_ID, MISSING, ST_CONCEPTS, ST_LINKS, PgAux,
+                                PgReadTxn, PgWriteAux, internal, is_id, pred_key, type_key,
+                                used_after_end)
 from nexus.store.protocol import TableCheck
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,8 @@ _SET_METADATA_MANY = (
     "SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l)")
 _DELETE = ("WITH c AS (DELETE FROM nexus_concepts WHERE space = %s AND id = %s "
            "RETURNING type_id), l AS (DELETE FROM nexus_links WHERE space = %s AND id = %s "
-           "RETURNING predicate) SELECT 'c', type_id FROM c UNION ALL SELECT 'l', predicate "
-           "FROM l")
+           "RETURNING predicate, subject, object) SELECT 'c', type_id, NULL::bigint, NULL::bigint "
+           "FROM c UNION ALL SELECT 'l', predicate, subject, object FROM l")
 _CONCEPTS_BY_KEY = ("SELECT c.id, c.name FROM unnest(%b::bytea[]) AS q(k) JOIN LATERAL "
                     "(SELECT id, name FROM nexus_concepts WHERE space = %s AND type_id = %s "
                     "AND name_key = q.k LIMIT 1) c ON TRUE")
@@ -78,6 +79,7 @@ class PgWriteTxn(PgReadTxn):
     """WriteTxn: the space's single writer (see the module doc)."""
 
     writing = True
+    link_maps = True        # a command reads a link it names, then writes it
 
     def __init__(self, host: PgHost, conn: psycopg.Connection[Any], *, serial: int,
                  max_id: int, max_sym: int) -> None:
@@ -94,6 +96,12 @@ class PgWriteTxn(PgReadTxn):
         self._aux_pending: dict[str, dict[bytes, bytes | None]] = {}
         self._aux_count = 0
         self._concept_ids: dict[tuple[int, str], int | None] = {}
+        # `link_id` answers remembered for the transaction (this writer holds the space's
+        # lock: only its own writes change them, and they update them), and whether every
+        # link it created is among them — then a triple with an end created here and not
+        # among them does not exist, with no round trip (a command's new concept's links).
+        self._link_ids: dict[tuple[int, int, int], int | None] = {}
+        self._links_whole = True
         self._bulk_rows = 0             # rows written by COPY and batched aux upserts
         # The maps of elements this transaction creates are kept (the search index reads
         # them back before commit): as many as heads.
@@ -253,6 +261,58 @@ class PgWriteTxn(PgReadTxn):
         self._concept_ids[key] = n
         return n
 
+    def concept_ids(self, pairs: Sequence[tuple[int, str]]) -> list[int | None]:
+        """As the read transaction's, through (and into) what `concept_id` remembers."""
+        memo = self._concept_ids
+        named = [pair for pair in pairs if type(pair[1]) is str]
+        known = {pair: memo[pair] for pair in named if pair in memo}
+        todo = [pair for pair in named if pair not in known]
+        if todo:
+            found = self._concept_ids_of(todo)
+            if len(memo) + len(found) >= NEW_HEADS_CAP:
+                memo.clear()
+            memo.update(found)
+            known.update(found)
+        return [known.get(pair) if type(pair[1]) is str else None for pair in pairs]
+
+    def link_id(self, subject: int, predicate_id: int, object: int) -> int | None:
+        return self.link_ids(((subject, predicate_id, object),))[0]
+
+    def link_ids(self, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
+        """As the read transaction's, through (and into) what the transaction remembers."""
+        memo = self._link_ids
+        known: dict[tuple[int, int, int], int | None] = {}
+        todo = []
+        new_from = self._max_id0 if self._links_whole else MAX_ID
+        for t in triples:
+            if t in memo:
+                known[t] = memo[t]
+            elif type(t[0]) is int and type(t[2]) is int and \
+                    (t[0] > new_from or t[2] > new_from):
+                known[t] = None         # an end created here: every such link is in memo
+            else:
+                todo.append(t)
+        if todo:
+            found = super().link_ids(todo)
+            if len(memo) + len(todo) >= NEW_HEADS_CAP:
+                memo.clear()
+                self._links_whole = False
+            for t, n in zip(todo, found):
+                memo[t] = known[t] = n
+        return [known[t] for t in triples]
+
+    def _link_moved(self, old: tuple[int, int, int] | None, new: tuple[int, int, int] | None,
+                    n: int) -> None:
+        """Keep the remembered `link_id` answers in step: link `n` left `old`, took `new`."""
+        memo = self._link_ids
+        if old is not None:
+            memo[old] = None
+        if new is not None:
+            if len(memo) >= NEW_HEADS_CAP:
+                memo.clear()
+                self._links_whole = False
+            memo[new] = n
+
     def prefetch_concepts(self, type_id: int, names: Sequence[str]) -> None:
         """Look the concepts {type_id, name} up at once, a statement per COPY_CHUNK names,
         into what `concept_id` remembers (a hint: a bulk load probing a chunk's names)."""
@@ -315,6 +375,7 @@ class PgWriteTxn(PgReadTxn):
                                f"{object}) already exists")
             raise internal(f"element id {n} is already in use")
         self._keep(LinkHead(n, subject, predicate_id, object))
+        self._link_moved(None, (subject, predicate_id, object), n)
         self._keep_maps(n, a, m)
         self._bump(pred_key(predicate_id), 1)
         self._bump(ST_LINKS, 1)
@@ -351,7 +412,9 @@ class PgWriteTxn(PgReadTxn):
                if is_id(n) else None)
         if row is None or not row[0]:
             raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
-        self.maps.pop(n, None)
+        pair = self.maps.get(n)
+        if pair is not None:            # (the search index reads it back before commit)
+            self.maps[n] = (value, pair[1]) if col == "attributes" else (pair[0], value)
 
     def delete(self, n: int) -> bool:
         if not is_id(n):
@@ -359,7 +422,9 @@ class PgWriteTxn(PgReadTxn):
         row = self.one(_DELETE, (self.space, n, self.space, n))
         if row is None:
             return False
-        kind, sym = row
+        kind, sym, subject, object = row
+        if kind == "l":
+            self._link_moved((subject, sym, object), None, n)
         if kind == "c":
             self._concept_ids.clear()
             self._bump(type_key(sym), -1)
@@ -387,6 +452,7 @@ class PgWriteTxn(PgReadTxn):
         self.run("UPDATE nexus_links SET subject = %s, object = %s WHERE space = %s AND "
                  "id = %s", (subject, object, self.space, n))
         self._keep(LinkHead(n, subject, p, object))
+        self._link_moved((h.subject, p, h.object), (subject, p, object), n)
 
     def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
         """repoint_link for each move `(n, subject, object)`, in order (see the protocol):
@@ -418,6 +484,7 @@ class PgWriteTxn(PgReadTxn):
                 self.run("UPDATE nexus_links SET subject = %s, object = %s WHERE space = %s "
                          "AND id = %s", (subject, object, self.space, n))
                 self._keep(LinkHead(n, subject, h.predicate_id, object))
+                self._link_moved((h.subject, h.predicate_id, h.object), triple, n)
         return answers
 
     # --- aux -------------------------------------------------------------------------------
@@ -594,6 +661,8 @@ class PgWriteTxn(PgReadTxn):
         a, m = self._maps(count, attributes, metadata, extra_metadata)
         for n in ids:
             self._check_id(n)
+        self._link_ids.clear()          # (a bulk write: not remembered link by link)
+        self._links_whole = False
         ss, ps, os_ = list(map(int, subjects)), list(map(int, predicate_ids)), \
             list(map(int, objects))
         triples = list(zip(ss, ps, os_))

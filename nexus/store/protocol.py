@@ -196,6 +196,10 @@ class ReadTxn(Protocol):
     def link_ids(self, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
         """`link_id(subject, predicate_id, object)` for each triple."""
         ...
+    def concept_ids(self, pairs: Sequence[tuple[int, str]]) -> list[int | None]:
+        """`concept_id(type_id, name)` for each pair (a command's named concepts and
+        the definitions of its types and predicates, looked up at once)."""
+        ...
     def out_links_of(self, subjects: Sequence[int], predicate_id: int | None = None
                      ) -> dict[int, list[tuple[int, int, int]]]:
         """subject -> `list(out_links(subject, predicate_id))` for each distinct subject

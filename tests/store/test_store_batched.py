@@ -22,4 +22,33 @@ def test_batched_reads_equal_the_single_reads(graph):
             assert r.out_links_of(ends, p) == {n: v for n, v in out.items() if v}
             inn = {n: list(r.in_links(n, p)) for n in ends}
             assert r.in_links_of(ends, p) == {n: v for n, v in inn.items() if v}
+        pairs = [(g.drug, "Aspirin"), (g.symptom, "Aspirin"), (g.symptom, "Fever"),
+                 (g.drug, "Aspirin"), (g.drug, "x" * 300), (999, "Aspirin"), (-1, "Fever")]
+        assert r.concept_ids(pairs) == [r.concept_id(t, name) for t, name in pairs]
+        assert r.concept_ids(pairs)[:3] == [g.aspirin, None, g.fever]
         assert r.known_heads([]) == [] and r.link_ids([]) == [] and r.out_links_of([]) == {}
+        assert r.concept_ids([]) == []
+
+
+def test_batched_reads_in_a_write_follow_its_own_writes(graph):
+    """A write transaction's batched answers (remembered on PostgreSQL) follow what it
+    creates, moves and deletes, link by link and concept by concept."""
+    g = graph
+    with g.store.write() as w:
+        new = w.new_id()
+        probes = [(g.aspirin, g.treats, g.headache), (new, g.treats, g.headache),
+                  (g.ibu, g.treats, g.fever), (g.aspirin, g.treats, new)]
+        assert w.link_ids(probes) == [g.l1, None, None, None]
+        assert w.concept_ids([(g.drug, "Paracetamol")]) == [None]
+        w.create_concept(new, g.drug, "Paracetamol", {}, {})
+        assert w.concept_ids([(g.drug, "Paracetamol")]) == [new]
+        link = w.new_id()
+        w.create_link(link, new, g.treats, g.headache, {}, {})
+        assert w.link_ids(probes) == [g.l1, link, None, None]
+        assert w.link_id(new, g.treats, g.headache) == link
+        w.repoint_link(g.l1, g.ibu, g.fever)
+        assert w.link_ids(probes) == [None, link, g.l1, None]
+        assert w.delete(link)
+        assert w.link_ids(probes) == [None, None, g.l1, None]
+        assert [w.link_id(*t) for t in probes] == [None, None, g.l1, None]
+        w.abort()
