@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import msgpack
 
 from nexus.store.bulk import gc_paused
-from nexus.history.recording import Before, PreImage, RecordingTxn, pre_image
+from nexus.history.recording import Before, PreImage, RecordingTxn
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
@@ -139,7 +139,10 @@ def _change(inner: ReadTxn, n: int, before: Before | None) -> list[Any] | None:
     """The log's change for `n`, from what the session kept of it and its state now (only
     the maps the session wrote are read and compared)."""
     if before is None:
-        return make_change(n, None, pre_image(inner, n))
+        # Created by the session: its change is its `_version` (no attributes to decode).
+        if inner.head(n) is None:
+            return None
+        return [n, "c", inner.metadata(n).get("_version")]
     # Neither repointed nor deleted by the session (the recorder says): the head is
     # unchanged, not read — a sweep's record costs no read per element (and the recorder
     # may not have read it either: `Before.head`).

@@ -222,6 +222,9 @@ class PostingCheck(Findings):
         expected: dict[bytes, dict[int, tuple[float, int]]] = {}   # kind+term → postings
         names: dict[bytes, bytes] = {}
         docs = dict.fromkeys(lexical.KIND_BYTES, 0)
+        # Pending documents (`lexical.SMALL_WRITE`): a copy of their forward entry under a
+        # `q` key, and no postings in the lists nor in the dfs yet.
+        pending = {key[2:]: raw for key, raw in lex.scan(b"q")}
         for key, raw in self.txn.aux("lexdoc").scan():
             n = int.from_bytes(key, "big")
             try:
@@ -231,7 +234,11 @@ class PostingCheck(Findings):
                 self.problem("postings_malformed", f"lexdoc entry of {n} does not decode")
                 continue
             docs[kb] += 1
-            for term, weight in entry.terms.items():
+            copy = pending.pop(key, None)
+            if copy is not None:
+                if copy != raw:
+                    self.problem("postings_wrong", f"pending entry of {n} differs from lexdoc")
+            for term, weight in (entry.terms.items() if copy is None else ()):
                 expected.setdefault(kb + term.encode(), {})[n] = (
                     float(np.float16(weight)), entry.group)
             for i, nn in enumerate(entry.names):
@@ -249,6 +256,8 @@ class PostingCheck(Findings):
                 dfs[key[1:]] = struct.unpack(">I", value)[0]
             elif tag == b"N" and len(value) == 8:
                 stored_docs[key[1:]] = struct.unpack(">Q", value)[0]
+            elif tag == b"q":
+                pass                        # pending documents: compared above
             elif tag == b"n":
                 if names.pop(key, None) != value:
                     self.problem("names_orphans", f"name key {key[:60]!r}")
@@ -269,6 +278,9 @@ class PostingCheck(Findings):
                              f"forward entries {docs.get(kb, 0)}")
         for key in names:
             self.problem("names_missing", f"name key {key[:60]!r}")
+        for key in pending:
+            self.problem("postings_orphans",
+                         f"pending document {key.hex()} has no lexdoc entry")
         report: dict[str, Any] = {c: self.counts[c] for c in POSTING_CATEGORIES}
         if self.examples:
             report["examples"] = self.examples

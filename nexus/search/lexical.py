@@ -12,6 +12,9 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
             b"t" k term 0x00 first-id               → a block of postings (postings.py):
                                                         ids, BM25F weights, groups
             b"n" k normname 0x00 id                 → (group u32, flag u8: 0 name, 1 alias)
+            b"q" k id                               → a pending document: a copy of its
+                                                        lexdoc entry; its terms are in no
+                                                        list and no df yet (SMALL_WRITE)
     lexdoc  id                                      → msgpack [kind, group, [normname...],
                                                         vector-text crc, [term, w, ...]]
 
@@ -33,6 +36,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import msgpack
+import numpy as np
 
 from nexus.store.bulk import gc_paused
 from nexus.store.protocol import LinkHead
@@ -95,6 +99,14 @@ _FIELD_CACHE: dict[tuple[int, str], tuple[float, tuple]] = {}
 _NAME_CACHE: dict[str, str] = {}
 CACHE_LIMIT = 100_000
 END_NAMES = 100_000     # link-end names remembered by one `write` (bounded in a big one)
+# A write of at most SMALL_WRITE elements leaves its new documents *pending*: their forward
+# entry is also written under a `q` key, and their terms reach the posting lists only when
+# more than PENDING_MAX documents are pending (or a bigger write runs), all in one fold.
+# An agent's UPSERT of a concept and two links then writes three small keys instead of
+# rewriting the last block and the df of each of ~20 terms (each on its own LMDB page);
+# readers add the pending documents' postings (`pending_postings`) to the lists and dfs.
+SMALL_WRITE = 16
+PENDING_MAX = 32
 
 
 def _field_terms(field: int, text: str) -> tuple[float, tuple]:
@@ -173,6 +185,22 @@ def _pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) -
                          use_single_float=True)
 
 
+class _Buffered:
+    """The `lex` table as `_Writer.flush` hands it to `postings`: reads and deletes go
+    through, puts are collected for one sorted insert at the end (a fold writes a block
+    and a df per term: one C call instead of two checked Python calls per term). Safe
+    because each key is read before the flush writes it, and written at most once."""
+
+    __slots__ = ("get", "scan", "delete", "puts")
+
+    def __init__(self, aux: Any) -> None:
+        self.get, self.scan, self.delete = aux.get, aux.scan, aux.delete
+        self.puts: dict[bytes, bytes] = {}
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.puts[key] = value
+
+
 class _Writer:
     """Collects a transaction's posting changes per term, so that each term's list (and
     each counter) is rewritten once however many documents touch it."""
@@ -243,20 +271,23 @@ class _Writer:
         if self.doc_puts:
             self.txn.aux_put_many("lexdoc", self.doc_puts)
             self.doc_puts = []
+        buf = _Buffered(lex)
         for tb, ops in self.ops.items():
             key = b"d" + tb
             raw = lex.get(key)
             if raw is None and None not in ops.values():
                 # A term without postings (no df key) gets its first list: no scan.
-                delta = postings.create(lex, b"t" + tb + b"\x00", ops)
+                delta = postings.create(buf, b"t" + tb + b"\x00", ops)
             else:
-                delta = postings.apply(lex, b"t" + tb + b"\x00", ops)
+                delta = postings.apply(buf, b"t" + tb + b"\x00", ops)
             if delta:
                 value = (_U32.unpack(raw)[0] if raw else 0) + delta
                 if value > 0:
-                    lex.put(key, _U32.pack(value))
+                    buf.put(key, _U32.pack(value))
                 elif raw:
                     lex.delete(key)
+        if buf.puts:
+            self.txn.aux_put_many("lex", buf.puts.items())
         for kind, delta in enumerate(self.count):
             if delta:
                 key = b"N" + KIND_BYTES[kind]
@@ -287,20 +318,37 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
            moved: Mapping[int, tuple[str, str]]) -> tuple[list[int], list[int]]:
     w = _Writer(txn)
     fwd = w.fwd
+    lex = w.lex
     changed: list[int] = []
     gone: list[int] = []
+    # The pending documents (see PENDING_MAX): id -> (kind, entry). Their postings are not
+    # in the lists, so a change to one rewrites its entry and pending key, never a list.
+    pend: dict[int, tuple[int, bytes]] = {}
+    for qkey, qraw in lex.scan(b"q"):
+        pend[_U64.unpack(qkey[2:])[0]] = (KIND_BYTES.index(qkey[1:2]), qraw)
+
+    def unpend(n: int, kind: int) -> None:
+        del pend[n]
+        lex.delete(b"q" + KIND_BYTES[kind] + _U64.pack(n))
 
     def forget(n: int, key: bytes, raw: bytes | None) -> None:
         """Drop an element that is no longer there (or no longer a document)."""
         if raw is not None:
             entry = Entry(raw)
-            w.remove(n, entry)
+            if n in pend:
+                unpend(n, pend[n][0])
+                w.remove(n, entry, frozenset(entry.terms))      # its name keys only
+            else:
+                w.remove(n, entry)
             w.count[entry.kind] -= 1
             fwd.delete(key)
             gone.append(n)
 
     removed = list(removed)
     order = sorted(touched)
+    # A small write (an agent's UPSERT) leaves its new documents pending instead of
+    # appending to the posting list of each of their terms.
+    small = len(order) + len(removed) <= SMALL_WRITE
     fwd.prefetch([_U64.pack(n) for n in removed] + [_U64.pack(n) for n in order])
     prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: see its doc)
     if prefetch is not None:
@@ -317,7 +365,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         key = _U64.pack(n)
         raw = fwd.get(key)
         texts = moved.get(n) if moved else None
-        if texts is not None and raw is not None:
+        if texts is not None and raw is not None and n not in pend:
             plan = plans.get(texts)
             if plan is None:
                 plan = plans[texts] = _Move(w, texts)
@@ -336,27 +384,46 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         new = _entry_bytes(doc, terms, names, vcrc)
         if raw == new:
             continue
+        pending = small or n in pend
         if raw is not None:
             old = Entry(raw)
-            # Terms whose posting stays the same (a repointed link keeps its predicate's and
-            # its other end's terms) are neither removed nor re-added: each costs a rewrite
-            # of that term's postings list.
-            keep = _unchanged(old, doc, terms)
             same_names = old.kind == doc.kind and old.group == doc.group and old.names == names
-            w.remove(n, old, keep, not same_names)
+            if n in pend:
+                # Its postings were never written: none to remove (names may be).
+                unpend(n, old.kind)
+                w.remove(n, old, frozenset(old.terms), not same_names)
+            else:
+                # Terms whose posting stays the same (a repointed link keeps its
+                # predicate's and its other end's terms) are neither removed nor re-added:
+                # each costs a rewrite of that term's postings list.
+                keep = _unchanged(old, doc, terms)
+                w.remove(n, old, keep, not same_names)
+                if keep:
+                    terms = {t: v for t, v in terms.items() if t not in keep}
+                pending = False
             w.count[old.kind] -= 1
             vec_changed = old.vcrc != vcrc
-            if keep:
-                terms = {t: v for t, v in terms.items() if t not in keep}
             if same_names:
                 names = []
         else:
             vec_changed = True
-        w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
+        if pending:
+            pend[n] = (doc.kind, new)
+            lex.put(b"q" + KIND_BYTES[doc.kind] + key, new)
+            w.add(n, KIND_BYTES[doc.kind], doc.group, {}, names)
+        else:
+            w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
         w.count[doc.kind] += 1
         w.doc_puts.append((key, new))
         if vec_changed:
             changed.append(n)
+    if len(pend) > PENDING_MAX or (pend and not small):
+        # Fold: the pending documents' postings go into their lists, all at once (each
+        # term's list rewritten once for up to PENDING_MAX documents).
+        for n, (kind, praw) in sorted(pend.items()):
+            entry = Entry(praw)
+            w.add(n, KIND_BYTES[kind], entry.group, entry.terms, [])
+            lex.delete(b"q" + KIND_BYTES[kind] + _U64.pack(n))
     w.flush()
     return changed, gone
 
@@ -520,13 +587,51 @@ def doc_count(txn: Any, kind: int) -> int:
 
 def doc_freq(txn: Any, kind: int, term: str) -> int:
     raw = txn.aux("lex").get(b"d" + KIND_BYTES[kind] + term.encode())
-    return _U32.unpack(raw)[0] if raw else 0
+    return (_U32.unpack(raw)[0] if raw else 0) + len(pending_postings(txn, kind).get(term, ()))
 
 
 def term_postings(txn: Any, kind: int, term: str, cap: int):
-    """(ids, weights, groups, complete) of `term`'s postings (at most about `cap`)."""
-    return postings.read(txn.aux("lex"), b"t" + KIND_BYTES[kind] + term.encode() + b"\x00",
-                         cap)
+    """(ids, weights, groups, complete) of `term`'s postings (at most about `cap`), the
+    pending documents' included."""
+    ids, weights, groups, complete = postings.read(
+        txn.aux("lex"), b"t" + KIND_BYTES[kind] + term.encode() + b"\x00", cap)
+    extra = pending_postings(txn, kind).get(term)
+    if not extra:
+        return ids, weights, groups, complete
+    if not complete:                # a cut list: only the pending ids within what was read
+        extra = [p for p in extra if p[0] < int(ids[-1])]
+        if not extra:
+            return ids, weights, groups, complete
+    ids = np.concatenate([ids, np.array([p[0] for p in extra], dtype=np.uint64)])
+    weights = np.concatenate([weights, np.array([p[1] for p in extra], dtype=np.float32)
+                              .astype(np.float16)])
+    groups = np.concatenate([groups, np.array([p[2] for p in extra], dtype=np.uint32)])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], weights[order], groups[order], complete
+
+
+_PENDING: dict[tuple, dict[str, list[tuple[int, float, int]]]] = {}
+_NO_PENDING: dict[str, list[tuple[int, float, int]]] = {}
+
+
+def pending_postings(txn: Any, kind: int) -> dict[str, list[tuple[int, float, int]]]:
+    """term -> [(id, weight, group)] of the pending documents of `kind` (at most about
+    PENDING_MAX: one short scan; decoded once per distinct pending set)."""
+    pairs = tuple(txn.aux("lex").scan(b"q" + KIND_BYTES[kind]))
+    if not pairs:
+        return _NO_PENDING
+    got = _PENDING.get(pairs)
+    if got is None:
+        got = {}
+        for key, raw in pairs:
+            n = _U64.unpack(key[2:])[0]
+            e = Entry(raw)
+            for t, v in e.terms.items():
+                got.setdefault(t, []).append((n, v, e.group))
+        if len(_PENDING) >= 64:
+            _PENDING.clear()
+        _PENDING[pairs] = got
+    return got
 
 
 def names_from(txn: Any, kind: int, norm: str, cap: int, group: int | None = None
