@@ -62,6 +62,63 @@ _CLOCK_EVERY = 256
 # by every command (a loader's commands repeat the same columns on the same lines).
 _POS: dict[int, A.Pos] = {}
 _POS_MAX = 1 << 16
+_FAR = 1 << 62
+
+
+def _pos(line: int, column: int) -> A.Pos:
+    """The Pos of (line from 0, column from 1), shared."""
+    key = (line << 24) | column if column < (1 << 24) else -1
+    hit = _POS.get(key)
+    if hit is None:
+        hit = A.Pos(line + 1, column)
+        if key >= 0:
+            if len(_POS) >= _POS_MAX:
+                _POS.clear()
+            _POS[key] = hit
+    return hit
+
+
+# A Param built without the frozen dataclass's __init__ (three object.__setattr__ calls
+# from Python): the slots are set through their descriptors, the same object results.
+_NEW = object.__new__
+_SET_NAME = A.Param.__dict__["name"].__set__
+_SET_EXPECT = A.Param.__dict__["expect"].__set__
+_SET_POS = A.Param.__dict__["pos"].__set__
+
+
+def _param(name: str, expect: str, pos: A.Pos) -> A.Param:
+    node = _NEW(A.Param)
+    _SET_NAME(node, name)
+    _SET_EXPECT(node, expect)
+    _SET_POS(node, pos)
+    return node
+
+
+_CM = A.ConceptMatch.__dict__
+_CM_ID, _CM_TYPE, _CM_NAME, _CM_POS = (_CM[f].__set__ for f in ("id", "type", "name", "pos"))
+_SP = A.SetProposition.__dict__
+_SP_PREDICATE, _SP_TARGET, _SP_METADATA, _SP_POS = (
+    _SP[f].__set__ for f in ("predicate", "target", "metadata", "pos"))
+
+
+def _concept_match(kind: A.Value, name: A.Value, pos: A.Pos) -> A.ConceptMatch:
+    """A.ConceptMatch(None, kind, name, pos), as `_param` builds a Param."""
+    node = _NEW(A.ConceptMatch)
+    _CM_ID(node, None)
+    _CM_TYPE(node, kind)
+    _CM_NAME(node, name)
+    _CM_POS(node, pos)
+    return node
+
+
+def _set_proposition(predicate: A.Value, target: A.Term, metadata: A.Value | None,
+                     pos: A.Pos) -> A.SetProposition:
+    node = _NEW(A.SetProposition)
+    _SP_PREDICATE(node, predicate)
+    _SP_TARGET(node, target)
+    _SP_METADATA(node, metadata)
+    _SP_POS(node, pos)
+    return node
 
 
 def clause_upsert(text: str, max_nesting: int, deadline: float | None = None
@@ -87,45 +144,53 @@ class _Clauses:
     def pos(self, offset: int) -> A.Pos:
         """Line and column of `offset`, as the LALR lexer counts them (from 1)."""
         line = bisect_right(self.newlines, offset)
-        column = offset - (self.newlines[line - 1] + 1 if line else 0) + 1
-        key = (line << 24) | column if column < (1 << 24) else -1
-        hit = _POS.get(key)
-        if hit is None:
-            hit = A.Pos(line + 1, column)
-            if key >= 0:
-                if len(_POS) >= _POS_MAX:
-                    _POS.clear()
-                _POS[key] = hit
-        return hit
+        return _pos(line, offset - (self.newlines[line - 1] + 1 if line else 0) + 1)
 
-    def string(self, m: re.Match[str], group: int, expect: str) -> A.Value | None:
+    def line_of(self, offset: int) -> tuple[int, int, int]:
+        """The line (from 0) of `offset`, the offset where it starts and the offset of its
+        end: positions on one line are then counted without a search (`on_line`)."""
+        newlines = self.newlines
+        line = bisect_right(newlines, offset)
+        return (line, newlines[line - 1] + 1 if line else 0,
+                newlines[line] if line < len(newlines) else _FAR)
+
+    def on_line(self, offset: int, line: tuple[int, int, int]) -> A.Pos:
+        """`pos(offset)` for an offset at or after the start of `line`."""
+        if offset < line[2]:
+            return _pos(line[0], offset - line[1] + 1)
+        return self.pos(offset)
+
+    def string(self, m: re.Match[str], group: int, expect: str, line: tuple[int, int, int]
+               ) -> A.Value | None:
         """The node of an `_S` slot whose placeholder is group `group` (its string the next
         group); None when the string holds what the grammar would refuse."""
         name = m.group(group)
         if name is not None:
             self.params.add(name)
-            return A.Param(name, expect, self.pos(m.start(group) - 1))
+            return _param(name, expect, self.on_line(m.start(group) - 1, line))
         raw = m.group(group + 1)
         if not raw.isascii():
             try:
                 raw.encode("utf-8")
             except UnicodeEncodeError:   # a lone surrogate: the grammar's decode refuses it
                 return None
-        return A.Literal(raw, self.pos(m.start(group + 1) - 1))
+        return A.Literal(raw, self.on_line(m.start(group + 1) - 1, line))
 
-    def placeholder(self, m: re.Match[str], group: int) -> A.Param:
+    def placeholder(self, m: re.Match[str], group: int, line: tuple[int, int, int]
+                    ) -> A.Param:
         """An object placeholder: group `group` is an empty group before its ':'."""
         name = m.group(group + 1)
         self.params.add(name)
-        return A.Param(name, A.EXPECT_OBJECT, self.pos(m.start(group)))
+        return _param(name, A.EXPECT_OBJECT, self.on_line(m.start(group), line))
 
-    def concept_match(self, m: re.Match[str], first: int) -> A.ConceptMatch | None:
+    def concept_match(self, m: re.Match[str], first: int, line: tuple[int, int, int]
+                      ) -> A.ConceptMatch | None:
         """`_MATCH` whose '{' group is `first`."""
-        kind = self.string(m, first + 1, A.EXPECT_STRING)
-        name = self.string(m, first + 3, A.EXPECT_STRING)
+        kind = self.string(m, first + 1, A.EXPECT_STRING, line)
+        name = self.string(m, first + 3, A.EXPECT_STRING, line)
         if kind is None or name is None:
             return None
-        return A.ConceptMatch(None, kind, name, self.pos(m.start(first)))
+        return _concept_match(kind, name, self.on_line(m.start(first), line))
 
     def command(self, start: re.Match[str]) -> tuple[A.Upsert, frozenset[str]] | None:
         text, at = self.text, start.end()
@@ -136,10 +201,11 @@ class _Clauses:
             m = head(text, at)
             if m is None:
                 break
-            match = self.concept_match(m, 2)
+            line = self.line_of(m.start(1))
+            match = self.concept_match(m, 2, line)
             if match is None:
                 return None
-            attributes = self.placeholder(m, 7) if m.start(7) >= 0 else None
+            attributes = self.placeholder(m, 7, line) if m.start(7) >= 0 else None
             propositions: tuple[A.SetProposition, ...] | None = None
             at = m.end()
             if m.start(9) >= 0:
@@ -161,10 +227,10 @@ class _Clauses:
             metadata = None
             mm = block_meta(text, at)
             if mm is not None:
-                metadata = self.placeholder(mm, 1)
+                metadata = self.placeholder(mm, 1, line)
                 at = mm.end()
             blocks.append(A.ConceptBlock(None, match, attributes, propositions, metadata,
-                                         self.pos(m.start(1)), None))
+                                         _pos(line[0], m.start(1) - line[1] + 1), None))
             if not len(blocks) % _CLOCK_EVERY and self.deadline is not None \
                     and time.monotonic() > self.deadline:
                 return None       # the LALR parser reports the time limit
@@ -175,9 +241,11 @@ class _Clauses:
         return A.Upsert((statement,), pos), frozenset(self.params)
 
     def link(self, m: re.Match[str]) -> A.SetProposition | None:
-        predicate = self.string(m, 3, A.EXPECT_STRING)
-        target = self.concept_match(m, 5)
+        start = m.start(1)
+        line = self.line_of(start)
+        predicate = self.string(m, 3, A.EXPECT_STRING, line)
+        target = self.concept_match(m, 5, line)
         if predicate is None or target is None:
             return None
-        metadata = self.placeholder(m, 10) if m.start(10) >= 0 else None
-        return A.SetProposition(predicate, target, metadata, self.pos(m.start(1)))
+        metadata = self.placeholder(m, 10, line) if m.start(10) >= 0 else None
+        return _set_proposition(predicate, target, metadata, _pos(line[0], start - line[1] + 1))
