@@ -24,6 +24,7 @@ existing element writes it (a no-op rewrite still bumps `_version`, CONTRACT §3
 """
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from ..errors import ErrorCode, KipError
@@ -68,8 +69,16 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     # their ends (hubs most of all). An UPSERT creates and updates but never deletes or
     # renames, so a concept found stays what it is until the command ends.
     ends: dict[tuple[str, str], int] = {}
-    for statement in command.statements:
-        _Statement(ctx, schema, statement, params, ends).run(concepts, links)
+    # A command's maps, keys and rows hold no cycles: the collector is paused while they
+    # are made (a load's command makes tens of thousands), and runs again after.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for statement in command.statements:
+            _Statement(ctx, schema, statement, params, ends).run(concepts, links)
+    finally:
+        if paused:
+            gc.enable()
     if ctx.dry_run:
         return {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
     return {"blocks": len(command.statements), "upsert_concept_nodes": concepts,

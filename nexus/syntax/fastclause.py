@@ -16,6 +16,7 @@ of errors). It never raises. tests/syntax/test_fastparse.py compares it with the
 """
 from __future__ import annotations
 
+import gc
 import re
 import time
 from bisect import bisect_right
@@ -129,7 +130,15 @@ def clause_upsert(text: str, max_nesting: int, deadline: float | None = None
     m = _START.match(text)
     if m is None:
         return None
-    return _Clauses(text, deadline).command(m)
+    # The nodes hold no cycles: the collector, which thousands of allocations would start
+    # again and again over the growing tree, is paused while they are built.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _Clauses(text, deadline).command(m)
+    finally:
+        if paused:
+            gc.enable()
 
 
 class _Clauses:
