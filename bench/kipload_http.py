@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     concepts, props, _, _ = W.read(args.data)
+    # Built before the server starts: an idle keep-alive connection is closed by the server.
+    grouped = (G.concept_commands(concepts, args.batch) + G.grouped_link_commands(props)
+               if args.shape == "grouped" else [])
     tmp = Path(tempfile.mkdtemp(prefix="kipload-http-"))
     db, log = tmp / "db", tmp / "access.log"
     err = open(log.with_suffix(".stderr"), "wb")
@@ -83,9 +86,6 @@ def main(argv: list[str] | None = None) -> int:
         original = L.kip
         L.kip = client                  # upsert_batches sends through bench.loader.kip
         try:
-            if args.shape == "grouped":
-                grouped = (G.concept_commands(concepts, args.batch)
-                           + G.grouped_link_commands(props))
             cpu0, t0 = _cpu_seconds(proc.pid), time.perf_counter()
             if args.shape == "grouped":
                 for text, params in grouped:
