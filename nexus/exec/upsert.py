@@ -24,6 +24,7 @@ existing element writes it (a no-op rewrite still bumps `_version`, CONTRACT §3
 """
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from ..errors import ErrorCode, KipError
@@ -43,6 +44,11 @@ _NOT_FOUND_HINT = ("Target may have been deleted or never created. UPSERT links 
 
 
 _ENDS_KEPT = 65_536       # `{type, name}` references remembered by one command
+# Metadata values a buffered link may hold: what `codec.encode_map` takes without a look
+# deeper (an int must also fit 64 bits). A map with anything else is written at once, so
+# that its error (KIP_2003) comes where it did.
+_FLAT = frozenset((str, bool, float, type(None)))
+_INT_MIN, _INT_END = -(1 << 63), 1 << 64
 
 
 @executes(A.Upsert)
@@ -65,8 +71,16 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     # their ends (hubs most of all). An UPSERT creates and updates but never deletes or
     # renames, so a concept found stays what it is until the command ends.
     ends: dict[tuple[str, str], int] = {}
-    for statement in command.statements:
-        _Statement(ctx, schema, statement, params, ends).run(concepts, links)
+    # A command's maps, keys and rows hold no cycles: the collector is paused while they
+    # are made (a load's command makes tens of thousands), and runs again after.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for statement in command.statements:
+            _Statement(ctx, schema, statement, params, ends).run(concepts, links)
+    finally:
+        if paused:
+            gc.enable()
     if ctx.dry_run:
         return {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
     return {"blocks": len(command.statements), "upsert_concept_nodes": concepts,
@@ -107,7 +121,8 @@ def not_found(message: str, pos: Any = None) -> KipError:
 class _Statement:
     """One `UPSERT { ... } WITH METADATA {...}` statement and its local handles."""
 
-    __slots__ = ("ctx", "txn", "schema", "statement", "params", "outer", "handles", "ends")
+    __slots__ = ("ctx", "txn", "schema", "statement", "params", "outer", "handles", "ends",
+                 "new_links")
 
     def __init__(self, ctx: WriteContext, schema: Schema, statement: A.UpsertStatement,
                  params: Any, ends: dict[tuple[str, str], int]):
@@ -119,6 +134,11 @@ class _Statement:
         self.outer = user_map(statement.metadata, "WITH METADATA", params)
         self.handles: dict[str, int] = {}
         self.ends = ends
+        # Links of SET PROPOSITIONS created by this statement and not yet written:
+        # (subject, predicate id, object) -> (id, metadata). They are written together
+        # (`flush`: one columnar `create_link_columns`, the bulk loader's path) before
+        # anything reads links, and when the statement ends.
+        self.new_links: dict[tuple[int, int, int], tuple[int, dict | None]] = {}
 
     def value(self, value: Any) -> Any:
         """The plain value of a value node: its literal, or its (checked) parameter."""
@@ -144,10 +164,27 @@ class _Statement:
                 n = self.concept_block(block)
                 concepts.append(f"C:{n}")
             else:
+                self.flush()
                 n, predicate = self.proposition_block(block)
                 links.append(f"P:{n}:{predicate}")
             if block.handle is not None:
                 self.handles[block.handle] = n
+        self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered new links, as `writes.create_link` would one by one (ids
+        allocated in order when each was met; the engine metadata of a new element)."""
+        pending = self.new_links
+        if not pending:
+            return
+        self.new_links = {}
+        keys = list(pending)
+        ids, metas = zip(*pending.values())
+        now = self.ctx.now
+        self.txn.create_link_columns(
+            list(ids), [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+            None, list(metas), known_new=True,
+            extra_metadata={"_version": 1, "_created_at": now, "_updated_at": now})
 
     # --- CONCEPT ------------------------------------------------------------------------
     def concept_block(self, block: A.ConceptBlock) -> int:
@@ -238,9 +275,19 @@ class _Statement:
         target = self.resolve(entry.target)
         own_meta = user_map(entry.metadata, "WITH METADATA", self.params)
         meta = merge(effective, own_meta)
+        key = (subject, pid, target)
+        if key in self.new_links:
+            self.flush()                # stated twice: the second states it again
         n = self.txn.link_id(subject, pid, target)
         if n is None:
-            writes.create_link(self.ctx, subject, pid, target, None, meta)
+            if _flat(meta):
+                n = self.txn.new_id()   # link_id found none, and none is buffered
+                self.new_links[key] = (n, meta)
+                self.ctx.touched.add(n)
+                self.ctx.versioned.add(n)
+            else:
+                self.flush()
+                writes.create_link(self.ctx, subject, pid, target, None, meta)
         else:
             self.write_existing(n, None, meta, entry.pos, bare_block and own_meta is None)
 
@@ -303,6 +350,7 @@ class _Statement:
             if key is not None and len(self.ends) < _ENDS_KEPT:
                 self.ends[key] = n
             return n
+        self.flush()                    # a link is read: the buffered ones first
         if kind is A.PropositionIdMatch:
             return self.link_by_id(term.id, term.pos)
         # A nested (s, "p", o): an existing link, its ends resolved recursively.
@@ -317,6 +365,7 @@ class _Statement:
         return n
 
     def concept_by_id(self, value: Any, pos: Any) -> int:
+        self.flush()                    # the id may be a buffered link's (not a concept)
         text = self.value(value)
         parsed = parse_id(text)
         if parsed is not None and parsed[0] == "C" and type(self.txn.head(parsed[1])) is \
@@ -342,6 +391,16 @@ class _Statement:
                 return parsed[1]
         raise not_found(f"No proposition has the id {text!r}" + (
             "" if parsed is not None else " (proposition ids look like \"P:13:treats\")"), pos)
+
+
+def _flat(meta: dict | None) -> bool:
+    """Whether a buffered link may hold `meta` (see _FLAT)."""
+    if meta:
+        for value in meta.values():
+            kind = type(value)
+            if kind not in _FLAT and (kind is not int or not _INT_MIN <= value < _INT_END):
+                return False
+    return True
 
 
 def _ref(txn: Any, n: int) -> str:

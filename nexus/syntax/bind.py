@@ -95,9 +95,22 @@ def check_values(node: object, parameters: Params) -> None:
     For statements that read their parameter values at execution (`late_binding`): a big
     UPSERT binds each value where it is used (`value_of`) instead of rebuilding a tree of
     thousands of nodes per command, yet refuses a bad value before anything is written.
+    One loop over the placeholders (no function compiled per placeholder: a loader's
+    commands are each checked once, so compiling would cost more than it saves).
     """
-    for check in _checker(node):
-        check(parameters)
+    str_ok, is_str, is_dict, plain = _STR_OK, str, dict, _plain_map
+    for param in _params_in(node):
+        try:
+            value = parameters[param.name]
+        except KeyError:
+            raise _missing([param.name], param) from None
+        kind = type(value)
+        expect = param.expect
+        if kind is is_str and expect in str_ok:
+            continue
+        if kind is is_dict and expect == A.EXPECT_OBJECT and plain(value):
+            continue
+        _bind_param(param, value)
 
 
 def value_of(value: Any, parameters: Params) -> Any:
@@ -111,26 +124,58 @@ def value_of(value: Any, parameters: Params) -> Any:
     return bind(value, parameters).value
 
 
-def _checker(node: object) -> list[Callable[[Params], None]]:
-    """The checks of every placeholder under `node`, in binding order (built once per
-    cached parse, like `_binder`)."""
-    hit = _CHECKERS.get(id(node))
+def _params_in(node: object) -> list[A.Param]:
+    """The placeholders under `node`, in binding order (collected once per cached parse,
+    like `_binder`)."""
+    hit = _PARAMS.get(id(node))
     if hit is not None and hit[0] is node:
         return hit[1]
     params: list[A.Param] = []
     _collect_params(node, params)
-    checks = [_compile_check(p) for p in params]
-    if len(_CHECKERS) > 8192:
-        _CHECKERS.clear()
-    _CHECKERS[id(node)] = (node, checks)
-    return checks
+    if len(_PARAMS) > 8192:
+        _PARAMS.clear()
+    _PARAMS[id(node)] = (node, params)
+    return params
 
 
-_CHECKERS: dict[int, tuple[object, list[Callable[[Params], None]]]] = {}
+_PARAMS: dict[int, tuple[object, list[A.Param]]] = {}
 
 
 def _collect_params(node: object, out: list[A.Param]) -> None:
     """The placeholders under `node` in the order `_compile` binds them."""
+    kind = type(node)
+    if kind is A.Param:
+        out.append(node)  # type: ignore[arg-type]
+    elif kind in _LEAVES:
+        return
+    elif kind is tuple:
+        for item in node:  # type: ignore[attr-defined]
+            _collect_params(item, out)
+    elif kind is A.ObjectValue:
+        for _, v in node.entries:  # type: ignore[attr-defined]
+            _collect_params(v, out)
+    elif kind is A.ArrayValue:
+        for item in node.items:  # type: ignore[attr-defined]
+            _collect_params(item, out)
+    else:
+        names = _FIELDS.get(kind)
+        if names is None:
+            if isinstance(node, (A.Param, A.Literal, str, int, A.Pos, tuple, A.ObjectValue,
+                                 A.ArrayValue)) or not is_dataclass(node) \
+                    or isinstance(node, type):
+                _collect_params_slow(node, out)     # a subclass (never from the parser)
+                return
+            names = _FIELDS[kind] = tuple(f.name for f in fields(node))
+        for name in names:
+            _collect_params(getattr(node, name), out)
+
+
+# Node classes without placeholders below them, and each dataclass's fields in order.
+_LEAVES = frozenset((type(None), A.Literal, str, int, bool, A.Pos))
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _collect_params_slow(node: object, out: list[A.Param]) -> None:
     if isinstance(node, A.Param):
         out.append(node)
     elif node is None or isinstance(node, (A.Literal, str, int, A.Pos)):
@@ -147,24 +192,6 @@ def _collect_params(node: object, out: list[A.Param]) -> None:
     elif is_dataclass(node) and not isinstance(node, type):
         for f in fields(node):
             _collect_params(getattr(node, f.name), out)
-
-
-def _compile_check(param: A.Param) -> Callable[[Params], None]:
-    name = param.name
-    fast = param.expect in _STR_OK
-    is_map = param.expect == A.EXPECT_OBJECT
-
-    def check(params: Params) -> None:
-        try:
-            value = params[name]
-        except KeyError:
-            raise _missing([name], param) from None
-        if fast and type(value) is str:
-            return
-        if is_map and type(value) is dict and _plain_map(value):
-            return
-        _bind_param(param, value)
-    return check
 
 
 # Types of a value that passes `_check_json` at once (a float also needs to be finite).

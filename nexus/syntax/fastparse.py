@@ -26,6 +26,7 @@ from bisect import bisect_right
 from itertools import accumulate, repeat
 from operator import add
 from . import ast as A
+from .fastclause import clause_upsert
 from .transform_common import IDENTIFIER
 
 # One token per match, after the blanks and comments before it (WS and COMMENT, ignored by
@@ -95,6 +96,11 @@ def fast_upsert(text: str, max_nesting: int, deadline: float | None = None
     """The AST of an UPSERT command and its placeholder names, or None (declined)."""
     if len(text) > MAX_CHARS or not _UPSERT_START.match(text):
         return None
+    # The loader's shape, a match per block or link (nexus/syntax/fastclause.py); any other
+    # text token by token.
+    read = clause_upsert(text, max_nesting, deadline)
+    if read is not None:
+        return read
     try:
         tokens = _tokenize(text, max_nesting)
         if tokens is None:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from nexus.errors import KipError
 from nexus.syntax import MAX_NESTING, parse
 from nexus.syntax import fastparse
+from nexus.syntax.fastclause import clause_upsert
 from nexus.syntax.fastparse import fast_upsert
 from nexus.syntax.parser import parse_lalr
 
@@ -73,18 +74,25 @@ def _error(exc: KipError) -> tuple[Any, ...]:
 
 
 def check(text: str, max_nesting: int = MAX_NESTING) -> bool:
-    """The property; True when the fast path read the text."""
+    """The property; True when the fast path read the text. The clause reader (tried first
+    by the fast path) is held to the same property on its own."""
     fast = fast_upsert(text, max_nesting)
+    clause = clause_upsert(text, max_nesting)
     try:
         reference = parse_lalr(text, max_nesting=max_nesting)
     except KipError as exc:
         assert fast is None, f"the fast path accepted a text the grammar refuses: {exc}"
+        assert clause is None, f"the clause reader accepted a text the grammar refuses: {exc}"
         with pytest.raises(KipError) as caught:
             parse(text, max_nesting=max_nesting)
         assert _error(caught.value) == _error(exc)
         return False
     if fast is None:
         return False
+    if clause is not None:
+        diff = exactly(clause[0], reference.command)
+        assert diff is None, f"clause reader: {diff}\n{text}"
+        assert clause[1] == reference.parameters
     command, names = fast
     diff = exactly(command, reference.command)
     assert diff is None, f"{diff}\n{text}"
@@ -390,6 +398,10 @@ NOISE = st.sampled_from(list("{}()[],:;\"\\?$. \n") + ["//", "UPSERT", "SET", "W
 @given(upsert(), st.data())
 @fuzz_settings(400)
 def test_mutated_upserts(text: str, data: Any) -> None:
+    check(_mutated(text, data))
+
+
+def _mutated(text: str, data: Any) -> str:
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(text)))
         how = data.draw(st.integers(0, 3))
@@ -402,4 +414,91 @@ def test_mutated_upserts(text: str, data: Any) -> None:
         else:
             end = data.draw(st.integers(at, len(text)))
             text = text[:at] + text[at:end] + text[at:]              # a span repeated
+    return text
+
+
+# --- the loader's shape (nexus/syntax/fastclause.py) ---------------------------------------
+
+LOADER_BLANK = st.sampled_from([" ", "", "\n", "  ", "\t", " // note\n", "\r\n", "\n\n  ",
+                                "//x\n", "\f"])
+SLOT = st.one_of(PARAM, STRING)
+
+
+@st.composite
+def loader_link(draw: Any) -> str:
+    b = lambda: draw(LOADER_BLANK)  # noqa: E731
+    meta = f"{b()}WITH{b()} METADATA {b()}{draw(PARAM)}" if draw(st.booleans()) else ""
+    return (f"({b()}{draw(SLOT)}{b()},{b()}{{{b()}type{b()}:{b()}{draw(SLOT)}{b()},{b()}"
+            f"name{b()}:{b()}{draw(SLOT)}{b()}}}{b()}){meta}{draw(st.sampled_from(['', ',']))}")
+
+
+@st.composite
+def loader_block(draw: Any) -> str:
+    b = lambda: draw(LOADER_BLANK)  # noqa: E731
+    head = (f"CONCEPT{b()} {{{b()}{{type:{b()}{draw(SLOT)},{b()}name: {draw(SLOT)}{b()}}}"
+            f"{b()}")
+    if draw(st.booleans()):
+        head += f"SET ATTRIBUTES{b()} {draw(PARAM)}{b()}"
+    if draw(st.booleans()):
+        links = draw(st.lists(loader_link(), max_size=4))
+        head += f"SET PROPOSITIONS {b()}{{{b()}{b().join(links)}{b()}}}{b()}"
+    meta = f"{b()}WITH METADATA {draw(PARAM)}" if draw(st.booleans()) else ""
+    return head + "}" + meta
+
+
+@st.composite
+def loader_upsert(draw: Any) -> str:
+    """The shape of a KIP load (bench/kipload_grouped.py), blanks, comments and the choice
+    of strings or placeholders drawn."""
+    blocks = draw(st.lists(loader_block(), max_size=4))
+    return (f"{draw(LOADER_BLANK)}UPSERT{draw(LOADER_BLANK)}{{{draw(LOADER_BLANK)}"
+            f"{draw(LOADER_BLANK).join(blocks)}{draw(LOADER_BLANK)}}}"
+            + draw(st.sampled_from(["", ";", " ;;", ";\n"])))
+
+
+@given(loader_upsert())
+@fuzz_settings(400)
+def test_random_loader_upserts(text: str) -> None:
     check(text)
+
+
+@given(loader_upsert(), st.data())
+@fuzz_settings(400)
+def test_mutated_loader_upserts(text: str, data: Any) -> None:
+    check(_mutated(text, data))
+
+
+def test_the_loader_shape_is_read_clause_by_clause() -> None:
+    """The commands of bench/kipload_grouped.py take the clause reader."""
+    concepts = ("UPSERT {\n" + "\n".join(
+        f"CONCEPT {{ {{type: :t{j}, name: :n{j}}} SET ATTRIBUTES :a{j} }} WITH METADATA :m{j}"
+        for j in range(3)) + "\n}")
+    links = ("UPSERT {\n  CONCEPT { {type: :st0, name: :sn0} SET PROPOSITIONS {\n"
+             + ",\n".join(f"    (:p{k}, {{type: :ot{k}, name: :on{k}}}) WITH METADATA :m{k}"
+                          for k in range(3)) + "\n  } }\n}")
+    for text in (concepts, links, 'UPSERT { CONCEPT { {type: "T", name: "n"} } }'):
+        assert clause_upsert(text, MAX_NESTING) is not None, text
+        assert check(text)
+
+
+def test_the_clause_reader_declines_what_is_not_its_shape() -> None:
+    c = "CONCEPT { {type: :t, name: :n} "
+    for text in (
+            "UPSERT { CONCEPT ?h { {type: :t, name: :n} } }",               # a handle
+            "UPSERT { CONCEPT { {id: :i} } }",
+            "UPSERT { CONCEPT { {name: :n, type: :t} } }",                  # other order
+            "UPSERT { CONCEPT { {type: :t, name: :n,} } }",                 # trailing comma
+            "UPSERT { " + c + "SET ATTRIBUTES {a: 1} } }",                  # a literal map
+            "UPSERT { " + c + "EXPECT VERSION 1 } }",
+            "UPSERT { " + c + "SET PROPOSITIONS { (:p, ?x) } } }",
+            "UPSERT { " + c + "SET PROPOSITIONS { (:p, {type: :t, name: :n}) } "
+            "SET ATTRIBUTES :a } }",
+            'UPSERT { CONCEPT { {type: "a\\"b", name: :n} } }',            # an escape
+            "UPSERT { CONCEPT { {type: :t, name: :né} } }",
+            "UPSERT { " + c + "} } WITH METADATA :m",                        # statement metadata
+            "UPSERT { " + c + "} } UPSERT { }",
+            "UPSERT { " + c + "SETATTRIBUTES :a } }",
+    ):
+        assert clause_upsert(text, MAX_NESTING) is None, text
+        check(text)
+    assert clause_upsert("UPSERT { " + c + "} }", 4) is None       # under the shape's depth
