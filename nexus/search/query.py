@@ -6,7 +6,9 @@ Owns how a SEARCH is answered from the indexes (not the indexes themselves):
    (`lexical.names_from`); the TOP_LEXICAL best documents by BM25F over the query terms'
    whole posting lists (numpy: each list added into a dense array of sums indexed by id,
    so a common word's long list costs one vectorised step, not a sort of every list); the
-   TOP_VECTOR nearest neighbours of the query's embedding.
+   TOP_VECTOR nearest neighbours of the query's embedding (propositions have no vectors of
+   their own: the links of the query's nearest concepts, their text embedded at query
+   time, `_link_candidates`).
    WITH TYPE filters every source by the type/predicate id stored beside each posting; for
    a small type the vector side is exact over the type's members, for a big one the
    neighbourhood is widened in proportion to how rare the type is.
@@ -59,7 +61,8 @@ import numpy as np
 from . import lexical
 from .lexical import REF_WEIGHT, idf
 from ..store.protocol import ConceptHead
-from .text import KIND_CONCEPT, KIND_LINK, dice, grams, norm_grams, norm_name, tokens
+from .text import (KIND_CONCEPT, KIND_LINK, dice, end_names, grams, link_vec_text, norm_grams,
+                   norm_name, tokens)
 from .embed import Embedder
 
 NAME_CAP = 64               # name/alias keys scanned for exact and prefix matches
@@ -79,6 +82,9 @@ SEM_SAME = 0.995            # semantic: a cosine this close to 1 is the same tex
 W_SEM_MIN, W_SEM_MAX = 0.3, 0.9   # hybrid: the bounds of the semantic weight
 HYBRID_EXPANSION = 96       # hybrid: the HNSW search breadth of its keyword ranking
 HYBRID_SEM_EXPANSION = 64   # ... and of its semantic one (see the module doc)
+LINK_ENDS = 16              # propositions: nearest concepts whose links are candidates
+LINK_FANOUT = 256           # ... links read per such concept and direction
+LINK_RANKED = 96            # ... links (nearest ends first) whose text is embedded
 
 
 class VectorSource(Protocol):
@@ -166,7 +172,7 @@ def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None
     if use_cos:
         missing = [n for n in leaders if n not in vec]
         if missing:
-            vec.update(vectors.similarity(kind, qvec, missing))
+            vec.update(_similarity(txn, vectors, kind, qvec, missing))
     check()
     qgrams = grams(text)
     for n in leaders:
@@ -302,25 +308,94 @@ def _raw_name(txn: Any, head: Any) -> str:
 
 def _vector_candidates(txn: Any, vectors: VectorSource, kind: int, qvec, group: int | None,
                        count: int, expansion: int | None = None) -> dict[int, float]:
+    if kind == KIND_LINK:
+        return _link_candidates(txn, vectors, qvec, group, count, expansion)
     if group is None:
         return vectors.knn(kind, qvec, count, expansion)
     if getattr(vectors, "filters_groups", False):     # the group filtered where they are
         return vectors.knn(kind, qvec, count, expansion, group=group)  # type: ignore[call-arg]
-    size = txn.count_type(group) if kind == KIND_CONCEPT else txn.count_predicate(group)
+    size = txn.count_type(group)
     if size == 0:
         return {}
     if size <= EXACT_GROUP:
-        if kind == KIND_CONCEPT:
-            members = list(txn.concepts_of_type(group))
-        else:
-            members = [link for _, _, link in txn.links_of_predicate(group)]
-        sims = vectors.similarity(kind, qvec, members)
+        sims = vectors.similarity(kind, qvec, list(txn.concepts_of_type(group)))
         return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
     # A big type: widen the approximate neighbourhood in proportion to how rare the type
     # is; hits of other types are dropped when rescoring.
-    total = max(1, txn.count_concepts() if kind == KIND_CONCEPT else txn.count_links())
+    total = max(1, txn.count_concepts())
     wide = min(WIDE_KNN, max(count, int(count * total / size * 2)))
     return vectors.knn(kind, qvec, wide, expansion)
+
+
+# --- propositions: no vectors of their own ---------------------------------------------------
+# A link's vector text is "subject predicate object" (`text.link_vec_text`): the lexical
+# index already has its words, and its ends have vectors of their own. So links are not in
+# the vector indexes (they were 5/6 of the vectors of a typical graph: most of the HNSW
+# build time of a load and of the index files); their vector candidates come from the
+# query's nearest *concepts* — the links at those ends, ranked by how near their ends are —
+# and their similarity is computed from their text when they are ranked (a few dozen
+# embeddings per query, the same vectors the index held).
+
+def _link_candidates(txn: Any, vectors: VectorSource, qvec: np.ndarray, group: int | None,
+                     count: int, expansion: int | None) -> dict[int, float]:
+    """id → similarity of the links nearest the query: the links of its nearest concepts
+    (at most LINK_FANOUT per end and direction), the LINK_RANKED with the nearest ends
+    (sum of both ends' similarities) embedded and compared; WITH TYPE: only that
+    predicate's links (all of them, when it has at most EXACT_GROUP)."""
+    if group is not None and txn.count_predicate(group) <= EXACT_GROUP:
+        members = [link for _, _, link in txn.links_of_predicate(group)]
+        sims = _link_similarity(txn, vectors, qvec, members)
+        return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
+    ends = vectors.knn(KIND_CONCEPT, qvec, max(TOP_VECTOR, count), expansion)
+    near: dict[int, float] = {}
+    for end, sim in heapq.nlargest(LINK_ENDS, ends.items(), key=lambda kv: kv[1]):
+        for _, other, link in _take(txn.out_links(end, group), LINK_FANOUT):
+            near[link] = sim + ends.get(other, 0.0)
+        for _, other, link in _take(txn.in_links(end, group), LINK_FANOUT):
+            near[link] = sim + ends.get(other, 0.0)
+    ranked = heapq.nlargest(LINK_RANKED, near, key=lambda n: (near[n], -n))
+    sims = _link_similarity(txn, vectors, qvec, ranked)
+    return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
+
+
+def _similarity(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarray,
+                ids: list[int]) -> dict[int, float]:
+    """Exact similarity of `qvec` to each id's best vector (links: from their text)."""
+    if kind == KIND_LINK:
+        return _link_similarity(txn, vectors, qvec, ids)
+    return vectors.similarity(kind, qvec, ids)
+
+
+def _link_similarity(txn: Any, vectors: VectorSource, qvec: np.ndarray, ids: list[int]
+                     ) -> dict[int, float]:
+    """Cosine of `qvec` and each link's text ("subject predicate object", what its vector
+    embedded when links had vectors) embedded now, in [0, 1]; ids that are no link of this
+    snapshot are absent."""
+    ends: dict[int, str] = {}
+    texts: list[str] = []
+    owners: list[int] = []
+    for n in dict.fromkeys(ids):
+        head = txn.head(n)
+        if head is None or type(head) is ConceptHead:
+            continue
+        text = link_vec_text(txn.symbol_text(head.predicate_id), *end_names(txn, head, ends))
+        if text:
+            texts.append(text)
+            owners.append(n)
+    if not texts:
+        return {}
+    vecs = np.asarray(vectors.embedder.embed(texts), dtype=np.float32)
+    q = np.asarray(qvec, dtype=np.float32)
+    norms = np.linalg.norm(vecs, axis=1) * (float(np.linalg.norm(q)) or 1.0)
+    sims = vecs @ q / np.where(norms > 0, norms, 1.0)
+    return {n: min(1.0, max(0.0, s)) for n, s in zip(owners, sims.tolist())}
+
+
+def _take(it: Any, n: int) -> Any:
+    for i, x in enumerate(it):
+        if i >= n:
+            return
+        yield x
 
 
 # --- MODE "semantic" and "hybrid" ----------------------------------------------------------
@@ -391,7 +466,7 @@ def hybrid(txn: Any, lexical_vectors: VectorSource, semantic_vectors: VectorSour
     # whether the approximate neighbourhood happened to reach it.
     missing = [n for n in kw if n not in sm]
     if missing:
-        for n, cos in semantic_vectors.similarity(kind, qvec, missing).items():
+        for n, cos in _similarity(txn, semantic_vectors, kind, qvec, missing).items():
             sm[n] = round(_semantic_score(cos), 6)
     w = min(W_SEM_MAX, max(W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))
     scored: list[tuple[float, int]] = []

@@ -1,6 +1,7 @@
 """The vector index: usearch HNSW indexes over embedded names, kept by a background indexer.
 
-Owns the in-memory usearch indexes (one for concepts, one for propositions), their files
+Owns the in-memory usearch indexes (one for concepts, one for propositions: empty since
+FORMAT 2, see below), their files
 beside the LMDB environment, the indexer thread that fills them, and the bookkeeping that
 keeps them in step with the data:
 
@@ -28,9 +29,13 @@ keeps them in step with the data:
   rebuilds them from the data (`opened` = "rebuilt"). Queue entries the saved files cover
   are pruned by later writes. A crash at any point loses no vector for good.
 
-Each element has up to SLOTS vectors (its name, its aliases, and for contextual embedders
-"name: description"), under usearch keys `id * SLOTS + slot`; a document's similarity is its
-best slot's. Readers search the in-memory index under a lock; the caller validates every hit
+Each concept has up to SLOTS vectors (its name, its aliases, and for contextual embedders
+"name: description", each distinct text once: `doc_texts`), under usearch keys
+`id * SLOTS + slot`; a document's similarity is its best slot's. Links have no vectors
+(FORMAT 2; files of FORMAT 1, which had one per link, are rebuilt on open): SEARCH
+PROPOSITION takes its vector candidates from the links of the query's nearest concepts and
+embeds their text when ranking them (`nexus.search.query._link_candidates`). The
+propositions index stays, empty, so that the files keep their names. Readers search the in-memory index under a lock; the caller validates every hit
 against its own snapshot, so a vector that is ahead of or behind a reader is harmless.
 """
 from __future__ import annotations
@@ -52,6 +57,7 @@ from usearch.index import Index
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
 from .layered import LayeredIndex
+from ..store.protocol import ConceptHead
 from .text import KIND_CONCEPT, KIND_LINK, Doc
 
 log = logging.getLogger("nexus.search")
@@ -59,7 +65,7 @@ log = logging.getLogger("nexus.search")
 SLOTS = 8
 EXPANSION_ADD = 128
 EXPANSION_SEARCH = 256
-FORMAT = 1
+FORMAT = 2                   # 2: no link vectors, no duplicate slots (1: rebuilt on open)
 SAVE_EVERY = 50_000          # changed vectors between periodic saves
 SAVE_SECONDS = 300.0         # ... or this long after the first unsaved change
 REMAP_SECONDS = 5.0          # ... or, when an index left its mapped file, once no vector
@@ -84,8 +90,16 @@ def read_seq(txn: Any) -> int:
 
 
 def doc_texts(doc: Doc, embedder: Embedder) -> list[str]:
-    texts = [t for t in doc.vec_texts if t][: SLOTS - (1 if embedder.contextual else 0)]
-    if embedder.contextual and doc.context:
+    """The texts an element gets a vector for, one per slot: a concept's name and aliases
+    and, for contextual embedders, "name: description" — each distinct text once (a
+    concept without a description, or an alias equal to its name, gave two identical
+    vectors before FORMAT 2). Links get none: SEARCH PROPOSITION ranks them from their
+    ends' vectors and their text (`nexus.search.query._link_candidates`)."""
+    if doc.kind != KIND_CONCEPT:
+        return []
+    texts = list(dict.fromkeys(t for t in doc.vec_texts if t))[
+        : SLOTS - (1 if embedder.contextual else 0)]
+    if embedder.contextual and doc.context and doc.context not in texts:
         texts.append(doc.context)
     return texts
 
@@ -291,6 +305,8 @@ class VectorIndex:
         out = []
         for n in ids:
             try:
+                if type(txn.head(n)) is not ConceptHead:
+                    continue        # (absent, or a link: links have no vectors, doc_texts)
                 doc = element_doc(txn, n)
             except Exception:  # noqa: BLE001 - a damaged record must not stall the queue
                 # Skipped: it has no vector, which `kip check` reports (vector_missing)
@@ -539,13 +555,11 @@ class VectorIndex:
         done = 0
         for lo in range(1, top + 1, chunk):
             part = range(lo, min(top, lo + chunk - 1) + 1)
-            if txn is not None:
-                upserts = self._docs(txn, part)
-            else:
-                with store.read() as t:
-                    upserts = self._docs(t, part)
+            with contextlib.nullcontext(txn) if txn is not None else store.read() as t:
+                upserts = self._docs(t, part)
+                # (progress counts elements; links are read but get no vectors)
+                done += sum(1 for n in part if t.head(n) is not None) if progress else 0
             self._add(upserts, fresh)
-            done += len(upserts)
             if progress:
                 progress("vectors", done, max(total, done))
         with self.lock:

@@ -62,6 +62,7 @@ class Summary:
     ops_verified: int = 0           # ops in the verified prefix at the end
     op_kinds: dict = field(default_factory=dict)
     max_elements: int = 0
+    max_concepts: int = 0           # (the elements with vectors: links have none)
     vectors_compared: int = 0       # element vector sets compared with their text, all kills
     history_checked: int = 0        # elements whose newest version-log record was checked
     check_seconds: float = 0.0
@@ -211,6 +212,7 @@ def run_harness(path: str, *, seed: int, kills: int, big: int = 200, window: flo
                                        f"{list(format_problems(report))} "
                                        f"{json.dumps(report['store'].get('examples'))[:1500]}")
             summary.max_elements = max(summary.max_elements, report["store"]["elements"])
+            summary.max_concepts = max(summary.max_concepts, report["store"]["concepts"])
             summary.vectors_compared += report["search"].get("vectors_compared", 0)
             summary.history_checked += report.get("history", {}).get("elements", 0)
         summary.check_seconds += time.monotonic() - check_started

@@ -344,7 +344,7 @@ def test_stale_vectors_are_found_by_a_deep_check_and_reindexed(any_nx, texts, ca
     assert not report["ok"] and report["store"]["ok"]
     assert report["search"][category] == 1, report["search"]
     assert f"C:{n}" in report["search"]["examples"][category][0]
-    assert report["search"]["vectors_compared"] == report["store"]["elements"]
+    assert report["search"]["vectors_compared"] == report["store"]["concepts"]
     fixed = verify(nx, deep=True, repair=True)
     assert fixed["repaired"]["search_reindexed"] and fixed["repaired"]["ok"], fixed["repaired"]
     assert answers(nx) == before
@@ -352,14 +352,14 @@ def test_stale_vectors_are_found_by_a_deep_check_and_reindexed(any_nx, texts, ca
 
 def test_a_deep_check_compares_every_vector(any_nx):
     """An alias written by KML reaches the vectors: the deep check agrees after the indexer
-    ran, and sees every element's vectors."""
+    ran, and sees every concept's vectors (links have none)."""
     nx = any_nx
     r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Aspirin"} '
                         'SET ATTRIBUTES { aliases: ["ASA", "acetylsalicylic acid"] } } }'})
     assert "result" in r, r
     report = verify(nx, deep=True)
     assert report["ok"], list(format_problems(report))
-    assert report["search"]["vectors_compared"] == report["store"]["elements"] > 30
+    assert report["search"]["vectors_compared"] == report["store"]["concepts"] > 30
 
 
 # --- kip check ---------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_sigkill_at_random_points(tmp_path):
     assert summary.after_ack_kills >= 1
     assert summary.acknowledged_ops >= summary.after_ack_kills
     assert summary.op_kinds.get("large", 0) >= 1
-    assert summary.vectors_compared >= summary.max_elements      # vector content checked
+    assert summary.vectors_compared >= summary.max_concepts      # vector content checked
     assert summary.history_checked >= 1         # the version log agrees with the graph too
     if FULL:
         assert summary.inflight_committed >= 1 and summary.early_kills >= 1
