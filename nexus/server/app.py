@@ -11,7 +11,6 @@ import asyncio
 import gc
 import hmac
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, Callable
 
 import orjson
@@ -20,6 +19,7 @@ from ..api import KIP_VERSION, AuditLog, __version__, audit_entry, iso_time
 from ..config import Config
 from ..errors import ErrorCode, KipError
 from ..spaces import Spaces
+from .pool import WorkerPool
 from .spaces_routes import SPACE_ROUTE, Keys, SpaceRoutes
 from .wire import (ENVELOPE, INVALID_REQUEST, METHOD_NOT_FOUND, METHODS, PARSE_ERROR,
                    RPC_ENVELOPE, Call, Disconnected, Reject, command_count, command_kind,
@@ -52,12 +52,12 @@ class KipApp(SpaceRoutes):
         self.request_timeout = (request_timeout if request_timeout is not None
                                 else max(60.0, 2 * limits.query_timeout))
         self.access_log = access_log
+        self._access_lines: list[bytes] = []
         if audit is True:
             audit = nexus.audit_log() if nexus is not None else None
         self.audit: AuditLog | None = audit or None
         self.audit_chars = config.audit_command_chars
-        self.pool = ThreadPoolExecutor(max_workers=threads or DEFAULT_THREADS,
-                                       thread_name_prefix="nexus-kip")
+        self.pool = WorkerPool(threads or DEFAULT_THREADS, thread_name_prefix="nexus-kip")
         self.owns_nexus = owns_nexus
         self.shutting_down = False
         self._closed = False
@@ -72,6 +72,7 @@ class KipApp(SpaceRoutes):
         self._closed = True
         self.shutting_down = True
         self.pool.shutdown(wait=True)
+        self.flush_access_log()
         if self.audit is not None:
             self.audit.close()
         if self.owns_nexus and self.nexus is not None:
@@ -384,14 +385,14 @@ class KipApp(SpaceRoutes):
         `deadline` of a whole JSON-RPC batch) has passed — the thread runs on: a started
         command finishes or rolls back on its own —, `_NOT_STARTED` when `deadline` had
         passed already. A timer is cheaper than `asyncio.wait_for`, which wraps every call
-        in a task."""
+        in a task; `WorkerPool.call` is cheaper than `run_in_executor` (nexus.server.pool)."""
         loop = asyncio.get_running_loop()
         wait = self.request_timeout
         if deadline is not None:
             wait = deadline - loop.time()
             if wait <= 0:
                 return _NOT_STARTED
-        future = loop.run_in_executor(self.pool, fn, arg)
+        future = self.pool.call(loop, fn, arg)
         expired = []
 
         def expire() -> None:
@@ -427,11 +428,23 @@ class KipApp(SpaceRoutes):
         if call.errors:
             line["errors"] = call.errors
         line["duration_ms"] = round(duration * 1000.0, 3)
+        if self.access_log is None:
+            return
+        # One write per turn of the event loop for every line of that turn, not one per
+        # request: the lines reach the file before the loop waits for I/O again.
+        self._access_lines.append(orjson.dumps(line))
+        if len(self._access_lines) == 1:
+            asyncio.get_running_loop().call_soon(self.flush_access_log)
+
+    def flush_access_log(self) -> None:
+        """Write the access log lines made since the last flush."""
+        lines, self._access_lines = self._access_lines, []
         log = self.access_log
-        if log is None:
+        if log is None or not lines:
             return
         try:
-            log.write(orjson.dumps(line) + b"\n")
+            lines.append(b"")
+            log.write(b"\n".join(lines))
             log.flush()
         except (OSError, ValueError):   # a closed or broken log stream never fails a request
             pass
