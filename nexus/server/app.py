@@ -52,7 +52,6 @@ class KipApp(SpaceRoutes):
         self.request_timeout = (request_timeout if request_timeout is not None
                                 else max(60.0, 2 * limits.query_timeout))
         self.access_log = access_log
-        self._access_lines: list[bytes] = []
         if audit is True:
             audit = nexus.audit_log() if nexus is not None else None
         self.audit: AuditLog | None = audit or None
@@ -72,7 +71,6 @@ class KipApp(SpaceRoutes):
         self._closed = True
         self.shutting_down = True
         self.pool.shutdown(wait=True)
-        self.flush_access_log()
         if self.audit is not None:
             self.audit.close()
         if self.owns_nexus and self.nexus is not None:
@@ -428,23 +426,11 @@ class KipApp(SpaceRoutes):
         if call.errors:
             line["errors"] = call.errors
         line["duration_ms"] = round(duration * 1000.0, 3)
-        if self.access_log is None:
-            return
-        # One write per turn of the event loop for every line of that turn, not one per
-        # request: the lines reach the file before the loop waits for I/O again.
-        self._access_lines.append(orjson.dumps(line))
-        if len(self._access_lines) == 1:
-            asyncio.get_running_loop().call_soon(self.flush_access_log)
-
-    def flush_access_log(self) -> None:
-        """Write the access log lines made since the last flush."""
-        lines, self._access_lines = self._access_lines, []
         log = self.access_log
-        if log is None or not lines:
+        if log is None:
             return
         try:
-            lines.append(b"")
-            log.write(b"\n".join(lines))
+            log.write(orjson.dumps(line) + b"\n")
             log.flush()
         except (OSError, ValueError):   # a closed or broken log stream never fails a request
             pass
