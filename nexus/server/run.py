@@ -310,3 +310,25 @@ def _server_class():
 def _Server(config: Any, app: KipApp, team: Team | None = None,
             ready: int | None = None) -> Any:
     return _server_class()(config, app, team, ready)
+
+
+# --- a follower of `--workers` (started by `workers.Team`) ---------------------------------
+
+def follower() -> int:
+    """A `--workers` follower process: its settings come as JSON on stdin."""
+    import json
+    spec = json.loads(sys.stdin.buffer.read())
+    _die_with_parent(spec["parent"])
+    return serve(spec["db"], follow=spec, **spec["options"])
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this process when its parent (the owner) exits (Linux)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)           # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):           # pragma: no cover - not Linux
+        pass
+    if os.getppid() != parent:                  # it died before the call above
+        raise SystemExit(0)

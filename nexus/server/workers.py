@@ -55,7 +55,7 @@ RESTART_DELAY = 0.5         # seconds before a follower that exited is started a
 SOCKET_NAME = "owner.sock"
 log = logging.getLogger("nexus.server")
 
-_FOLLOWER = "import sys; from nexus.server.workers import main; sys.exit(main())"
+_FOLLOWER = "import sys; from nexus.server.run import follower; sys.exit(follower())"
 _SEARCH = re.compile(r"\bSEARCH\b", re.IGNORECASE)
 
 
@@ -275,23 +275,3 @@ class Team:
                 p.wait()
         self.socket.close()
         shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGTERM this process when its parent (the owner) exits (Linux)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)           # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):           # pragma: no cover - not Linux
-        pass
-    if os.getppid() != parent:                  # it died before the call above
-        os._exit(0)
-
-
-def main() -> int:
-    """A follower process (started by `Team`): its settings come as JSON on stdin."""
-    spec = json.loads(sys.stdin.buffer.read())
-    _die_with_parent(spec["parent"])
-    from .run import serve
-    return serve(spec["db"], follow=spec, **spec["options"])
