@@ -117,6 +117,14 @@ class Nexus(Engine):
         _OPEN.add(nexus)
         return nexus
 
+    def share_heavy_slot(self, path: str) -> None:
+        """Share the heavy slot of admission control (docs/limits.md) with the other
+        processes that name the same lock file `path` (`kip serve --workers`): at most one
+        slow read runs among all of them at a time. Call before serving."""
+        from .exec.admission import SharedAdmission
+        limits = self.config
+        self.admission = SharedAdmission(path, limits.fast_lane_seconds, limits.heavy_quantum)
+
     def _attach_search(self) -> None:
         from .search import attach_search
         self.search = attach_search(self)

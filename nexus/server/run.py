@@ -135,6 +135,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
         db = spaces
     elif follow is not None:
         nexus = Nexus.follow(db, **options)
+        nexus.share_heavy_slot(follow["heavy"])
     else:
         if not is_url(db):          # a URL names a database server, not a directory
             os.makedirs(db, exist_ok=True)
@@ -168,6 +169,8 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
                                 30.0, app.request_timeout + 5)))
     server = _Server(config, app, team, follow.get("ready") if follow else None)
     if team is not None:
+        assert nexus is not None
+        nexus.share_heavy_slot(team.heavy)
         team.start()
     bound_host, bound_port = sock.getsockname()[:2]
     host_shown = f"[{bound_host}]" if ":" in bound_host else bound_host

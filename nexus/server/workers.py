@@ -22,6 +22,10 @@ sends its entries to the owner (`POST /_audit` on the Unix socket, batched every
 `AUDIT_EVERY` seconds); forwarded requests are audited by the owner as its own. Each
 process writes its own access-log lines (appended to the same file).
 
+Admission control (docs/limits.md) spans the processes: they share one heavy slot
+(`Nexus.share_heavy_slot`, a lock file in the private directory), so a cheap request meets
+at most one slow query running, as on one process — the head-of-line bound of bench/hol.py.
+
 Failures: a follower that exits is started again by the owner (after `RESTART_DELAY`); its
 open connections are lost, the others and new connections are served meanwhile. Followers
 end with the owner (SIGTERM from the kernel when their parent dies, Linux); if the owner is
@@ -187,8 +191,9 @@ class Team:
         self.socket.listen(512)
         self.count = count
         self.listener = listener
+        self.heavy = os.path.join(self.directory, "heavy.lock")   # the shared heavy slot
         self.spec = {**spec, "fd": listener.fileno(), "owner": self.path,
-                     "parent": os.getpid()}
+                     "parent": os.getpid(), "heavy": self.heavy}
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self.stopping = threading.Event()
         self._lock = threading.Lock()

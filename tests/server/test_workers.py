@@ -140,3 +140,33 @@ def test_point_reads_stay_served_while_slow_queries_run(slow_db):
         assert all(status == 200 for status, _ in answers)
     finally:
         assert srv.stop() == 0
+
+
+def test_the_heavy_slot_is_one_across_openers(tmp_path):
+    """`SharedAdmission` (what the processes of --workers share): one holder among all
+    openers of the lock file; a waiter elsewhere makes the holder hand it on."""
+    from nexus.exec.admission import SharedAdmission
+    path = str(tmp_path / "heavy.lock")
+    one, two = SharedAdmission(path, 0.02, 0.1), SharedAdmission(path, 0.02, 0.1)
+    try:
+        assert one.acquire(time.monotonic() + 1)
+        assert not two.acquire(time.monotonic() + 0.05)     # held by the other opener
+        assert not one.waiting
+        got: list = []
+        waiter = threading.Thread(target=lambda: got.append(two.acquire(
+            time.monotonic() + 30)))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while not one.waiting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert one.waiting                  # the holder sees the waiter
+        one.release()
+        waiter.join(30)
+        assert got == [True]
+        assert not one.acquire(time.monotonic() + 0.05)
+        two.release()
+        assert one.acquire(time.monotonic() + 1)
+        one.release()
+    finally:
+        one.close()
+        two.close()
