@@ -93,6 +93,38 @@ class Nexus(Engine):
             raise
         return nexus
 
+    @classmethod
+    def follow(cls, location: str | os.PathLike[str], **options: Any) -> "Nexus":
+        """Open the LMDB database at `location` for reading beside the process that owns
+        it (a `kip serve --workers` reader): no owner lock, no bootstrap, no search index
+        (SEARCH answers KIP_4003 here: the owner's vector index holds the latest writes);
+        every write is refused (KIP_4003). What it caches is checked against the snapshot
+        each read sees (`StoreBase.follow`), so a read that begins after a commit of the
+        owner was acknowledged sees that commit. Options: as `open`."""
+        loc = os.fspath(location)
+        if "://" in loc and not loc.startswith("lmdb://"):
+            raise KipError(ErrorCode.KIP_4003, f"cannot follow {loc}: only an LMDB "
+                           f"database is read beside its owner",
+                           "Give the database directory (or lmdb:///path).")
+        mode = options.pop("columnar", None)
+        config = Config.from_options(**{**options, "bootstrap": False})
+        store = open_store(loc, durable=config.durable, readonly=True)
+        nexus = cls(store, config)
+        if mode is not None:
+            nexus.columnar = mode
+        follow = getattr(store, "follow")
+        follow(nexus.primer.invalidate_all)
+        _OPEN.add(nexus)
+        return nexus
+
+    def share_heavy_slot(self, path: str) -> None:
+        """Share the heavy slot of admission control (docs/limits.md) with the other
+        processes that name the same lock file `path` (`kip serve --workers`): at most one
+        slow read runs among all of them at a time. Call before serving."""
+        from .exec.admission import SharedAdmission
+        limits = self.config
+        self.admission = SharedAdmission(path, limits.fast_lane_seconds, limits.heavy_quantum)
+
     def _attach_search(self) -> None:
         from .search import attach_search
         self.search = attach_search(self)

@@ -194,7 +194,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      threads=args.threads, audit=not args.no_audit, http=args.http,
                      loop=args.loop, max_memory=_memory_option(args),
                      spaces=args.spaces, auto_create=args.auto_create,
-                     max_open_spaces=args.max_open_spaces, keys=args.keys)
+                     max_open_spaces=args.max_open_spaces, keys=args.keys,
+                     workers=args.workers)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
@@ -654,6 +655,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "env KIP_MAX_MEMORY)")
     p.add_argument("--threads", type=int, default=None,
                    help="worker threads running commands (default 64)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="processes answering on the port (default 1): this one owns the "
+                        "database, the others answer queries and forward the rest to it "
+                        "(docs/server.md)")
     p.add_argument("--http", default="auto", choices=["auto", "httptools", "h11"],
                    help="HTTP parser (default: httptools when installed, else h11)")
     p.add_argument("--loop", default="auto", choices=["auto", "uvloop", "asyncio"],

@@ -17,6 +17,8 @@ slots. The numbers: docs/limits.md ("Admission"); the measurement: bench/RESULTS
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 from collections import deque
@@ -100,3 +102,74 @@ class Ticket:
         if self.holding:
             self.holding = False
             self.admission.release()
+
+
+class SharedAdmission(Admission):
+    """One heavy slot shared by every process that opens the same `path` — the processes of
+    `kip serve --workers` —, so that N processes do not run N slow commands at once against
+    the cheap ones. A command takes its process's slot first (FIFO among its threads), then
+    the shared one: an exclusive `flock` on `path`, polled every `POLL` s while it sleeps.
+    A process whose command waits for the shared slot holds a shared `flock` on
+    `path.wait`, which is how the holder knows to hand the slot on after its quantum; the
+    one that handed it on waits `POLL` before taking it again, so the waiter gets it.
+    The kernel drops the locks of a process that dies."""
+
+    POLL = 0.005
+
+    def __init__(self, path: str, fast_seconds: float, quantum: float) -> None:
+        super().__init__(1, fast_seconds, quantum)
+        self._path, self._wait_path = path, path + ".wait"
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._yielded = 0.0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue) + self._others_wait()
+
+    def _others_wait(self) -> int:
+        fd = os.open(self._wait_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return 0
+        except BlockingIOError:
+            return 1
+        finally:
+            os.close(fd)            # (closing drops the probe's lock)
+
+    def acquire(self, deadline: float) -> bool:
+        if not super().acquire(deadline):
+            return False
+        if self._take_shared(deadline):
+            return True
+        super().release()
+        return False
+
+    def _take_shared(self, deadline: float) -> bool:
+        if time.monotonic() - self._yielded > self.POLL * 2:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                pass
+        flag = os.open(self._wait_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(flag, fcntl.LOCK_SH)
+            while True:
+                time.sleep(self.POLL)
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return False
+        finally:
+            os.close(flag)
+
+    def release(self) -> None:
+        if self._others_wait():
+            self._yielded = time.monotonic()
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        super().release()
+
+    def close(self) -> None:
+        os.close(self._fd)

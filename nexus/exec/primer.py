@@ -71,6 +71,12 @@ class PrimerCache:
             self.dirty.clear()
             self.all_dirty = 0
 
+    def invalidate_all(self, seq: int) -> None:
+        """Every ranking computed before snapshot `seq` is stale (a follower saw a commit
+        of another process, whose touched domains it cannot know)."""
+        with self.lock:
+            self.all_dirty = max(self.all_dirty, seq)
+
     def get(self, domain: int) -> dict | None:
         with self.lock:
             hit = self.rankings.get(domain)

@@ -15,7 +15,7 @@ both framings. Errors found before a method could run (bad JSON, bad envelope, u
 method) are JSON-RPC error objects `{"code": -32700|-32600|-32601, "message", "data": <KIP
 error object>}`. A JSON array is a JSON-RPC batch. HTTP status is the same in both framings.
 
-Concurrency: the event loop only does I/O; every method runs in a thread pool. The engine is
+Concurrency: the event loop only does I/O; every method runs on a worker thread (`pool`). The engine is
 thread-safe (LMDB snapshots for reads, one write lock), so reads run in parallel with one
 writer. A request that outlives `request_timeout` is answered 408 while its thread runs on:
 threads are never killed, so a write that has started commits or rolls back as a whole (each
@@ -23,9 +23,10 @@ command is one store transaction) — never half-applied.
 
 The package: `wire` (the envelope, JSON bodies, KIP errors and HTTP status, the refusals
 raised before a method runs), `app` (`KipApp`, the ASGI app: `/kip`, the framings, dispatch
-to the thread pool, timeouts, the access log and the audit), `spaces_routes` (the keys file
-and the `/v1/{space}/kip`, `/v1/admin/spaces` routes of `--spaces`), `run` (`serve()`:
-uvicorn, the socket, the memory budget).
+to the worker threads, timeouts, the access log and the audit), `pool` (the worker threads),
+`spaces_routes` (the keys file and the `/v1/{space}/kip`, `/v1/admin/spaces` routes of
+`--spaces`), `workers` (`--workers N`: the owner and its follower processes on one port),
+`run` (`serve()`: uvicorn, the socket, the memory budget).
 """
 from __future__ import annotations
 

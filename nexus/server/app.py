@@ -11,18 +11,19 @@ import asyncio
 import gc
 import hmac
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, Callable
 
 import orjson
 
-from ..api import KIP_VERSION, AuditLog, __version__, audit_entry, iso_time
+from ..api import KIP_VERSION, __version__, audit_entry, iso_time
 from ..config import Config
 from ..errors import ErrorCode, KipError
 from ..spaces import Spaces
+from .pool import WorkerPool
 from .spaces_routes import SPACE_ROUTE, Keys, SpaceRoutes
+from .workers import Owner, needs_owner
 from .wire import (ENVELOPE, INVALID_REQUEST, METHOD_NOT_FOUND, METHODS, PARSE_ERROR,
-                   RPC_ENVELOPE, Call, Disconnected, Reject, command_count, command_kind,
+                   RPC_ENVELOPE, Call, Disconnected, RawJson, Reject, command_count, command_kind,
                    commands_of, dumps, http_status, key_bytes, kip_error, loads, out_of_memory,
                    rpc_error)
 
@@ -38,11 +39,17 @@ class KipApp(SpaceRoutes):
 
     def __init__(self, nexus: Any, *, api_key: str | None = None,
                  max_body: int | None = None, request_timeout: float | None = None,
-                 access_log: BinaryIO | None = None, audit: AuditLog | None | bool = True,
+                 access_log: BinaryIO | None = None, audit: Any = True,
                  threads: int | None = None, owns_nexus: bool = False,
-                 spaces: Spaces | None = None, keys: Keys | None = None) -> None:
-        """`nexus` may be None when `spaces` is given (then only /v1/{space}/kip serves)."""
+                 spaces: Spaces | None = None, keys: Keys | None = None,
+                 owner: Owner | None = None, audit_intake: bool = False) -> None:
+        """`nexus` may be None when `spaces` is given (then only /v1/{space}/kip serves).
+        `audit`: True (the nexus's `AuditLog`), an audit log, or None/False (none).
+        `owner`: this app is a `--workers` follower that forwards to that owner what it
+        does not answer itself; `audit_intake`: this app is the owner, and records the
+        audit entries its followers send (nexus.server.workers)."""
         self.spaces, self.keys = spaces, keys
+        self.owner, self.audit_intake = owner, audit_intake
         self.nexus = nexus
         config = (nexus.config if nexus is not None
                   else Config.from_options(**(spaces.options if spaces else {})))
@@ -54,10 +61,9 @@ class KipApp(SpaceRoutes):
         self.access_log = access_log
         if audit is True:
             audit = nexus.audit_log() if nexus is not None else None
-        self.audit: AuditLog | None = audit or None
+        self.audit: Any = audit or None         # an AuditLog, or a follower's RemoteAudit
         self.audit_chars = config.audit_command_chars
-        self.pool = ThreadPoolExecutor(max_workers=threads or DEFAULT_THREADS,
-                                       thread_name_prefix="nexus-kip")
+        self.pool = WorkerPool(threads or DEFAULT_THREADS, thread_name_prefix="nexus-kip")
         self.owns_nexus = owns_nexus
         self.shutting_down = False
         self._closed = False
@@ -127,7 +133,8 @@ class KipApp(SpaceRoutes):
             call.error = "KIP_4003"
         call.status = status
         try:
-            body = b"" if payload is None else dumps(payload)
+            body = (b"" if payload is None else payload.data if isinstance(payload, RawJson)
+                    else dumps(payload))
         except MemoryError:
             status, call.status, call.error = 400, 400, "KIP_4002"
             payload = None
@@ -141,7 +148,7 @@ class KipApp(SpaceRoutes):
         await send({"type": "http.response.start", "status": status,
                     "headers": out + headers})
         await send({"type": "http.response.body", "body": body})
-        if self.access_log is not None:
+        if self.access_log is not None and scope["path"] != "/_audit":
             self._log_access(scope, call, time.perf_counter() - started)
 
     async def _route(self, scope: dict, receive: Callable, call: Call
@@ -160,8 +167,18 @@ class KipApp(SpaceRoutes):
                               [(b"connection", b"close"), (b"retry-after", b"1")])
             self._check_auth(scope)
             body = await self._read_body(scope, receive)
+            if self.owner is not None and needs_owner(body):
+                return await self._forward(scope, body)
             status, payload = await self._handle_body(body, call)
             return status, payload, []
+        if path == "/_audit" and self.audit_intake and verb == "POST" and \
+                _on_unix_socket(scope):             # only on the owner's Unix socket
+            self._check_auth(scope)
+            entries = loads(await self._read_body(scope, receive))
+            if self.audit is not None:
+                for ts, item in entries:
+                    self.audit.record(item, ts)
+            return 204, None, []
         if self.spaces is not None and (path == "/v1/admin/spaces"
                                         or path.startswith("/v1/admin/spaces/")):
             return await self.route_admin(path[len("/v1/admin/spaces/"):], scope, receive)
@@ -183,6 +200,27 @@ class KipApp(SpaceRoutes):
                 return 503, {"status": "shutting_down"}, []
             return 200, {"status": "ok"}, []
         return 200, {"name": "nexus", "version": __version__, "kip_version": KIP_VERSION}, []
+
+    async def _forward(self, scope: dict, body: bytes
+                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        """A follower's answer to what only the owner answers: the owner's own."""
+        auth = next((v for n, v in scope["headers"] if n == b"authorization"), None)
+        assert self.owner is not None
+        try:
+            answer = await self._in_pool(self.owner.forward, (body, auth))
+        except OSError as exc:
+            raise Reject(503, kip_error(
+                ErrorCode.KIP_4003, f"The server's owner process cannot be reached: {exc}",
+                "Retry in a moment; a write that was sent may have been applied: check "
+                "with FIND before retrying it."), [(b"retry-after", b"1")]) from None
+        if answer is None or answer is _NOT_STARTED:
+            raise Reject(408, kip_error(
+                ErrorCode.KIP_4001,
+                f"The request did not finish within {self.request_timeout:g} s",
+                "A write that had started completes or rolls back as a whole: check with "
+                "FIND before retrying it."))
+        status, raw = answer
+        return status, RawJson(raw), []
 
     def _check_auth(self, scope: dict) -> None:
         if self.api_key is None:
@@ -384,14 +422,14 @@ class KipApp(SpaceRoutes):
         `deadline` of a whole JSON-RPC batch) has passed — the thread runs on: a started
         command finishes or rolls back on its own —, `_NOT_STARTED` when `deadline` had
         passed already. A timer is cheaper than `asyncio.wait_for`, which wraps every call
-        in a task."""
+        in a task; `WorkerPool.call` is cheaper than `run_in_executor` (nexus.server.pool)."""
         loop = asyncio.get_running_loop()
         wait = self.request_timeout
         if deadline is not None:
             wait = deadline - loop.time()
             if wait <= 0:
                 return _NOT_STARTED
-        future = loop.run_in_executor(self.pool, fn, arg)
+        future = self.pool.call(loop, fn, arg)
         expired = []
 
         def expire() -> None:
@@ -435,3 +473,10 @@ class KipApp(SpaceRoutes):
             log.flush()
         except (OSError, ValueError):   # a closed or broken log stream never fails a request
             pass
+
+
+def _on_unix_socket(scope: dict) -> bool:
+    """Whether the request came through a Unix socket (uvicorn's `server` is then
+    `(path, None)`; `(host, port)` on TCP)."""
+    server = scope.get("server")
+    return isinstance(server, (tuple, list)) and len(server) == 2 and server[1] is None

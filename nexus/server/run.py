@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from typing import Any, BinaryIO
@@ -18,6 +19,7 @@ from ..spaces import DEFAULT_MAX_OPEN, Spaces
 from .app import KipApp
 from .spaces_routes import Keys
 from .wire import dumps, key_bytes
+from .workers import Owner, RemoteAudit, Team
 
 SWITCH_INTERVAL = 0.001         # seconds between GIL hand-overs in `kip serve`
 
@@ -80,12 +82,17 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
           loop: str = "auto", announce: BinaryIO | None = None,
           max_memory: int | None = None, spaces: str | None = None,
           auto_create: bool = False, max_open_spaces: int = DEFAULT_MAX_OPEN,
-          keys: str | None = None) -> int:
+          keys: str | None = None, workers: int = 1,
+          follow: dict[str, Any] | None = None) -> int:
     """Open the nexus at `db` and serve it until SIGTERM/SIGINT; returns the exit status.
 
     With `spaces` (a directory) it serves `POST /v1/{space}/kip` over the spaces in it
     instead (`nexus.spaces`; `auto_create`: a write to a missing space creates it; at most
     `max_open_spaces` open at once); `keys` is a keys file (docs/server.md), reread on SIGHUP.
+
+    `workers` > 1 runs that many processes on the port over one LMDB database: this one
+    owns it, the others read it and forward the rest here (nexus.server.workers; `follow`
+    is how such a follower is started, not for callers).
 
     `max_memory` (bytes; None: `default_memory_budget()`, 0: none) caps the process's
     heap (RLIMIT_DATA, see `set_memory_budget`): a request that would pass it fails alone
@@ -105,12 +112,17 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     if not api_key and not key_table and not allow_remote and not is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without an API key: set --api-key "
                          f"(or KIP_API_KEY), or pass --allow-remote to serve it unauthenticated")
+    if workers < 1:
+        raise ValueError("--workers must be at least 1")
+    if workers > 1 and (spaces or is_url(db)):
+        raise ValueError("--workers serves one database directory (--db), not --spaces or "
+                         "a URL")
     options: dict[str, Any] = {"bootstrap": bootstrap, "durable": durable, **(limits or {})}
     if timeout is not None:
         options["query_timeout"] = timeout
     if max_body is not None:
         options["max_body_bytes"] = max_body
-    sock = _bind(host, port)
+    sock = _bind(host, port) if follow is None else socket.socket(fileno=follow["fd"])
     # The interpreter lock changes hands every 1 ms instead of 5: a cheap request waiting
     # behind a running slow one gets it sooner (bench/hol.py), for a few % of throughput.
     sys.setswitchinterval(SWITCH_INTERVAL)
@@ -121,36 +133,58 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
         registry = Spaces(spaces, max_open=max_open_spaces, auto_create=auto_create,
                           audit=audit, **options)
         db = spaces
+    elif follow is not None:
+        nexus = Nexus.follow(db, **options)
+        nexus.share_heavy_slot(follow["heavy"])
     else:
         if not is_url(db):          # a URL names a database server, not a directory
             os.makedirs(db, exist_ok=True)
         nexus = Nexus.open(db, **options)
+    team: Team | None = None
+    if workers > 1:
+        team = Team(workers - 1, sock, {"db": db, "options": dict(
+            api_key=api_key, allow_remote=True, timeout=timeout,
+            request_timeout=request_timeout, max_body=max_body, limits=limits,
+            access_log=access_log, log_level=log_level, durable=durable, threads=threads,
+            audit=audit, http=http, loop=loop, max_memory=max_memory)})
     log_stream: BinaryIO | None = None
     if access_log == "-":
         log_stream = sys.stderr.buffer
     elif access_log:
         log_stream = open(access_log, "ab")
+    owner = None
+    if follow is not None:
+        owner = Owner(follow["owner"], (request_timeout if request_timeout is not None
+                                        else max(60.0, 2 * (timeout or 30.0))) + 5.0)
     app = KipApp(nexus, api_key=api_key, request_timeout=request_timeout,
-                 access_log=log_stream, threads=threads, audit=audit, owns_nexus=True,
-                 spaces=registry, keys=key_table)
+                 access_log=log_stream, threads=threads,
+                 audit=RemoteAudit(owner, key_bytes(api_key)) if owner and audit else audit,
+                 owns_nexus=True, spaces=registry, keys=key_table, owner=owner,
+                 audit_intake=team is not None)
     if key_table is not None:
-        import signal
         signal.signal(signal.SIGHUP, lambda *_: key_table.reload())
     config = uvicorn.Config(app, lifespan="on", access_log=False, log_level=log_level,
                             http=_http_protocol(http), loop=loop,
                             server_header=False, timeout_graceful_shutdown=int(max(
                                 30.0, app.request_timeout + 5)))
-    server = _Server(config, app)
+    server = _Server(config, app, team, follow.get("ready") if follow else None)
+    if team is not None:
+        assert nexus is not None
+        nexus.share_heavy_slot(team.heavy)
+        team.start()
     bound_host, bound_port = sock.getsockname()[:2]
     host_shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    out = announce or sys.stderr.buffer
-    out.write(f"nexus {__version__}: serving {shown(db)} on "
-              f"http://{host_shown}:{bound_port}"
-              f"{'/v1/{space}/kip' if registry else '/kip'}\n".encode())
-    out.flush()
+    if follow is None:
+        out = announce or sys.stderr.buffer
+        out.write(f"nexus {__version__}: serving {shown(db)} on "
+                  f"http://{host_shown}:{bound_port}"
+                  f"{'/v1/{space}/kip' if registry else '/kip'}\n".encode())
+        out.flush()
     try:
-        server.run(sockets=[sock])
+        server.run(sockets=[sock] if team is None else [sock, team.socket])
     finally:
+        if team is not None:        # they forward to this process: before it closes
+            team.stop(config.timeout_graceful_shutdown or 30)
         app.close()
         sock.close()
         if log_stream is not None and log_stream is not sys.stderr.buffer:
@@ -193,8 +227,55 @@ def _http_protocol(name: str) -> Any:
             self.transport.write(b"".join(head))
             self.transport.close()
 
+        if name == "httptools":
+            def on_headers_complete(self) -> None:
+                super().on_headers_complete()
+                cycle = getattr(self, "cycle", None)
+                # (a HEAD response has no body write that would release its head)
+                if cycle is not None and cycle.scope["method"] != "HEAD" and \
+                        not isinstance(cycle.transport, _Corked):
+                    cycle.transport = _Corked(cycle.transport)
+
     KipProtocol.__name__ = f"Kip{base.__name__}"
     return KipProtocol
+
+
+class _Corked:
+    """A connection's transport as one response cycle of uvicorn's httptools protocol sees
+    it: the response head is held back until the body, so that a response leaves in one
+    `write` (one send syscall, one TCP segment) instead of two — the head alone was a tenth
+    of the server's CPU per small request (py-spy under bench/http_bench.py). Every response
+    but HEAD's writes its body, possibly empty, after its head; a cycle that closes the
+    connection instead writes the head first; `100 Continue` is never held."""
+
+    __slots__ = ("_transport", "_held")
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100 "):
+            self._held = data
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _server_class():
@@ -205,12 +286,23 @@ def _server_class():
         connections get 503) and exiting 0 after a graceful shutdown on SIGTERM instead of
         re-raising the signal."""
 
-        def __init__(self, config: Any, app: KipApp) -> None:
+        def __init__(self, config: Any, app: KipApp, team: Team | None,
+                     ready: int | None) -> None:
             super().__init__(config)
             self.kip_app = app
+            self.team = team
+            self.ready = ready          # a follower's pipe to the owner: closed once serving
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.ready is not None:
+                os.close(self.ready)
+                self.ready = None
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             self.kip_app.shutting_down = True
+            if self.team is not None:       # the followers finish what they run, too
+                self.team.signal(signal.SIGTERM)
             super().handle_exit(sig, frame)
             if hasattr(self, "_captured_signals"):
                 self._captured_signals.clear()
@@ -218,5 +310,28 @@ def _server_class():
     return Server
 
 
-def _Server(config: Any, app: KipApp) -> Any:
-    return _server_class()(config, app)
+def _Server(config: Any, app: KipApp, team: Team | None = None,
+            ready: int | None = None) -> Any:
+    return _server_class()(config, app, team, ready)
+
+
+# --- a follower of `--workers` (started by `workers.Team`) ---------------------------------
+
+def follower() -> int:
+    """A `--workers` follower process: its settings come as JSON on stdin."""
+    import json
+    spec = json.loads(sys.stdin.buffer.read())
+    _die_with_parent(spec["parent"])
+    return serve(spec["db"], follow=spec, **spec["options"])
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this process when its parent (the owner) exits (Linux)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)           # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):           # pragma: no cover - not Linux
+        pass
+    if os.getppid() != parent:                  # it died before the call above
+        raise SystemExit(0)

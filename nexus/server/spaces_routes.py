@@ -11,11 +11,11 @@ import hmac
 import json
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import ErrorCode, KipError
 from ..spaces import Spaces, check_name, unknown_space
+from .pool import WorkerPool
 from .wire import Call, Reject, asks_to_write, kip_error, loads
 
 SPACE_ROUTE = re.compile(r"/v1/([^/]*)/kip/?")
@@ -89,7 +89,7 @@ class SpaceRoutes:
     # Provided by KipApp (nexus/server/app.py).
     spaces: Spaces | None
     keys: Keys | None
-    pool: ThreadPoolExecutor
+    pool: WorkerPool
     shutting_down: bool
 
     def _check_auth(self, scope: dict) -> None:

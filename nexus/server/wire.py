@@ -147,6 +147,15 @@ class Reject(Exception):
         self.status, self.error, self.headers = status, error, headers or []
 
 
+class RawJson:
+    """A response body that is JSON already (the owner's answer to a forwarded request)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class Disconnected(Exception):
     pass
 

@@ -67,6 +67,42 @@ class StoreBase(Generic[Db]):
         self._wlock = threading.Lock()
         self._writer: int | None = None       # thread ident of the open write txn
         self._closed = False
+        # A follower (a read-only open beside the owner process, see `follow`): the newest
+        # snapshot its readers have seen and the head cache valid at it, swapped together.
+        self._follows = False
+        self._heads_at: tuple[int, dict[int, Head]] = (-1, self.head_cache)
+        self._snapshot_lock = threading.Lock()
+        self._on_snapshot: list[Callable[[int], None]] = []
+
+    def follow(self, on_snapshot: Callable[[int], None] | None = None) -> None:
+        """Make this store a *follower*: another process (the owner) writes the data, so
+        what this process caches must be checked against the committed snapshot each read
+        sees (LMDB's transaction id, which every commit of any process advances). When a
+        read first sees a newer snapshot, the head cache starts empty (a MERGE elsewhere
+        may have moved a link's ends: `moved_heads` only knows this process's writes) and
+        `on_snapshot(snapshot_id)` runs (the engine invalidates its PRIMER rankings), before
+        that read — or any other at the new snapshot — goes on. A read still on an older
+        snapshot gets a head cache of its own, so it never fills the shared one."""
+        with self._snapshot_lock:
+            self._follows = True
+            if on_snapshot is not None:
+                self._on_snapshot.append(on_snapshot)
+
+    def _heads_for(self, snapshot: int) -> dict[int, Head]:
+        seen, heads = self._heads_at       # one attribute read: a consistent pair
+        if snapshot == seen:
+            return heads
+        with self._snapshot_lock:
+            seen, heads = self._heads_at
+            if snapshot > seen:
+                for callback in self._on_snapshot:
+                    callback(snapshot)
+                heads = self.head_cache = {}
+                self._heads_at = (snapshot, heads)
+                return heads
+            if snapshot == seen:
+                return heads
+        return {}
 
     def read(self) -> GraphReadTxn[Db]:
         """A read transaction: `with store.read() as txn: ...`."""
@@ -76,6 +112,8 @@ class StoreBase(Generic[Db]):
             kv, end = self._begin_read()
         except Exception as exc:
             raise self._translate(exc) or internal(f"cannot begin a read: {exc}") from exc
+        if self._follows:
+            return GraphReadTxn(self, kv, end, self._heads_for(kv.snapshot_id()))
         return GraphReadTxn(self, kv, end)
 
     def write(self) -> GraphWriteTxn[Db]:

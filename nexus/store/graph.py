@@ -74,13 +74,15 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
     _keys: KeysFn[Db]
 
     def __init__(self, store: TxnHost[Db], kv: KvRead[Db],
-                 end: Callable[[], None] | None = None) -> None:
+                 end: Callable[[], None] | None = None,
+                 heads: dict[int, Head] | None = None) -> None:
+        """`heads`: the head cache this transaction shares (default: the store's)."""
         self._host = store
         self.kv = kv
         self._get = kv.get
         self._keys = kv.keys_from
         self.tables = store.tables
-        self._heads = store.head_cache
+        self._heads = store.head_cache if heads is None else heads
         self._sids = store.symbol_ids
         self._stexts = store.symbol_texts
         self._end = end
