@@ -380,6 +380,7 @@ def upsert(draw: Any) -> str:
 
 @given(upsert())
 @fuzz_settings(400)
+@pytest.mark.slow
 def test_random_upserts(text: str) -> None:
     check(text)
 
@@ -390,6 +391,7 @@ NOISE = st.sampled_from(list("{}()[],:;\"\\?$. \n") + ["//", "UPSERT", "SET", "W
 
 @given(upsert(), st.data())
 @fuzz_settings(400)
+@pytest.mark.slow
 def test_mutated_upserts(text: str, data: Any) -> None:
     for _ in range(data.draw(st.integers(1, 3))):
         at = data.draw(st.integers(0, len(text)))
