@@ -85,6 +85,7 @@ def database(request, tmp_path):
     return tmp_path / "db"
 
 
+@pytest.mark.slow
 def test_every_reference_capsule_loads_unchanged_with_kip_load(database):
     db = database
     created = kip("exec", "--db", str(db), "DESCRIBE PRIMER")      # nexus bootstraps it

@@ -12,7 +12,7 @@ and the README's quick start, each against a fresh directory.
   the docs mention (`my-capsules/`, `capsule.kip`) and `KIP_API_KEY` set. A `kip serve`
   line is started, asked one FIND over HTTP and stopped with SIGTERM (exit 0 expected); a
   line with `--url` talks to a server started for it. Ports 8080/9000 in a line are
-  replaced by a free port, `/var/lib/nexus` by a folder of the test's directory.
+  replaced by 0 (the server reports the free port it took) or by that server's port, `/var/lib/nexus` by a folder of the test's directory.
 * The quick start (the README's first block): `pip install .` is done as the same build
   into a private folder (`pip install --no-deps --target`; the
   dependencies come from this environment), and `kip serve` from there must answer from a
@@ -28,7 +28,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -89,12 +88,6 @@ def _env(tmp: Path) -> dict[str, str]:
     env.pop("KIP_DB", None)
     env["HOME"] = str(tmp)            # the shell's history file
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _post(port: int, command: str, key: str | None) -> dict:
@@ -167,17 +160,44 @@ def test_kip_block_runs(lines, tmp_path):
 
 
 def _run_line(command: str, tmp_path: Path, cwd: Path, env: dict) -> None:
-    port = _free_port()
-    line = _localize(command, tmp_path, port)
+    # A server a line starts listens on `--port 0` (the port it took is read from its log),
+    # so parallel test processes never race for a port; a `--url` line gets the port of the
+    # server started for it.
+    serves = re.search(r"\bkip serve\b", command) is not None
+    server, port = None, 0
+    if not serves and "--url" in command:
+        served = f"kip serve --db {tmp_path / 'served'} --port 0"
+        key = _key(_localize(command, tmp_path, 0), env)
+        if key:
+            served += f" --api-key {key}"
+        server, port = _start(served, cwd, _line_env(command, env), tmp_path / "url.log")
+    try:
+        _run_localized(command, _localize(command, tmp_path, port), tmp_path, cwd,
+                       _line_env(command, env))
+    finally:
+        if server is not None:
+            _stop(server)
+
+
+def _line_env(line: str, env: dict) -> dict:
     env = dict(env)
     if "$KIP_API_KEY" in line:
         env["KIP_API_KEY"] = "docs-test-key"
+    return env
+
+
+def _key(line: str, env: dict) -> str | None:
+    env = _line_env(line, env)
     m = re.search(r"(?:--api-key\s+|KIP_API_KEY=)(\S+)", line)
-    key = None if m is None else env.get("KIP_API_KEY", "") if "$KIP_API_KEY" in m.group(1) \
+    return None if m is None else env.get("KIP_API_KEY", "") if "$KIP_API_KEY" in m.group(1) \
         else m.group(1).strip("'\"")
+
+
+def _run_localized(command: str, line: str, tmp_path: Path, cwd: Path, env: dict) -> None:
+    key = _key(line, env)
     if re.search(r"\bkip serve\b", line):
         if "--port" not in line:
-            line = f"{line} --port {port}"
+            line = f"{line} --port 0"
         proc, bound = _start(line, cwd, env, tmp_path / "serve.log")
         try:
             answer = _post(bound, 'FIND(?t.name) WHERE { ?t {type: "$ConceptType"} }', key)
@@ -186,21 +206,11 @@ def _run_line(command: str, tmp_path: Path, cwd: Path, env: dict) -> None:
         assert "result" in answer, (command, answer)
         assert code == 0, (tmp_path / "serve.log").read_text(errors="replace")
         return
-    server = None
-    if "--url" in line:
-        served = f"kip serve --db {tmp_path / 'served'} --port {port}"
-        if key:
-            served += f" --api-key {key}"
-        server, _ = _start(served, cwd, env, tmp_path / "url.log")
-    try:
-        for part in line.split(";"):
-            proc = subprocess.run(["bash", "-c", part], cwd=cwd, env=env,
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=300)
-            assert proc.returncode == 0, (part, proc.stdout[-2000:], proc.stderr[-2000:])
-    finally:
-        if server is not None:
-            _stop(server)
+    for part in line.split(";"):
+        proc = subprocess.run(["bash", "-c", part], cwd=cwd, env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, (part, proc.stdout[-2000:], proc.stderr[-2000:])
 
 
 def test_quick_start(tmp_path):
@@ -221,9 +231,8 @@ def test_quick_start(tmp_path):
     fresh = tmp_path / "elsewhere"
     fresh.mkdir()
     # kip serve, from the installed package, in a directory of its own
-    port = _free_port()
     proc, bound = _start(f"{sys.executable} -c 'import sys; from nexus.cli import main; "
-                         f"sys.exit(main())' serve --port {port}", fresh, env,
+                         f"sys.exit(main())' serve --port 0", fresh, env,
                          tmp_path / "serve.log")
     try:
         answer = _post(bound, 'FIND(?t.name) WHERE { ?t {type: "$ConceptType"} }', None)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from nexus import Nexus
 
 SCRIPT = textwrap.dedent('''
@@ -24,6 +26,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_exit_without_close_is_clean(tmp_path):
     db = tmp_path / "db"
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(db)], capture_output=True,

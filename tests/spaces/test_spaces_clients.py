@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 UPSERT = ('UPSERT { CONCEPT ?p { {type: "Person", name: "Ada"} '
           'SET ATTRIBUTES { person_class: "Human" } } }')
@@ -40,6 +42,7 @@ def test_shell_and_exec_over_the_url_of_a_spaces_server(spaces_server):
     assert hostile.returncode == 1 and "Invalid space name" in hostile.stdout
 
 
+@pytest.mark.slow
 def test_shell_on_a_space_of_a_spaces_directory(tmp_path):
     root = str(tmp_path / "d")
     assert _kip("space", "create", "a", "--spaces", root).returncode == 0
