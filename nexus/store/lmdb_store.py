@@ -183,10 +183,9 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         self._data_file = os.path.join(self._path, "data.mdb")
         self._pin: lmdb.Transaction[bytes] | None = None     # the checkpoint's snapshot
         self._names: dict[LmdbTable, str] = {}
-        self._claim: tuple[int, int] | None = None
         try:
-            if not readonly:
-                self._claim = walog.claim(self._path)
+            # after `_become_owner`: a second open in this process was refused before
+            # anything touches the files under a live environment
             pending = None if readonly else walog.prepare(self._path)
             env, tables = self._open_env()
             self._env = env
@@ -205,7 +204,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             self._drop_wal()
             if hasattr(self, "_env"):
                 self._env.close()
-            walog.unclaim(self._claim)
             owner.release(self._owner)
             raise
         self._ckpt_size = self._data_size()
@@ -439,7 +437,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
                 self._drop_wal()
-                walog.unclaim(self._claim)
                 owner.release(self._owner)
                 self._owner = None
                 raise
@@ -481,7 +478,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 self._drop_wal()
                 self._env.close()
             finally:
-                walog.unclaim(self._claim)
                 owner.release(self._owner)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:

@@ -42,7 +42,6 @@ import fcntl
 import logging
 import os
 import struct
-import threading
 import zlib
 from dataclasses import dataclass
 from typing import Iterator
@@ -63,11 +62,6 @@ _CK_MAGIC = b"NXWALCK1"
 _SLOT = 4096 + 2 * 65536                # a slot holds two meta pages of the largest size
 GROW = 256 << 10                        # the log grows by zero-filled chunks of 256 KiB
 MAX_RECORD = 1 << 31
-
-# Directories this process has open as their owner (`claim`).
-_open: set[tuple[int, int]] = set()
-_open_guard = threading.Lock()
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -209,27 +203,6 @@ def _newer(disk: bytes, ckpt: Checkpoint) -> bool:
     return all(m.magic == lmdb_file.MAGIC and m.version == lmdb_file.DATA_VERSION and
                m.psize == psize for m in metas) and \
         max(m.txnid for m in metas) > ckpt.txnid
-
-
-def claim(directory: str) -> tuple[int, int]:
-    """Mark the database as open in this process (before `prepare`: a second open in the
-    process must never touch the files under a live environment). Returns the key to
-    `unclaim`."""
-    st = os.stat(directory)
-    key = (st.st_dev, st.st_ino)
-    with _open_guard:
-        if key in _open:
-            raise KipError(ErrorCode.KIP_4003,
-                           f"cannot open the store at {directory}: it is already open in "
-                           f"this process", "Close it first, or use the open one.")
-        _open.add(key)
-    return key
-
-
-def unclaim(key: tuple[int, int] | None) -> None:
-    if key is not None:
-        with _open_guard:
-            _open.discard(key)
 
 
 def remove(directory: str) -> None:
