@@ -157,7 +157,18 @@ def _others_have_it_open(directory: str) -> bool | None:
         os.close(fd)            # drops our probe lock before LMDB takes its own
 
 
-def prepare(directory: str) -> tuple[Checkpoint, list[bytes]] | None:
+@dataclass(frozen=True)
+class Recovery:
+    """What `prepare` found: the checkpoint, the payloads to replay, and whether the file's
+    meta pages are exactly the checkpoint's (`clean`: a clean close, or a kill before any
+    commit after the checkpoint reached the file — with no payloads, the file holds the
+    checkpoint's snapshot and its log can go on in the same generation)."""
+    checkpoint: Checkpoint
+    payloads: list[bytes]
+    clean: bool
+
+
+def prepare(directory: str) -> Recovery | None:
     """Before the owner maps `data.mdb`: the checkpoint and the payloads to replay (None when
     the directory has no log), after writing the checkpoint's meta pages back over a file
     that may be torn (module doc)."""
@@ -189,7 +200,7 @@ def prepare(directory: str) -> tuple[Checkpoint, list[bytes]] | None:
                 f.write(ckpt.metas)
                 f.flush()
                 os.fsync(f.fileno())
-    return ckpt, payloads
+    return Recovery(ckpt, payloads, disk == ckpt.metas)
 
 
 def _newer(disk: bytes, ckpt: Checkpoint) -> bool:
@@ -288,9 +299,13 @@ class Wal:
         self.generation, self.seq, self.offset = gen, 0, 0
 
     def truncate(self) -> None:
-        """Give the log's disk back (at a clean close, right after a checkpoint)."""
-        os.ftruncate(self._log, 0)
-        self._size = 0
+        """Give the log's disk back (at a clean close, right after a checkpoint) but its
+        first chunk: the next open's first append then writes into blocks that exist and
+        flushes data only (growing the file costs a zero-filled write and an fsync). What
+        the chunk still holds is of older generations: it ends the log."""
+        keep = min(self._size, GROW)
+        os.ftruncate(self._log, keep)
+        self._size = keep
 
     @property
     def pending(self) -> bool:
