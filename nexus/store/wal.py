@@ -34,6 +34,10 @@ pinned); then the store replays every complete record of the checkpoint's genera
 holding a prefix of it gives the same result) and checkpoints. The meta pages are restored
 only when no other process has the environment open (a `lockf` probe of the byte LMDB itself
 locks in `lock.mdb`): a live reader means there was no power loss, and the file is intact.
+When the meta pages on disk are exactly the checkpoint's and there is nothing to replay
+(`Recovery.clean`: a clean close, which checkpoints and keeps the log's first chunk), the
+owner pins that snapshot at open and appends in the same generation: the first write after
+an open costs one append, not a sync, a checkpoint and a log growth.
 """
 from __future__ import annotations
 
