@@ -469,22 +469,35 @@ def check_log(txn: ReadTxn, examples: int = 5) -> dict[str, Any]:
         for a, b in run_entry.runs if run_entry is not None else ():
             for n in range(a, b):
                 newest[n] = max(seq, newest.get(n, 0))
+    # Elements grouped by their newest record: each record is decoded once (a large UPSERT's
+    # record is the newest of hundreds of elements; decoding it per element made a deep
+    # check quadratic in the command size).
+    by_seq: dict[int, list[int]] = {}
     for n, seq in newest.items():
+        by_seq.setdefault(seq, []).append(n)
+    for seq, ns in by_seq.items():
         entry = read_entry(txn, seq)
-        change = entry.change_of(n) if entry is not None else None
-        if change is None:
-            continue
-        report["elements"] += 1
-        meta = txn.metadata(n) if txn.head(n) is not None else None
-        if change[1] == "d":
-            if meta is not None:
-                report["deleted_but_present"] += 1
-                found.append(f"element {n}: deleted by record {seq} but present")
-        elif meta is None or meta.get("_version") != version_after(change):
-            report["version_mismatch"] += 1
-            found.append(f"element {n}: record {seq} left _version {version_after(change)}, "
-                         f"the graph has {None if meta is None else meta.get('_version')}")
+        for n in ns:
+            _check_element(txn, n, seq, entry, report, found)
     report["ok"] = not (report["version_mismatch"] or report["deleted_but_present"])
     if found:
         report["examples"] = found[:examples]
     return report
+
+
+def _check_element(txn: ReadTxn, n: int, seq: int, entry: LogEntry | None,
+                   report: dict[str, Any], found: list[str]) -> None:
+    """`check_log` for one element whose newest record is `entry` (number `seq`)."""
+    change = entry.change_of(n) if entry is not None else None
+    if change is None:
+        return
+    report["elements"] += 1
+    meta = txn.metadata(n) if txn.head(n) is not None else None
+    if change[1] == "d":
+        if meta is not None:
+            report["deleted_but_present"] += 1
+            found.append(f"element {n}: deleted by record {seq} but present")
+    elif meta is None or meta.get("_version") != version_after(change):
+        report["version_mismatch"] += 1
+        found.append(f"element {n}: record {seq} left _version {version_after(change)}, "
+                     f"the graph has {None if meta is None else meta.get('_version')}")

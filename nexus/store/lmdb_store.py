@@ -183,21 +183,22 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         self._data_file = os.path.join(self._path, "data.mdb")
         self._pin: lmdb.Transaction[bytes] | None = None     # the checkpoint's snapshot
         self._names: dict[LmdbTable, str] = {}
-        self._claim: tuple[int, int] | None = None
         try:
-            if not readonly:
-                self._claim = walog.claim(self._path)
+            # after `_become_owner`: a second open in this process was refused before
+            # anything touches the files under a live environment
             pending = None if readonly else walog.prepare(self._path)
             env, tables = self._open_env()
             self._env = env
             self._use_wal = use_wal
-            self._generation = 0 if pending is None else pending[0].generation
+            self._generation = 0 if pending is None else pending.checkpoint.generation
             self._stop = threading.Event()
             self._last_commit = time.monotonic()
-            if pending is not None and pending[1]:
-                self._replay(pending[1])
+            if pending is not None and pending.payloads:
+                self._replay(pending.payloads)
                 if use_wal:
                     self._start_wal()
+            elif use_wal and pending is not None and pending.clean:
+                self._resume(pending.checkpoint)
             if not use_wal and pending is not None:
                 env.sync(True)
                 walog.remove(self._path)
@@ -205,7 +206,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             self._drop_wal()
             if hasattr(self, "_env"):
                 self._env.close()
-            walog.unclaim(self._claim)
             owner.release(self._owner)
             raise
         self._ckpt_size = self._data_size()
@@ -305,11 +305,24 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                         txn.put(key, value, db=db)
         log.info("%s: replayed %d write-ahead log records", self._path, len(payloads))
 
+    def _resume(self, ckpt: walog.Checkpoint) -> None:
+        """At open, when the file holds exactly the checkpoint's snapshot and its log
+        nothing to replay (`walog.Recovery.clean`): pin that snapshot now, so that the first
+        write goes on with the checkpoint's generation instead of syncing and checkpointing
+        again (which made the first command after every open pay several flushes)."""
+        pin = self._env.begin(write=False)
+        if pin.id() != ckpt.txnid:          # not the checkpoint's snapshot: checkpoint anew
+            pin.abort()
+            return
+        self._pin = pin
+
     def _start_wal(self) -> None:
-        """Open the log and checkpoint: at the first write (so that opening a database
-        only to read it writes no file), or after a recovery."""
+        """Open the log — at the first write (so that opening a database only to read it
+        writes no file), or after a recovery — and checkpoint, unless the open pinned the
+        checkpoint's snapshot (`_resume`)."""
         self._wal = walog.Wal(self._path, self._generation)
-        self._checkpoint()
+        if self._pin is None:
+            self._checkpoint()
         threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self), self._stop),
                          name="nexus-wal-checkpoint", daemon=True).start()
 
@@ -439,7 +452,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             except BaseException:
                 self._closed = True     # the old environment is gone: refuse further use
                 self._drop_wal()
-                walog.unclaim(self._claim)
                 owner.release(self._owner)
                 self._owner = None
                 raise
@@ -481,7 +493,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                 self._drop_wal()
                 self._env.close()
             finally:
-                walog.unclaim(self._claim)
                 owner.release(self._owner)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:

@@ -5,8 +5,12 @@ exclusive `flock` on `DIR/owner.lock`, whose content names the holder (pid, host
 line, start time) as JSON. A second *process* opening the same database is refused at once
 with a `KipError` (KIP_4003) naming the holder; the kernel drops the lock when its holder
 exits, however it exits, so a lock file left by a process that is gone (a *stale* lock) is
-simply taken over (and the takeover logged). Within one process the lock is shared: opening
-the same directory again (tests, a reopen before the previous close) counts a reference.
+simply taken over (and the takeover logged). Within one process the same rule holds: this
+module's registry of open directories (`_held`, one entry per directory, keyed by device and
+inode) refuses a second open while the first is open, with the same KIP_4003 a second process
+gets; closing releases it, so a directory can be closed and opened again freely. (A second
+open in one process would map the environment twice and run a second recovery, checkpoint
+thread, vector index and audit buffer over the same files.)
 
 Why: the vector index (in memory, saved to files beside the data), its change queue, the
 audit buffer and the bootstrap belong to the process that opened the database; two
@@ -36,15 +40,10 @@ LOCK_NAME = "owner.lock"
 MAX_LOCK_BYTES = 64 * 1024      # what is read of a lock file (it names a holder: small)
 log = logging.getLogger("nexus.store")
 
-_held: dict[tuple[int, int], "_Lock"] = {}      # (st_dev, st_ino) of the directory → lock
+# The directories this process owns: (st_dev, st_ino) → the lock file's descriptor (None on
+# a file system without flock: the registry still refuses a second open in this process).
+_held: dict[tuple[int, int], int | None] = {}
 _guard = threading.Lock()
-
-
-class _Lock:
-    __slots__ = ("fd", "refs", "path")
-
-    def __init__(self, fd: int, path: str) -> None:
-        self.fd, self.refs, self.path = fd, 1, path
 
 
 def holder_record() -> dict[str, Any]:
@@ -71,16 +70,20 @@ def describe(holder: dict[str, Any] | None) -> str:
             f"({str(holder.get('command'))[:200]!r}, since {holder.get('started')})")
 
 
-def acquire(directory: str) -> tuple[int, int] | None:
+def acquire(directory: str) -> tuple[int, int]:
     """Become the owner of the database in `directory` (an existing directory), or raise
-    KIP_4003 naming the live holder. Returns the key to `release` (None: not locked)."""
+    KIP_4003 naming the live holder — another process, or this one (a second open before
+    the first is closed). Returns the key to `release`."""
     st = os.stat(directory)
     key = (st.st_dev, st.st_ino)
     with _guard:
-        lock = _held.get(key)
-        if lock is not None:
-            lock.refs += 1
-            return key
+        if key in _held:
+            raise KipError(
+                ErrorCode.KIP_4003,
+                f"the database at {directory} is in use by this process "
+                f"(pid {os.getpid()}): it is already open here",
+                "One open per database at a time, in a process as across processes: use the "
+                "open one, or close it before opening the directory again.")
         path = os.path.join(directory, LOCK_NAME)
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
@@ -101,12 +104,13 @@ def acquire(directory: str) -> tuple[int, int] | None:
                     "send commands to its server (`kip exec --url URL`).") from None
             log.warning("cannot lock %s (%s): opening without the one-owner lock",
                         path, exc.strerror)
-            return None
+            _held[key] = None
+            return key
         previous = read_holder(directory)
         if previous and previous.get("pid") != os.getpid():
             log.info("taking over the stale lock of %s", describe(previous))
         _write(fd, holder_record())
-        _held[key] = _Lock(fd, path)
+        _held[key] = fd
         return key
 
 
@@ -120,20 +124,18 @@ def _write(fd: int, record: dict[str, Any]) -> None:
 
 
 def release(key: tuple[int, int] | None) -> None:
-    """Drop one reference; the last one unlocks (the file stays: its next owner rewrites
-    it)."""
+    """Give the directory up: unlock (the file stays: its next owner rewrites it) and let
+    this process open it again."""
     if key is None:
         return
     with _guard:
-        lock = _held.get(key)
-        if lock is None:
+        if key not in _held:
             return
-        lock.refs -= 1
-        if lock.refs:
+        fd = _held.pop(key)
+        if fd is None:
             return
-        del _held[key]
         try:
-            os.ftruncate(lock.fd, 0)
+            os.ftruncate(fd, 0)
         except OSError:
             pass
-        os.close(lock.fd)       # closing the only descriptor drops the flock
+        os.close(fd)       # closing the only descriptor drops the flock

@@ -34,6 +34,10 @@ pinned); then the store replays every complete record of the checkpoint's genera
 holding a prefix of it gives the same result) and checkpoints. The meta pages are restored
 only when no other process has the environment open (a `lockf` probe of the byte LMDB itself
 locks in `lock.mdb`): a live reader means there was no power loss, and the file is intact.
+When the meta pages on disk are exactly the checkpoint's and there is nothing to replay
+(`Recovery.clean`: a clean close, which checkpoints and keeps the log's first chunk), the
+owner pins that snapshot at open and appends in the same generation: the first write after
+an open costs one append, not a sync, a checkpoint and a log growth.
 """
 from __future__ import annotations
 
@@ -42,7 +46,6 @@ import fcntl
 import logging
 import os
 import struct
-import threading
 import zlib
 from dataclasses import dataclass
 from typing import Iterator
@@ -63,11 +66,6 @@ _CK_MAGIC = b"NXWALCK1"
 _SLOT = 4096 + 2 * 65536                # a slot holds two meta pages of the largest size
 GROW = 256 << 10                        # the log grows by zero-filled chunks of 256 KiB
 MAX_RECORD = 1 << 31
-
-# Directories this process has open as their owner (`claim`).
-_open: set[tuple[int, int]] = set()
-_open_guard = threading.Lock()
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -163,7 +161,18 @@ def _others_have_it_open(directory: str) -> bool | None:
         os.close(fd)            # drops our probe lock before LMDB takes its own
 
 
-def prepare(directory: str) -> tuple[Checkpoint, list[bytes]] | None:
+@dataclass(frozen=True)
+class Recovery:
+    """What `prepare` found: the checkpoint, the payloads to replay, and whether the file's
+    meta pages are exactly the checkpoint's (`clean`: a clean close, or a kill before any
+    commit after the checkpoint reached the file — with no payloads, the file holds the
+    checkpoint's snapshot and its log can go on in the same generation)."""
+    checkpoint: Checkpoint
+    payloads: list[bytes]
+    clean: bool
+
+
+def prepare(directory: str) -> Recovery | None:
     """Before the owner maps `data.mdb`: the checkpoint and the payloads to replay (None when
     the directory has no log), after writing the checkpoint's meta pages back over a file
     that may be torn (module doc)."""
@@ -195,7 +204,7 @@ def prepare(directory: str) -> tuple[Checkpoint, list[bytes]] | None:
                 f.write(ckpt.metas)
                 f.flush()
                 os.fsync(f.fileno())
-    return ckpt, payloads
+    return Recovery(ckpt, payloads, disk == ckpt.metas)
 
 
 def _newer(disk: bytes, ckpt: Checkpoint) -> bool:
@@ -209,27 +218,6 @@ def _newer(disk: bytes, ckpt: Checkpoint) -> bool:
     return all(m.magic == lmdb_file.MAGIC and m.version == lmdb_file.DATA_VERSION and
                m.psize == psize for m in metas) and \
         max(m.txnid for m in metas) > ckpt.txnid
-
-
-def claim(directory: str) -> tuple[int, int]:
-    """Mark the database as open in this process (before `prepare`: a second open in the
-    process must never touch the files under a live environment). Returns the key to
-    `unclaim`."""
-    st = os.stat(directory)
-    key = (st.st_dev, st.st_ino)
-    with _open_guard:
-        if key in _open:
-            raise KipError(ErrorCode.KIP_4003,
-                           f"cannot open the store at {directory}: it is already open in "
-                           f"this process", "Close it first, or use the open one.")
-        _open.add(key)
-    return key
-
-
-def unclaim(key: tuple[int, int] | None) -> None:
-    if key is not None:
-        with _open_guard:
-            _open.discard(key)
 
 
 def remove(directory: str) -> None:
@@ -315,9 +303,13 @@ class Wal:
         self.generation, self.seq, self.offset = gen, 0, 0
 
     def truncate(self) -> None:
-        """Give the log's disk back (at a clean close, right after a checkpoint)."""
-        os.ftruncate(self._log, 0)
-        self._size = 0
+        """Give the log's disk back (at a clean close, right after a checkpoint) but its
+        first chunk: the next open's first append then writes into blocks that exist and
+        flushes data only (growing the file costs a zero-filled write and an fsync). What
+        the chunk still holds is of older generations: it ends the log."""
+        keep = min(self._size, GROW)
+        os.ftruncate(self._log, keep)
+        self._size = keep
 
     @property
     def pending(self) -> bool:

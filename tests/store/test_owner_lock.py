@@ -1,7 +1,8 @@
 """One owner per database (docs/guarantees.md, "One owner per database"): a live process
 that opened a database keeps every other process out — `kip serve`, `kip load`,
 `kip check --repair`, `kip info`, `Nexus.open` — with a KIP error naming the holder; a lock
-left by a process that is gone is taken over; within one process the store reopens freely.
+left by a process that is gone is taken over; within one process a second open while the
+first is open is refused the same way, and the store reopens freely once closed.
 Real processes, a real lock file."""
 from __future__ import annotations
 
@@ -106,6 +107,29 @@ def test_one_process_reopens_and_releases(tmp_path):
     finally:
         store.close()
     assert kip("info", "--db", db).returncode == 0    # released by close
+
+
+@pytest.mark.parametrize("wal", [False, True])
+def test_a_second_open_in_the_same_process_is_refused_like_another_process(tmp_path, wal):
+    """One open per database in a process as across processes: the same KIP_4003 with a
+    message naming this process and a hint, before the second open touches any file."""
+    db = str(tmp_path / "db")
+    with Nexus.open(db, wal=wal) as nx:
+        assert "result" in nx.execute_kip(
+            {"command": 'UPSERT { CONCEPT ?d { {type: "Domain", name: "Kept"} } }'})
+        for again in (lambda: Nexus.open(db, wal=wal),
+                      lambda: open_store(db), lambda: open_store(db + "/")):
+            with pytest.raises(KipError) as err:
+                again()
+            assert err.value.code.value == "KIP_4003"
+            assert f"in use by this process (pid {os.getpid()})" in err.value.message
+            assert "already open" in err.value.message and "close it" in err.value.hint
+        # the refused opens left the first one working
+        found = nx.execute_kip({"command": 'FIND(?d.name) WHERE { ?d {type: "Domain"} }'})
+        assert "Kept" in json.dumps(found["result"])
+    with Nexus.open(db, wal=wal) as nx:     # closed: opens again
+        found = nx.execute_kip({"command": 'FIND(?d.name) WHERE { ?d {type: "Domain"} }'})
+        assert "Kept" in json.dumps(found["result"])
 
 
 def test_a_read_only_store_reads_beside_the_owner_and_writes_nothing(holder):

@@ -110,6 +110,7 @@ def test_refuses_a_second_open_in_the_same_process(make_store, tmp_path):
     with pytest.raises(KipError) as e:
         LmdbGraphStore(str(tmp_path / "db"))
     assert e.value.code is ErrorCode.KIP_4003 and "already open" in e.value.message
+    assert e.value.hint
 
 
 def test_map_full_is_kip_4003_and_store_stays_intact(make_store, snapshot_of):

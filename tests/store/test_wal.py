@@ -242,7 +242,8 @@ def test_a_reader_in_another_process_sees_committed_data(tmp_path):
 
 def test_an_idle_store_checkpoints_by_itself(tmp_path):
     """After a second without a commit the log is folded into LMDB (so a later crash has
-    little to replay); a clean close leaves an empty log."""
+    little to replay); a clean close leaves a log with nothing to replay, no bigger than
+    the first chunk it keeps for the next open."""
     import time
     path = str(tmp_path / "db")
     with Nexus.open(path, wal=True) as nx:
@@ -254,6 +255,42 @@ def test_an_idle_store_checkpoints_by_itself(tmp_path):
         while log_.pending and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not log_.pending
-    assert os.path.getsize(os.path.join(path, wal.LOG_NAME)) == 0
+    assert os.path.getsize(os.path.join(path, wal.LOG_NAME)) <= wal.GROW
+    ckpt = wal.read_checkpoint(path)
+    assert ckpt is not None and not list(wal.records(path, ckpt.generation))
     with Nexus.open(path, wal=True) as nx:
         assert _age(nx, "idle") == 1
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_clean_reopen_goes_on_in_the_checkpoints_generation(tmp_path, seed):
+    """After a clean close the file holds the checkpoint's snapshot: the next open pins it
+    and its first write appends to the same generation (no new checkpoint) — and a kill or a
+    power loss after that write still keeps every acknowledged command."""
+    path = str(tmp_path / "db")
+    with Nexus.open(path, wal=True) as nx:
+        for i in range(5):
+            _upsert(nx, f"first{i}", i)
+    ckpt = wal.read_checkpoint(path)
+    assert ckpt is not None
+    with open(os.path.join(path, "data.mdb"), "rb") as f:
+        at_checkpoint = f.read()
+    nx = Nexus.open(path, wal=True)
+    try:
+        for i in range(5):
+            _upsert(nx, f"second{i}", 10 + i)
+        assert wal.read_checkpoint(path) == ckpt            # no checkpoint at the first write
+        assert len(list(wal.records(path, ckpt.generation))) >= 5
+        crashed = str(tmp_path / "crashed")
+        _copy_state(path, crashed)
+    finally:
+        nx.close()
+    with open(os.path.join(crashed, "data.mdb"), "rb") as f:
+        now = f.read()
+    lost = str(tmp_path / "lost")
+    _copy_state(crashed, lost, _power_lost(at_checkpoint, now, random.Random(seed)))
+    for where in (crashed, lost):
+        with Nexus.open(where, wal=True) as nx:
+            assert [_age(nx, f"first{i}") for i in range(5)] == list(range(5))
+            assert [_age(nx, f"second{i}") for i in range(5)] == list(range(10, 15))
+            assert verify(nx, deep=True)["ok"]
