@@ -19,13 +19,14 @@ change of embedder never mixes vectors of two models):
     PRIMARY KEY (space, id, slot)          — slots as in `vectors.SLOTS` (name, aliases,
                                              "name: description")
     INDEX (space, kind, grp, id)           — WITH TYPE: exact scoring over a small type
-    HNSW (embedding vector_cosine_ops) WHERE space = '<space>' AND kind = <kind>
-                                           — one partial index per space and kind, once
-                                             it holds INDEX_AT vectors
+    HNSW (embedding vector_cosine_ops) WHERE space = '<space>' AND kind = 0
+                                           — one partial index per space, once its
+                                             concepts have INDEX_AT vectors (links have
+                                             none: `vectors.doc_texts`)
 
 Why partial HNSW indexes per space: pgvector (0.6) filters *after* the index scan, so one
 index over every space would return the neighbours of all spaces and keep those of this
-one, which with many spaces can be none. A partial index per space and kind holds only
+one, which with many spaces can be none. A partial index per space holds only
 the vectors a query may return; the query names its space and kind as literals so that
 the planner can match the index's predicate. A space smaller than INDEX_AT has none: its
 few vectors are scored exactly (the planner reads them through the plain index and sorts),
@@ -119,9 +120,12 @@ class PgVectorTable:
         self.table = table_name(embedder)
         self.space_lit = "'" + space.replace("'", "''") + "'"
         tag = space_index_tag(space)        # (a drop of the space drops these indexes)
-        self.index_names = [f"{self.table}_{tag}_{kind}" for kind in (0, 1)]
+        # Concepts only: links have no vectors (vectors.FORMAT 2), so a propositions index
+        # would stay empty. (One left by an older release is never used, and a drop of the
+        # space drops it by its tag.)
+        self.index_names = [f"{self.table}_{tag}_0"]
         self.added = 0          # vectors written since the last `index_if_big`
-        self.indexed = False    # both kinds have their HNSW index (nothing more to look at)
+        self.indexed = False    # the concepts' HNSW index exists (nothing more to look at)
 
     # --- schema ----------------------------------------------------------------------------
     def ensure(self, conn: Any) -> None:
@@ -147,8 +151,8 @@ class PgVectorTable:
         self.index_if_big(conn)
 
     def index_if_big(self, conn: Any) -> None:
-        """Give each kind of this space that has INDEX_AT vectors or more its partial HNSW
-        index, built CONCURRENTLY (other spaces' writers are not blocked meanwhile). A
+        """Give this space's concept vectors, once there are INDEX_AT or more, their partial
+        HNSW index, built CONCURRENTLY (other spaces' writers are not blocked meanwhile). A
         smaller one needs none: its vectors are scored exactly, through the plain index,
         faster than an HNSW scan would find them; and a database of many small spaces
         carries no index per space (each partial index costs every insert a predicate
