@@ -25,14 +25,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 from nexus import Nexus  # noqa: E402
-from nexus.search import query as Q  # noqa: E402
+from bench.search_quality_100k import ranking_modes  # noqa: E402
 from nexus.search.text import F_ENDPOINT, F_PREDICATE, KIND_LINK, element_doc  # noqa: E402
 
 
@@ -57,12 +57,7 @@ def main() -> None:
     try:
         nx.search.drain()
         s = nx.search
-        modes: dict[str, Callable[[Any, str, int], list[tuple[int, float]]]] = {
-            "keyword": lambda txn, t, n: Q.run(txn, s.vectors, KIND_LINK, t, None, n),
-            "semantic": lambda txn, t, n: Q.semantic(txn, s.semantic, KIND_LINK, t, None, n),
-            "hybrid": lambda txn, t, n: Q.hybrid(txn, s.vectors, s.semantic, KIND_LINK, t,
-                                                 None, n),
-        }
+        modes = ranking_modes(s, KIND_LINK)
         with nx.store.read() as txn:
             links = sorted(link for _, _, link in _all_links(txn))
             rng = random.Random(args.seed)

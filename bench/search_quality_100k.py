@@ -59,6 +59,17 @@ def old_hybrid(txn: Any, search: Any, text: str, limit: int) -> list[tuple[int, 
     return [(-neg, sc) for sc, neg in heapq.nlargest(limit, scored)]
 
 
+def ranking_modes(s: Any, kind: int) -> dict[str, Callable[[Any, str, int],
+                                                        list[tuple[int, float]]]]:
+    """Each SEARCH mode's ranking of `kind` as served (`nexus.search.query`), over the
+    search service `s`: mode -> f(txn, text, count) -> [(id, score)]."""
+    return {
+        "keyword": lambda txn, t, n: Q.run(txn, s.vectors, kind, t, None, n),
+        "semantic": lambda txn, t, n: Q.semantic(txn, s.semantic, kind, t, None, n),
+        "hybrid": lambda txn, t, n: Q.hybrid(txn, s.vectors, s.semantic, kind, t, None, n),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", required=True)
@@ -76,13 +87,7 @@ def main() -> None:
     try:
         nx.search.drain()
         s = nx.search
-        modes: dict[str, Callable[[Any, str, int], list[tuple[int, float]]]] = {
-            "keyword": lambda txn, t, n: Q.run(txn, s.vectors, KIND_CONCEPT, t, None, n),
-            "semantic": lambda txn, t, n: Q.semantic(txn, s.semantic, KIND_CONCEPT, t,
-                                                     None, n),
-            "hybrid": lambda txn, t, n: Q.hybrid(txn, s.vectors, s.semantic, KIND_CONCEPT,
-                                                 t, None, n),
-        }
+        modes = ranking_modes(s, KIND_CONCEPT)
         if args.old_hybrid:
             modes["hybrid, before the fill"] = lambda txn, t, n: old_hybrid(txn, s, t, n)
         hits: dict[str, dict[str, list[int]]] = {m: {} for m in modes}
