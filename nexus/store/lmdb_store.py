@@ -380,8 +380,12 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         try:
             if self._wal is not None and self._wal.pending and not self._closed:
                 self._checkpoint()
-        except Exception:  # noqa: BLE001 - the log still holds every commit
-            log.warning("checkpoint of the store at %s failed", self._path, exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - the log still holds every commit
+            # A full or failing disk (OSError) is the operator's to see in one line; the
+            # previous checkpoint and the log stay whole, so nothing is at risk.
+            log.warning("checkpoint of the store at %s failed (%s); the write-ahead log "
+                        "still holds every commit", self._path, exc,
+                        exc_info=not isinstance(exc, OSError))
         finally:
             self._wlock.release()
 
@@ -488,9 +492,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                     try:
                         self._checkpoint()
                         self._wal.truncate()    # empty after a checkpoint: no disk kept
-                    except Exception:  # noqa: BLE001 - the log still holds every commit
-                        log.warning("could not checkpoint the store at %s at close",
-                                    self._path, exc_info=True)
+                    except Exception as exc:  # noqa: BLE001 - the log holds every commit
+                        log.warning("could not checkpoint the store at %s at close (%s); "
+                                    "the next open replays its write-ahead log", self._path,
+                                    exc, exc_info=not isinstance(exc, OSError))
                 self._drop_wal()
                 self._env.close()
             finally:

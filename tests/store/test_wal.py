@@ -317,3 +317,26 @@ def test_the_log_is_on_by_default_and_can_be_turned_off(tmp_path, monkeypatch, o
         assert (_age(nx, "first"), _age(nx, "second")) == (1, 2)
         _upsert(nx, "third", 3)
     assert all(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
+
+
+def test_a_checkpoint_that_hits_a_full_disk_is_one_line_and_loses_nothing(
+        tmp_path, monkeypatch, caplog):
+    import errno
+    import logging
+    path = str(tmp_path / "db")
+    with Nexus.open(path, wal=True) as nx:
+        _upsert(nx, "before", 1)
+
+    def full(self, txnid, metas):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with caplog.at_level(logging.WARNING, logger="nexus"):
+        nx = Nexus.open(path, wal=True)
+        _upsert(nx, "during", 2)
+        monkeypatch.setattr(wal.Wal, "checkpoint", full)
+        nx.close()                                  # its checkpoint fails: disk full
+    failed = [r for r in caplog.records if "checkpoint" in r.getMessage()]
+    assert failed and not any(r.exc_info for r in failed), failed   # no traceback
+    assert "No space left on device" in failed[0].getMessage()
+    monkeypatch.undo()
+    with Nexus.open(path, wal=True) as nx:           # the log is replayed
+        assert (_age(nx, "before"), _age(nx, "during")) == (1, 2)
