@@ -296,29 +296,6 @@ def test_a_clean_reopen_goes_on_in_the_checkpoints_generation(tmp_path, seed):
             assert verify(nx, deep=True)["ok"]
 
 
-@pytest.mark.parametrize("off", ["env", "option"])
-def test_the_log_is_on_by_default_and_can_be_turned_off(tmp_path, monkeypatch, off):
-    monkeypatch.delenv("NEXUS_WAL", raising=False)
-    path = str(tmp_path / "db")
-    with Nexus.open(path) as nx:                    # no option, no environment: the log
-        _upsert(nx, "first", 1)
-    assert all(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
-    if off == "env":
-        monkeypatch.setenv("NEXUS_WAL", "0")
-        reopen = Nexus.open(path)
-    else:
-        reopen = Nexus.open(path, wal=False)
-    with reopen as nx:                              # plain LMDB durability, nothing lost
-        assert _age(nx, "first") == 1
-        _upsert(nx, "second", 2)
-    assert not any(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
-    monkeypatch.delenv("NEXUS_WAL", raising=False)
-    with Nexus.open(path) as nx:                    # and on again (from the next write)
-        assert (_age(nx, "first"), _age(nx, "second")) == (1, 2)
-        _upsert(nx, "third", 3)
-    assert all(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
-
-
 def test_a_checkpoint_that_hits_a_full_disk_is_one_line_and_loses_nothing(
         tmp_path, monkeypatch, caplog):
     import errno
