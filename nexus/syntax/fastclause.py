@@ -18,20 +18,29 @@ from __future__ import annotations
 
 import gc
 import re
+import sys
 import time
 from bisect import bisect_right
 from typing import Callable
 
 from . import ast as A
 
-# Blanks and comments between two tokens (the grammar's WS and COMMENT); possessive, as in
-# fastparse._TOKEN, so a failed match never re-reads them.
-_W = r"(?:[ \t\f\r\n]++|//[^\n]*+)*+"
+# Blanks and comments between two tokens (the grammar's WS and COMMENT), taken whole and
+# never given back, so a failed match never re-reads them and a token is never found inside a
+# comment. Python's `re` has possessive quantifiers from 3.11 on; before, the same language
+# and the same matches (tests/syntax/test_fastparse.py compares the two) come from
+# lookaheads: each run of blanks ends where no blank follows (one split of it, no
+# backtracking over its splits), each comment at its line's end, the whole at neither —
+# about twice as slow on a loader's link, hence only where there is no other way.
+BLANKS_POSSESSIVE = r"(?:[ \t\f\r\n]++|//[^\n]*+)*+"
+BLANKS_LOOKAHEAD = r"(?:[ \t\f\r\n]+(?![ \t\f\r\n])|//[^\n]*(?![^\n]))*(?![ \t\f\r\n]|//)"
+BLANKS = BLANKS_POSSESSIVE if sys.version_info >= (3, 11) else BLANKS_LOOKAHEAD
+_W = BLANKS
 # A value where the grammar wants a string: a placeholder (an identifier after ':', not
 # followed by more word characters: `:né` is declined) or a string without escapes.
-_S = r"(?::([A-Za-z_][A-Za-z0-9_]*+)(?!\w)|\"([^\"\\\n\r]*+)\")"
+_S = r"(?::([A-Za-z_][A-Za-z0-9_]*)(?!\w)|\"([^\"\\\n\r]*)\")"
 # A placeholder where the grammar wants an object (SET ATTRIBUTES, WITH METADATA).
-_P = r":([A-Za-z_][A-Za-z0-9_]*+)(?!\w)"
+_P = r":([A-Za-z_][A-Za-z0-9_]*)(?!\w)"
 # `{type: T, name: N}`: group 1 is the '{' (empty group: its offset), then T, then N.
 _MATCH = (r"()\{" + _W + r"type(?!\w)" + _W + ":" + _W + _S + _W + "," + _W
           + r"name(?!\w)" + _W + ":" + _W + _S + _W + r"\}")
@@ -46,14 +55,14 @@ _HEAD = re.compile(
 _LINK = re.compile(
     r"()\(" + _W + r"()" + _S + _W + "," + _W + _MATCH + _W + r"\)" + _W
     + r"(?:WITH(?!\w)" + _W + r"METADATA(?!\w)" + _W + r"()" + _P + _W + r")?"
-    + r",?+" + _W)
+    + r",?" + _W)
 # The end of SET PROPOSITIONS and of its block.
 _LINKS_END = re.compile(r"\}" + _W + r"\}" + _W)
 # A block's own `WITH METADATA :m`.
 _BLOCK_META = re.compile(r"WITH(?!\w)" + _W + r"METADATA(?!\w)" + _W + r"()" + _P + _W)
 # The end of the statement and of the command (statement metadata, a second statement:
 # declined).
-_END = re.compile(r"\}" + _W + r"(?:;" + _W + r")*+\Z")
+_END = re.compile(r"\}" + _W + r"(?:;" + _W + r")*\Z")
 
 # Brackets open at the deepest point of this shape: UPSERT {, CONCEPT {, PROPOSITIONS {, (, {.
 _DEPTH = 5

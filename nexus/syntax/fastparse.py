@@ -26,7 +26,7 @@ from bisect import bisect_right
 from itertools import accumulate, repeat
 from operator import add
 from . import ast as A
-from .fastclause import clause_upsert
+from .fastclause import BLANKS, clause_upsert
 from .transform_common import IDENTIFIER
 
 # One token per match, after the blanks and comments before it (WS and COMMENT, ignored by
@@ -35,9 +35,10 @@ from .transform_common import IDENTIFIER
 # any other character is a token of its own (punctuation, or one the grammar has none for).
 # A ':' before a digit is not taken for a placeholder: `{a:1}` is a key, ':' and a number (a
 # placeholder's name never starts with a digit: the LALR parser refuses `:1` where a value
-# goes, and so do we). The prefix is possessive: a blank or a comment is never re-read.
+# goes, and so do we). The prefix is taken whole (fastclause.BLANKS): a blank or a comment
+# is never re-read.
 _TOKEN = re.compile(r"""
-    ((?:[ \t\f\r\n]++|//[^\n]*+)*+)
+    (""" + BLANKS + r""")
     (
       [{}()\[\],;]
     | :(?![0-9])\w+
@@ -70,7 +71,7 @@ def _kind(tok: str) -> str:
 
 
 # The text must start (after blanks and comments) with the word UPSERT; else decline now.
-_UPSERT_START = re.compile(r"(?:[ \t\f\r\n]++|//[^\n]*+)*+UPSERT(?!\w)")
+_UPSERT_START = re.compile(BLANKS + r"UPSERT(?!\w)")
 
 _CONCEPT_FIELDS = frozenset(("id", "type", "name"))
 _WORD_LITERALS = {"true": True, "false": False, "null": None}

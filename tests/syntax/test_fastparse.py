@@ -505,3 +505,29 @@ def test_the_clause_reader_declines_what_is_not_its_shape() -> None:
         assert clause_upsert(text, MAX_NESTING) is None, text
         check(text)
     assert clause_upsert("UPSERT { " + c + "} }", 4) is None       # under the shape's depth
+
+
+# --- the blanks before a token, on every Python -------------------------------------------
+# Python before 3.11 has no possessive quantifiers; there the fast readers take the blanks
+# and comments with lookaheads instead (fastclause.BLANKS_LOOKAHEAD). Both forms must accept
+# the same texts with the same matches, or a 3.10 install would read UPSERTs differently.
+_BLANK_TEXT = st.lists(st.sampled_from([" ", "\n", "\t", "\r", "/", "//", "\x00", "a", "{",
+                                        '"', ":", ",", "UPSERT", "type"]),
+                        max_size=20).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_BLANK_TEXT)
+def test_the_lookahead_blanks_match_as_the_possessive_ones(text):
+    from nexus.syntax import fastclause
+    for follow in ("", r"UPSERT(?!\w)", r"\{", r"type(?!\w)", r"\Z"):
+        want = re.compile(fastclause.BLANKS_POSSESSIVE + follow).match(text)
+        got = re.compile(fastclause.BLANKS_LOOKAHEAD + follow).match(text)
+        assert (got and got.span()) == (want and want.span()), (follow, text)
+    token = fastparse._TOKEN.pattern
+    lookahead = re.compile(token.replace(fastclause.BLANKS, fastclause.BLANKS_LOOKAHEAD),
+                           re.VERBOSE)
+    possessive = re.compile(token.replace(fastclause.BLANKS, fastclause.BLANKS_POSSESSIVE),
+                            re.VERBOSE)
+    assert [m.span() for m in lookahead.finditer(text + "\x00")] == \
+        [m.span() for m in possessive.finditer(text + "\x00")], text
