@@ -167,9 +167,7 @@ class KipApp(SpaceRoutes):
                               [(b"connection", b"close"), (b"retry-after", b"1")])
             self._check_auth(scope)
             body = await self._read_body(scope, receive)
-            if self.owner is not None and needs_owner(body):
-                return await self._forward(scope, body)
-            status, payload = await self._handle_body(body, call)
+            status, payload = await self._handle_body(body, call, scope)
             return status, payload, []
         if path == "/_audit" and self.audit_intake and verb == "POST" and \
                 _on_unix_socket(scope):             # only on the owner's Unix socket
@@ -201,8 +199,7 @@ class KipApp(SpaceRoutes):
             return 200, {"status": "ok"}, []
         return 200, {"name": "nexus", "version": __version__, "kip_version": KIP_VERSION}, []
 
-    async def _forward(self, scope: dict, body: bytes
-                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+    async def _forward(self, scope: dict, body: bytes) -> tuple[int, Any]:
         """A follower's answer to what only the owner answers: the owner's own."""
         auth = next((v for n, v in scope["headers"] if n == b"authorization"), None)
         assert self.owner is not None
@@ -220,7 +217,7 @@ class KipApp(SpaceRoutes):
                 "A write that had started completes or rolls back as a whole: check with "
                 "FIND before retrying it."))
         status, raw = answer
-        return status, RawJson(raw), []
+        return status, RawJson(raw)
 
     def _check_auth(self, scope: dict) -> None:
         if self.api_key is None:
@@ -274,7 +271,10 @@ class KipApp(SpaceRoutes):
             "`kip load`."), [(b"connection", b"close")])
 
     # --- JSON-RPC -------------------------------------------------------------------------
-    async def _handle_body(self, body: bytes, call: Call) -> tuple[int, Any]:
+    async def _handle_body(self, body: bytes, call: Call, scope: dict | None = None
+                           ) -> tuple[int, Any]:
+        """The answer to a `/kip` body; a follower forwards to the owner what only the owner
+        answers (`scope`: the request's, for its Authorization header), the body read once."""
         try:
             payload = loads(body)
         except MemoryError:
@@ -288,6 +288,8 @@ class KipApp(SpaceRoutes):
             if b'"jsonrpc"' in body:
                 return 400, rpc_error(None, PARSE_ERROR, err)
             return 400, {"error": err}
+        if self.owner is not None and scope is not None and needs_owner(payload):
+            return await self._forward(scope, body)
         if isinstance(payload, list):       # a JSON-RPC batch of calls
             if not payload:
                 call.error = "KIP_1001"

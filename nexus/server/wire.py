@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -45,6 +45,14 @@ def commands_of(params: Any) -> tuple[list[str], bool]:
     return ([command] if isinstance(command, str) else []), False
 
 
+def calls_in(payload: Any) -> Iterator[tuple[Any, list[str]]]:
+    """(method, command texts) of each call of a parsed request body: the call itself, or
+    each object of a JSON-RPC batch (other items are skipped: they get their own error)."""
+    for call in payload if isinstance(payload, list) else [payload]:
+        if isinstance(call, dict):
+            yield call.get("method"), commands_of(call.get("params"))[0]
+
+
 def asks_to_write(body: bytes) -> bool:
     """Whether a request body holds a command that writes (an `execute_kip` call with a KML
     or ADMIN command, alone, in `commands` or in a JSON-RPC batch). Unreadable bodies and
@@ -53,9 +61,9 @@ def asks_to_write(body: bytes) -> bool:
         payload = loads(body)
     except (ValueError, MemoryError):
         return False
-    for call in payload if isinstance(payload, list) else [payload]:
-        if isinstance(call, dict) and call.get("method") == "execute_kip":
-            for text in commands_of(call.get("params"))[0]:
+    for method, texts in calls_in(payload):
+        if method == "execute_kip":
+            for text in texts:
                 kind = kind_of_text(text)
                 if kind is not None and kind.writes:
                     return True

@@ -50,7 +50,7 @@ import time
 from typing import Any
 
 from ..language import StatementKind, kind_of_text
-from .wire import commands_of, dumps, loads
+from .wire import calls_in, dumps
 
 AUDIT_EVERY = 0.2           # seconds between a follower's audit batches
 AUDIT_BATCH = 200           # entries per request to the owner
@@ -63,22 +63,16 @@ _FOLLOWER = "import sys; from nexus.server.run import follower; sys.exit(followe
 _SEARCH = re.compile(r"\bSEARCH\b", re.IGNORECASE)
 
 
-def needs_owner(body: bytes) -> bool:
-    """Whether a follower must forward this `/kip` body to the owner (module doc). A body
-    that is not JSON is answered by the follower (the same error either way)."""
-    try:
-        payload = loads(body)
-    except (ValueError, MemoryError):
-        return False
-    for call in payload if isinstance(payload, list) else [payload]:
-        if not isinstance(call, dict):
-            continue
-        method = call.get("method")
+def needs_owner(payload: Any) -> bool:
+    """Whether a follower must forward this parsed `/kip` body to the owner (module doc).
+    A body that is not JSON never gets here: the follower answers it (the same error
+    either way)."""
+    for method, texts in calls_in(payload):
         if method not in ("execute_kip", "execute_kip_readonly"):
             if method == "list_logs":
                 return True
             continue            # an unknown method: the follower answers the error
-        for text in commands_of(call.get("params"))[0]:
+        for text in texts:
             if kind_of_text(text) is not StatementKind.QUERY or _SEARCH.search(text):
                 return True
     return False
