@@ -58,6 +58,8 @@ class KipApp(SpaceRoutes):
         self.max_body = max_body if max_body is not None else limits.max_body_bytes
         self.request_timeout = (request_timeout if request_timeout is not None
                                 else max(60.0, 2 * limits.query_timeout))
+        if owner is not None:       # the owner answers within the same bound (408 past it)
+            owner.timeout = self.request_timeout + 5.0
         self.access_log = access_log
         if audit is True:
             audit = nexus.audit_log() if nexus is not None else None

@@ -154,8 +154,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
         log_stream = open(access_log, "ab")
     owner = None
     if follow is not None:
-        owner = Owner(follow["owner"], (request_timeout if request_timeout is not None
-                                        else max(60.0, 2 * (timeout or 30.0))) + 5.0)
+        owner = Owner(follow["owner"])          # (its timeout: KipApp's request_timeout)
     app = KipApp(nexus, api_key=api_key, request_timeout=request_timeout,
                  access_log=log_stream, threads=threads,
                  audit=RemoteAudit(owner, key_bytes(api_key)) if owner and audit else audit,

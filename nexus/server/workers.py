@@ -98,7 +98,8 @@ class Owner:
     """A follower's way to the owner process: HTTP/1.1 over its Unix socket, one connection
     per call (a forwarded call is never retried: it may have written)."""
 
-    def __init__(self, path: str, timeout: float) -> None:
+    def __init__(self, path: str, timeout: float = 65.0) -> None:
+        # (The follower's KipApp sets `timeout` from its own request timeout.)
         self.path, self.timeout = path, timeout
 
     def post(self, target: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
@@ -259,12 +260,9 @@ class Team:
 
     def stop(self, timeout: float) -> None:
         """SIGTERM the followers (they finish what they run) and wait for them."""
+        self.signal(signal.SIGTERM)         # (none is started after it)
         with self._lock:
-            self.stopping.set()
             procs = [p for p in self.procs if p is not None]
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for p in procs:
             try:
