@@ -54,6 +54,7 @@ With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
 from __future__ import annotations
 
 import heapq
+from itertools import islice
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -349,9 +350,9 @@ def _link_candidates(txn: Any, vectors: VectorSource, qvec: np.ndarray, group: i
     ends = vectors.knn(KIND_CONCEPT, qvec, max(TOP_VECTOR, count), expansion)
     near: dict[int, float] = {}
     for end, sim in heapq.nlargest(LINK_ENDS, ends.items(), key=lambda kv: kv[1]):
-        for _, other, link in _take(txn.out_links(end, group), LINK_FANOUT):
+        for _, other, link in islice(txn.out_links(end, group), LINK_FANOUT):
             near[link] = sim + ends.get(other, 0.0)
-        for _, other, link in _take(txn.in_links(end, group), LINK_FANOUT):
+        for _, other, link in islice(txn.in_links(end, group), LINK_FANOUT):
             near[link] = sim + ends.get(other, 0.0)
     ranked = heapq.nlargest(LINK_RANKED, near, key=lambda n: (near[n], -n))
     sims = _link_similarity(txn, vectors, qvec, ranked)
@@ -389,13 +390,6 @@ def _link_similarity(txn: Any, vectors: VectorSource, qvec: np.ndarray, ids: lis
     norms = np.linalg.norm(vecs, axis=1) * (float(np.linalg.norm(q)) or 1.0)
     sims = vecs @ q / np.where(norms > 0, norms, 1.0)
     return {n: min(1.0, max(0.0, s)) for n, s in zip(owners, sims.tolist())}
-
-
-def _take(it: Any, n: int) -> Any:
-    for i, x in enumerate(it):
-        if i >= n:
-            return
-        yield x
 
 
 # --- MODE "semantic" and "hybrid" ----------------------------------------------------------

@@ -631,13 +631,6 @@ class VectorIndex:
         return set((keys // SLOTS).tolist())
 
 
-def _take(it, n):
-    for i, x in enumerate(it):
-        if i >= n:
-            return
-        yield x
-
-
 class Indexer(threading.Thread):
     """The background thread that applies queued vector changes (see the module doc)."""
 
