@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from nexus.store.batched import LoopBatches
 from nexus.store.protocol import AuxTable, Head, JsonMap, ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ class Before:
         self.metadata_now: JsonMap | None = None
 
 
-class RecordingTxn(LoopBatches):
+class RecordingTxn:
     """A `WriteTxn` that keeps the prior state of every element it changes (module doc).
 
     `before` maps each changed id to what it was (`Before`; None: it did not exist before

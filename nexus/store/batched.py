@@ -6,9 +6,10 @@
 the executor's operators call them a chunk of rows at a time, so that a backend for which
 every call is a round trip (PostgreSQL: one SQL statement per call) answers a query in a
 number of statements that does not grow with the rows. A backend for which a call is a
-B-tree lookup in process (LMDB, memory) or a view over another transaction (history)
+B-tree lookup in process (LMDB, memory) or a view of the past (history's `AsOfTxn`)
 inherits `LoopBatches`: each batched call is the loop over its one-element call, with the
-same answers and the same side effects.
+same answers and the same side effects. (History's recording transaction passes each
+batched call through to the transaction it wraps.)
 """
 from __future__ import annotations
 
