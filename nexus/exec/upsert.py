@@ -24,10 +24,10 @@ existing element writes it (a no-op rewrite still bumps `_version`, CONTRACT §3
 """
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 from ..errors import ErrorCode, KipError
+from ..store.bulk import gc_paused
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from ..syntax.bind import check_values, value_of
@@ -73,14 +73,9 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     ends: dict[tuple[str, str], int] = {}
     # A command's maps, keys and rows hold no cycles: the collector is paused while they
     # are made (a load's command makes tens of thousands), and runs again after.
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         for statement in command.statements:
             _Statement(ctx, schema, statement, params, ends).run(concepts, links)
-    finally:
-        if paused:
-            gc.enable()
     if ctx.dry_run:
         return {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
     return {"blocks": len(command.statements), "upsert_concept_nodes": concepts,
@@ -180,11 +175,10 @@ class _Statement:
         self.new_links = {}
         keys = list(pending)
         ids, metas = zip(*pending.values())
-        now = self.ctx.now
         self.txn.create_link_columns(
             list(ids), [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
             None, list(metas), known_new=True,
-            extra_metadata={"_version": 1, "_created_at": now, "_updated_at": now})
+            extra_metadata=writes.new_metadata(None, self.ctx.now))
 
     # --- CONCEPT ------------------------------------------------------------------------
     def concept_block(self, block: A.ConceptBlock) -> int:
@@ -365,7 +359,7 @@ class _Statement:
         return n
 
     def concept_by_id(self, value: Any, pos: Any) -> int:
-        self.flush()                    # the id may be a buffered link's (not a concept)
+        # (A buffered link's id has no head yet: "no concept" as once it is written.)
         text = self.value(value)
         parsed = parse_id(text)
         if parsed is not None and parsed[0] == "C" and type(self.txn.head(parsed[1])) is \
