@@ -21,13 +21,13 @@ from .config import Config
 from .engine import CommitHook, Engine, WriteSession
 from .errors import ErrorCode, KipError
 from .ops import audit as _audit
-from .ops.audit import AuditLog, iso_time
+from .ops.audit import AuditBuffer, AuditLog, iso_time
 from .ops.capsules import capsule_files
 from .ops.check import format_problems
 from .store import open_store
 from .version import KIP_VERSION, __version__
 
-__all__ = ["Nexus", "AuditLog", "CommitHook", "WriteSession", "Progress", "audit_entry",
+__all__ = ["Nexus", "AuditLog", "AuditBuffer", "CommitHook", "WriteSession", "Progress", "audit_entry",
            "iso_time", "format_problems", "capsule_files", "KIP_VERSION", "__version__"]
 
 audit_entry = _audit.entry

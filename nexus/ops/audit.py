@@ -28,6 +28,7 @@ log is about what remote agents did; an embedding application may use `AuditLog`
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 import threading
 import time
@@ -124,34 +125,25 @@ def entry(*, method: str, kinds: list[str], commands: list[str], duration: float
     return out
 
 
-class AuditLog:
-    """Buffered, persisted audit log over a graph store's `audit` aux table."""
+class AuditBuffer:
+    """Entries queued in memory by `record` and handed on in batches by one background
+    thread (every `flush_interval` seconds, sooner once `flush_size` wait, and at `close`).
+    Where a batch goes is the subclass's `_write`: the store (`AuditLog`) or another
+    process (a `kip serve --workers` follower's relay). A failing `_write` is logged and
+    never stops the thread: audit must never take the server down."""
 
-    def __init__(self, engine: Engine, *, max_entries: int = 10_000,
-                 max_age_days: float = 30.0, flush_interval: float = 0.5,
-                 flush_size: int = 256) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.max_entries = max_entries
-        self.max_age = max_age_days * 86400.0
+    thread_name = "nexus-audit"
+
+    def __init__(self, *, flush_interval: float = 0.5, flush_size: int = 256) -> None:
         self.flush_interval = flush_interval
         self.flush_size = flush_size
         self._buffer: list[tuple[float, dict]] = []
         self._lock = threading.Lock()           # guards _buffer
-        self._flush_lock = threading.Lock()     # one flush at a time
+        self._flush_lock = threading.Lock()     # one flush at a time, in order
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._last_key = 0
 
-    @classmethod
-    def for_engine(cls, engine: Engine, **kw: Any) -> "AuditLog":
-        """An audit log configured from the engine's `Config` (retention)."""
-        cfg = engine.config
-        return cls(engine, max_entries=cfg.audit_max_entries,
-                   max_age_days=cfg.audit_max_age_days, **kw)
-
-    # --- recording -----------------------------------------------------------------------
     def record(self, item: dict[str, Any], ts: float | None = None) -> None:
         """Queue one entry (never blocks on storage)."""
         with self._lock:
@@ -160,10 +152,10 @@ class AuditLog:
         if full:
             self._wake.set()
 
-    def start(self) -> "AuditLog":
+    def start(self) -> "AuditBuffer":
         """Start the background flusher (idempotent)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="nexus-audit",
+            self._thread = threading.Thread(target=self._run, name=self.thread_name,
                                             daemon=True)
             self._thread.start()
         return self
@@ -175,11 +167,10 @@ class AuditLog:
             try:
                 self.flush()
             except Exception:   # noqa: BLE001 - audit must never take the server down
-                import logging
                 logging.getLogger("nexus.ops.audit").exception("audit flush failed")
 
     def close(self) -> None:
-        """Stop the flusher and write what is buffered."""
+        """Stop the flusher and hand on what is buffered."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -188,24 +179,52 @@ class AuditLog:
         self.flush()
 
     def flush(self) -> int:
-        """Write buffered entries and apply retention in one write transaction."""
+        """Hand the buffered entries to `_write`; the number of entries taken."""
         with self._flush_lock:
             with self._lock:
                 batch, self._buffer = self._buffer, []
-            if not batch:       # an idle server does no durable writes; reads hide
-                return 0        # entries past the age limit until the next flush prunes
-            with self.engine.write_session() as session:
-                table = session.txn.aux(TABLE)
-                if self._last_key == 0:
-                    for key, _ in table.scan(reverse=True):
-                        self._last_key = _KEY.unpack(key)[0]
-                        break
-                for ts, item in batch:
-                    k = max(int(ts * 1_000_000), self._last_key + 1)
-                    self._last_key = k
-                    table.put(_KEY.pack(k), orjson.dumps(item))
-                self._prune(table)
+            if batch:           # an idle server does no writes
+                self._write(batch)
             return len(batch)
+
+    def _write(self, batch: list[tuple[float, dict]]) -> None:
+        raise NotImplementedError
+
+
+class AuditLog(AuditBuffer):
+    """Buffered, persisted audit log over a graph store's `audit` aux table."""
+
+    def __init__(self, engine: Engine, *, max_entries: int = 10_000,
+                 max_age_days: float = 30.0, flush_interval: float = 0.5,
+                 flush_size: int = 256) -> None:
+        super().__init__(flush_interval=flush_interval, flush_size=flush_size)
+        self.engine = engine
+        self.store = engine.store
+        self.max_entries = max_entries
+        self.max_age = max_age_days * 86400.0
+        self._last_key = 0
+
+    @classmethod
+    def for_engine(cls, engine: Engine, **kw: Any) -> "AuditLog":
+        """An audit log configured from the engine's `Config` (retention)."""
+        cfg = engine.config
+        return cls(engine, max_entries=cfg.audit_max_entries,
+                   max_age_days=cfg.audit_max_age_days, **kw)
+
+    def _write(self, batch: list[tuple[float, dict]]) -> None:
+        """Write the entries and apply retention in one write transaction (reads hide
+        entries past the age limit until the next flush prunes them)."""
+        with self.engine.write_session() as session:
+            table = session.txn.aux(TABLE)
+            if self._last_key == 0:
+                for key, _ in table.scan(reverse=True):
+                    self._last_key = _KEY.unpack(key)[0]
+                    break
+            for ts, item in batch:
+                k = max(int(ts * 1_000_000), self._last_key + 1)
+                self._last_key = k
+                table.put(_KEY.pack(k), orjson.dumps(item))
+            self._prune(table)
 
     def _cutoff(self) -> int:
         """Keys below this are past the age limit."""

@@ -49,6 +49,7 @@ import threading
 import time
 from typing import Any
 
+from ..api import AuditBuffer
 from ..language import StatementKind, kind_of_text
 from .wire import calls_in, dumps
 
@@ -122,51 +123,26 @@ class Owner:
         return self.post("/kip", body, headers)
 
 
-class RemoteAudit:
+class RemoteAudit(AuditBuffer):
     """A follower's audit log: entries are queued and sent to the owner's audit log in
     batches (`record`, `start`, `close` as `AuditLog`; `list_logs` is forwarded)."""
 
+    thread_name = "nexus-audit-relay"
+
     def __init__(self, owner: Owner, api_key: bytes | None) -> None:
+        super().__init__(flush_interval=AUDIT_EVERY, flush_size=AUDIT_BATCH)
         self.owner = owner
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = "Bearer " + api_key.decode()
-        self._buffer: list[tuple[float, dict[str, Any]]] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def record(self, item: dict[str, Any], ts: float | None = None) -> None:
-        with self._lock:
-            self._buffer.append((time.time() if ts is None else ts, item))
-
-    def start(self) -> "RemoteAudit":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="nexus-audit-relay",
-                                            daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.wait(AUDIT_EVERY):
-            self.flush()
-
-    def flush(self) -> int:
-        with self._lock:
-            batch, self._buffer = self._buffer, []
+    def _write(self, batch: list[tuple[float, dict]]) -> None:
         for at in range(0, len(batch), AUDIT_BATCH):    # each well under any body limit
             try:
                 self.owner.post("/_audit", dumps(batch[at:at + AUDIT_BATCH]), self._headers)
             except OSError as exc:      # the owner is gone: these entries are lost with it
                 log.warning("audit entries not delivered to the owner process: %s", exc)
                 break
-        return len(batch)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        self.flush()
 
     def list_logs(self, params: Any = None) -> dict[str, Any]:   # pragma: no cover
         raise RuntimeError("list_logs is forwarded to the owner process")

@@ -116,3 +116,38 @@ def test_shutting_down_answers_503(nexus):
         assert _asgi(app, "GET", "/healthz")[0] == 503
     finally:
         app.close()
+
+
+class _FlakyOwner:
+    """Stands in for the owner process's socket: fails its first delivery with an error
+    that is not an OSError, then records what it is sent."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.delivered: list = []
+
+    def post(self, path: str, body: bytes, headers: dict) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            raise ValueError("a garbled answer from the owner")
+        self.delivered.extend(json.loads(body))
+
+
+def test_a_follower_relay_outlives_a_failed_delivery(caplog):
+    from nexus.server.workers import RemoteAudit
+    owner = _FlakyOwner()
+    relay = RemoteAudit(owner, None)     # type: ignore[arg-type]
+    relay.flush_interval = 0.02
+    relay.start()
+    relay.record(_entry(1))
+    deadline = time.monotonic() + 5
+    while owner.calls < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    relay.record(_entry(2))              # after the failure: still delivered, by the thread
+    while not owner.delivered and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert [e["command"] for _, e in owner.delivered] == ["c2"]
+        assert "audit flush failed" in caplog.text
+    finally:
+        relay.close()
