@@ -27,12 +27,22 @@ from .ops.check import format_problems
 from .store import open_store
 from .version import KIP_VERSION, __version__
 
-__all__ = ["Nexus", "AuditLog", "AuditBuffer", "CommitHook", "WriteSession", "Progress", "audit_entry",
-           "iso_time", "format_problems", "capsule_files", "KIP_VERSION", "__version__"]
+__all__ = ["Nexus", "AuditLog", "AuditBuffer", "CommitHook", "WriteSession", "Progress",
+           "audit_entry", "iso_time", "format_problems", "capsule_files", "KIP_VERSION", "__version__"]
 
 audit_entry = _audit.entry
+
 # A progress callback: (label, done, total) — a file, phase or capsule, and two counts.
 Progress = Callable[[str, int, int], None]
+
+
+def _columnar_option(options: dict[str, Any]) -> str | None:
+    """Take the `columnar` option out of `options`: None (not given) or a valid mode."""
+    mode = options.pop("columnar", None)
+    if mode is not None and mode not in ("auto", "always", "never"):
+        raise KipError(ErrorCode.KIP_1001, f"Unknown columnar mode {mode!r}",
+                       "Use columnar=\"auto\", \"always\" or \"never\".")
+    return mode
 
 
 # Every open Nexus, closed at interpreter exit if its owner did not: the vector indexer's
@@ -71,10 +81,7 @@ class Nexus(Engine):
         total)` is called as the bootstrap applies bundled capsules (to a new database, or
         changed ones to an old database); not at all when there is nothing to apply.
         """
-        mode = options.pop("columnar", None)
-        if mode is not None and mode not in ("auto", "always", "never"):
-            raise KipError(ErrorCode.KIP_1001, f"Unknown columnar mode {mode!r}",
-                           "Use columnar=\"auto\", \"always\" or \"never\".")
+        mode = _columnar_option(options)
         config = options.pop("config", None) or Config.from_options(**options)
         store = open_store("memory://" if location is None else location,
                            durable=config.durable, wal=config.wal)
@@ -106,7 +113,7 @@ class Nexus(Engine):
             raise KipError(ErrorCode.KIP_4003, f"cannot follow {loc}: only an LMDB "
                            f"database is read beside its owner",
                            "Give the database directory (or lmdb:///path).")
-        mode = options.pop("columnar", None)
+        mode = _columnar_option(options)
         config = Config.from_options(**{**options, "bootstrap": False})
         store = open_store(loc, durable=config.durable, readonly=True)
         nexus = cls(store, config)

@@ -99,3 +99,13 @@ def test_only_lmdb_is_followed():
     with pytest.raises(KipError) as exc:
         Nexus.follow("memory://")
     assert exc.value.code.value == "KIP_4003"
+
+
+@pytest.mark.parametrize("opener", ["open", "follow"])
+def test_an_unknown_columnar_mode_is_refused_by_open_and_follow(tmp_path, opener):
+    from nexus.errors import KipError
+    with Nexus.open(str(tmp_path / "db"), bootstrap=False):
+        pass
+    with pytest.raises(KipError) as exc:
+        getattr(Nexus, opener)(str(tmp_path / "db"), columnar="sometimes")
+    assert exc.value.code.value == "KIP_1001" and "sometimes" in exc.value.message
