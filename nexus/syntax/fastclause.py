@@ -66,7 +66,7 @@ _END = re.compile(r"\}" + _W + r"(?:;" + _W + r")*\Z")
 
 # Brackets open at the deepest point of this shape: UPSERT {, CONCEPT {, PROPOSITIONS {, (, {.
 _DEPTH = 5
-# How many blocks are read between two looks at the clock (as fastparse).
+# How many blocks are read between two looks at the clock (both fast readers).
 _CLOCK_EVERY = 256
 # Positions are immutable and compare by value: one object per (line, column) seen, shared
 # by every command (a loader's commands repeat the same columns on the same lines).
@@ -86,6 +86,55 @@ def _pos(line: int, column: int) -> A.Pos:
                 _POS.clear()
             _POS[key] = hit
     return hit
+
+
+class Lines:
+    """Where a text's lines start, to turn offsets into positions as the LALR lexer counts
+    them (lines split on \\n, columns in characters, both from 1): one list of newline
+    offsets per text, searched per position."""
+
+    __slots__ = ("newlines",)
+
+    def __init__(self, text: str) -> None:
+        self.newlines = [m.start() for m in re.finditer("\n", text)]
+
+    def pos(self, offset: int) -> A.Pos:
+        """The (shared) Pos of `offset`."""
+        newlines = self.newlines
+        line = bisect_right(newlines, offset)
+        return _pos(line, offset - (newlines[line - 1] + 1 if line else 0) + 1)
+
+    def line_of(self, offset: int) -> tuple[int, int, int]:
+        """The line (from 0) of `offset`, the offset where it starts and the offset of its
+        end: positions on one line are then counted without a search (`on_line`)."""
+        newlines = self.newlines
+        line = bisect_right(newlines, offset)
+        return (line, newlines[line - 1] + 1 if line else 0,
+                newlines[line] if line < len(newlines) else _FAR)
+
+    def on_line(self, offset: int, line: tuple[int, int, int]) -> A.Pos:
+        """`pos(offset)` for an offset at or after the start of `line`."""
+        if offset < line[2]:
+            return _pos(line[0], offset - line[1] + 1)
+        return self.pos(offset)
+
+
+def encodable(value: str) -> bool:
+    """False for a string holding a lone surrogate, which the grammar's decode refuses (the
+    fast readers then decline, and the grammar reports it)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def out_of_time(blocks: int, deadline: float | None) -> bool:
+    """True when `deadline` has passed, looked at once every `_CLOCK_EVERY` blocks read
+    (the readers then decline, and the LALR parser reports the time limit)."""
+    return not blocks % _CLOCK_EVERY and deadline is not None and time.monotonic() > deadline
 
 
 # A Param built without the frozen dataclass's __init__ (three object.__setattr__ calls
@@ -150,33 +199,14 @@ def clause_upsert(text: str, max_nesting: int, deadline: float | None = None
             gc.enable()
 
 
-class _Clauses:
-    """One reading of a text; `at` is the offset of the next block or link."""
+class _Clauses(Lines):
+    """One reading of a text (its positions through `Lines`)."""
 
     def __init__(self, text: str, deadline: float | None) -> None:
         self.text = text
         self.deadline = deadline
-        self.newlines = [m.start() for m in re.finditer("\n", text)]
+        super().__init__(text)
         self.params: set[str] = set()
-
-    def pos(self, offset: int) -> A.Pos:
-        """Line and column of `offset`, as the LALR lexer counts them (from 1)."""
-        line = bisect_right(self.newlines, offset)
-        return _pos(line, offset - (self.newlines[line - 1] + 1 if line else 0) + 1)
-
-    def line_of(self, offset: int) -> tuple[int, int, int]:
-        """The line (from 0) of `offset`, the offset where it starts and the offset of its
-        end: positions on one line are then counted without a search (`on_line`)."""
-        newlines = self.newlines
-        line = bisect_right(newlines, offset)
-        return (line, newlines[line - 1] + 1 if line else 0,
-                newlines[line] if line < len(newlines) else _FAR)
-
-    def on_line(self, offset: int, line: tuple[int, int, int]) -> A.Pos:
-        """`pos(offset)` for an offset at or after the start of `line`."""
-        if offset < line[2]:
-            return _pos(line[0], offset - line[1] + 1)
-        return self.pos(offset)
 
     def string(self, m: re.Match[str], group: int, expect: str, line: tuple[int, int, int]
                ) -> A.Value | None:
@@ -187,11 +217,8 @@ class _Clauses:
             self.params.add(name)
             return _param(name, expect, self.on_line(m.start(group) - 1, line))
         raw = m.group(group + 1)
-        if not raw.isascii():
-            try:
-                raw.encode("utf-8")
-            except UnicodeEncodeError:   # a lone surrogate: the grammar's decode refuses it
-                return None
+        if not encodable(raw):
+            return None
         return A.Literal(raw, self.on_line(m.start(group + 1) - 1, line))
 
     def placeholder(self, m: re.Match[str], group: int, line: tuple[int, int, int]
@@ -249,9 +276,8 @@ class _Clauses:
                 at = mm.end()
             blocks.append(A.ConceptBlock(None, match, attributes, propositions, metadata,
                                          _pos(line[0], m.start(1) - line[1] + 1), None))
-            if not len(blocks) % _CLOCK_EVERY and self.deadline is not None \
-                    and time.monotonic() > self.deadline:
-                return None       # the LALR parser reports the time limit
+            if out_of_time(len(blocks), self.deadline):
+                return None
         if _END.match(text, at) is None:
             return None
         pos = self.pos(start.start(1))

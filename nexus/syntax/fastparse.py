@@ -21,12 +21,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
-from bisect import bisect_right
 from itertools import accumulate, repeat
 from operator import add
 from . import ast as A
-from .fastclause import BLANKS, clause_upsert
+from .fastclause import BLANKS, Lines, clause_upsert, encodable, out_of_time
 from .transform_common import IDENTIFIER
 
 # One token per match, after the blanks and comments before it (WS and COMMENT, ignored by
@@ -75,8 +73,6 @@ _UPSERT_START = re.compile(BLANKS + r"UPSERT(?!\w)")
 
 _CONCEPT_FIELDS = frozenset(("id", "type", "name"))
 _WORD_LITERALS = {"true": True, "false": False, "null": None}
-# How many blocks are read between two looks at the clock (a parse's time budget).
-_CLOCK_EVERY = 256
 
 
 class _Decline(Exception):
@@ -137,11 +133,8 @@ def _string(raw: str) -> str:
             raise _DECLINE from None
     else:
         value = raw[1:-1]
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:   # a lone surrogate
-            raise _DECLINE from None
+    if not encodable(value):
+        raise _DECLINE
     return value
 
 
@@ -177,16 +170,13 @@ class _Reader:
         self.i = 0
         self.deadline = deadline
         self.params: set[str] = set()
-        self.newlines = [m.start() for m in re.finditer("\n", text)]
+        self.lines = Lines(text)
 
     # --- tokens and positions --------------------------------------------------------------
     def pos(self, index: int) -> A.Pos:
         """Line and column of token `index`, counted as the LALR lexer counts them (lines
         split on \\n, columns in characters, both from 1)."""
-        offset = self.ends[index] - len(self.texts[index])
-        line = bisect_right(self.newlines, offset)
-        start = self.newlines[line - 1] + 1 if line else 0
-        return A.Pos(line + 1, offset - start + 1)
+        return self.lines.pos(self.ends[index] - len(self.texts[index]))
 
     def item_closes(self, close: str) -> bool:
         """After an item of a `{…}` or `[…]` list: True at its `close` (a trailing comma
@@ -263,9 +253,8 @@ class _Reader:
                 blocks.append(self.proposition_block())
             else:
                 raise _DECLINE
-            if not len(blocks) % _CLOCK_EVERY and self.deadline is not None \
-                    and time.monotonic() > self.deadline:
-                raise _DECLINE    # the LALR parser reports the time limit
+            if out_of_time(len(blocks), self.deadline):
+                raise _DECLINE
         self.expect("}")
         return A.UpsertStatement(tuple(blocks), self.metadata(), self.pos(start))
 
