@@ -15,6 +15,7 @@ import regex
 
 from ..errors import ErrorCode, KipError
 from ..plan.logical import ConceptAtom, Group, LinkIdAtom
+from ..store.pattern import Matcher, PatternMatcher
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
 from ..syntax import bind
@@ -51,6 +52,12 @@ def prefetch_spec(paths: Iterable[A.Path], layout: list[str]) -> PrefetchSpec:
     return [(i, h, a, m) for i, (h, a, m) in spec.items()]
 
 
+def _matcher(txn: ReadTxn) -> Matcher | None:
+    """The transaction's pattern matcher (an optional capability: a transaction without
+    it, such as a view wrapping another, has none)."""
+    return txn.pattern_matcher() if isinstance(txn, PatternMatcher) else None
+
+
 def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
     """KIP_4002 for a path range `{lo,hi}` (`hi` None: open) over the hop cap (CONTRACT §6)."""
     if (hi if hi is not None else lo) > cap:
@@ -63,7 +70,7 @@ def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_named", "_links",
                  "_attrs", "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
-                 "_link_preds", "batched")
+                 "_link_preds", "batched", "matcher")
 
     def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
@@ -85,6 +92,9 @@ class Env:
         self._link_preds: list[int] | None = None
         # Whether the operators ask the store a chunk of rows at a time (nexus.exec.chunked)
         self.batched = self.txn.prefers_batches()
+        # The store's one-query pattern matcher (nexus.store.pattern), when it offers one:
+        # the operators then push a group's leading steps down (nexus.exec.pushdown).
+        self.matcher = _matcher(self.txn) if self.batched else None
 
     # --- values ---------------------------------------------------------------------------
     def value(self, v: A.Value) -> Any:

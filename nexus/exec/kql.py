@@ -112,7 +112,8 @@ def prepare(ctx: ExecContext, find: A.Find, params: Params, *, cache: bool = Tru
                       repeat_key=named_idx if repeats else None,
                       fingerprint_params=tuple(sorted(set(placeholder_names(unpaged)))),
                       fingerprint_text=to_text(unpaged))
-    prepared = Prepared(find, logical, plan, compile_group(plan), shape,
+    reads = [A.item_path(i) for i in find.items] + [A.item_path(k.expr) for k in find.order_by]
+    prepared = Prepared(find, logical, plan, compile_group(plan, reads), shape,
                         _mandatory_atoms(logical), paths=tuple(_path_ranges(logical.root)),
                         anchored=anchored(plan), point=_point_atom(plan, aggregated))
     if cache:
