@@ -164,11 +164,27 @@ class Env:
             return hit
         return txn.concept_id(tid, name)
 
-    def prefetch_constants(self, root: Group) -> None:
+    def known_concept(self, atom: ConceptAtom) -> tuple[bool, int | None]:
+        """(True, what `const_concept(atom)` answers) when that is known without a read
+        (resolved before, or prefetched), else (False, None)."""
+        hit = self._concepts.get(id(atom), _MISSING)
+        if hit is not _MISSING:
+            return True, hit
+        if atom.id is not None or atom.type is None or atom.name is None:
+            return False, None
+        tid = self.sid(atom.type)
+        name = self.value(atom.name)
+        if tid is None or not isinstance(name, str):
+            return True, None
+        hit = self._named.get((tid, name), _MISSING)
+        return (False, None) if hit is _MISSING else (True, hit)
+
+    def prefetch_constants(self, root: Group, skip: frozenset[int] = frozenset()) -> None:
         """On a store whose reads are round trips: the `{type, name}` constants of every
         block of the query looked up in one batched read (`concept_ids`), which resolving
         them then answers from. A hint: a constant whose values do not resolve here is
-        left to be reported where it is used."""
+        left to be reported where it is used. `skip`: the id()s of clauses resolved
+        elsewhere (in a pushed-down query, nexus.exec.pushdown)."""
         pairs: dict[tuple[int, str], None] = {}
         groups = [root]
         while groups:
@@ -176,7 +192,7 @@ class Env:
             groups += group.children()
             for atom in group.atoms:
                 if type(atom) is not ConceptAtom or atom.id is not None or \
-                        atom.type is None or atom.name is None:
+                        atom.type is None or atom.name is None or id(atom) in skip:
                     continue
                 try:
                     tid, name = self.sid(atom.type), self.value(atom.name)

@@ -29,10 +29,11 @@ if TYPE_CHECKING:
 Stage = Callable[["Env", Rows], Rows]
 
 
-def compile_group(plan: P.GroupPlan, reads: Iterable[A.Path] = ()
+def compile_group(plan: P.GroupPlan, push: PD.Pushdown | None = None
                   ) -> Callable[[Env, Row], Rows]:
-    """A function (env, input_row) -> output rows laid out as `plan.out_layout`. `reads`:
-    what the caller reads of the rows' elements (FIND's items), a hint for a pushdown."""
+    """A function (env, input_row) -> output rows laid out as `plan.out_layout`. `push`:
+    the group's pushdown when the caller made it (`pushdown.split`, given what it reads of
+    the rows), else it is made here."""
     if plan.then is not None:
         return _continued(plan)
     stages = _compile_steps(plan)
@@ -40,7 +41,8 @@ def compile_group(plan: P.GroupPlan, reads: Iterable[A.Path] = ()
     union_maps = [union_map(plan, u) for u in plan.unions]
     pad = (None,) * (len(plan.out_layout) - len(plan.layout))
     n_inputs = len(plan.inputs)
-    push = PD.split(plan, reads)
+    if push is None:
+        push = PD.split(plan)
     rest: list[list[Stage]] = []        # the pushdown's remaining stages, made on first use
 
     def run_main(env: Env, row: Row) -> Rows:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
 from ..plan import physical as P
+from ..plan.logical import ConceptAtom
 from ..store import pattern as S
 from ..syntax import ast as A
 from .filters import paths_read
@@ -47,6 +48,11 @@ class Pushdown:
     rest: P.GroupPlan               # the moved FILTERs and the remaining steps
     reads: tuple[A.Path, ...]       # what the FILTERs and the caller read of the rows
     stopped: str | None             # what ended the run (None: every step is pushed down)
+    # The `{type, name}` clauses of the pushed-down steps (nested blocks' too): the query
+    # resolves them itself. `deferred`: the mandatory ones among them, whose KIP_3002 is
+    # checked only when the query finds no row (a row proves they exist).
+    constants: frozenset[int] = frozenset()     # their id()s
+    deferred: tuple[ConceptAtom, ...] = ()
 
 
 def split(plan: P.GroupPlan, reads: Iterable[A.Path] = ()) -> Pushdown | None:
@@ -77,7 +83,16 @@ def split(plan: P.GroupPlan, reads: Iterable[A.Path] = ()) -> Pushdown | None:
     paths = [p for f in filters if isinstance(f, P.Filter) for p in paths_read(f.expr)]
     rest = P.GroupPlan(tuple(layout), filters + list(plan.steps[i:]), list(plan.layout),
                        out_layout=list(plan.layout), estimates=[])
-    return Pushdown(tuple(taken), tuple(layout), rest, tuple(paths) + tuple(reads), stopped)
+    consts = [s.atom for s in _walk(taken) if isinstance(s, P.ConstConcept) and s.atom.id is None]
+    return Pushdown(tuple(taken), tuple(layout), rest, tuple(paths) + tuple(reads), stopped,
+                    frozenset(id(a) for a in consts), tuple(a for a in consts if a.mandatory))
+
+
+def _walk(steps: Iterable[P.Step]) -> Iterable[P.Step]:
+    for step in steps:
+        yield step
+        if isinstance(step, (P.AntiJoin, P.OptionalJoin)):
+            yield from _walk(step.plan.steps)
 
 
 def _refusal(step: P.Step) -> str | None:
@@ -148,6 +163,8 @@ def rows(env: Env, push: Pushdown, matcher: S.Matcher) -> Rows:
     pattern = S.Pattern(steps, tuple(range(len(push.layout))),
                         tuple(S.Want(c, h, m) for c, (h, m) in wants.items()))
     found = matcher(pattern)
+    if not found and push.deferred:
+        env.check_mandatory(push.deferred)      # KIP_3002 for one that does not exist
     env.tick(len(found) + 1)
     return iter(found)
 
@@ -176,7 +193,16 @@ def _translate(env: Env, steps: Iterable[P.Step], cols: dict[str, int], fresh: l
     out: list[S.Step] = []
     for step in steps:
         if isinstance(step, P.ConstConcept):
-            n = env.const_concept(step.atom)
+            atom = step.atom
+            known, n = env.known_concept(atom)
+            if not known and atom.id is None:       # {type, name}: resolved in the query
+                text, ok = name(atom.name)
+                out.append(S.ConceptStep(col(step.var), not step.bound,
+                                         type_id=tid(atom.type) if ok else S.NOTHING,
+                                         name=text))
+                continue
+            if not known:
+                n = env.const_concept(atom)
             out.append(S.ConceptStep(col(step.var), not step.bound,
                                      id=S.NOTHING if n is None else n))
         elif isinstance(step, (P.ScanType, P.ScanName, P.CheckConcept)):
