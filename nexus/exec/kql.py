@@ -292,7 +292,12 @@ def run_explain(ctx: ExecContext, explain: A.Explain, params: Params | None = No
                 ) -> dict[str, Any]:
     params = params or {}
     prep = prepare(ctx, explain.query, params, cache=False)
-    return explain_plan(prep.plan, explain.query)
+    out = explain_plan(prep.plan, explain.query)
+    if Env(ctx, params).matcher is not None:    # a store that runs a group as one query
+        push = pushdown.explain(prep.push)
+        out["pushdown"] = push
+        out["text"] += "\n" + pushdown.explain_text(push)
+    return out
 
 
 @executes(A.Explain)

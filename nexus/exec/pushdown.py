@@ -21,7 +21,7 @@ runs, so it would add a statement).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..plan import physical as P
 from ..plan.logical import ConceptAtom
@@ -133,15 +133,28 @@ def _binds(step: P.Step) -> list[str]:
     return []
 
 
-def explain(push: Pushdown | None) -> dict[str, object]:
-    """What EXPLAIN shows of the pushdown on a store with the capability."""
+def explain(push: Pushdown | None) -> dict[str, Any]:
+    """What EXPLAIN shows of the main block's pushdown, on a store with the capability:
+    how many of its steps (counting nested blocks as one) run as one query, how many
+    FILTERs run on its rows, and what ended the run (the steps from there on run as the
+    plan shows, a chunk of rows per statement)."""
     if push is None:
-        return {"steps": 0, "note": "nothing to push down (constants only, or an input row)"}
-    out: dict[str, object] = {"steps": len(push.steps), "filters_after": sum(
+        return {"steps": 0, "stopped_at": "nothing but constant clauses (or a UNION "
+                "continuation) to push down"}
+    out: dict[str, Any] = {"steps": len(push.steps), "filters_after": sum(
         isinstance(s, P.Filter) for s in push.rest.steps)}
     if push.stopped is not None:
         out["stopped_at"] = push.stopped
     return out
+
+
+def explain_text(push: dict[str, Any]) -> str:
+    line = f"pushdown: the first {push['steps']} step(s) as one query"
+    if push.get("filters_after"):
+        line += f", then {push['filters_after']} FILTER(s) on its rows"
+    if "stopped_at" in push:
+        line += f"; stopped at {push['stopped_at']}"
+    return line
 
 
 # --- run time ----------------------------------------------------------------------------
@@ -239,4 +252,4 @@ def _translate(env: Env, steps: Iterable[P.Step], cols: dict[str, int], fresh: l
     return tuple(out)
 
 
-__all__ = ["Pushdown", "explain", "rows", "split"]
+__all__ = ["Pushdown", "explain", "explain_text", "rows", "split"]

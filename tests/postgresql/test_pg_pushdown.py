@@ -185,3 +185,17 @@ def test_a_missing_mandatory_constant_is_still_reported(stores):
     command = ('FIND(?d.name) WHERE { ?d {type: "Drug"} '
                '(?d, "treats", {type: "Symptom", name: "Missing"}) }')
     assert _answer(pg, command) == _answer(memory, command) == {"error": "KIP_3002"}
+
+
+def test_explain_says_what_runs_as_one_query(stores):
+    pg, memory = stores
+    plan = pg.execute_kip({"command": (
+        'EXPLAIN FIND(?d.name) WHERE { ?d {type: "Drug"} FILTER(?d.attributes.risk_level < 3) '
+        '(?d, "treats", ?s) (?s, "treats"{1,2}, ?x) }')})["result"]
+    assert plan["pushdown"] == {"steps": 2, "filters_after": 1, "stopped_at": "a path {m,n}"}
+    assert "pushdown: the first 2 step(s) as one query" in plan["text"]
+    whole = pg.execute_kip({"command": 'EXPLAIN FIND(?d.name) WHERE { ?d {type: "Drug"} '
+                                       'NOT { (?d, "treats", ?s) } }'})["result"]
+    assert whole["pushdown"] == {"steps": 2, "filters_after": 0}
+    assert "pushdown" not in memory.execute_kip({"command": (
+        'EXPLAIN FIND(?d.name) WHERE { ?d {type: "Drug"} }')})["result"]
