@@ -173,8 +173,11 @@ def rows(env: Env, push: Pushdown, matcher: S.Matcher) -> Rows:
         if not path.segments or path.segments[0] in ("attributes", "metadata"):
             want[1] = True
         want[0] = True
+    # Rows that are the solutions themselves (nothing runs after the query) are read up to
+    # one past the row cap: enough for the cap's KIP_4002, and memory stays bounded.
+    cap = None if push.rest.steps else env.ctx.limits.max_rows + 1
     pattern = S.Pattern(steps, tuple(range(len(push.layout))),
-                        tuple(S.Want(c, h, m) for c, (h, m) in wants.items()))
+                        tuple(S.Want(c, h, m) for c, (h, m) in wants.items()), cap)
     found = matcher(pattern)
     if not found and push.deferred:
         env.check_mandatory(push.deferred)      # KIP_3002 for one that does not exist

@@ -86,6 +86,7 @@ class Pattern:
     steps: tuple[Step, ...]
     columns: tuple[int, ...]        # the result row, in order
     wants: tuple[Want, ...] = ()
+    limit: int | None = None        # at most this many rows (the first ones, in order)
 
 
 Matcher = Callable[[Pattern], Sequence[tuple[int | None, ...]]]

@@ -171,7 +171,10 @@ def compile_pattern(space: str, pattern: Pattern) -> tuple[str, dict[str, Any]]:
                  f"COALESCE({hc}.metadata, {hl}.metadata)"] if want.maps else ["NULL", "NULL"])
         what += [f"{hc}.type_id", f"{hc}.name", f"{hl}.subject", f"{hl}.predicate",
                  f"{hl}.object", *maps]
-    return b.select(", ".join(what) or "1", main, ordered=True), b.params
+    sql = b.select(", ".join(what) or "1", main, ordered=True)
+    if pattern.limit is not None:
+        sql += f" LIMIT {b.p(pattern.limit, '::bigint')}"
+    return sql, b.params
 
 
 __all__ = ["WANT_WIDTH", "compile_pattern"]

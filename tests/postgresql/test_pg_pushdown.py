@@ -199,3 +199,20 @@ def test_explain_says_what_runs_as_one_query(stores):
     assert whole["pushdown"] == {"steps": 2, "filters_after": 0}
     assert "pushdown" not in memory.execute_kip({"command": (
         'EXPLAIN FIND(?d.name) WHERE { ?d {type: "Drug"} }')})["result"]
+
+
+def test_the_row_cap_holds_for_a_pushed_down_group(pg_server):
+    """CONTRACT §6's row cap (KIP_4002) is the same whether the solutions come from one
+    statement or from the operators (the statement reads at most one row past it)."""
+    url = pg_server.fresh_database("cap")
+    with Nexus.open(url, max_rows=5) as pg, Nexus.open("memory://", max_rows=5) as memory:
+        for command in _setup()[:12]:
+            for nexus in (pg, memory):
+                assert "error" not in nexus.execute_kip({"command": command})
+        for command in ('FIND(?s.name) WHERE { ?s {type: "Symptom"} }',
+                        'FIND(?x.name) WHERE { ?x {type: "$ConceptType"} }',
+                        'FIND(?x.name) WHERE { ?x {type: "$ConceptType"} '
+                        'FILTER(?x.name != "Drug") }'):
+            assert _answer(pg, command) == _answer(memory, command)
+        assert _answer(pg, 'FIND(?x.name) WHERE { ?x {type: "$ConceptType"} }') == \
+            {"error": "KIP_4002"}
