@@ -21,8 +21,10 @@ runs, so it would add a statement).
 from __future__ import annotations
 
 from dataclasses import dataclass
+import time
 from typing import TYPE_CHECKING, Any, Iterable
 
+from ..errors import KipError
 from ..plan import physical as P
 from ..plan.logical import ConceptAtom
 from ..store import pattern as S
@@ -176,9 +178,15 @@ def rows(env: Env, push: Pushdown, matcher: S.Matcher) -> Rows:
     # Rows that are the solutions themselves (nothing runs after the query) are read up to
     # one past the row cap: enough for the cap's KIP_4002, and memory stays bounded.
     cap = None if push.rest.steps else env.ctx.limits.max_rows + 1
+    ctx = env.ctx
     pattern = S.Pattern(steps, tuple(range(len(push.layout))),
-                        tuple(S.Want(c, h, m) for c, (h, m) in wants.items()), cap)
-    found = matcher(pattern)
+                        tuple(S.Want(c, h, m) for c, (h, m) in wants.items()), cap,
+                        ctx.deadline - time.monotonic())
+    try:
+        found = matcher(pattern)
+    except KipError:
+        ctx.check_deadline()        # cancelled at the deadline: the command's KIP_4001
+        raise
     if not found and push.deferred:
         env.check_mandatory(push.deferred)      # KIP_3002 for one that does not exist
     env.tick(len(found) + 1)

@@ -87,6 +87,9 @@ class Pattern:
     columns: tuple[int, ...]        # the result row, in order
     wants: tuple[Want, ...] = ()
     limit: int | None = None        # at most this many rows (the first ones, in order)
+    # Seconds the query may run (the command's deadline): a store that cannot stop it by
+    # then cancels it (a KIP_4003 error, which the caller turns into its timeout).
+    timeout: float | None = None
 
 
 Matcher = Callable[[Pattern], Sequence[tuple[int | None, ...]]]

@@ -11,6 +11,7 @@ them costs no round trip; concept heads are also cached per store once committed
 """
 from __future__ import annotations
 
+import threading
 from types import TracebackType
 from typing import Any, Iterable, Iterator, Literal, NoReturn, Sequence
 
@@ -461,7 +462,18 @@ class PgReadTxn:
         if conn is None:
             used_after_end()
         sql, params = compile_pattern(self.space, pattern)
-        rows = call(lambda: conn.execute(sql, params).fetchall(), self.host.where, False)
+        # One statement runs until it ends: past the command's deadline it is cancelled
+        # (from a timer thread: no statement of its own).
+        timer = None
+        if pattern.timeout is not None:
+            timer = threading.Timer(max(pattern.timeout, 0.001), conn.cancel)
+            timer.daemon = True
+            timer.start()
+        try:
+            rows = call(lambda: conn.execute(sql, params).fetchall(), self.host.where, False)
+        finally:
+            if timer is not None:
+                timer.cancel()
         k = len(pattern.columns)
         if not pattern.wants:
             return rows if k else [()] * len(rows)

@@ -216,3 +216,18 @@ def test_the_row_cap_holds_for_a_pushed_down_group(pg_server):
             assert _answer(pg, command) == _answer(memory, command)
         assert _answer(pg, 'FIND(?x.name) WHERE { ?x {type: "$ConceptType"} }') == \
             {"error": "KIP_4002"}
+
+
+def test_a_statement_past_the_deadline_is_cancelled(pg_server):
+    """One statement runs until it ends: past the command's deadline it is cancelled, and
+    the command fails with the timeout's KIP_4001 (CONTRACT §6); the store stays usable."""
+    url = pg_server.fresh_database("deadline")
+    with Nexus.open(url) as pg:
+        for command in _setup():
+            assert "error" not in pg.execute_kip({"command": command})
+    heavy = ('FIND(COUNT(?a)) WHERE { ?a {type: "Drug"} ?b {type: "Drug"} ?c {type: "Drug"} '
+             '?d {type: "Drug"} ?e {type: "Drug"} ?f {type: "Drug"} FILTER(?a.name != "x") }')
+    with Nexus.open(url, query_timeout=1.0, max_rows=10**9) as pg:
+        pg.execute_kip({"command": 'FIND(?d.name) WHERE { ?d {type: "Drug"} } LIMIT 1'})
+        assert _answer(pg, heavy) == {"error": "KIP_4001"}
+        assert _answer(pg, 'FIND(COUNT(?d)) WHERE { ?d {type: "Drug"} }') == 24
