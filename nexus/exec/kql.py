@@ -114,7 +114,10 @@ def prepare(ctx: ExecContext, find: A.Find, params: Params, *, cache: bool = Tru
                       repeat_key=named_idx if repeats else None,
                       fingerprint_params=tuple(sorted(set(placeholder_names(unpaged)))),
                       fingerprint_text=to_text(unpaged))
-    reads = [A.item_path(i) for i in find.items] + [A.item_path(k.expr) for k in find.order_by]
+    # What the result reads of the rows' elements: an element FIND returns (its head and
+    # maps), the paths of the items and sort keys; an aggregate of a bare `?x` nothing.
+    reads = [A.item_path(i) for i in find.items + tuple(k.expr for k in find.order_by)
+             if not (isinstance(i, A.Aggregate) and not i.arg.segments)]
     push = pushdown.split(plan, reads) if plan.then is None else None
     prepared = Prepared(find, logical, plan, compile_group(plan, push), shape,
                         _mandatory_atoms(logical), paths=tuple(_path_ranges(logical.root)),

@@ -39,6 +39,7 @@ class _Builder:
         self.n = 0
         self.cols: dict[int, str] = {}          # column -> SQL expression
         self.concepts: dict[int, str] = {}      # column -> alias of its nexus_concepts row
+        self.depth = 0                          # blocks nested around the step compiled
 
     def alias(self, prefix: str) -> str:
         self.n += 1
@@ -59,13 +60,20 @@ class _Builder:
             elif type(step) is LinkStep:
                 self.link(step, out)
             elif type(step) is NotBlock:
-                sub = self.block(step.steps)
+                sub = self.nested(step.steps)
                 out.where.append(f"NOT EXISTS ({self.select('1', sub, ordered=False)})")
             elif type(step) is OptionalBlock:
                 self.optional(step, out)
             else:  # pragma: no cover - the Step union is closed
                 raise TypeError(step)
         return out
+
+    def nested(self, steps: tuple[Step, ...]) -> _Block:
+        self.depth += 1
+        try:
+            return self.block(steps)
+        finally:
+            self.depth -= 1
 
     def select(self, what: str, block: _Block, ordered: bool) -> str:
         sql = f"SELECT {what} FROM (VALUES (1)) AS s{self.alias('')}(x)"
@@ -82,9 +90,10 @@ class _Builder:
         on = [f"{c}.space = {self.p(self.space)}"]
         if step.new:
             self.cols[step.col] = f"{c}.id"
-            self.concepts[step.col] = c
         else:
             on.append(f"{c}.id = {self.cols[step.col]}")
+        if not self.depth:      # (a nested block's rows are not in scope outside it)
+            self.concepts[step.col] = c     # the column's concept row, for its wants
         if step.id is not None:
             on.append(f"{c}.id = {self.p(step.id, '::bigint')}")
         if step.type_id is not None:
@@ -138,14 +147,13 @@ class _Builder:
 
     def optional(self, step: OptionalBlock, out: _Block) -> None:
         o = self.alias("o")
-        sub = self.block(step.steps)
+        sub = self.nested(step.steps)
         what = [f"{self.cols[col]} AS x{col}" for col in step.exports]
         what += [f"{key} AS k{i}" for i, key in enumerate(sub.order)]
         out.joins.append(f"LEFT JOIN LATERAL ({self.select(', '.join(what) or '1', sub, False)}"
                          f") {o} ON TRUE")
         for col in step.exports:
             self.cols[col] = f"{o}.x{col}"
-            self.concepts.pop(col, None)        # a null when the block matches nothing
         out.order += [f"{o}.k{i}" for i in range(len(sub.order))]
 
 

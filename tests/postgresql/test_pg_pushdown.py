@@ -231,3 +231,16 @@ def test_a_statement_past_the_deadline_is_cancelled(pg_server):
         pg.execute_kip({"command": 'FIND(?d.name) WHERE { ?d {type: "Drug"} } LIMIT 1'})
         assert _answer(pg, heavy) == {"error": "KIP_4001"}
         assert _answer(pg, 'FIND(COUNT(?d)) WHERE { ?d {type: "Drug"} }') == 24
+
+
+@pytest.mark.parametrize("command", [
+    'FIND(?d.name) WHERE { ?d {type: "Drug"} NOT { ?d {name: "Drug03"} } }',
+    'FIND(?d.name, ?x.name) WHERE { ?d {type: "Drug"} OPTIONAL { (?d, "treats", ?x) '
+    '?x {type: "Symptom", name: "Fever"} } }',
+    'FIND(?d, ?x) WHERE { ?d {type: "Drug"} (?d, "is_class_of", ?x) ?x {type: "DrugClass"} } '
+    'ORDER BY ?x.name LIMIT 4',
+    'FIND(?x.name, COUNT(?d), COUNT(?d.name)) WHERE { ?d {type: "Drug"} (?d, "treats", ?x) }',
+])
+def test_checks_inside_blocks_and_what_the_find_reads(stores, command):
+    pg, memory = stores
+    assert _answer(pg, command) == _answer(memory, command)
