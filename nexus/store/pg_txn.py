@@ -11,7 +11,6 @@ them costs no round trip; concept heads are also cached per store once committed
 """
 from __future__ import annotations
 
-import threading
 from types import TracebackType
 from typing import Any, Iterable, Iterator, Literal, NoReturn, Sequence
 
@@ -21,6 +20,7 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
 from nexus.store.pattern import Matcher, Pattern
+from nexus.store.pg_cancel import WATCHDOG
 from nexus.store.pg_conn import PgHost, call, pages, translate
 from nexus.store.pg_match import WANT_WIDTH, compile_pattern
 from nexus.store.protocol import AUX_TABLES
@@ -463,17 +463,13 @@ class PgReadTxn:
             used_after_end()
         sql, params = compile_pattern(self.space, pattern)
         # One statement runs until it ends: past the command's deadline it is cancelled
-        # (from a timer thread: no statement of its own).
-        timer = None
-        if pattern.timeout is not None:
-            timer = threading.Timer(max(pattern.timeout, 0.001), conn.cancel)
-            timer.daemon = True
-            timer.start()
+        # (pg_cancel: from a watchdog thread, no statement of its own).
+        armed = None if pattern.timeout is None else WATCHDOG.arm(pattern.timeout, conn.cancel)
         try:
             rows = call(lambda: conn.execute(sql, params).fetchall(), self.host.where, False)
         finally:
-            if timer is not None:
-                timer.cancel()
+            if armed is not None:
+                WATCHDOG.disarm(armed)
         k = len(pattern.columns)
         if not pattern.wants:
             return rows if k else [()] * len(rows)
