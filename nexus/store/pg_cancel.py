@@ -10,9 +10,10 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
-Entry = list    # [when (monotonic), serial, cancel function or None when disarmed]
+# [when (monotonic), serial, cancel function or None when disarmed]
+Entry = list[Any]
 
 
 class Watchdog:
