@@ -15,6 +15,7 @@ import regex
 
 from ..errors import ErrorCode, KipError
 from ..plan.logical import ConceptAtom, Group, LinkIdAtom
+from ..store.pattern import Matcher, PatternMatcher
 from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
 from ..syntax import bind
@@ -51,6 +52,12 @@ def prefetch_spec(paths: Iterable[A.Path], layout: list[str]) -> PrefetchSpec:
     return [(i, h, a, m) for i, (h, a, m) in spec.items()]
 
 
+def _matcher(txn: ReadTxn) -> Matcher | None:
+    """The transaction's pattern matcher (an optional capability: a transaction without
+    it, such as a view wrapping another, has none)."""
+    return txn.pattern_matcher() if isinstance(txn, PatternMatcher) else None
+
+
 def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
     """KIP_4002 for a path range `{lo,hi}` (`hi` None: open) over the hop cap (CONTRACT §6)."""
     if (hi if hi is not None else lo) > cap:
@@ -63,7 +70,7 @@ def check_hop_range(lo: int, hi: int | None, cap: int) -> None:
 class Env:
     __slots__ = ("ctx", "txn", "params", "_values", "_sids", "_concepts", "_named", "_links",
                  "_attrs", "_metas", "_walks", "_budget", "_ticks", "_next_check", "_regexes",
-                 "_link_preds", "batched")
+                 "_link_preds", "batched", "matcher")
 
     def __init__(self, ctx: ExecContext, params: Mapping[str, Any]) -> None:
         self.ctx = ctx
@@ -85,6 +92,9 @@ class Env:
         self._link_preds: list[int] | None = None
         # Whether the operators ask the store a chunk of rows at a time (nexus.exec.chunked)
         self.batched = self.txn.prefers_batches()
+        # The store's one-query pattern matcher (nexus.store.pattern), when it offers one:
+        # the operators then push a group's leading steps down (nexus.exec.pushdown).
+        self.matcher = _matcher(self.txn) if self.batched else None
 
     # --- values ---------------------------------------------------------------------------
     def value(self, v: A.Value) -> Any:
@@ -154,11 +164,27 @@ class Env:
             return hit
         return txn.concept_id(tid, name)
 
-    def prefetch_constants(self, root: Group) -> None:
+    def known_concept(self, atom: ConceptAtom) -> tuple[bool, int | None]:
+        """(True, what `const_concept(atom)` answers) when that is known without a read
+        (resolved before, or prefetched), else (False, None)."""
+        hit = self._concepts.get(id(atom), _MISSING)
+        if hit is not _MISSING:
+            return True, hit
+        if atom.id is not None or atom.type is None or atom.name is None:
+            return False, None
+        tid = self.sid(atom.type)
+        name = self.value(atom.name)
+        if tid is None or not isinstance(name, str):
+            return True, None
+        hit = self._named.get((tid, name), _MISSING)
+        return (False, None) if hit is _MISSING else (True, hit)
+
+    def prefetch_constants(self, root: Group, skip: frozenset[int] = frozenset()) -> None:
         """On a store whose reads are round trips: the `{type, name}` constants of every
         block of the query looked up in one batched read (`concept_ids`), which resolving
         them then answers from. A hint: a constant whose values do not resolve here is
-        left to be reported where it is used."""
+        left to be reported where it is used. `skip`: the id()s of clauses resolved
+        elsewhere (in a pushed-down query, nexus.exec.pushdown)."""
         pairs: dict[tuple[int, str], None] = {}
         groups = [root]
         while groups:
@@ -166,7 +192,7 @@ class Env:
             groups += group.children()
             for atom in group.atoms:
                 if type(atom) is not ConceptAtom or atom.id is not None or \
-                        atom.type is None or atom.name is None:
+                        atom.type is None or atom.name is None or id(atom) in skip:
                     continue
                 try:
                     tid, name = self.sid(atom.type), self.value(atom.name)

@@ -42,6 +42,7 @@ from .asof import as_of_context
 from .context import ExecContext
 from .env import Env, check_hop_range
 from .filters import kind as value_kind
+from . import pushdown
 from .operators import compile_group
 from .rows import Row, Rows
 from .registry import executes
@@ -65,6 +66,7 @@ class Prepared:
     program: columnar.GroupProgram | None = None  # the columnar run, built on first use
     point: ConceptAtom | None = None              # the clause of a point lookup plan
     chosen: object = None                         # (snapshot, params) `auto` ran columnar
+    push: pushdown.Pushdown | None = None         # the main block's pushdown (pushdown.py)
 
     @property
     def layout(self) -> list[str]:
@@ -112,9 +114,15 @@ def prepare(ctx: ExecContext, find: A.Find, params: Params, *, cache: bool = Tru
                       repeat_key=named_idx if repeats else None,
                       fingerprint_params=tuple(sorted(set(placeholder_names(unpaged)))),
                       fingerprint_text=to_text(unpaged))
-    prepared = Prepared(find, logical, plan, compile_group(plan), shape,
+    # What the result reads of the rows' elements: an element FIND returns (its head and
+    # maps), the paths of the items and sort keys; an aggregate of a bare `?x` nothing.
+    reads = [A.item_path(i) for i in find.items + tuple(k.expr for k in find.order_by)
+             if not (isinstance(i, A.Aggregate) and not i.arg.segments)]
+    push = pushdown.split(plan, reads) if plan.then is None else None
+    prepared = Prepared(find, logical, plan, compile_group(plan, push), shape,
                         _mandatory_atoms(logical), paths=tuple(_path_ranges(logical.root)),
-                        anchored=anchored(plan), point=_point_atom(plan, aggregated))
+                        anchored=anchored(plan), point=_point_atom(plan, aggregated),
+                        push=push)
     if cache:
         _PREPARED.put(id(find), (find, prepared), 64 * len(ctx.text or "") + 4096)
     return prepared
@@ -189,9 +197,7 @@ def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> An
     prep = prepare(ctx, find, params)
     check_hops(ctx, prep)
     env = Env(ctx, params)
-    if env.batched:
-        env.prefetch_constants(prep.logical.root)
-    env.check_mandatory(prep.mandatory)
+    _constants(env, prep, dry_run=ctx.dry_run)
     limit = env.value(find.limit) if find.limit is not None else None
     offset = decode_cursor(env.value(find.cursor), prep.shape, params) if find.cursor else 0
     if ctx.dry_run:
@@ -205,6 +211,20 @@ def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> An
         check_row_cap(ctx, len(rows), True)
         return point_answer(env, prep.shape, rows), None
     return shape_find(env, prep.shape, _run(env, prep), limit, offset, params)
+
+
+def _constants(env: Env, prep: Prepared, dry_run: bool) -> None:
+    """Resolve the constant clauses up front (KIP_3002 for a mandatory one that matches
+    nothing) — except those a pushed-down query resolves itself: it runs first, and
+    checks them when it finds no row (nexus.exec.pushdown)."""
+    push = prep.push if env.matcher is not None and not dry_run else None
+    if push is None:
+        if env.batched:
+            env.prefetch_constants(prep.logical.root)
+        env.check_mandatory(prep.mandatory)
+        return
+    env.prefetch_constants(prep.logical.root, push.constants)
+    env.check_mandatory([a for a in prep.mandatory if id(a) not in push.constants])
 
 
 def _run(env: Env, prep: Prepared) -> Solutions:
@@ -275,7 +295,12 @@ def run_explain(ctx: ExecContext, explain: A.Explain, params: Params | None = No
                 ) -> dict[str, Any]:
     params = params or {}
     prep = prepare(ctx, explain.query, params, cache=False)
-    return explain_plan(prep.plan, explain.query)
+    out = explain_plan(prep.plan, explain.query)
+    if Env(ctx, params).matcher is not None:    # a store that runs a group as one query
+        push = pushdown.explain(prep.push)
+        out["pushdown"] = push
+        out["text"] += "\n" + pushdown.explain_text(push)
+    return out
 
 
 @executes(A.Explain)
@@ -300,9 +325,7 @@ def solutions(ctx: ExecContext, where: tuple[A.Pattern, ...], variables: Sequenc
         if v in prep.logical.predicate_vars:
             raise predicate_var_misuse(v, None, "the statement's target (an element)")
     env = Env(ctx, params)
-    if env.batched:
-        env.prefetch_constants(prep.logical.root)
-    env.check_mandatory(prep.mandatory)
+    _constants(env, prep, dry_run=ctx.dry_run)
     key_idx = tuple(prep.layout.index(v) for v in variables)
     for row in distinct(_solutions(env, prep), key_idx):
         yield tuple([row[i] for i in key_idx])

@@ -18,6 +18,7 @@ from ..store.protocol import ConceptHead, LinkHead, ReadTxn
 from ..syntax import ast as A
 from . import anti_link as AL
 from . import chunked as C
+from . import pushdown as PD
 from .env import prefetch_spec
 from .filters import Test, compile_filter, paths_read
 from .rows import Row, Rows
@@ -28,8 +29,11 @@ if TYPE_CHECKING:
 Stage = Callable[["Env", Rows], Rows]
 
 
-def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
-    """A function (env, input_row) -> output rows laid out as `plan.out_layout`."""
+def compile_group(plan: P.GroupPlan, push: PD.Pushdown | None = None
+                  ) -> Callable[[Env, Row], Rows]:
+    """A function (env, input_row) -> output rows laid out as `plan.out_layout`. `push`:
+    the group's pushdown when the caller made it (`pushdown.split`, given what it reads of
+    the rows), else it is made here."""
     if plan.then is not None:
         return _continued(plan)
     stages = _compile_steps(plan)
@@ -37,9 +41,20 @@ def compile_group(plan: P.GroupPlan) -> Callable[[Env, Row], Rows]:
     union_maps = [union_map(plan, u) for u in plan.unions]
     pad = (None,) * (len(plan.out_layout) - len(plan.layout))
     n_inputs = len(plan.inputs)
+    if push is None:
+        push = PD.split(plan)
+    rest: list[list[Stage]] = []        # the pushdown's remaining stages, made on first use
 
     def run_main(env: Env, row: Row) -> Rows:
         rows: Rows = iter((row,))
+        matcher = env.matcher
+        if push is not None and matcher is not None:
+            if not rest:
+                rest.append(_compile_steps(push.rest))   # (two threads: the same stages)
+            rows = PD.rows(env, push, matcher)
+            for stage in rest[0]:
+                rows = stage(env, rows)
+            return rows
         for stage in stages:
             rows = stage(env, rows)
         return rows

@@ -19,7 +19,10 @@ import psycopg
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
+from nexus.store.pattern import Matcher, Pattern
+from nexus.store.pg_cancel import WATCHDOG
 from nexus.store.pg_conn import PgHost, call, pages, translate
+from nexus.store.pg_match import WANT_WIDTH, compile_pattern
 from nexus.store.protocol import AUX_TABLES
 
 MAX_ID = (1 << 63) - 1
@@ -445,6 +448,54 @@ class PgReadTxn:
                     found = result[n] = []
                 found.append((q, m, k))
         return result
+
+    # --- a pattern group as one statement (nexus.store.pattern) ---------------------------
+    def pattern_matcher(self) -> Matcher | None:
+        """`match_pattern` in a read transaction; None in a write transaction (its own
+        writes are partly pending in the process until commit)."""
+        return None if self.writing else self.match_pattern
+
+    def match_pattern(self, pattern: Pattern) -> list[tuple[int | None, ...]]:
+        """The rows of `pattern` (pg_match: one statement), in the operators' order; the
+        heads and maps it wants are kept, as a scan's are, for the reads that follow."""
+        conn = self.conn
+        if conn is None:
+            used_after_end()
+        sql, params = compile_pattern(self.space, pattern)
+        # One statement runs until it ends: past the command's deadline it is cancelled
+        # (pg_cancel: from a watchdog thread, no statement of its own).
+        armed = None if pattern.timeout is None else WATCHDOG.arm(pattern.timeout, conn.cancel)
+        try:
+            rows = call(lambda: conn.execute(sql, params).fetchall(), self.host.where, False)
+        finally:
+            if armed is not None:
+                WATCHDOG.disarm(armed)
+        k = len(pattern.columns)
+        if not pattern.wants:
+            return rows if k else [()] * len(rows)
+        at = [(pattern.columns.index(w.col), k + j * WANT_WIDTH, w.maps)
+              for j, w in enumerate(pattern.wants)]
+        fresh: dict[int, ConceptHead] = {}
+        keep, keep_maps = self._keep, self._keep_maps
+        for row in rows:
+            for i, base, maps in at:
+                n = row[i]
+                if n is None or n in fresh:
+                    continue
+                t, name, s, p, o, a, m = row[base:base + WANT_WIDTH]
+                h: Head
+                if name is not None:
+                    h = fresh[n] = ConceptHead(n, t, bytes(name).decode())
+                elif s is not None:
+                    h = LinkHead(n, s, p, o)
+                else:
+                    continue
+                keep(h)
+                if maps:
+                    keep_maps(n, a, m)
+        if fresh:
+            self.host.cache_heads(fresh)
+        return [row[:k] for row in rows]
 
     # --- concept indexes -----------------------------------------------------------------
     def concept_id(self, type_id: int, name: str) -> int | None:
