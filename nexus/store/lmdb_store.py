@@ -193,6 +193,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         self._data_file = os.path.join(self._path, "data.mdb")
         self._pin: lmdb.Transaction[bytes] | None = None     # the checkpoint's snapshot
         self._names: dict[LmdbTable, str] = {}
+        # Open read transactions of this process, and the lock under which reads begin and
+        # end and the environment is swapped (see the module doc, "Memory").
+        self._rlock = threading.Lock()
+        self._reading = 0
         try:
             # after `_become_owner`: a second open in this process was refused before
             # anything touches the files under a live environment
@@ -223,10 +227,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             owner.release(self._owner)
             raise
         self._ckpt_size = self._data_size()
-        # Open read transactions of this process, and the lock under which reads begin and
-        # end and the environment is swapped (see the module doc, "Memory").
-        self._rlock = threading.Lock()
-        self._reading = 0
         self._size_seen = self._data_size()     # file size when last released (or opened)
         self._release_due = False   # a big commit found readers open: release later
         super().__init__(tables, head_cache_size, head_cache_mb)

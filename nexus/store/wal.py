@@ -66,6 +66,7 @@ _REC = struct.Struct("<IIQQ")           # payload length, crc32, generation, seq
 _CK = struct.Struct("<8sQQII")          # magic, generation, txnid, page size, crc32
 _CK_MAGIC = b"NXWALCK1"
 _SLOT = 4096 + 2 * 65536                # a slot holds two meta pages of the largest size
+CKPT_SIZE = 2 * _SLOT                   # wal.ckpt, written whole when created
 GROW = 256 << 10                        # the log grows by zero-filled chunks of 256 KiB
 MAX_RECORD = 1 << 31
 
@@ -262,7 +263,7 @@ class Wal:
         # checkpoint or an append on a full disk then never needs a new one (a close on a
         # full disk checkpoints; the next open finds nothing to replay).
         try:
-            _fill(self._ckpt, 2 * _SLOT)
+            _fill(self._ckpt, CKPT_SIZE)
             if self._size < GROW:
                 self._grow(GROW)
             if created:

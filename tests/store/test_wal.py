@@ -317,3 +317,17 @@ def test_a_checkpoint_that_hits_a_full_disk_is_one_line_and_loses_nothing(
     monkeypatch.undo()
     with Nexus.open(path, wal=True) as nx:           # the log is replayed
         assert (_age(nx, "before"), _age(nx, "during")) == (1, 2)
+
+
+def test_the_checkpoint_slots_and_the_first_log_chunk_are_written_when_the_log_is_made(
+        tmp_path):
+    # A checkpoint or an append on a full disk must never need a new block: both slots
+    # and the log's first chunk exist, without holes, from the first write on.
+    path = str(tmp_path / "db")
+    with Nexus.open(path, wal=True) as nx:
+        _upsert(nx, "first", 1)
+        for name, size in ((wal.CKPT_NAME, wal.CKPT_SIZE), (wal.LOG_NAME, wal.GROW)):
+            st = os.stat(os.path.join(path, name))
+            assert st.st_size >= size and st.st_blocks * 512 >= size, name
+    st = os.stat(os.path.join(path, wal.LOG_NAME))      # a clean close keeps the first chunk
+    assert st.st_size == wal.GROW and st.st_blocks * 512 >= wal.GROW
