@@ -111,13 +111,16 @@ def write(nx: Nexus, name: str) -> bool:
 
 
 def free_write_and_reopen(mount: Path, db: Path, acked: set[str]) -> None:
-    for name in ("ballast", "ballast2"):
-        if (mount / name).exists():
-            (mount / name).unlink()
+    """Opened while the disk is full, space freed, a write: it finishes what the open could
+    not; then a reopen finds everything."""
     with Nexus.open(str(db), bootstrap=False, wal=True) as nx:
         assert names(nx) == acked
+        for name in ("ballast", "ballast2"):
+            if (mount / name).exists():
+                (mount / name).unlink()
         r = nx.execute_kip({"command": UPSERT, "parameters": {"n": "after"}})
         assert "result" in r, r
+        assert names(nx) == acked | {"after"}
     with Nexus.open(str(db), bootstrap=False, wal=True) as nx:
         assert names(nx) == acked | {"after"}
         report = nx.check(deep=True, wait=120)
