@@ -9,7 +9,8 @@ file is refused instead of killing the process with SIGBUS).
 
 Durability: by default every committed write transaction is fsync'd (`sync=True`,
 `metasync=True`); `durable=False` skips the fsyncs (a crash may lose the latest commits but
-never corrupts the environment). `wal=True` (with `durable=True`) makes a commit durable by
+never corrupts the environment). `wal=True` (with `durable=True`; what `Nexus.open` passes
+unless told otherwise, `nexus.config.wal_default`) makes a commit durable by
 one append to a write-ahead log instead, LMDB running without sync and checkpointed
 (`wal`: the files, the checkpoint, the recovery; this module: when). Whatever the options,
 an owner opening a database that has a log recovers from it first. LMDB gives readers an MVCC snapshot that never blocks the
