@@ -13,7 +13,10 @@ never corrupts the environment). `wal=True` (with `durable=True`; what `Nexus.op
 unless told otherwise, `nexus.config.wal_default`) makes a commit durable by
 one append to a write-ahead log instead, LMDB running without sync and checkpointed
 (`wal`: the files, the checkpoint, the recovery; this module: when). Whatever the options,
-an owner opening a database that has a log recovers from it first. LMDB gives readers an MVCC snapshot that never blocks the
+an owner opening a database that has a log recovers from it first; when the disk refuses
+the replay (full, over quota, read-only) the open still serves every acknowledged command,
+reading the log's records in memory, and writes fail cleanly until the recovery can finish
+(`_recover`). LMDB gives readers an MVCC snapshot that never blocks the
 writer, and serializes writers across processes with its own lock; `StoreBase` adds the
 in-process writer lock.
 """
@@ -167,7 +170,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
     `max_readers` (concurrent read transactions), `head_cache_mb` (memory budget of the
     head cache, default 64 MB) or `head_cache_size` (its size in heads), `wal` (with
-    `durable`: commits made durable by the write-ahead log, module doc), `readonly`: open
+    `durable`: commits made durable by the write-ahead log, module doc; off unless given
+here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
     an existing store for reading only — no owner lock (LMDB readers never disturb the
     owner's writes: tools and tests look at a served database this way), every write
     refused.
