@@ -22,8 +22,10 @@ def semantic_default() -> str:
 
 
 def wal_default() -> bool:
-    """The `wal` option when none is given: $NEXUS_WAL ("1", "on", "true"), else off."""
-    return os.environ.get("NEXUS_WAL", "").strip().lower() in ("1", "on", "true", "yes")
+    """The `wal` option when none is given: on, unless $NEXUS_WAL says off ("0", "off",
+    "false", "no"). (On since the log passed the whole suite and 120 crash-harness kills
+    with 0 lost: bench/RESULTS.md, docs/guarantees.md.)"""
+    return os.environ.get("NEXUS_WAL", "").strip().lower() not in ("0", "off", "false", "no")
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     durable: bool = True              # fsync every commit (LMDB sync)
     # With durable: a commit is made durable by one write-ahead log append + fdatasync
-    # (LMDB runs without sync and is checkpointed: nexus.store.wal). Default $NEXUS_WAL.
+    # (LMDB runs without sync and is checkpointed: nexus.store.wal). Default on;
+    # NEXUS_WAL=0 in the environment, or wal=False, turns it off (LMDB's synced commits).
     wal: bool = field(default_factory=wal_default)
     bootstrap: bool = True            # apply the bundled capsules on first open
     self_id: str | None = None        # the deployment's principal id, set into $self.id

@@ -118,6 +118,8 @@ def _combine(store: dict, search: dict, log: dict) -> dict[str, Any]:
             f"{pending['waited_seconds']:g} s): the vectors were not compared. They are "
             f"applied in the background while the database is open (a server catches up "
             f"by itself); check again later, or wait longer with `kip check --wait SECONDS`")
+    if store.get("pending"):        # a recovery a full disk left unfinished (the store's)
+        out["pending"] = "; ".join(filter(None, (store["pending"], out.get("pending"))))
     return out
 
 

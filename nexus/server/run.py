@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from typing import Any, BinaryIO
 
 from ..api import Nexus, __version__
@@ -171,6 +172,12 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
         assert nexus is not None
         nexus.share_heavy_slot(team.heavy)
         team.start()
+    if threading.current_thread() is threading.main_thread():
+        # A SIGTERM/SIGINT after the announcement below but before uvicorn installs its own
+        # handlers (a client stopping the server as soon as it says it listens) stops it
+        # gracefully too, instead of killing it (uvicorn puts these back when it returns).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, server.handle_exit)
     bound_host, bound_port = sock.getsockname()[:2]
     host_shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     if follow is None:

@@ -2,7 +2,8 @@
 
 `nexus.store.graph` writes the graph logic once against `KvRead` / `KvWrite`; this module
 provides them over an `lmdb.Transaction` (`LmdbKv`; `WalKv` also records the writes for the
-write-ahead log of `nexus.store.wal`) and over sorted in-memory tables
+write-ahead log of `nexus.store.wal`; `PendingKv` reads through that log's records when an
+open could not replay them into the file) and over sorted in-memory tables
 (`MemReadKv`, `MemWriteKv`). It owns no key layout and no graph semantics.
 
 The point-access methods are deliberately py-lmdb's own signatures
@@ -389,6 +390,70 @@ class MemWriteKv(MemReadKv):
             for k, v in o.items():
                 n += (v is not DELETED) - (k in base)
         return n
+
+
+class PendingKv:
+    """KvRead over an LMDB read transaction with changes laid over it: the write-ahead log's
+    records that an open could not replay into the file (a full disk: `lmdb_store`). Per
+    table, a SortedDict of key -> value or `DELETED`, never written while readers use it."""
+
+    __slots__ = ("base", "_over")
+
+    def __init__(self, base: LmdbKv, overlay: Mapping[LmdbTable, Overlay]) -> None:
+        self.base = base
+        self._over = overlay
+
+    def snapshot_id(self) -> int:
+        return self.base.snapshot_id()
+
+    def get(self, key: bytes, default: None, db: LmdbTable, /) -> bytes | None:
+        o = self._over.get(db)
+        if o is not None:
+            v = o.get(key, _MISSING)
+            if v is not _MISSING:
+                return default if v is DELETED else v
+        return self.base.get(key, default, db)
+
+    def _pairs(self, db: LmdbTable, lo: bytes, hi: bytes | None, desc: bool
+               ) -> Iterator[tuple[bytes, bytes | _Deleted]]:
+        o = self._over.get(db)
+        if o is None:
+            return iter(())
+        keys = o.irange(None, hi, (True, False), True) if desc else o.irange(lo)
+        return ((k, o[k]) for k in keys)
+
+    def keys_from(self, db: LmdbTable, lo: bytes, /) -> Iterator[bytes]:
+        return map(_first, self.items_from(db, lo))
+
+    def items_from(self, db: LmdbTable, lo: bytes, /) -> Iterator[tuple[bytes, bytes]]:
+        return _merge(self.base.items_from(db, lo), self._pairs(db, lo, None, False), False)
+
+    def items_before(self, db: LmdbTable, hi: bytes | None, /
+                     ) -> Iterator[tuple[bytes, bytes]]:
+        return _merge(self.base.items_before(db, hi), self._pairs(db, b"", hi, True), True)
+
+    def last_key(self, db: LmdbTable, /) -> bytes | None:
+        for k, _ in self.items_before(db, None):
+            return k
+        return None
+
+    def count(self, db: LmdbTable, /) -> int:
+        n = self.base.count(db)
+        get = self.base.get
+        for k, v in self._over.get(db, {}).items():
+            n += (v is not DELETED) - (get(k, None, db) is not None)
+        return n
+
+
+def pending_overlay(ops: Iterable[tuple[T, bytes, bytes | None]]) -> dict[T, Overlay]:
+    """Per table, the last value (or `DELETED`) each key gets from `ops`, in order."""
+    out: dict[T, Overlay] = {}
+    for db, key, value in ops:
+        o = out.get(db)
+        if o is None:
+            o = out[db] = sorted_map()
+        o[key] = DELETED if value is None else value
+    return out
 
 
 def _first(pair: tuple[bytes, bytes]) -> bytes:

@@ -9,10 +9,14 @@ file is refused instead of killing the process with SIGBUS).
 
 Durability: by default every committed write transaction is fsync'd (`sync=True`,
 `metasync=True`); `durable=False` skips the fsyncs (a crash may lose the latest commits but
-never corrupts the environment). `wal=True` (with `durable=True`) makes a commit durable by
+never corrupts the environment). `wal=True` (with `durable=True`; what `Nexus.open` passes
+unless told otherwise, `nexus.config.wal_default`) makes a commit durable by
 one append to a write-ahead log instead, LMDB running without sync and checkpointed
 (`wal`: the files, the checkpoint, the recovery; this module: when). Whatever the options,
-an owner opening a database that has a log recovers from it first. LMDB gives readers an MVCC snapshot that never blocks the
+an owner opening a database that has a log recovers from it first; when the disk refuses
+the replay (full, over quota, read-only) the open still serves every acknowledged command,
+reading the log's records in memory, and writes fail cleanly until the recovery can finish
+(`_recover`). LMDB gives readers an MVCC snapshot that never blocks the
 writer, and serializes writers across processes with its own lock; `StoreBase` adds the
 in-process writer lock.
 """
@@ -20,13 +24,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
 import sys
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import lmdb
 
@@ -34,8 +39,10 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, lmdb_file, owner
 from nexus.store import wal as walog
 from nexus.store.base import StoreBase
-from nexus.store.kv import KvRead, KvWrite, LmdbKv, LmdbTable, WalKv
-from nexus.store.protocol import AUX_TABLES
+from nexus.store.integrity import EXAMPLES
+from nexus.store.kv import (KvRead, KvWrite, LmdbKv, LmdbTable, Overlay, PendingKv, WalKv,
+                            pending_overlay)
+from nexus.store.protocol import AUX_TABLES, ReadTxn, TableCheck
 from nexus.store.tables import AUX_PREFIX, CORE_TABLES, Tables
 
 # 1 TiB of address space on 64-bit hosts: the file only grows as data is written.
@@ -124,6 +131,13 @@ def _disk_error(exc: BaseException, path: str) -> KipError | None:
     return None
 
 
+def _cannot_write(exc: BaseException, path: str) -> bool:
+    """Whether `exc` says the disk takes no more writes: full, over quota, read-only."""
+    return _disk_error(exc, path) is not None or \
+        getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) or \
+        "Read-only file system" in str(exc)
+
+
 def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
     full = _disk_error(exc, path) if isinstance(exc, (lmdb.Error, OSError)) else None
     if full is not None:
@@ -156,7 +170,8 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
     Options: `map_size` (bytes of address space), `durable` (fsync each commit),
     `max_readers` (concurrent read transactions), `head_cache_mb` (memory budget of the
     head cache, default 64 MB) or `head_cache_size` (its size in heads), `wal` (with
-    `durable`: commits made durable by the write-ahead log, module doc), `readonly`: open
+    `durable`: commits made durable by the write-ahead log, module doc; off unless given
+here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
     an existing store for reading only — no owner lock (LMDB readers never disturb the
     owner's writes: tools and tests look at a served database this way), every write
     refused.
@@ -183,6 +198,10 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         self._data_file = os.path.join(self._path, "data.mdb")
         self._pin: lmdb.Transaction[bytes] | None = None     # the checkpoint's snapshot
         self._names: dict[LmdbTable, str] = {}
+        # Open read transactions of this process, and the lock under which reads begin and
+        # end and the environment is swapped (see the module doc, "Memory").
+        self._rlock = threading.Lock()
+        self._reading = 0
         try:
             # after `_become_owner`: a second open in this process was refused before
             # anything touches the files under a live environment
@@ -193,15 +212,19 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             self._generation = 0 if pending is None else pending.checkpoint.generation
             self._stop = threading.Event()
             self._last_commit = time.monotonic()
+            self._thread = False            # the checkpoint thread was started
+            # The log's records not yet replayed into the file (a full disk at open: reads
+            # go through them, `kv.PendingKv`), and whether the log still holds commits no
+            # checkpoint covers, so that writes must first finish the recovery.
+            self._unreplayed: dict[LmdbTable, Overlay] | None = None
+            self._recovering: list[bytes] | None = None
             if pending is not None and pending.payloads:
-                self._replay(pending.payloads)
-                if use_wal:
-                    self._start_wal()
+                self._recovering = pending.payloads
+                self._recover(opening=True)
+            elif pending is not None and not use_wal:
+                self._recovering = []   # the log goes at the first write: a read writes nothing
             elif use_wal and pending is not None and pending.clean:
                 self._resume(pending.checkpoint)
-            if not use_wal and pending is not None:
-                env.sync(True)
-                walog.remove(self._path)
         except BaseException:
             self._drop_wal()
             if hasattr(self, "_env"):
@@ -209,10 +232,6 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             owner.release(self._owner)
             raise
         self._ckpt_size = self._data_size()
-        # Open read transactions of this process, and the lock under which reads begin and
-        # end and the environment is swapped (see the module doc, "Memory").
-        self._rlock = threading.Lock()
-        self._reading = 0
         self._size_seen = self._data_size()     # file size when last released (or opened)
         self._release_due = False   # a big commit found readers open: release later
         super().__init__(tables, head_cache_size, head_cache_mb)
@@ -248,6 +267,7 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         with self._rlock:
             txn = self._env.begin(write=False)
             self._reading += 1
+            over = self._unreplayed
         done = False
 
         def end() -> None:
@@ -262,12 +282,16 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
                     self._reading -= 1
                 if self._release_due and not self._reading:
                     self._release_later()
+        if over is not None:
+            return PendingKv(LmdbKv(txn), over), end
         return LmdbKv(txn), end
 
     def _begin_write(self) -> KvWrite[LmdbTable]:
         if self._readonly:
             raise KipError(ErrorCode.KIP_4003, f"the store at {self._path} is open read-only",
                            "Open it without readonly=True to write (as its one owner).")
+        if self._recovering is not None:    # a full disk at open: retry, or fail cleanly
+            self._recover()
         if self._release_due:           # we hold the writer lock: no write is open
             self._release()
         if self._use_wal:
@@ -286,6 +310,67 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
             return 0
 
     # --- the write-ahead log (module doc; `wal`) -------------------------------------------
+    def _recover(self, opening: bool = False) -> None:
+        """Finish the recovery of an open that found log records to replay (the caller
+        holds the writer lock, or is opening): replay them into the file, then checkpoint
+        (with the log) or sync and drop the log (without). Both need disk space; when the
+        disk is full (or refuses writes) at open, the open goes on with the records read
+        through in memory (`kv.PendingKv`) and the log left as it is: every acknowledged
+        command is read, and each write retries this first, failing with the store's
+        full-disk error until space is freed. A checkpoint that fails after the replay
+        leaves the log to the next open (the file's unsynced pages are not trusted)."""
+        payloads = self._recovering
+        assert payloads is not None
+        replayed = not opening and self._unreplayed is None
+        try:
+            if not replayed:
+                self._replay(payloads)
+                replayed = True
+                with self._rlock:       # readers from now on see it in the file
+                    self._unreplayed = None
+            if self._use_wal:
+                self._start_wal()
+            else:
+                self._env.sync(True)
+                walog.remove(self._path)
+        except (lmdb.Error, OSError) as exc:
+            if not opening or not _cannot_write(exc, self._path):
+                raise
+            if not replayed:
+                self._unreplayed = pending_overlay(self._ops(payloads))
+            log.warning("%s: cannot finish recovering from the write-ahead log (%s): "
+                        "reads include its %d records; writes fail until disk space is "
+                        "freed", self._path, exc, len(payloads))
+            return
+        self._recovering = None
+
+    def _ops(self, payloads: list[bytes]) -> Iterator[tuple[LmdbTable, bytes, bytes | None]]:
+        by_name = {name: db for db, name in self._names.items()}
+        for payload in payloads:
+            for table, key, value in walog.decode_ops(payload):
+                db = by_name.get(table)
+                if db is not None:
+                    yield db, key, value
+
+    @property
+    def recovery_pending(self) -> str | None:
+        """What is left of a recovery the disk did not allow (see `_recover`), or None."""
+        if not self._recovering:
+            return None
+        where = "in memory" if self._unreplayed is not None else "in the data file, unsynced"
+        return (f"the write-ahead log of {self._path} holds {len(self._recovering)} commits "
+                f"that no checkpoint covers yet (read {where}): the disk did not allow "
+                f"finishing the recovery; free space on it, then the next write or open "
+                f"finishes it")
+
+    def check_tables(self, txn: ReadTxn, *, examples: int = EXAMPLES,
+                     repair: bool = False) -> TableCheck:
+        found = super().check_tables(txn, examples=examples, repair=repair)
+        note = self.recovery_pending
+        if note is not None:
+            found.report["pending"] = note
+        return found
+
     def _replay(self, payloads: list[bytes]) -> None:
         """Apply the log's records (recovery), in one transaction; synced by the caller's
         checkpoint (or `env.sync`)."""
@@ -322,9 +407,19 @@ class LmdbGraphStore(StoreBase[LmdbTable]):
         checkpoint's snapshot (`_resume`)."""
         self._wal = walog.Wal(self._path, self._generation)
         if self._pin is None:
-            self._checkpoint()
-        threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self), self._stop),
-                         name="nexus-wal-checkpoint", daemon=True).start()
+            try:
+                self._checkpoint()
+            except BaseException:
+                # Without a checkpoint, appending would overwrite this generation's
+                # records, which may be the only durable copy of a replay: the next
+                # write opens the log again.
+                self._wal.close()
+                self._wal = None
+                raise
+        if not self._thread:
+            self._thread = True
+            threading.Thread(target=_checkpoint_when_idle, args=(weakref.ref(self),
+                             self._stop), name="nexus-wal-checkpoint", daemon=True).start()
 
     def _checkpoint(self) -> None:
         """Sync LMDB, save its meta pages as the next checkpoint, pin that snapshot and start

@@ -12,10 +12,12 @@ Files:
   payload`: the CRC covers everything after itself, the payload is the transaction's
   operations in order (msgpack `[table, key, value-or-None, ...]`; None deletes). The file is
   reused across generations and grown in zero-filled chunks (so an append rewrites blocks that
-  already exist and `fdatasync` flushes data only); a record counts only while its CRC holds,
+  already exist and `fdatasync` flushes data only; the first chunk is written when the log is
+  created and kept at a clean close); a record counts only while its CRC holds,
   its generation is the checkpoint's and its seq follows the previous one — so a torn tail, a
   zero-filled chunk or an older generation's leftovers all end the log.
-* `wal.ckpt` — two fixed slots (written alternately, CRC'd): generation, LMDB transaction id
+* `wal.ckpt` — two fixed slots (both zero-filled when the file is created, so that a
+  checkpoint never needs a new disk block; written alternately, CRC'd): generation, LMDB transaction id
   and the exact bytes of LMDB's two meta pages (pages 0 and 1 of `data.mdb`) as on disk after
   a full sync. The valid slot with the greatest generation is the checkpoint.
 
@@ -64,6 +66,7 @@ _REC = struct.Struct("<IIQQ")           # payload length, crc32, generation, seq
 _CK = struct.Struct("<8sQQII")          # magic, generation, txnid, page size, crc32
 _CK_MAGIC = b"NXWALCK1"
 _SLOT = 4096 + 2 * 65536                # a slot holds two meta pages of the largest size
+CKPT_SIZE = 2 * _SLOT                   # wal.ckpt, written whole when created
 GROW = 256 << 10                        # the log grows by zero-filled chunks of 256 KiB
 MAX_RECORD = 1 << 31
 
@@ -231,6 +234,17 @@ def remove(directory: str) -> None:
     _fsync_dir(directory)
 
 
+def _fill(fd: int, size: int) -> None:
+    """Make the file `fd` `size` bytes long with every block written (no hole), keeping
+    what it holds (a checkpoint file of an older version: its slot 0 may be a hole)."""
+    have = os.fstat(fd).st_size
+    if have >= size:
+        return
+    raw = os.pread(fd, have, 0)
+    os.pwrite(fd, raw + bytes(size - len(raw)), 0)
+    os.fsync(fd)                # the size too
+
+
 class Wal:
     """The open log of one database (its owner's): appends and checkpoint slots."""
 
@@ -245,8 +259,18 @@ class Wal:
         self._log = os.open(os.path.join(directory, LOG_NAME), flags, 0o644)
         self._ckpt = os.open(os.path.join(directory, CKPT_NAME), flags, 0o644)
         self._size = os.fstat(self._log).st_size
-        if created:
-            _fsync_dir(directory)
+        # Every block the log and the checkpoint will write exists from the start: a
+        # checkpoint or an append on a full disk then never needs a new one (a close on a
+        # full disk checkpoints; the next open finds nothing to replay).
+        try:
+            _fill(self._ckpt, CKPT_SIZE)
+            if self._size < GROW:
+                self._grow(GROW)
+            if created:
+                _fsync_dir(directory)
+        except BaseException:
+            self.close()
+            raise
 
     def append(self, payload: bytes) -> None:
         """Write one record after the last and flush it: the transaction is durable."""

@@ -240,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sync", action="store_true",
                     help="run the writer with durable=False (no fsync per commit)")
     ap.add_argument("--wal", action="store_true",
-                    help="durable commits through the write-ahead log (nexus.store.wal)")
+                    help="durable commits through the write-ahead log (nexus.store.wal; "
+                         "the default unless NEXUS_WAL=0)")
+    ap.add_argument("--no-wal", action="store_true",
+                    help="durable commits synced by LMDB itself, without the log")
     args = ap.parse_args(argv)
     kills = args.kills or (120 if args.full else 4)
     big = args.big or (300 if args.full else 200)
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(base)), exist_ok=True)
     try:
         summary = run_harness(base, seed=args.seed, kills=kills, big=big, window=window,
-                              durable=not args.no_sync, wal=args.wal or None,
+                              durable=not args.no_sync, wal=True if args.wal else False if args.no_wal else None,
                               log=lambda line: print(line, flush=True))
     except CrashCheckFailed as exc:
         print(f"FAILED: {exc}", file=sys.stderr)

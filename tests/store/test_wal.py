@@ -317,3 +317,40 @@ def test_a_checkpoint_that_hits_a_full_disk_is_one_line_and_loses_nothing(
     monkeypatch.undo()
     with Nexus.open(path, wal=True) as nx:           # the log is replayed
         assert (_age(nx, "before"), _age(nx, "during")) == (1, 2)
+
+
+def test_the_checkpoint_slots_and_the_first_log_chunk_are_written_when_the_log_is_made(
+        tmp_path):
+    # A checkpoint or an append on a full disk must never need a new block: both slots
+    # and the log's first chunk exist, without holes, from the first write on.
+    path = str(tmp_path / "db")
+    with Nexus.open(path, wal=True) as nx:
+        _upsert(nx, "first", 1)
+        for name, size in ((wal.CKPT_NAME, wal.CKPT_SIZE), (wal.LOG_NAME, wal.GROW)):
+            st = os.stat(os.path.join(path, name))
+            assert st.st_size >= size and st.st_blocks * 512 >= size, name
+    st = os.stat(os.path.join(path, wal.LOG_NAME))      # a clean close keeps the first chunk
+    assert st.st_size == wal.GROW and st.st_blocks * 512 >= wal.GROW
+
+
+@pytest.mark.parametrize("off", ["env", "option"])
+def test_the_log_is_on_by_default_and_can_be_turned_off(tmp_path, monkeypatch, off):
+    monkeypatch.delenv("NEXUS_WAL", raising=False)
+    path = str(tmp_path / "db")
+    with Nexus.open(path) as nx:                    # no option, no environment: the log
+        _upsert(nx, "first", 1)
+    assert all(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
+    if off == "env":
+        monkeypatch.setenv("NEXUS_WAL", "0")
+        reopen = Nexus.open(path)
+    else:
+        reopen = Nexus.open(path, wal=False)
+    with reopen as nx:                              # plain LMDB durability, nothing lost
+        assert _age(nx, "first") == 1
+        _upsert(nx, "second", 2)
+    assert not any(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
+    monkeypatch.delenv("NEXUS_WAL", raising=False)
+    with Nexus.open(path) as nx:                    # and on again (from the next write)
+        assert (_age(nx, "first"), _age(nx, "second")) == (1, 2)
+        _upsert(nx, "third", 3)
+    assert all(os.path.exists(os.path.join(path, n)) for n in wal.FILES)
