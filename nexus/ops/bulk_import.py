@@ -363,11 +363,9 @@ class _Import:
             if known and not known.keys().isdisjoint(tnames):
                 return False
             if not self.fresh[t]:      # a type with instances before the import: probe
-                concept_id, tid = txn.concept_id, tids[t]
-                prefetch = getattr(txn, "prefetch_concepts", None)  # (PostgreSQL: at once)
-                if prefetch is not None:
-                    prefetch(tid, tnames)
-                if any(concept_id(tid, name) is not None for name in tnames):
+                tid = tids[t]       # (one batched read: a statement on PostgreSQL)
+                if any(n is not None for n in txn.concept_ids([(tid, name)
+                                                                for name in tnames])):
                     return False
         start = txn.max_id() + 1
         new = range(start, start + len(chunk))
