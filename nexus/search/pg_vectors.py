@@ -438,13 +438,15 @@ def copy_binary(space: str, ids: list[int], slots: list[int], kinds: list[int],
 
 
 def run_all(txn: Any, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-    """Run `statements` in `txn`, pipelined (one round trip, with the element writes the
-    transaction held back: `pg_pipeline`)."""
+    """Run `statements` in `txn`, pipelined (one round trip); in a write transaction that
+    holds writes back (`pg_pipeline`), held back too: they need no answer, and go with its
+    next statement or its COMMIT."""
     if not statements:
         return
-    pipeline = getattr(txn, "pipeline", None)
-    if pipeline is not None:
-        pipeline(statements)
+    defer = getattr(txn, "defer", None)
+    if defer is not None:
+        for sql, params in statements:
+            defer(sql, params)
         return
     conn = txn.conn
     if conn is None or len(statements) == 1:

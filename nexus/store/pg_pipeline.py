@@ -12,8 +12,9 @@ reads the tables without the held-back writes before it, in order.
 Each held-back write has a check of its result (the row it inserted, the rows it updated),
 run when the pipeline returns: a write that did not take — which the knowledge it was
 deferred on rules out, so it would be an internal fault — fails the transaction then, with
-the same KIP error the write would have raised at once. The commit sends them, and checks
-them, before its COMMIT (`flush_writes`).
+the same KIP error the write would have raised at once. The commit sends and checks them
+before its COMMIT; held-back statements without a check (the vector rows of the search
+hook) go in the commit's own pipeline (`unchecked_writes`).
 
 `prefetch_aux_many` reads the aux keys (and the last pair under prefixes) of several
 tables in one statement: what the commit hooks will read (the version log's switch and
@@ -66,6 +67,16 @@ class PgPipelined(PgReadTxn):
         COMMIT), and check them."""
         if self._deferred:
             self.pipeline([])
+
+    def unchecked_writes(self) -> list[Statement]:
+        """The held-back writes, taken to run with the caller's statements (the commit's):
+        those with a check are sent (and checked) first, on their own; the rest (the vector
+        rows) need no answer and are returned."""
+        if any(check is not None for _, _, check in self._deferred):
+            self.flush_writes()
+        out = [(sql, params) for sql, params, _ in self._deferred]
+        self._deferred = []
+        return out
 
     def drop_writes(self) -> None:
         """Forget the held-back writes (the transaction rolls back)."""

@@ -793,9 +793,17 @@ class PgWriteAux(PgAux):
         for k, v in super()._scan(prefix, reverse, start):
             if writes < 0:
                 writes = txn.aux_writes
-            if txn.aux_writes == writes:    # (a write since: the page read may be older)
+            # Not after a write (the page read may be older than it), nor into a cache
+            # half full (a long scan would empty it: `remember_aux`).
+            if txn.aux_writes == writes and len(txn.aux_values) < LOCAL_AUX // 2:
                 txn.remember_aux(table, k, v)
             yield k, v
+
+    def get(self, key: bytes) -> bytes | None:
+        pending = self.txn.aux_pending(self.table)      # (the cache may have been emptied)
+        if key in pending:
+            return pending[key]
+        return super().get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
         _check_aux_key(key)

@@ -158,10 +158,10 @@ class PgWriteTxn(PgPipelined):
 
     def _commit(self, conn: psycopg.Connection[Any]) -> None:
         """Write the pending aux changes, the counters and statistic deltas, and COMMIT, all
-        pipelined (one round trip; held-back element writes are sent and checked first);
+        pipelined (one round trip, with the held-back writes that need no check; those that
+        do are sent and checked first: `unchecked_writes`);
         the connection goes back to the pool."""
-        self.flush_writes()
-        statements = self._aux_statements(*self._aux_pending)
+        statements = self.unchecked_writes() + self._aux_statements(*self._aux_pending)
         stats = [(k, d) for k, d in self._dstats.items() if d]
         statements.append((_FLUSH, (self._max_id, self._max_sym, self.space, self.space,
                                     [k for k, _ in stats], [d for _, d in stats])))
