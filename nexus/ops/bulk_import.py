@@ -411,9 +411,10 @@ class _Import:
         assert start_max is not None
         seen = self.linked.intersection(ss)
         if seen or not all(fresh[p] for p in set(ps)):
-            link_id = txn.link_id
-            if any(link_id(s, p, o) is not None for s, p, o in zip(ss, ps, os_)
-                   if s in seen or not (s > start_max or o > start_max or fresh[p])):
+            probe = [(s, p, o) for s, p, o in zip(ss, ps, os_)
+                     if s in seen or not (s > start_max or o > start_max or fresh[p])]
+            # (one batched read: a statement per chunk on PostgreSQL, a loop elsewhere)
+            if probe and any(n is not None for n in txn.link_ids(probe)):
                 return False
         start = txn.max_id() + 1
         new = range(start, start + len(chunk))
