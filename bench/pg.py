@@ -8,6 +8,12 @@ differ).
 
     python -m bench.pg [--n 5000] [--reps 20] [--url postgresql://...] [--sql] [--no-search]
     python -m bench.pg --load-only [--n 5000] [--rounds 1]
+    python -m bench.pg --w2-only [--n 300] [--reps 40]
+
+W2 (a durable single UPSERT: a drug, its attributes, two links) is timed per upsert: wall
+median and p95, the calling thread's CPU (client) and the PostgreSQL server's CPU per
+upsert, statements and round trips (a pipeline of statements is one). `--w2-only` loads the
+data set and runs W2 alone (the figure of the write path, quick at small N).
 
 `--load-only` measures the bulk load alone (W1 through `bulk_import`, what `kip load`
 runs), each time into a fresh database: store only (the search service detached) and
@@ -39,21 +45,47 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Statements:
-    """Counts the SQL statements sent through psycopg connections (each one round trip,
-    but for the pipelined BEGIN+lock and counters+COMMIT pairs, counted as two)."""
+    """Counts the SQL statements sent through psycopg connections (`n`: statements and
+    COPYs, each pipelined statement counted), and the round trips (`trips`: a statement
+    outside a pipeline, a COPY, or a whole pipeline)."""
 
     def __init__(self) -> None:
+        import contextlib
+
         import psycopg
         self.n = 0
+        self.trips = 0
         self.by: Counter[str] = Counter()
         original = psycopg.Connection.execute
+        original_copy = psycopg.Cursor.copy
+        original_pipeline = psycopg.Connection.pipeline
         outer = self
+        depth = [0]
 
         def execute(conn: Any, query: Any, params: Any = None, **kw: Any) -> Any:
             outer.n += 1
+            outer.trips += depth[0] == 0
             outer.by[str(query)[:50]] += 1
             return original(conn, query, params, **kw)
+
+        def copy(cur: Any, statement: Any, *args: Any, **kw: Any) -> Any:
+            outer.n += 1
+            outer.trips += 1
+            outer.by[str(statement)[:50]] += 1
+            return original_copy(cur, statement, *args, **kw)
+
+        @contextlib.contextmanager
+        def pipeline(conn: Any, *args: Any, **kw: Any) -> Any:
+            depth[0] += 1
+            try:
+                with original_pipeline(conn, *args, **kw) as p:
+                    yield p
+            finally:
+                depth[0] -= 1
+                outer.trips += depth[0] == 0
         psycopg.Connection.execute = execute  # type: ignore[method-assign]
+        psycopg.Cursor.copy = copy  # type: ignore[method-assign]
+        psycopg.Connection.pipeline = pipeline  # type: ignore[method-assign,assignment]
 
 
 def timed(fn: Callable[[], Any], reps: int) -> float:
@@ -113,9 +145,40 @@ def answer(result: Any) -> Any:
     return json.dumps(result, sort_keys=True)
 
 
+def w2(q: Any, ups: list[dict], counter: Statements | None, server: Any = None) -> dict:
+    """The durable single UPSERTs `ups` (after 3 of them unmeasured): wall time (median,
+    p95), the calling thread's CPU time, the PostgreSQL server's CPU time per upsert
+    (total over all of them / count: its clock ticks are 10 ms), statements and round
+    trips per upsert."""
+    for item in ups[:3]:
+        q.upsert(item)
+    ups = ups[3:]
+    before, trips = (counter.n, counter.trips) if counter else (0, 0)
+    wall, cpu = [], []
+    s0 = server_cpu(server)
+    for item in ups:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        q.upsert(item)
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.thread_time() - c0) * 1000)
+    s1 = server_cpu(server)
+    out: dict[str, Any] = {
+        "median_ms": round(statistics.median(wall), 3),
+        "p95_ms": round(sorted(wall)[int(len(wall) * 0.95)], 3),
+        "client_cpu_median_ms": round(statistics.median(cpu), 3),
+        "client_cpu_p95_ms": round(sorted(cpu)[int(len(cpu) * 0.95)], 3),
+        "load_average": round(os.getloadavg()[0], 1)}
+    if s0 is not None and s1 is not None:
+        out["server_cpu_ms"] = round((s1 - s0) * 1000 / len(ups), 2)
+    if counter:
+        out["statements_per_upsert"] = round((counter.n - before) / len(ups), 1)
+        out["round_trips_per_upsert"] = round((counter.trips - trips) / len(ups), 2)
+    return out
+
+
 def run(location: str, concepts: list, props: list, meta: dict, reps: int,
         counter: Statements | None, sql: bool = False, search: bool = True,
-        answers: dict | None = None) -> dict:
+        answers: dict | None = None, server: Any = None, w2_only: bool = False) -> dict:
     """The figures of one store; `answers` (when given) receives each query's answers."""
     t0 = time.perf_counter()
     nx = NP.open_nexus(location)
@@ -135,6 +198,8 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
     out: dict[str, Any] = {"load_s": round(load_s, 2), "settle_s": settle_s,
                            "items": len(concepts) + len(props)}
     for name, call in calls.items():
+        if w2_only:
+            break
         pool = params.get(name) or [{}]             # Q5, Q6 take no parameters
         sample = [pool[i % len(pool)] for i in range(reps)]
         got = [answer(call(p)) for p in sample]     # warm (parse, plan caches)
@@ -150,13 +215,8 @@ def run(location: str, concepts: list, props: list, meta: dict, reps: int,
                 entry["sql"] = {k: round(v / len(sample), 1)
                                 for k, v in (counter.by - by).most_common()}
         out[name] = entry
-    ups = workload.make_upserts(concepts, meta, k=reps)
-    before = counter.n if counter else 0
-    ms = [timed(lambda item=item: q.upsert(item), 1) for item in ups]
-    out["W2"] = {"median_ms": round(statistics.median(ms), 3)}
-    if counter:
-        out["W2"]["statements_per_upsert"] = round((counter.n - before) / len(ups), 1)
-    if search:
+    out["W2"] = w2(q, workload.make_upserts(concepts, meta, k=reps + 3), counter, server)
+    if search and not w2_only:
         out["SEARCH"] = run_search(nx, search_queries(concepts, reps), counter)
     nx.close()
     return out
@@ -234,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-only", action="store_true",
                     help="measure the bulk load alone (store only and with SEARCH)")
     ap.add_argument("--rounds", type=int, default=1, help="--load-only: loads of each kind")
+    ap.add_argument("--w2-only", action="store_true",
+                    help="after the load, only W2 (no Q1-Q6, no SEARCH, no LMDB run)")
     args = ap.parse_args(argv)
     data = tempfile.mkdtemp(prefix="nexus-pg-bench-")
     concepts, props, meta, _ = workload.read(workload.write(workload.generate(args.n), data))
@@ -263,9 +325,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = {"n": args.n,
                   "postgresql": run(url, concepts, props, meta, args.reps, counter,
-                                    args.sql, not args.no_search, pg_answers),
-                  "lmdb": run(os.path.join(data, "db"), concepts, props, meta, args.reps,
-                              None, search=not args.no_search, answers=lmdb_answers)}
+                                    args.sql, not args.no_search, pg_answers, server,
+                                    args.w2_only)}
+        if args.w2_only:
+            print(json.dumps(report, indent=2))
+            return 0
+        report["lmdb"] = run(os.path.join(data, "db"), concepts, props, meta, args.reps,
+                              None, search=not args.no_search, answers=lmdb_answers)
     finally:
         if server is not None:
             server.stop()

@@ -235,6 +235,7 @@ class Engine:
                     if dry_run or session.aborted:
                         txn.abort()
                     else:
+                        self._prefetch_hook_reads(txn, ctx)
                         for hook in self.commit_hooks:
                             hook.before_commit(ctx)
                         committed = True
@@ -249,6 +250,18 @@ class Engine:
         if committed and ctx is not None:
             for hook in self.commit_hooks:
                 hook.after_commit(ctx)
+
+    def _prefetch_hook_reads(self, txn: Any, ctx: WriteContext) -> None:
+        """On a store whose reads are round trips: the aux keys the commit hooks will read
+        (each hook's optional `aux_reads(ctx)`: [(table, keys, last_under)]) asked for in one
+        batched read (`prefetch_aux_many`), which their reads are then served from."""
+        prefetch = getattr(txn, "prefetch_aux_many", None)
+        if prefetch is None or not txn.prefers_batches():
+            return
+        reads = [read for hook in self.commit_hooks
+                 for read in getattr(hook, "aux_reads", _no_reads)(ctx)]
+        if reads:
+            prefetch(reads)
 
     def _rolled_back(self, ctx: WriteContext | None) -> None:
         if ctx is not None:
@@ -421,6 +434,11 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - the API boundary: nothing else escapes
             log.exception("internal error running a KIP command")
             return {"error": internal_error(exc).to_dict()}, bool(writes)
+
+
+def _no_reads(ctx: WriteContext) -> list[Any]:
+    """The `aux_reads` of a commit hook that declares none."""
+    return []
 
 
 def json_size(value: Any, limit: int) -> int:

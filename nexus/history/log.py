@@ -336,6 +336,15 @@ class HistoryHook:
     def stage(self, ctx: "WriteContext") -> None:
         pass
 
+    def aux_reads(self, ctx: "WriteContext") -> list[tuple[str, list[bytes], list[bytes]]]:
+        """What `before_commit` will read, for the engine to ask at once with the other
+        hooks' (`Engine.write_session`): the switch, the horizon, the retention and the
+        log's last record — when the session changed anything."""
+        txn = ctx.txn
+        if not isinstance(txn, RecordingTxn) or (not txn.before and not txn.fresh):
+            return []
+        return [("engine", [SWITCH, HORIZON, KEEP], []), (LOG, [], [b""])]
+
     def before_commit(self, ctx: "WriteContext") -> None:
         if append(ctx) is None:
             return

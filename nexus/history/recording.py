@@ -345,6 +345,14 @@ class RecordingTxn:
         if prefetch is not None:
             prefetch(ids)
 
+    def prefetch_aux_many(self, reads: Iterable[tuple[str, Iterable[bytes], Iterable[bytes]]]
+                          ) -> None:
+        """A hint passed on to a store that has it (PostgreSQL: the aux keys of several
+        tables in one statement, which `aux(...).get` and reverse scans then serve)."""
+        prefetch = getattr(self.inner, "prefetch_aux_many", None)
+        if prefetch is not None:
+            prefetch(reads)
+
     def attributes(self, n: int) -> JsonMap:
         attributes = self.inner.attributes(n)
         self._reading(n)
@@ -407,13 +415,6 @@ class RecordingTxn:
 
     def concept_id(self, type_id: int, name: str) -> int | None:
         return self.inner.concept_id(type_id, name)
-
-    def prefetch_concepts(self, type_id: int, names: Sequence[str]) -> None:
-        """A hint passed on to a store that has it (PostgreSQL: look these concepts up at
-        once, then `concept_id` answers them without a round trip each)."""
-        prefetch = getattr(self.inner, "prefetch_concepts", None)
-        if prefetch is not None:
-            prefetch(type_id, names)
 
     def concepts_of_type(self, type_id: int) -> Iterator[int]:
         return self.inner.concepts_of_type(type_id)

@@ -363,11 +363,9 @@ class _Import:
             if known and not known.keys().isdisjoint(tnames):
                 return False
             if not self.fresh[t]:      # a type with instances before the import: probe
-                concept_id, tid = txn.concept_id, tids[t]
-                prefetch = getattr(txn, "prefetch_concepts", None)  # (PostgreSQL: at once)
-                if prefetch is not None:
-                    prefetch(tid, tnames)
-                if any(concept_id(tid, name) is not None for name in tnames):
+                tid = tids[t]       # (one batched read: a statement on PostgreSQL)
+                if any(n is not None for n in txn.concept_ids([(tid, name)
+                                                                for name in tnames])):
                     return False
         start = txn.max_id() + 1
         new = range(start, start + len(chunk))
@@ -413,9 +411,10 @@ class _Import:
         assert start_max is not None
         seen = self.linked.intersection(ss)
         if seen or not all(fresh[p] for p in set(ps)):
-            link_id = txn.link_id
-            if any(link_id(s, p, o) is not None for s, p, o in zip(ss, ps, os_)
-                   if s in seen or not (s > start_max or o > start_max or fresh[p])):
+            probe = [(s, p, o) for s, p, o in zip(ss, ps, os_)
+                     if s in seen or not (s > start_max or o > start_max or fresh[p])]
+            # (one batched read: a statement per chunk on PostgreSQL, a loop elsewhere)
+            if probe and any(n is not None for n in txn.link_ids(probe)):
                 return False
         start = txn.max_id() + 1
         new = range(start, start + len(chunk))

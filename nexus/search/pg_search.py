@@ -166,6 +166,14 @@ class PgSearchService(SearchService):
                 "semantic_fallback": None}
 
     # --- write hooks ---------------------------------------------------------------------
+    def aux_reads(self, ctx: Any) -> list[tuple[str, list[bytes], list[bytes]]]:
+        """What `before_commit` reads of the aux tables besides the postings, for the engine
+        to ask at once with the other hooks' (`Engine.write_session`): the vector tables'
+        completeness marker, when the session touched anything."""
+        if not (ctx.touched or ctx.removed):
+            return []
+        return [("vecq", [pg_vectors.KEY_COMPLETE], [])]
+
     @kip_only
     def before_commit(self, ctx: Any) -> None:
         """Inside the write txn: the postings, and the vector rows of what changed."""

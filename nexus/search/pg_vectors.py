@@ -227,6 +227,9 @@ class PgVectorTable:
         vecs = self.embedder.embed(texts)
         self.added += len(texts)
         data = copy_binary(self.space, ids, slots, kinds, groups, vecs)
+        flush = getattr(txn, "flush_writes", None)      # (held-back writes go first)
+        if flush is not None:
+            flush()
         conn = txn.conn
         if conn is None:                    # (ended: the transaction's own error)
             txn.run("SELECT 1", ())
@@ -356,6 +359,10 @@ class BoundVectors:
         conn = txn.conn
         if conn is None:                # (ended: the transaction's own error)
             return txn.rows(sql, params)
+        setting = ("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef),))
+        pipeline = getattr(txn, "pipeline", None)   # (a write's: its held-back writes first)
+        if pipeline is not None:
+            return list(pipeline([setting, (sql, params)])[1])
 
         def go() -> list[tuple[Any, ...]]:
             with conn.pipeline():
@@ -431,8 +438,15 @@ def copy_binary(space: str, ids: list[int], slots: list[int], kinds: list[int],
 
 
 def run_all(txn: Any, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-    """Run `statements` in `txn`, pipelined (one round trip)."""
+    """Run `statements` in `txn`, pipelined (one round trip); in a write transaction that
+    holds writes back (`pg_pipeline`), held back too: they need no answer, and go with its
+    next statement or its COMMIT."""
     if not statements:
+        return
+    defer = getattr(txn, "defer", None)
+    if defer is not None:
+        for sql, params in statements:
+            defer(sql, params)
         return
     conn = txn.conn
     if conn is None or len(statements) == 1:

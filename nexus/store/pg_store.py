@@ -41,7 +41,8 @@ from nexus.store import pg_schema
 from nexus.store.model import ConceptHead
 from nexus.store.pg_conn import PgLocation, first_line, translate
 from nexus.store.pg_txn import PgReadTxn
-from nexus.store.pg_write import PgWriteTxn, check_tables
+from nexus.store.pg_check import check_tables
+from nexus.store.pg_write import PgWriteTxn
 from nexus.store.protocol import ReadTxn, TableCheck
 
 T = TypeVar("T")

@@ -110,6 +110,7 @@ class PgReadTxn:
 
     writing = False
     link_maps = False       # link_ids also reads (and keeps) the links' maps
+    aux_writes = 0          # aux puts and deletes so far (a write transaction's)
 
     def __init__(self, host: PgHost, conn: psycopg.Connection[Any]) -> None:
         self.host = host
@@ -832,7 +833,28 @@ class PgAux:
 class PgWriteAux(PgAux):
     """The write transaction's AuxTable: put and delete too, kept in the transaction and
     written in batches (before a scan or count of the table, when many are pending, and at
-    commit): the search postings of one command are many small puts."""
+    commit): the search postings of one command are many small puts. The pairs a scan
+    reads are remembered (a `get` or `delete` of them after the scan needs no round trip:
+    the lexical index deletes the pending documents it scanned)."""
+
+    def _scan(self, prefix: bytes, reverse: bool, start: bytes | None
+              ) -> Iterator[tuple[bytes, bytes]]:
+        txn, table = self.txn, self.table
+        writes = -1
+        for k, v in super()._scan(prefix, reverse, start):
+            if writes < 0:
+                writes = txn.aux_writes
+            # Not after a write (the page read may be older than it), nor into a cache
+            # half full (a long scan would empty it: `remember_aux`).
+            if txn.aux_writes == writes and len(txn.aux_values) < LOCAL_AUX // 2:
+                txn.remember_aux(table, k, v)
+            yield k, v
+
+    def get(self, key: bytes) -> bytes | None:
+        pending = self.txn.aux_pending(self.table)      # (the cache may have been emptied)
+        if key in pending:
+            return pending[key]
+        return super().get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
         _check_aux_key(key)

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend's write transaction, and its table check.
+"""The PostgreSQL backend's write transaction (its table check: `pg_check`).
 
 Owns what a write does to the tables: interning, id allocation from the space's meta row
 (locked by `pg_store` for the whole transaction, so ids are unique across every server on
@@ -20,15 +20,16 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
 from nexus.store.pg_conn import PgHost, call
+from nexus.store.pg_pipeline import PgPipelined
 from nexus.store.pg_txn import (LOCAL_AUX, MAX_ID, MISSING, ST_CONCEPTS, ST_LINKS, PgAux,
-                                PgReadTxn, PgWriteAux, internal, is_id, pred_key, type_key,
+                                PgWriteAux, internal, is_id, pred_key, type_key,
                                 used_after_end)
-from nexus.store.protocol import TableCheck
 
 log = logging.getLogger(__name__)
 COPY_CHUNK = 20_000             # aux entries per upsert statement (and kept pending at most)
 NEW_HEADS_CAP = 50_000          # concept heads a write remembers to publish at commit
 WRITE_MAPS = 100_000            # element maps a write transaction keeps (emptied when full)
+DEFER_ROWS = 64                 # new links a write sends as a held-back INSERT (more: COPY)
 ANALYZE_AFTER = 10_000          # rows a bulk write adds before its commit refreshes statistics
 
 _INSERT_CONCEPT = (
@@ -41,6 +42,10 @@ _INSERT_LINK = (
     "SELECT %s, %s, %s, %s, %s, %s, %s WHERE NOT EXISTS "
     "(SELECT 1 FROM nexus_concepts WHERE space = %s AND id = %s) "
     "ON CONFLICT DO NOTHING RETURNING id")
+_INSERT_LINKS = (
+    "INSERT INTO nexus_links (space, id, subject, predicate, object, attributes, metadata) "
+    "SELECT %s, * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], "
+    "%b::bytea[], %b::bytea[]) ON CONFLICT DO NOTHING RETURNING id")
 _SET_MAP = ("WITH c AS (UPDATE nexus_concepts SET {col} = %s WHERE space = %s AND id = %s "
             "RETURNING 1), l AS (UPDATE nexus_links SET {col} = %s WHERE space = %s AND "
             "id = %s RETURNING 1) SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l)")
@@ -75,7 +80,7 @@ _AUX_DELETE = ("DELETE FROM nexus_aux a USING unnest(%b::text[], %b::bytea[]) AS
                "WHERE a.space = %s AND a.tbl = x.t AND a.k = x.k")
 
 
-class PgWriteTxn(PgReadTxn):
+class PgWriteTxn(PgPipelined):
     """WriteTxn: the space's single writer (see the module doc)."""
 
     writing = True
@@ -119,6 +124,7 @@ class PgWriteTxn(PgReadTxn):
             if conn is None:                    # abort() ended it already
                 pass
             elif exc is not None or self._aborted:
+                self.drop_writes()
                 host.end(conn, commit=False)
             else:
                 self.conn = conn
@@ -141,6 +147,7 @@ class PgWriteTxn(PgReadTxn):
     def abort(self) -> None:
         if not self._aborted:
             self._aborted = True
+            self.drop_writes()
             conn, self.conn = self.conn, None
             if conn is not None:
                 self.host.end(conn, commit=False)
@@ -151,8 +158,10 @@ class PgWriteTxn(PgReadTxn):
 
     def _commit(self, conn: psycopg.Connection[Any]) -> None:
         """Write the pending aux changes, the counters and statistic deltas, and COMMIT, all
-        pipelined (one round trip); the connection goes back to the pool."""
-        statements = self._aux_statements(*self._aux_pending)
+        pipelined (one round trip, with the held-back writes that need no check; those that
+        do are sent and checked first: `unchecked_writes`);
+        the connection goes back to the pool."""
+        statements = self.unchecked_writes() + self._aux_statements(*self._aux_pending)
         stats = [(k, d) for k, d in self._dstats.items() if d]
         statements.append((_FLUSH, (self._max_id, self._max_sym, self.space, self.space,
                                     [k for k, _ in stats], [d for _, d in stats])))
@@ -278,6 +287,13 @@ class PgWriteTxn(PgReadTxn):
     def link_id(self, subject: int, predicate_id: int, object: int) -> int | None:
         return self.link_ids(((subject, predicate_id, object),))[0]
 
+    def _known_absent(self, t: tuple[int, int, int]) -> bool:
+        """Whether the transaction knows, without asking, that no link holds triple `t`."""
+        if t in self._link_ids:
+            return self._link_ids[t] is None
+        new_from = self._max_id0 if self._links_whole else MAX_ID
+        return type(t[0]) is int and type(t[2]) is int and (t[0] > new_from or t[2] > new_from)
+
     def link_ids(self, triples: Sequence[tuple[int, int, int]]) -> list[int | None]:
         """As the read transaction's, through (and into) what the transaction remembers."""
         memo = self._link_ids
@@ -313,32 +329,6 @@ class PgWriteTxn(PgReadTxn):
                 self._links_whole = False
             memo[new] = n
 
-    def prefetch_concepts(self, type_id: int, names: Sequence[str]) -> None:
-        """Look the concepts {type_id, name} up at once, a statement per COPY_CHUNK names,
-        into what `concept_id` remembers (a hint: a bulk load probing a chunk's names)."""
-        memo = self._concept_ids
-        keys: dict[bytes, str] = {}
-        for name in names:
-            if (type_id, name) in memo:
-                continue
-            try:
-                keys[codec.text_key(codec.encode_text(name))] = name
-            except KipError:
-                continue                        # (concept_id answers it: None)
-        if len(memo) + len(keys) >= NEW_HEADS_CAP:
-            memo.clear()
-        todo = list(keys)
-        for i in range(0, len(todo), COPY_CHUNK):
-            part = todo[i:i + COPY_CHUNK]
-            found = {bytes(name): n for n, name in self.rows(_CONCEPTS_BY_KEY,
-                                                             (part, self.space, type_id))}
-            for k in part:
-                name = keys[k]
-                n = found.get(codec.encode_text(name))
-                memo[(type_id, name)] = n
-                if n is not None:
-                    self._keep(ConceptHead(n, type_id, name))
-
     # --- single-element writes -------------------------------------------------------------
     def create_concept(self, n: int, type_id: int, name: str,
                        attributes: JsonMap, metadata: JsonMap) -> None:
@@ -347,13 +337,19 @@ class PgWriteTxn(PgReadTxn):
         utf8 = codec.encode_text(name)
         self._check_id(n)
         sp = self.space
-        if not self.rows(_INSERT_CONCEPT, (sp, n, type_id, utf8, codec.text_key(utf8), a, m,
-                                           sp, n)):
-            if self.concept_id(type_id, name) is not None:
-                raise KipError(ErrorCode.KIP_3003,
-                               f"a concept {{type: {self.symbol_text(type_id)!r}, "
-                               f"name: {name[:200]!r}}} already exists")
-            raise internal(f"element id {n} is already in use")
+        params = (sp, n, type_id, utf8, codec.text_key(utf8), a, m, sp, n)
+
+        def check(rows: list[Any]) -> None:
+            if not rows:
+                if self.concept_id(type_id, name) is not None:
+                    raise KipError(ErrorCode.KIP_3003,
+                                   f"a concept {{type: {self.symbol_text(type_id)!r}, "
+                                   f"name: {name[:200]!r}}} already exists")
+                raise internal(f"element id {n} is already in use")
+        if self._concept_ids.get((type_id, name), MISSING) is None and n > self._max_id0:
+            self.defer(_INSERT_CONCEPT, params, check)  # (known absent, a new id: it takes)
+        else:
+            check(self.rows(_INSERT_CONCEPT, params))
         self._remember(ConceptHead(n, type_id, name))
         self._keep_maps(n, a, m)
         self._concept_ids[(type_id, name)] = n
@@ -368,12 +364,20 @@ class PgWriteTxn(PgReadTxn):
         if not (is_id(subject) and is_id(object)):
             raise internal(f"link ends must be element ids, got {subject!r}, {object!r}")
         sp = self.space
-        if not self.rows(_INSERT_LINK, (sp, n, subject, predicate_id, object, a, m, sp, n)):
-            if self.link_id(subject, predicate_id, object) is not None:
-                raise KipError(ErrorCode.KIP_3003,
-                               f"a proposition ({subject}, {self.symbol_text(predicate_id)!r}, "
-                               f"{object}) already exists")
-            raise internal(f"element id {n} is already in use")
+        params = (sp, n, subject, predicate_id, object, a, m, sp, n)
+
+        def check(rows: list[Any]) -> None:
+            if not rows:
+                if self.link_id(subject, predicate_id, object) is not None:
+                    raise KipError(ErrorCode.KIP_3003,
+                                   f"a proposition ({subject}, "
+                                   f"{self.symbol_text(predicate_id)!r}, {object}) "
+                                   f"already exists")
+                raise internal(f"element id {n} is already in use")
+        if n > self._max_id0 and self._known_absent((subject, predicate_id, object)):
+            self.defer(_INSERT_LINK, params, check)
+        else:
+            check(self.rows(_INSERT_LINK, params))
         self._keep(LinkHead(n, subject, predicate_id, object))
         self._link_moved(None, (subject, predicate_id, object), n)
         self._keep_maps(n, a, m)
@@ -408,10 +412,17 @@ class PgWriteTxn(PgReadTxn):
 
     def _set_map(self, n: int, value: bytes | None, col: str) -> None:
         sp = self.space
-        row = (self.one(_SET_MAP.format(col=col), (value, sp, n, value, sp, n))
-               if is_id(n) else None)
-        if row is None or not row[0]:
-            raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+
+        def check(rows: list[Any] | None) -> None:
+            if not rows or not rows[0][0]:
+                raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
+        if not is_id(n):
+            check(None)
+        params = (value, sp, n, value, sp, n)
+        if n in self.heads:     # (it exists: this writer read or made it, and holds the lock)
+            self.defer(_SET_MAP.format(col=col), params, check)
+        else:
+            check(self.rows(_SET_MAP.format(col=col), params))
         pair = self.maps.get(n)
         if pair is not None:            # (the search index reads it back before commit)
             self.maps[n] = (value, pair[1]) if col == "attributes" else (pair[0], value)
@@ -497,6 +508,7 @@ class PgWriteTxn(PgReadTxn):
         if self.conn is None:
             used_after_end()
         self._aux_pending.setdefault(table, {})[key] = value
+        self.aux_writes += 1
         self.remember_aux(table, key, value)
         self.note_aux_write(table, key, value)
         self._aux_count += 1
@@ -510,22 +522,9 @@ class PgWriteTxn(PgReadTxn):
         self._write_aux(self._aux_statements(table))
 
     def _write_aux(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        """Run `_aux_statements` (pipelined when several: one round trip)."""
-        if not statements:
-            return
-        conn = self.conn
-        if conn is None:
-            used_after_end()
-        if len(statements) == 1:
-            self.run(*statements[0])
-            return
-
-        def run() -> None:
-            assert conn is not None
-            with conn.pipeline():
-                for sql, params in statements:
-                    conn.execute(sql, params)
-        call(run, self.host.where, True)
+        """Run `_aux_statements` (with any held-back writes: one round trip)."""
+        if statements:
+            self.pipeline(statements)
 
     def _aux_statements(self, *tables: str) -> list[tuple[str, tuple[Any, ...]]]:
         """The statements writing the tables' pending changes (taken off the pending): the
@@ -565,6 +564,7 @@ class PgWriteTxn(PgReadTxn):
         # pend_aux for each, without a call per pair (a bulk load's name and forward keys)
         self._aux_pending.setdefault(table, {}).update(items)
         self._aux_count += len(items)
+        self.aux_writes += 1
         if len(self.aux_values) + len(items) >= LOCAL_AUX:
             self.aux_values.clear()
         self.aux_values.update(((table, k), v) for k, v in items.items())
@@ -639,10 +639,13 @@ class PgWriteTxn(PgReadTxn):
                    ["text", "int8", "int8", "bytea", "bytea", "bytea", "bytea"], rows,
                    KipError(ErrorCode.KIP_3003, "bulk create: a concept (type, name) already "
                             "exists"))
-        self._concept_ids.clear()
+        memo = self._concept_ids
+        if len(memo) + count >= NEW_HEADS_CAP:
+            memo.clear()
         for n, t, name, a1, m1 in zip(ids, type_ids, names, a, m):
             self._remember(ConceptHead(n, t, name))
             self._keep_maps(n, a1, m1)
+            memo[(t, name)] = n
         for t, k in Counter(type_ids).items():
             self._bump(type_key(t), k)
         self._bump(ST_CONCEPTS, count)
@@ -661,8 +664,6 @@ class PgWriteTxn(PgReadTxn):
         a, m = self._maps(count, attributes, metadata, extra_metadata)
         for n in ids:
             self._check_id(n)
-        self._link_ids.clear()          # (a bulk write: not remembered link by link)
-        self._links_whole = False
         ss, ps, os_ = list(map(int, subjects)), list(map(int, predicate_ids)), \
             list(map(int, objects))
         triples = list(zip(ss, ps, os_))
@@ -682,16 +683,33 @@ class PgWriteTxn(PgReadTxn):
                            f"a proposition ({s}, {self.symbol_text(p)!r}, {o}) is repeated "
                            f"in the batch or already exists")
         sp = self.space
-        rows = zip(repeat_(sp, count), list(map(int, ids)), ss, ps, os_, a, m)
-        self._copy("COPY nexus_links (space, id, subject, predicate, object, attributes, "
-                   "metadata) FROM STDIN",
-                   ["text", "int8", "int8", "int8", "int8", "bytea", "bytea"], rows, KipError(
-                       ErrorCode.KIP_3003, "bulk create: a proposition (subject, predicate, "
-                       "object) already exists"))
+        repeated = KipError(ErrorCode.KIP_3003, "bulk create: a proposition (subject, "
+                            "predicate, object) already exists")
+        nids = list(map(int, ids))
+        if count <= DEFER_ROWS and min(nids) > self._max_id0 and (
+                known_new or all(map(self._known_absent, triples))):
+            # A command's few new links: one INSERT, held back (pg_pipeline), not a COPY.
+            def check(rows: list[Any]) -> None:
+                if len(rows) != count:
+                    raise repeated
+            self.defer(_INSERT_LINKS, (sp, nids, ss, ps, os_, a, m), check)
+        else:
+            self._copy("COPY nexus_links (space, id, subject, predicate, object, attributes, "
+                       "metadata) FROM STDIN",
+                       ["text", "int8", "int8", "int8", "int8", "bytea", "bytea"],
+                       zip(repeat_(sp, count), nids, ss, ps, os_, a, m), repeated)
         keep, keep_maps = self._keep, self._keep_maps
+        memo = self._link_ids
+        if len(memo) + count >= NEW_HEADS_CAP:
+            memo.clear()
+            self._links_whole = False
+        # The memo learns every triple written (it stays whole: a link with an end created
+        # in this transaction is still known to be absent unless it is in the memo).
         for n, s1, p1, o1, a1, m1 in zip(ids, ss, ps, os_, a, m):
             keep(LinkHead(int(n), s1, p1, o1))
             keep_maps(int(n), a1, m1)
+            if len(memo) < NEW_HEADS_CAP:     # (always, while the memo is whole)
+                memo[(s1, p1, o1)] = int(n)
         for p, k in Counter(ps).items():
             self._bump(pred_key(p), k)
         self._bump(ST_LINKS, count)
@@ -703,6 +721,7 @@ class PgWriteTxn(PgReadTxn):
         element id in use); the transaction must then abort (PostgreSQL aborted it). Text
         format: the binary one measured no cheaper here, client or server (bench.pg
         --load-only), and text COPY is what every PostgreSQL-compatible store takes."""
+        self.flush_writes()
         conn = self.conn
         if conn is None:
             internal("the transaction has ended")
@@ -736,61 +755,3 @@ def _analyze(conn: psycopg.Connection[Any]) -> None:
 
 def repeat_(value: Any, count: int) -> list[Any]:
     return [value] * count
-
-
-def check_tables(txn: PgReadTxn, examples: int = 5, repair: bool = False) -> TableCheck:
-    """The statistics and counters against the rows (the indexes are the database's own):
-    `stats_drift` (a count that differs from the rows), `max_id_behind`, `max_sym_behind`,
-    `dangling_links` (an end that is no element). A repair (in the write transaction)
-    rewrites the statistics and raises the counters."""
-    if repair and not isinstance(txn, PgWriteTxn):
-        raise internal("a repair needs the store's write transaction")
-    sp = txn.space
-    actual: dict[str, int] = {}
-    for t, k in txn.rows("SELECT type_id, count(*) FROM nexus_concepts WHERE space = %s "
-                         "GROUP BY type_id", (sp,)):
-        actual[type_key(t)] = int(k)
-    for p, k in txn.rows("SELECT predicate, count(*) FROM nexus_links WHERE space = %s "
-                         "GROUP BY predicate", (sp,)):
-        actual[pred_key(p)] = int(k)
-    actual[ST_CONCEPTS] = sum(v for k, v in actual.items() if k.startswith("t:"))
-    actual[ST_LINKS] = sum(v for k, v in actual.items() if k.startswith("p:"))
-    stored = {k: int(n) + txn.pending_stats().get(k, 0)
-              for k, n in txn.rows("SELECT key, n FROM nexus_stats WHERE space = %s", (sp,))}
-    drift = sorted(k for k in set(actual) | set(stored) if actual.get(k, 0) != stored.get(k, 0))
-    top = txn.one("SELECT (SELECT coalesce(max(id), 0) FROM nexus_concepts WHERE space = %s), "
-                  "(SELECT coalesce(max(id), 0) FROM nexus_links WHERE space = %s), "
-                  "(SELECT coalesce(max(id), 0) FROM nexus_symbols WHERE space = %s)",
-                  (sp, sp, sp))
-    assert top is not None
-    max_el, max_sym = max(int(top[0]), int(top[1])), int(top[2])
-    counters = txn.one("SELECT max_id, max_sym FROM nexus_meta WHERE space = %s", (sp,))
-    max_id0, max_sym0 = (int(counters[0]), int(counters[1])) if counters else (0, 0)
-    if isinstance(txn, PgWriteTxn):
-        max_id0, max_sym0 = txn.max_id(), txn.max_sym()
-    dangling = txn.rows(
-        "SELECT l.id FROM nexus_links l WHERE l.space = %s AND ("
-        "NOT EXISTS (SELECT 1 FROM nexus_concepts c WHERE c.space = l.space AND c.id = l.subject)"
-        " AND NOT EXISTS (SELECT 1 FROM nexus_links m WHERE m.space = l.space AND "
-        "m.id = l.subject) OR NOT EXISTS (SELECT 1 FROM nexus_concepts c WHERE "
-        "c.space = l.space AND c.id = l.object) AND NOT EXISTS (SELECT 1 FROM nexus_links m "
-        "WHERE m.space = l.space AND m.id = l.object)) ORDER BY l.id LIMIT 1000", (sp,))
-    report: dict[str, Any] = {
-        "stats_drift": len(drift), "max_id_behind": int(max_id0 < max_el),
-        "max_sym_behind": int(max_sym0 < max_sym), "dangling_links": len(dangling),
-        "elements": actual[ST_CONCEPTS] + actual[ST_LINKS], "concepts": actual[ST_CONCEPTS],
-        "links": actual[ST_LINKS],
-        "symbols": int((txn.one("SELECT count(*) FROM nexus_symbols WHERE space = %s",
-                                (sp,)) or (0,))[0]),
-    }
-    report["ok"] = not any(report[k] for k in ("stats_drift", "max_id_behind",
-                                                "max_sym_behind", "dangling_links"))
-    report["examples"] = {k: v for k, v in {
-        "stats_drift": [f"{k}: stored {stored.get(k, 0)}, counted {actual.get(k, 0)}"
-                        for k in drift[:examples]],
-        "dangling_links": [f"link {r[0]}" for r in dangling[:examples]],
-    }.items() if v}
-    fixes = 0
-    if repair and isinstance(txn, PgWriteTxn):
-        fixes = txn.repair(drift, actual, stored, max_el, max_sym)
-    return TableCheck(report, fixes)
