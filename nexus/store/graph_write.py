@@ -220,6 +220,11 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             return
         if not items[0][0] or max(map(len, map(itemgetter(0), items))) > codec.MAX_KEY:
             raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
+        if len(items) <= 4:             # a version log record's few keys: plain puts
+            put = self._put
+            for k, v in items:
+                put(k, v, db=db)
+            return
         last = self.kv.last_key(db)
         self.kv.putmulti(db, items, last is None or items[0][0] > last, True)
 
@@ -246,6 +251,12 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         start = self._max_id + 1
         self._max_id += count
         return range(start, self._max_id + 1)
+
+    def _made(self, head: Head) -> None:
+        """Keep the head of an element this transaction just created: the commit's hooks
+        (search, version log, PRIMER) ask for it next, and would decode it again."""
+        if len(self._new_heads) < NEW_HEADS_CAP:
+            self._new_heads[head.n] = head
 
     def _bump(self, key: bytes, delta: int) -> None:
         d = self._dstats
@@ -283,6 +294,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             put(nk, m, db=d.metas)
         self._bump(codec.ST_TYPE + tb, 1)
         self._bump(codec.ST_CONCEPTS, 1)
+        self._made(ConceptHead(n, type_id, name))
 
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
                     attributes: JsonMap, metadata: JsonMap) -> None:
@@ -306,6 +318,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             put(nk, m, db=d.metas)
         self._bump(codec.ST_PRED + pack_sid(predicate_id), 1)
         self._bump(codec.ST_LINKS, 1)
+        self._made(LinkHead(n, subject, predicate_id, object))
 
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         self._set_map(n, codec.encode_map(attributes, "attributes"), self.tables.attrs)
@@ -643,8 +656,9 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         if not fresh:
             raise internal("bulk create: duplicate index keys")
         self._max_id = max(self._max_id, rows[-1][0])
-        for _, _, p, _ in rows:
+        for n, s, p, o in rows:
             self._bump(codec.ST_PRED + pack_sid(p), 1)
+            self._made(LinkHead(n, s, p, o))
         self._bump(codec.ST_LINKS, count)
         return count
 
