@@ -202,6 +202,26 @@ def undo_keys(change: list[Any], current: JsonMap, which: int) -> JsonMap:
 def iso_ms(iso: str) -> int:
     """Epoch milliseconds of an ISO 8601 timestamp (`…Z`, an offset, or none: UTC);
     ValueError when it is not one."""
+    last = _LAST_SECOND         # the engine's own stamps (`now_iso`): one parse a second
+    stamp = len(iso) == 24 and iso[23] == "Z" and iso[20:23].isascii() and \
+        iso[20:23].isdigit()
+    if stamp and iso[:20] == last[0]:
+        return last[1] + int(iso[20:23])
+    ms = _iso_ms(iso)
+    if stamp and iso[19] == ".":
+        _remember_second(iso[:20], ms - int(iso[20:23]))
+    return ms
+
+
+def _remember_second(prefix: str, ms: int) -> None:
+    global _LAST_SECOND
+    _LAST_SECOND = (prefix, ms)
+
+
+_LAST_SECOND: tuple[str, int] = ("", 0)     # ("YYYY-MM-DDTHH:MM:SS.", its epoch ms)
+
+
+def _iso_ms(iso: str) -> int:
     text = iso.strip()
     if text[-1:] in ("Z", "z"):
         text = text[:-1] + "+00:00"
