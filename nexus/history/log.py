@@ -267,12 +267,17 @@ def append(ctx: "WriteContext") -> int | None:
     fresh: list[list[int]] = [[r.start, r.stop] for r in txn.fresh if len(r)]
     loose_created: list[int] = []
     before = txn.before
+    created = txn.created_versions
     with gc_paused():           # a change per element, no cycle: no full collection walks them
         for n in sorted(before):
             pre = before[n]
             if pre is None:
                 if created_many:
                     loose_created.append(n)
+                    continue
+                if n in created:        # `_change`, with the `_version` it was created with
+                    if inner.head(n) is not None:
+                        changes.append([n, "c", created[n]])
                     continue
             elif (pre.attributes is None and pre.metadata is not None and not pre.moved
                   and pre.metadata_now is not None):
