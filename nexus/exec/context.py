@@ -15,7 +15,6 @@ bundled capsules and trusted operator loads (they may write protected definition
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..config import Limits
@@ -32,14 +31,25 @@ Clock = Callable[[], str]
 class RankingCache(Protocol):
     """What DESCRIBE PRIMER needs of its cache (`nexus.exec.primer.PrimerCache`)."""
 
+    def settle(self, txn: ReadTxn, seq: int) -> None: ...
     def get(self, domain: int) -> dict[str, Any] | None: ...
     def put(self, domain: int, seq: int, ranking: dict[str, Any]) -> None: ...
 
 
 def now_iso() -> str:
-    """Current UTC time as ISO 8601 with milliseconds and `Z` (CONTRACT §3)."""
-    now = datetime.now(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    """Current UTC time as ISO 8601 with milliseconds and `Z` (CONTRACT §3).
+
+    The text up to the second is formatted once per second: formatting a datetime took
+    ~8 µs, a measurable part of a durable upsert (every write stamps `_updated_at`)."""
+    global _SECOND
+    seconds, ns = divmod(time.time_ns(), 1_000_000_000)
+    last = _SECOND              # one read of an immutable pair: safe across threads
+    if last[0] != seconds:
+        last = _SECOND = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(seconds)))
+    return f"{last[1]}{ns // 1_000_000:03d}Z"
+
+
+_SECOND: tuple[int, str] = (-1, "")     # (epoch second, its text up to the ".")
 
 
 class ExecContext:

@@ -202,6 +202,26 @@ def undo_keys(change: list[Any], current: JsonMap, which: int) -> JsonMap:
 def iso_ms(iso: str) -> int:
     """Epoch milliseconds of an ISO 8601 timestamp (`…Z`, an offset, or none: UTC);
     ValueError when it is not one."""
+    last = _LAST_SECOND         # the engine's own stamps (`now_iso`): one parse a second
+    stamp = len(iso) == 24 and iso[23] == "Z" and iso[20:23].isascii() and \
+        iso[20:23].isdigit()
+    if stamp and iso[:20] == last[0]:
+        return last[1] + int(iso[20:23])
+    ms = _iso_ms(iso)
+    if stamp and iso[19] == ".":
+        _remember_second(iso[:20], ms - int(iso[20:23]))
+    return ms
+
+
+def _remember_second(prefix: str, ms: int) -> None:
+    global _LAST_SECOND
+    _LAST_SECOND = (prefix, ms)
+
+
+_LAST_SECOND: tuple[str, int] = ("", 0)     # ("YYYY-MM-DDTHH:MM:SS.", its epoch ms)
+
+
+def _iso_ms(iso: str) -> int:
     text = iso.strip()
     if text[-1:] in ("Z", "z"):
         text = text[:-1] + "+00:00"
@@ -247,12 +267,17 @@ def append(ctx: "WriteContext") -> int | None:
     fresh: list[list[int]] = [[r.start, r.stop] for r in txn.fresh if len(r)]
     loose_created: list[int] = []
     before = txn.before
+    created = txn.created_versions
     with gc_paused():           # a change per element, no cycle: no full collection walks them
         for n in sorted(before):
             pre = before[n]
             if pre is None:
                 if created_many:
                     loose_created.append(n)
+                    continue
+                if n in created:        # `_change`, with the `_version` it was created with
+                    if inner.head(n) is not None:
+                        changes.append([n, "c", created[n]])
                     continue
             elif (pre.attributes is None and pre.metadata is not None and not pre.moved
                   and pre.metadata_now is not None):

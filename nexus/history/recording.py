@@ -86,6 +86,10 @@ class RecordingTxn:
         self._read_metadata: dict[int, JsonMap] = {}
         self._read_heads: dict[int, Head] = {}      # the same for their heads
         self._allocated: set[int] = set()           # ids from new_id, not yet created
+        # The `_version` each element this session created was stored with, while the
+        # session has not written its metadata since: the log's "c" change, without
+        # reading the map back (`log.append`).
+        self.created_versions: dict[int, Any] = {}
 
     def _reading(self, n: int) -> None:
         if n != self._read_n:
@@ -156,6 +160,7 @@ class RecordingTxn:
         self._forget(n)
         self._unknown_now(n)
         self.inner.create_concept(n, type_id, name, attributes, metadata)
+        self.created_versions[n] = metadata.get("_version")
 
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
                     attributes: JsonMap, metadata: JsonMap) -> None:
@@ -163,6 +168,7 @@ class RecordingTxn:
         self._forget(n)
         self._unknown_now(n)
         self.inner.create_link(n, subject, predicate_id, object, attributes, metadata)
+        self.created_versions[n] = metadata.get("_version")
 
     def repoint_link(self, n: int, subject: int, object: int) -> None:
         self._keep(n)                   # the old head: the log keeps where the link was
@@ -191,6 +197,7 @@ class RecordingTxn:
             entry.attributes_now = dict(attributes)
 
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
+        self.created_versions.pop(n, None)
         self._keep_metadata(n)
         self.inner.set_metadata(n, metadata)
         entry = self.before.get(n)
@@ -204,7 +211,10 @@ class RecordingTxn:
         before, read_metadata, heads = self.before, self._read_metadata, self._read_heads
         fresh = self.fresh
         added: list[int] = []
+        created = self.created_versions
         for n, _ in items:
+            if created:
+                created.pop(n, None)
             if n in before:
                 entry = before[n]
             elif fresh and any(n in r for r in fresh):
@@ -231,6 +241,7 @@ class RecordingTxn:
                     entry.metadata_now = metadata
 
     def delete(self, n: int) -> bool:
+        self.created_versions.pop(n, None)
         self._keep_attributes(n)        # a deletion is logged with the element's whole state
         self._keep_metadata(n)
         self._forget(n)
@@ -295,9 +306,16 @@ class RecordingTxn:
                             metadata: "MapColumn | None" = None, *, known_new: bool = False,
                             extra_metadata: JsonMap | None = None) -> int:
         self._fresh(ids)
-        return self.inner.create_link_columns(ids, subjects, predicate_ids, objects,
+        made = self.inner.create_link_columns(ids, subjects, predicate_ids, objects,
                                               attributes, metadata, known_new=known_new,
                                               extra_metadata=extra_metadata)
+        if len(ids) <= 16 and isinstance(metadata, list) and len(metadata) == len(ids):
+            # (an UPSERT's few links; a load's many are read back, as before)
+            extra = extra_metadata or {}
+            for n, meta in zip(ids, metadata):
+                self.created_versions[n] = extra["_version"] if "_version" in extra \
+                    else (meta or {}).get("_version")
+        return made
 
     # --- everything else: the inner transaction's ----------------------------------------
     def intern(self, text: str) -> int:

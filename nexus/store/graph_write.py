@@ -38,6 +38,11 @@ class WriteHost(TxnHost[Db], Protocol[Db]):
     def abort_kv(self, kv: KvWrite[Db]) -> None: ...
 
 
+# Links created by one create_link_columns call up to which plain puts beat the numpy
+# column path (`_create_few_links`).
+FEW_LINKS = 16
+_U64, _U32 = 1 << 64, 1 << 32
+
 # Heads a write transaction decodes are kept for it (and merged into the store's cache at
 # commit) up to this many: a bulk load re-reading its own elements (search indexing) must
 # not hold a head per element.
@@ -215,6 +220,11 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             return
         if not items[0][0] or max(map(len, map(itemgetter(0), items))) > codec.MAX_KEY:
             raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
+        if len(items) <= 4:             # a version log record's few keys: plain puts
+            put = self._put
+            for k, v in items:
+                put(k, v, db=db)
+            return
         last = self.kv.last_key(db)
         self.kv.putmulti(db, items, last is None or items[0][0] > last, True)
 
@@ -241,6 +251,12 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         start = self._max_id + 1
         self._max_id += count
         return range(start, self._max_id + 1)
+
+    def _made(self, head: Head) -> None:
+        """Keep the head of an element this transaction just created: the commit's hooks
+        (search, version log, PRIMER) ask for it next, and would decode it again."""
+        if len(self._new_heads) < NEW_HEADS_CAP:
+            self._new_heads[head.n] = head
 
     def _bump(self, key: bytes, delta: int) -> None:
         d = self._dstats
@@ -278,6 +294,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             put(nk, m, db=d.metas)
         self._bump(codec.ST_TYPE + tb, 1)
         self._bump(codec.ST_CONCEPTS, 1)
+        self._made(ConceptHead(n, type_id, name))
 
     def create_link(self, n: int, subject: int, predicate_id: int, object: int,
                     attributes: JsonMap, metadata: JsonMap) -> None:
@@ -301,6 +318,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             put(nk, m, db=d.metas)
         self._bump(codec.ST_PRED + pack_sid(predicate_id), 1)
         self._bump(codec.ST_LINKS, 1)
+        self._made(LinkHead(n, subject, predicate_id, object))
 
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         self._set_map(n, codec.encode_map(attributes, "attributes"), self.tables.attrs)
@@ -552,7 +570,13 @@ class GraphWriteTxn(GraphReadTxn[Db]):
                             metadata: MapColumn | None = None, *, known_new: bool = False,
                             extra_metadata: JsonMap | None = None) -> int:
         """create_links over columns (see the protocol). The ops and pso entries are kept
-        in memory and inserted, sorted, once for the whole transaction (`_flush_links`)."""
+        in memory and inserted, sorted, once for the whole transaction (`_flush_links`).
+        A few links (an UPSERT's) take `_create_few_links` instead."""
+        if len(ids) <= FEW_LINKS:
+            made = self._create_few_links(ids, subjects, predicate_ids, objects, attributes,
+                                          metadata, known_new, extra_metadata)
+            if made is not None:
+                return made
         with bulk.gc_paused():
             e = bulk.link_entries(ids, subjects, predicate_ids, objects, attributes, metadata,
                                   extra_metadata)
@@ -577,6 +601,66 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             self._bump(codec.ST_PRED + pack_sid(p), k)
         self._bump(codec.ST_LINKS, e["count"])
         return e["count"]
+
+    def _create_few_links(self, ids: Sequence[int], subjects: Sequence[int],
+                          predicate_ids: Sequence[int], objects: Sequence[int],
+                          attributes: MapColumn | None, metadata: MapColumn | None,
+                          known_new: bool, extra: JsonMap | None) -> int | None:
+        """create_link_columns for a handful of links with plain Python keys and puts:
+        numpy's set-up costs more than the whole write of so few (a W2 upsert's two links
+        spent ~15% of its command there). The same entries, counters and errors; None —
+        nothing done — for any batch that is not clean (an id, end or predicate that is
+        not an int in range, a repeated id or (s, p, o), a taken (s, p, o)): the column
+        path then raises its own error for it."""
+        count = len(ids)
+        rows = list(zip(ids, subjects, predicate_ids, objects))
+        if not count or len(rows) != count or len(subjects) != count or \
+                len(predicate_ids) != count or len(objects) != count:
+            return None
+        for n, s, p, o in rows:
+            if type(n) is not int or type(s) is not int or type(p) is not int or \
+                    type(o) is not int or not (0 < n < _U64 and 0 < s < _U64 and
+                                               0 < p < _U32 and 0 < o < _U64):
+                return None
+        if len({r[0] for r in rows}) != count or len({r[1:] for r in rows}) != count:
+            return None
+        attrs = list(attributes) if attributes is not None else None
+        metas = list(metadata) if metadata is not None else None
+        if attrs is not None and len(attrs) != count or metas is not None and \
+                len(metas) != count:
+            return None
+        order = sorted(range(count), key=lambda i: rows[i][0])
+        if order != list(range(count)):         # the maps are encoded in id order
+            rows = [rows[i] for i in order]
+            attrs = [attrs[i] for i in order] if attrs is not None else None
+            metas = [metas[i] for i in order] if metas is not None else None
+        keys = [pack_n(r[0]) for r in rows]
+        attr_entries = bulk.map_entries(keys, attrs, "attributes")
+        meta_entries = bulk.map_entries(keys, metas, "metadata", extra)
+        d = self.tables
+        if not known_new and self.kv.last_key(d.spo) is not None and any(
+                self._spo_taken(SPO3.pack(s, p, o)) for _, s, p, o in rows):
+            return None
+        put = self._put
+        for k, (n, s, p, o) in zip(keys, rows):
+            if not put(k, codec.link_head_value(s, p, o), overwrite=False, db=d.head):
+                raise internal("bulk create: an element id is in use")
+        fresh = True
+        for n, s, p, o in rows:
+            fresh &= put(SPO.pack(s, p, o, n), b"", overwrite=False, db=d.spo)
+            fresh &= put(OPS.pack(o, p, s, n), b"", overwrite=False, db=d.ops)
+            fresh &= put(PSO.pack(p, s, o, n), b"", overwrite=False, db=d.pso)
+        for table, (map_keys, values) in ((d.attrs, attr_entries), (d.metas, meta_entries)):
+            for k, v in zip(map_keys, values):
+                fresh &= put(k, v, overwrite=False, db=table)
+        if not fresh:
+            raise internal("bulk create: duplicate index keys")
+        self._max_id = max(self._max_id, rows[-1][0])
+        for n, s, p, o in rows:
+            self._bump(codec.ST_PRED + pack_sid(p), 1)
+            self._made(LinkHead(n, s, p, o))
+        self._bump(codec.ST_LINKS, count)
+        return count
 
     def _flush_links(self) -> None:
         """Insert the ops and pso entries of the links bulk-created so far: one sort and

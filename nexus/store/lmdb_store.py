@@ -497,16 +497,19 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
     def _commit(self, kv: KvWrite[LmdbTable]) -> None:
         assert isinstance(kv, LmdbKv)       # the kv of _begin_write
         if isinstance(kv, WalKv) and self._wal is not None:
-            self._commit_logged(kv, self._wal)
+            self._after_commit(self._commit_logged(kv, self._wal))
         else:
             kv.txn.commit()
-        self._after_commit()
+            self._after_commit(self._data_size())
 
-    def _commit_logged(self, kv: WalKv, log_: walog.Wal) -> None:
+    def _commit_logged(self, kv: WalKv, log_: walog.Wal) -> int:
+        """Commit through the log; returns the data file's size after the commit (one
+        stat serves the checkpoint's and the release's tests: a checkpoint syncs the file,
+        it does not grow it)."""
         if kv.ops is None:                  # too big to log twice: a synced commit
             kv.txn.commit()
             self._checkpoint()
-            return
+            return self._ckpt_size
         if kv.ops:
             log_.append(walog.encode_ops(kv.ops))
             try:
@@ -517,12 +520,15 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
         else:
             kv.txn.commit()
         self._last_commit = time.monotonic()
-        if log_.offset >= WAL_CHECKPOINT_BYTES or \
-                self._data_size() - self._ckpt_size >= WAL_CHECKPOINT_GROWTH:
-            self._checkpoint()
-
-    def _after_commit(self) -> None:
         size = self._data_size()
+        if log_.offset >= WAL_CHECKPOINT_BYTES or \
+                size - self._ckpt_size >= WAL_CHECKPOINT_GROWTH:
+            self._checkpoint()
+        return size
+
+    def _after_commit(self, size: int) -> None:
+        """After a commit that left the data file `size` bytes long: give LMDB's page
+        buffers back once the file grew by RELEASE_PAGES (module doc, "Memory")."""
         if size - self._size_seen >= RELEASE_PAGES * 4096:
             self._size_seen = size
             self._release_due = True

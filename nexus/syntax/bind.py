@@ -121,7 +121,32 @@ def value_of(value: Any, parameters: Params) -> Any:
         return value.value
     if kind is A.Param:
         return parameters[value.name]
+    if kind is A.ObjectValue:
+        flat = _flat_entries(value)
+        if flat is not None:
+            # What binding folds it into (each placeholder's value as given, checked),
+            # without a Literal per entry: an UPSERT's SET ATTRIBUTES / WITH METADATA.
+            return {k: parameters[v.name] if type(v) is A.Param else v.value
+                    for k, v in flat}
     return bind(value, parameters).value
+
+
+def _flat_entries(node: A.ObjectValue) -> tuple[tuple[str, Any], ...] | None:
+    """The entries of an object whose values are all placeholders or literals (None when
+    one is nested: bound in full), found once per cached parse."""
+    hit = _FLAT.get(id(node))
+    if hit is not None and hit[0] is node:
+        return hit[1]
+    entries = node.entries
+    flat = entries if all(type(v) is A.Param or type(v) is A.Literal
+                          for _, v in entries) else None
+    if len(_FLAT) > 8192:
+        _FLAT.clear()
+    _FLAT[id(node)] = (node, flat)
+    return flat
+
+
+_FLAT: dict[int, tuple[A.ObjectValue, tuple[tuple[str, Any], ...] | None]] = {}
 
 
 def _params_in(node: object) -> list[A.Param]:

@@ -30,7 +30,10 @@ CAPSULE_ELEMENTS = {"Genesis.kip": 15, "Person.kip": 2, "Event.kip": 2, "SleepTa
 
 def _run_once(script: str, path: str, start: int, rng: random.Random, early: bool
               ) -> list[int]:
-    child = subprocess.Popen([sys.executable, script, path, str(start)],
+    # Unbuffered: `readline` then takes "ready" alone, so the acks printed right after it
+    # reach `communicate` (which reads the pipe itself, not a buffered reader's read-ahead:
+    # a fast writer's first acks were lost to the test that way).
+    child = subprocess.Popen([sys.executable, script, path, str(start)], bufsize=0,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         if early:       # anywhere from interpreter start to the first commands

@@ -110,6 +110,28 @@ def test_an_instance_of_a_domain_type_invalidates_that_domain(medical, ok, count
     assert counted == ["Medical"]          # Drug's definition belongs to Medical
 
 
+def test_writes_between_two_primers_invalidate_their_domains_together(medical, ok, counted):
+    ok(medical, "DESCRIBE PRIMER")
+    counted.clear()
+    for name in ("Orphan 1", "Orphan 2", "Orphan 3"):
+        medical.execute_kip({"command": f'UPSERT {{ CONCEPT ?d {{ {{type: "Drug", '
+                                        f'name: "{name}"}} }} }}'})
+    result = ok(medical, "DESCRIBE PRIMER")
+    assert counted == ["Medical"]           # once, for the three writes
+    counted.clear()
+    assert ok(medical, "DESCRIBE PRIMER") == result and counted == []
+
+
+def test_a_long_queue_of_writes_is_settled_by_a_write(medical, ok, counted, monkeypatch):
+    # Past QUEUE_IDS queued ids, the write that passes it finds their domains itself.
+    monkeypatch.setattr(primer, "QUEUE_IDS", 0)
+    ok(medical, "DESCRIBE PRIMER")
+    counted.clear()
+    medical.execute_kip({"command": 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Orphan"} } }'})
+    ok(medical, "DESCRIBE PRIMER")
+    assert counted == ["Medical"]
+
+
 def test_a_delete_invalidates_everything(medical, ok, counted):
     first = ok(medical, "DESCRIBE PRIMER")
     counted.clear()
