@@ -136,7 +136,7 @@ class VectorIndex:
                  prefix: str = "vectors") -> None:
         self.embedder = embedder
         self.dir = directory
-        self.prefix = prefix      # file names: "<prefix>.<kind>.usearch", "<prefix>.json"
+        self.prefix = prefix      # file names: "<prefix>.concepts.usearch", "<prefix>.json"
         # Another index that reads the same queue (the semantic one): `record` prunes only
         # the entries both have saved. Set by the search service.
         self.follower: VectorIndex | None = None
