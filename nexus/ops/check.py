@@ -317,9 +317,10 @@ class PostingCheck(Findings):
 # --- the vectors ----------------------------------------------------------------------------------
 
 class VectorCheck(Findings):
-    """The vector index's content against the data (deep only): for every element, the
-    slots it has in its kind's usearch index are exactly those of its current vector texts
-    (name and aliases, `nexus.search.vectors.doc_texts`; `vector_slots_wrong` otherwise),
+    """The vector index's content against the data (deep only): for every concept (links
+    have no vectors), the slots it has in the usearch index are exactly those of its
+    current vector texts (name, aliases and "name: description",
+    `nexus.search.vectors.doc_texts`; `vector_slots_wrong` otherwise),
     and each slot holds the embedding of that text (`vector_stale` otherwise) — so a vector
     left behind by a lost or replayed change is found, not only a missing one.
 
@@ -338,8 +339,11 @@ class VectorCheck(Findings):
         self.budget = budget or _Budget(CATCH_UP_SECONDS, None)
 
     def run(self) -> dict[str, Any]:
+        from ..search.vectors import may_have_vectors
         with self.store.read() as txn:
-            ids = list(txn.elements())
+            # Links have no vectors: their documents are never built here (nor under the
+            # vector lock, which the indexer and every SEARCH wait for).
+            ids = may_have_vectors(txn, txn.elements())
         for i in range(0, len(ids), VECTOR_CHUNK):
             self._chunk(ids[i:i + VECTOR_CHUNK])
         report: dict[str, Any] = {c: self.counts[c] for c in VECTOR_CATEGORIES}
@@ -351,7 +355,7 @@ class VectorCheck(Findings):
     def _chunk(self, ids: list[int], attempts: int = 3) -> None:
         import numpy as np
 
-        from ..search.text import element_doc
+        from ..search.text import KIND_CONCEPT, element_doc
         from ..search.vectors import SLOTS, doc_texts, read_seq
         v = self.vectors
         for attempt in range(attempts):
@@ -363,11 +367,11 @@ class VectorCheck(Findings):
                     wanted = []            # (kind, id, texts)
                     for n in ids:
                         doc = element_doc(txn, n)
-                        if doc is not None:
+                        if doc is not None and doc.kind == KIND_CONCEPT:
                             wanted.append((doc.kind, n, doc_texts(doc, v.embedder)))
                     stored = []
+                    ix = v.indexes[KIND_CONCEPT]
                     for kind, n, texts in wanted:
-                        ix = v.indexes[kind]
                         keys = np.arange(SLOTS, dtype=np.uint64) + np.uint64(n * SLOTS)
                         present = keys[np.asarray(ix.contains(keys), dtype=bool)] \
                             if len(ix) else keys[:0]

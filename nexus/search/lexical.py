@@ -43,7 +43,7 @@ from nexus.store.protocol import LinkHead
 
 from . import postings
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   KIND_LINK, Doc, element_doc, link_vec_text, norm_name, tokens)
+                   KIND_LINK, Doc, element_doc, norm_name, tokens)
 
 KIND_BYTES = (b"c", b"p")
 _U64 = struct.Struct(">Q")
@@ -163,7 +163,11 @@ class Entry:
 
 
 def _vcrc(doc: Doc) -> int:
-    """The checksum of what the vector index embeds for `doc`."""
+    """The checksum of what the vector index embeds for `doc`: 0 for a link (links have
+    no vectors; entries written before FORMAT 2 of the vector files carry a checksum of
+    their text, which nothing reads: `stale` accepts both)."""
+    if doc.kind != KIND_CONCEPT:
+        return 0
     return zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
 
 
@@ -302,7 +306,7 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
-    must go. A rewrite that changes nothing searchable (a metadata-only update) costs one
+    must go: concepts only (links have no vectors: `vectors.doc_texts`). A rewrite that changes nothing searchable (a metadata-only update) costs one
     forward-index read and writes nothing.
 
     `moved` names touched links whose only searchable change since their documents were
@@ -342,7 +346,8 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
                 w.remove(n, entry)
             w.count[entry.kind] -= 1
             fwd.delete(key)
-            gone.append(n)
+            if entry.kind == KIND_CONCEPT:
+                gone.append(n)
 
     removed = list(removed)
     order = sorted(touched)
@@ -357,7 +362,6 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
     ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
-    preds: dict[int, str] = {}          # predicate id -> its name
     plans: dict[tuple[str, str], _Move] = {}    # a MERGE moves its links the same way
     for n in order:
         if len(ends) > END_NAMES:
@@ -369,10 +373,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             plan = plans.get(texts)
             if plan is None:
                 plan = plans[texts] = _Move(w, texts)
-            redone = _moved(plan, txn, n, raw, ends, preds)
-            if redone is not None:
-                if redone:
-                    changed.append(n)
+            if _moved(plan, txn, n, raw):
                 continue
         doc = element_doc(txn, n, ends)
         if doc is None:
@@ -402,11 +403,11 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
                     terms = {t: v for t, v in terms.items() if t not in keep}
                 pending = False
             w.count[old.kind] -= 1
-            vec_changed = old.vcrc != vcrc
+            vec_changed = doc.kind == KIND_CONCEPT and old.vcrc != vcrc
             if same_names:
                 names = []
         else:
-            vec_changed = True
+            vec_changed = doc.kind == KIND_CONCEPT
         if pending:
             pend[n] = (doc.kind, new)
             lex.put(b"q" + KIND_BYTES[doc.kind] + key, new)
@@ -459,65 +460,44 @@ class _Move:
         return self._pers
 
 
-def _moved(plan: _Move, txn: Any, n: int, raw: bytes, ends: dict[int, str],
-           preds: dict[int, str]) -> bool | None:
+def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
     stored entry `raw`: the old end's field terms out, the new one's in, the rest as
-    stored. Returns whether its vector text changed, or None (nothing done: derive it in
-    full) when the stored entry does not show the old end's terms coming from that field
-    alone, or the new end's terms also come from another field — the weights of shared
-    terms would need the whole document.
-    `ends` and `preds` remember end texts and predicate names across calls."""
+    stored. Returns whether it did; not (derive it in full) when the stored entry does not
+    show the old end's terms coming from that field alone, or the new end's terms also
+    come from another field — the weights of shared terms would need the whole document.
+    A link has no vector text (its checksum is 0: `_vcrc`), so nothing else is read."""
     if plan.same:
-        return False                    # the same document (e.g. a higher-order end)
+        return True                     # the same document (e.g. a higher-order end)
     # A touched link with a stored entry exists (a deleted one is not touched): no read
-    # of the store for its head, nor (below) for its ends', which a link's existence implies.
+    # of the store for its head.
     head = txn.known_head(n)
     if type(head) is not LinkHead:
-        return None
-    kind, group, names, old_vcrc, flat = msgpack.unpackb(raw, raw=False)
+        return False
+    kind, group, names, _, flat = msgpack.unpackb(raw, raw=False)
     if kind != KIND_LINK or group != head.predicate_id:
-        return None
+        return False
     terms = dict(zip(flat[0::2], flat[1::2]))
     get = terms.get
     for t, v in plan.out:
         if get(t) != v:
-            return None
+            return False
     for t in plan.clash:
         if t in terms:
-            return None
+            return False
     before = [get(t) for t in plan.into]
     for t, _ in plan.out:
         del terms[t]
     terms.update(plan.into)
     flat = [x for t in sorted(terms) for x in (t, terms[t])]
-    pred = preds.get(group)
-    if pred is None:
-        pred = preds[group] = txn.symbol_text(group)
-    subj = ends.get(head.subject)
-    if subj is None:
-        subj = ends[head.subject] = _known_end_text(txn, head.subject)
-    obj = ends.get(head.object)
-    if obj is None:
-        obj = ends[head.object] = _known_end_text(txn, head.object)
-    vec = link_vec_text(pred, subj, obj)
-    vcrc = zlib.crc32(f"{vec}\x1f{vec}".encode())
-    plan.w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, vcrc, flat)))
+    plan.w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, 0, flat)))
     gone, added = plan.postings()
     for per in gone:
         per.setdefault(n, None)
     for was, (v, per) in zip(before, added):
         if was != v:
             per[n] = (v, group)
-    return old_vcrc != vcrc
-
-
-def _known_end_text(txn: Any, n: int) -> str:
-    """`endpoint_text` of an end of an existing link (it exists: `known_head`)."""
-    head = txn.known_head(n)
-    if type(head) is not LinkHead:
-        return str(head.name)
-    return str(txn.symbol_text(head.predicate_id)).replace("_", " ")
+    return True
 
 
 _FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
@@ -585,17 +565,33 @@ def doc_count(txn: Any, kind: int) -> int:
     return _U64.unpack(raw)[0] if raw else 0
 
 
-def doc_freq(txn: Any, kind: int, term: str) -> int:
+def prefetch_counts(txn: Any, kind: int, terms: Iterable[str]) -> None:
+    """Ask for the document count of `kind` and the df of each of `terms` at once (one
+    round trip on PostgreSQL instead of one per term; nothing on LMDB)."""
+    kb = KIND_BYTES[kind]
+    txn.aux("lex").prefetch([b"N" + kb] + [b"d" + kb + t.encode() for t in terms])
+
+
+def doc_freq(txn: Any, kind: int, term: str,
+             pending: Mapping[str, list[tuple[int, float, int]]] | None = None) -> int:
+    """The number of documents of `kind` with `term`, the pending ones included
+    (`pending`: `pending_postings(txn, kind)`, read once by a caller asking for several
+    terms; read here when not given)."""
     raw = txn.aux("lex").get(b"d" + KIND_BYTES[kind] + term.encode())
-    return (_U32.unpack(raw)[0] if raw else 0) + len(pending_postings(txn, kind).get(term, ()))
+    if pending is None:
+        pending = pending_postings(txn, kind)
+    return (_U32.unpack(raw)[0] if raw else 0) + len(pending.get(term, ()))
 
 
-def term_postings(txn: Any, kind: int, term: str, cap: int):
+def term_postings(txn: Any, kind: int, term: str, cap: int,
+                  pending: Mapping[str, list[tuple[int, float, int]]] | None = None):
     """(ids, weights, groups, complete) of `term`'s postings (at most about `cap`), the
-    pending documents' included."""
+    pending documents' included (`pending`: as in `doc_freq`)."""
     ids, weights, groups, complete = postings.read(
         txn.aux("lex"), b"t" + KIND_BYTES[kind] + term.encode() + b"\x00", cap)
-    extra = pending_postings(txn, kind).get(term)
+    if pending is None:
+        pending = pending_postings(txn, kind)
+    extra = pending.get(term)
     if not extra:
         return ids, weights, groups, complete
     if not complete:                # a cut list: only the pending ids within what was read
@@ -687,8 +683,21 @@ def stale(txn: Any, n: int) -> bool:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if doc is None or raw is None:
         return (doc is None) != (raw is None)
-    return raw != _entry_bytes(doc, doc_terms(doc), doc_names(doc))
+    terms, names = doc_terms(doc), doc_names(doc)
+    if raw == _entry_bytes(doc, terms, names):
+        return False
+    if doc.kind != KIND_LINK:
+        return True
+    # A link's entry written before FORMAT 2 of the vector files has its text's checksum
+    # where 0 is written now (`_vcrc`): as good, since nothing reads it.
+    try:
+        vcrc = msgpack.unpackb(raw, raw=False)[3]
+    except Exception:  # noqa: BLE001 - a damaged entry is stale
+        return True
+    return not isinstance(vcrc, int) or raw != _entry_bytes(doc, terms, names, vcrc)
 
 
-__all__ = ["write", "clear", "doc_count", "doc_freq", "term_postings", "names_from", "entry",
+__all__ = ["write", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
+           "prefetch_counts",
+           "names_from", "entry",
            "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry"]

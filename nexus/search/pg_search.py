@@ -34,6 +34,7 @@ from .pg_vectors import (PgVectorTable, has_pgvector, read_complete, run_all,
 from .service import (INSTALL_HINT, KEY_SEMANTIC, MODES, Host, Progress, SearchService,
                       _index_txn, _phase, _searchable, kip_only, rebuild_lexical)
 from .text import KIND_CONCEPT, KIND_LINK
+from .vectors import may_have_vectors
 
 log = logging.getLogger("nexus.search")
 
@@ -289,7 +290,8 @@ class PgSearchService(SearchService):
                 name = "vector" if table.prefix == "vectors" else table.prefix
                 have = table.ids(txn)
                 report[f"{name}_missing"] = sum(
-                    1 for n in elements - have if self._has_texts(txn, n))
+                    1 for n in may_have_vectors(txn, sorted(elements - have))
+                    if self._has_texts(txn, n))
                 report[f"{name}_orphans"] = len(have - elements)
                 report[f"{name}_lag"] = 0 if table.table in complete else 1
             if deep:
@@ -317,7 +319,7 @@ class PgSearchService(SearchService):
             if len(found.setdefault(key, [])) < examples:
                 found[key].append(text)
         with self.store.read() as txn:
-            ids = list(txn.elements())
+            ids = may_have_vectors(txn, txn.elements())     # (links have none)
             for table in self.tables():
                 name = "vector" if table.prefix == "vectors" else table.prefix
                 counts[f"{name}_slots_wrong"] = counts[f"{name}_stale"] = 0

@@ -50,6 +50,7 @@ import msgpack
 import numpy as np
 
 from ..store.pg_names import space_index_tag
+from ..store.protocol import LinkHead
 from .embed import Embedder
 from .text import element_doc
 from .vectors import SLOTS, doc_texts
@@ -258,13 +259,17 @@ class PgVectorTable:
         return out
 
     def docs(self, txn: Any, ids: Iterable[int]) -> list[tuple[int, int, int, list[str]]]:
-        """(id, kind, group, texts) of the elements `ids` that exist in `txn`."""
+        """(id, kind, group, texts) of the elements `ids` that exist in `txn` and have
+        vector texts: concepts (a write passes no link, `lexical.write`; a rebuild passes
+        every element, and no link's document is built)."""
         ids = list(ids)
         prefetch = getattr(txn, "prefetch_elements", None)
         if prefetch is not None:
-            prefetch(ids)
+            prefetch(ids, ends=False)       # (a concept's document needs no other element)
         out = []
         for n in ids:
+            if type(txn.head(n)) is LinkHead:
+                continue        # (a rebuild passes every element: links have no texts)
             doc = element_doc(txn, n)
             if doc is not None:
                 texts = doc_texts(doc, self.embedder)

@@ -127,11 +127,16 @@ def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None
 
     # BM25F over whole posting lists (numpy); only a list longer than POSTING_CAP is cut,
     # and its term is then completed from the forward index for the leaders below.
+    # The counts asked for at once, and the pending documents (`lexical`: a small
+    # write's, not in the lists yet) read once for all the query's terms (a scan: a round
+    # trip on PostgreSQL).
+    lexical.prefetch_counts(txn, kind, qterms)
+    pending = lexical.pending_postings(txn, kind)
     n_docs = max(1, lexical.doc_count(txn, kind))
     ref = REF_WEIGHT[0] if kind == KIND_CONCEPT else REF_WEIGHT[1]
     idfs: dict[str, float] = {}
     capped: list[str] = []
-    dfs = [lexical.doc_freq(txn, kind, t) for t in qterms]
+    dfs = [lexical.doc_freq(txn, kind, t, pending) for t in qterms]
     acc = _Accumulator(txn.max_id(), sum(dfs))
     for i, (t, df) in enumerate(zip(qterms, dfs)):
         if i % 16 == 15:
@@ -139,7 +144,8 @@ def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None
         w_idf = idfs[t] = idf(n_docs, df)
         if not df:
             continue
-        ids, weights, groups, complete = lexical.term_postings(txn, kind, t, POSTING_CAP)
+        ids, weights, groups, complete = lexical.term_postings(txn, kind, t, POSTING_CAP,
+                                                               pending)
         if not complete:
             capped.append(t)
         if group is not None:
@@ -152,8 +158,9 @@ def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None
     check()
     qvec = vectors.query_vector(text)
     check()
+    seen: dict[int, float] = {}         # links: every similarity computed (embedded) so far
     vec = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
-                             expansion)
+                             expansion, seen)
     if group is not None and len(vec) and _unfiltered(vectors) \
             and _needs_group_check(txn, kind, group):
         vec = {n: s for n, s in vec.items() if _group_of(txn, n, kind) == group}
@@ -173,7 +180,7 @@ def run(txn: Any, vectors: VectorSource, kind: int, text: str, group: int | None
     if use_cos:
         missing = [n for n in leaders if n not in vec]
         if missing:
-            vec.update(_similarity(txn, vectors, kind, qvec, missing))
+            vec.update(_similarity(txn, vectors, kind, qvec, missing, seen))
     check()
     qgrams = grams(text)
     for n in leaders:
@@ -308,9 +315,11 @@ def _raw_name(txn: Any, head: Any) -> str:
 
 
 def _vector_candidates(txn: Any, vectors: VectorSource, kind: int, qvec, group: int | None,
-                       count: int, expansion: int | None = None) -> dict[int, float]:
+                       count: int, expansion: int | None = None,
+                       seen: dict[int, float] | None = None) -> dict[int, float]:
+    """id → similarity of the `count` nearest elements (`seen`: see `_link_similarity`)."""
     if kind == KIND_LINK:
-        return _link_candidates(txn, vectors, qvec, group, count, expansion)
+        return _link_candidates(txn, vectors, qvec, group, count, expansion, seen)
     if group is None:
         return vectors.knn(kind, qvec, count, expansion)
     if getattr(vectors, "filters_groups", False):     # the group filtered where they are
@@ -338,14 +347,15 @@ def _vector_candidates(txn: Any, vectors: VectorSource, kind: int, qvec, group: 
 # embeddings per query, the same vectors the index held).
 
 def _link_candidates(txn: Any, vectors: VectorSource, qvec: np.ndarray, group: int | None,
-                     count: int, expansion: int | None) -> dict[int, float]:
+                     count: int, expansion: int | None, seen: dict[int, float] | None = None
+                     ) -> dict[int, float]:
     """id → similarity of the links nearest the query: the links of its nearest concepts
     (at most LINK_FANOUT per end and direction), the LINK_RANKED with the nearest ends
     (sum of both ends' similarities) embedded and compared; WITH TYPE: only that
     predicate's links (all of them, when it has at most EXACT_GROUP)."""
     if group is not None and txn.count_predicate(group) <= EXACT_GROUP:
         members = [link for _, _, link in txn.links_of_predicate(group)]
-        sims = _link_similarity(txn, vectors, qvec, members)
+        sims = _link_similarity(txn, vectors, qvec, members, seen)
         return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
     ends = vectors.knn(KIND_CONCEPT, qvec, max(TOP_VECTOR, count), expansion)
     near: dict[int, float] = {}
@@ -355,41 +365,63 @@ def _link_candidates(txn: Any, vectors: VectorSource, qvec: np.ndarray, group: i
         for _, other, link in islice(txn.in_links(end, group), LINK_FANOUT):
             near[link] = sim + ends.get(other, 0.0)
     ranked = heapq.nlargest(LINK_RANKED, near, key=lambda n: (near[n], -n))
-    sims = _link_similarity(txn, vectors, qvec, ranked)
+    sims = _link_similarity(txn, vectors, qvec, ranked, seen)
     return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
 
 
 def _similarity(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarray,
-                ids: list[int]) -> dict[int, float]:
-    """Exact similarity of `qvec` to each id's best vector (links: from their text)."""
+                ids: list[int], seen: dict[int, float] | None = None) -> dict[int, float]:
+    """Exact similarity of `qvec` to each id's best vector (links: from their text;
+    `seen` as in `_link_similarity`)."""
     if kind == KIND_LINK:
-        return _link_similarity(txn, vectors, qvec, ids)
+        return _link_similarity(txn, vectors, qvec, ids, seen)
     return vectors.similarity(kind, qvec, ids)
 
 
-def _link_similarity(txn: Any, vectors: VectorSource, qvec: np.ndarray, ids: list[int]
-                     ) -> dict[int, float]:
+def _link_similarity(txn: Any, vectors: VectorSource, qvec: np.ndarray, ids: list[int],
+                     seen: dict[int, float] | None = None) -> dict[int, float]:
     """Cosine of `qvec` and each link's text ("subject predicate object", what its vector
     embedded when links had vectors) embedded now, in [0, 1]; ids that are no link of this
-    snapshot are absent."""
+    snapshot are absent. `seen` (one query's, for one embedder and `qvec`) holds the
+    similarities computed before, which are taken from it, and gets the new ones: a link
+    text is embedded at most once per query and embedder, however many steps rank it."""
+    out: dict[int, float] = {}
+    todo: list[int] = []
+    for n in dict.fromkeys(ids):
+        if seen is not None and n in seen:
+            out[n] = seen[n]
+        else:
+            todo.append(n)
+    if not todo:
+        return out
+    prefetch = getattr(txn, "prefetch_elements", None)
+    if prefetch is not None:        # (PostgreSQL: the links and their ends, at once)
+        prefetch(todo)
     ends: dict[int, str] = {}
+    preds: dict[int, str] = {}
     texts: list[str] = []
     owners: list[int] = []
-    for n in dict.fromkeys(ids):
+    for n in todo:
         head = txn.head(n)
         if head is None or type(head) is ConceptHead:
             continue
-        text = link_vec_text(txn.symbol_text(head.predicate_id), *end_names(txn, head, ends))
+        pred = preds.get(head.predicate_id)
+        if pred is None:
+            pred = preds[head.predicate_id] = txn.symbol_text(head.predicate_id)
+        text = link_vec_text(pred, *end_names(txn, head, ends))
         if text:
             texts.append(text)
             owners.append(n)
-    if not texts:
-        return {}
-    vecs = np.asarray(vectors.embedder.embed(texts), dtype=np.float32)
-    q = np.asarray(qvec, dtype=np.float32)
-    norms = np.linalg.norm(vecs, axis=1) * (float(np.linalg.norm(q)) or 1.0)
-    sims = vecs @ q / np.where(norms > 0, norms, 1.0)
-    return {n: min(1.0, max(0.0, s)) for n, s in zip(owners, sims.tolist())}
+    if texts:
+        vecs = np.asarray(vectors.embedder.embed(texts), dtype=np.float32)
+        q = np.asarray(qvec, dtype=np.float32)
+        norms = np.linalg.norm(vecs, axis=1) * (float(np.linalg.norm(q)) or 1.0)
+        sims = vecs @ q / np.where(norms > 0, norms, 1.0)
+        for n, sim in zip(owners, sims.tolist()):
+            out[n] = min(1.0, max(0.0, sim))
+    if seen is not None:
+        seen.update((n, out[n]) for n in owners)
+    return out
 
 
 # --- MODE "semantic" and "hybrid" ----------------------------------------------------------
@@ -409,9 +441,10 @@ def semantic(txn: Any, vectors: VectorSource, kind: int, text: str, group: int |
 
 def _semantic_ranked(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarray,
                      group: int | None, limit: int, check: Callable[[], None],
-                     expansion: int | None) -> list[tuple[int, float]]:
+                     expansion: int | None, seen: dict[int, float] | None = None
+                     ) -> list[tuple[int, float]]:
     cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
-                              expansion)
+                              expansion, seen)
     if group is not None and len(cand) and _unfiltered(vectors) \
             and _needs_group_check(txn, kind, group):
         cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
@@ -453,14 +486,15 @@ def hybrid(txn: Any, lexical_vectors: VectorSource, semantic_vectors: VectorSour
     if not norm_name(text):
         return []
     qvec = semantic_vectors.query_vector(text)
+    seen: dict[int, float] = {}         # links: the semantic similarities computed so far
     sm = dict(_semantic_ranked(txn, semantic_vectors, kind, qvec, group, limit, check,
-                               HYBRID_SEM_EXPANSION))
+                               HYBRID_SEM_EXPANSION, seen))
     # The keyword hits the semantic ranking did not return get their own semantic score
     # (exact cosines of their few vectors): a hit's fused score then never depends on
     # whether the approximate neighbourhood happened to reach it.
     missing = [n for n in kw if n not in sm]
     if missing:
-        for n, cos in _similarity(txn, semantic_vectors, kind, qvec, missing).items():
+        for n, cos in _similarity(txn, semantic_vectors, kind, qvec, missing, seen).items():
             sm[n] = round(_semantic_score(cos), 6)
     w = min(W_SEM_MAX, max(W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))
     scored: list[tuple[float, int]] = []

@@ -38,7 +38,7 @@ from . import lexical, query
 from .embed import (SEMANTIC_EMBEDDERS, make_embedder, make_semantic_embedder,
                     semantic_installed)
 from .text import KIND_CONCEPT, KIND_LINK, element_doc
-from .vectors import VectorIndex, doc_texts, read_seq
+from .vectors import VectorIndex, doc_texts, may_have_vectors, read_seq
 
 log = logging.getLogger("nexus.search")
 
@@ -349,11 +349,14 @@ class SearchService:
             elements = set(txn.elements())
             indexed = set(lexical.indexed_ids(txn))
             counted = lexical.doc_count(txn, KIND_CONCEPT) + lexical.doc_count(txn, KIND_LINK)
-            vec_ids = self.vectors.ids(KIND_CONCEPT) | self.vectors.ids(KIND_LINK)
+            vec_ids = self.vectors.ids()
             seq = read_seq(txn)
-            # An element with no text to embed (a concept named "" without aliases, which
-            # older versions accepted) has no vector by design.
-            unvectored = [n for n in elements - vec_ids if self._has_texts(txn, n)]
+            # The elements without vectors that should have some: not the links (their
+            # heads say so: `may_have_vectors`), nor an element with no text to embed (a
+            # concept named "" without aliases, which older versions accepted).
+            no_vec = elements - vec_ids
+            bare = set(may_have_vectors(txn, sorted(no_vec)))
+            unvectored = [n for n in bare if self._has_texts(txn, n)]
             report = {
                 "elements": len(elements),
                 "lexical_missing": len(elements - indexed),
@@ -365,8 +368,11 @@ class SearchService:
             }
             sem = self.semantic
             if sem is not None:     # the semantic index (MODE "semantic"/"hybrid")
-                sem_ids = sem.ids(KIND_CONCEPT) | sem.ids(KIND_LINK)
-                report["semantic_missing"] = sum(1 for n in elements - sem_ids
+                sem_ids = sem.ids()
+                no_sem = elements - sem_ids     # (the same links: their heads read once)
+                sem_bare = (bare & no_sem).union(
+                    may_have_vectors(txn, sorted(no_sem - no_vec)))
+                report["semantic_missing"] = sum(1 for n in sem_bare
                                                  if self._has_texts(txn, n))
                 report["semantic_orphans"] = len(sem_ids - elements)
                 report["semantic_lag"] = max(0, seq - sem.applied_seq)

@@ -1,9 +1,8 @@
 """The vector index: usearch HNSW indexes over embedded names, kept by a background indexer.
 
-Owns the in-memory usearch indexes (one for concepts, one for propositions: empty since
-FORMAT 2, see below), their files
-beside the LMDB environment, the indexer thread that fills them, and the bookkeeping that
-keeps them in step with the data:
+Owns the in-memory usearch index of the concepts (links have none, see below), its file
+beside the LMDB environment, the indexer thread that fills it, and the bookkeeping that
+keeps it in step with the data:
 
 * Every write transaction that changes searchable text takes the next *change sequence*
   number and records it in the `vecq` aux table inside the data's own transaction
@@ -20,7 +19,7 @@ keeps them in step with the data:
   agent's own writes; `SearchService.wait_seconds`, `wait_backlog`), and otherwise answers
   at once from what is there. `drain()` waits for the indexer to catch up; `close()`,
   `reindex()` and `check()` drain first.
-* `save()` writes `vectors.<kind>.usearch` and then `vectors.json` recording the sequence
+* `save()` writes `vectors.concepts.usearch` and then `vectors.json` recording the sequence
   the files cover. The indexer saves periodically (after SAVE_EVERY changed vectors or
   SAVE_SECONDS) and on close, never on every commit: the queue makes that safe.
 * On open, the saved files are loaded and every queued change after their sequence is left
@@ -34,8 +33,11 @@ Each concept has up to SLOTS vectors (its name, its aliases, and for contextual 
 `id * SLOTS + slot`; a document's similarity is its best slot's. Links have no vectors
 (FORMAT 2; files of FORMAT 1, which had one per link, are rebuilt on open): SEARCH
 PROPOSITION takes its vector candidates from the links of the query's nearest concepts and
-embeds their text when ranking them (`nexus.search.query._link_candidates`). The
-propositions index stays, empty, so that the files keep their names. Readers search the in-memory index under a lock; the caller validates every hit
+embeds their text when ranking them (`nexus.search.query._link_candidates`). So links
+are never queued either (`lexical.write` returns only concepts' ids), and there is no
+propositions index: the empty `vectors.propositions.usearch` that FORMAT-2 saves wrote
+beside it is removed by the next save. Readers search the in-memory index under a lock;
+the caller validates every hit
 against its own snapshot, so a vector that is ahead of or behind a reader is harmless.
 """
 from __future__ import annotations
@@ -57,8 +59,8 @@ from usearch.index import Index
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
 from .layered import LayeredIndex
-from ..store.protocol import ConceptHead
-from .text import KIND_CONCEPT, KIND_LINK, Doc
+from ..store.protocol import ConceptHead, LinkHead
+from .text import KIND_CONCEPT, Doc
 
 log = logging.getLogger("nexus.search")
 
@@ -81,7 +83,8 @@ QUIET_BACKLOG = 4096
 PRUNE_PER_TXN = 256          # queue entries a write removes at most (bounds write cost)
 _U64 = struct.Struct(">Q")
 KEY_SEQ, KEY_EPOCH, KEY_PRUNED = b"S", b"E", b"P"
-KIND_NAMES = ("concepts", "propositions")
+KIND_NAMES = ("concepts",)      # the indexes (`indexes[KIND_CONCEPT]`) and their files
+_LEGACY_FILES = ("propositions",)   # written, empty, by FORMAT-2 saves before: removed
 
 
 def read_seq(txn: Any) -> int:
@@ -104,18 +107,42 @@ def doc_texts(doc: Doc, embedder: Embedder) -> list[str]:
     return texts
 
 
+def may_have_vectors(txn: Any, ids: Iterable[int]) -> list[int]:
+    """The ids of `ids` that may have vectors: every one but the links (a head read each;
+    no document is built). What a check compares with the vectors, so that it never builds
+    the documents of the links — 5/6 of the elements of a typical graph — to learn that
+    they have no vector text. A head that cannot be read is kept: its damage then shows
+    where its texts are read, as before."""
+    out: list[int] = []
+    head = txn.head
+    prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: a statement
+    ids = list(ids)                                         #  per chunk, not per id)
+    for i in range(0, len(ids), FILL_CHUNK):
+        part = ids[i:i + FILL_CHUNK]
+        if prefetch is not None:
+            prefetch(part, ends=False)
+        for n in part:
+            try:
+                if type(head(n)) is LinkHead:
+                    continue
+            except Exception:  # noqa: BLE001 - a damaged record is reported, not raised
+                pass
+            out.append(n)
+    return out
+
+
 class VectorIndex:
     def __init__(self, embedder: Embedder, directory: str | None,
                  prefix: str = "vectors") -> None:
         self.embedder = embedder
         self.dir = directory
-        self.prefix = prefix      # file names: "<prefix>.<kind>.usearch", "<prefix>.json"
+        self.prefix = prefix      # file names: "<prefix>.concepts.usearch", "<prefix>.json"
         # Another index that reads the same queue (the semantic one): `record` prunes only
         # the entries both have saved. Set by the search service.
         self.follower: VectorIndex | None = None
         self.lock = threading.RLock()          # guards the usearch indexes and counters
         self.progress = threading.Condition(self.lock)   # notified when applied_seq moves
-        self.indexes = [self._new(), self._new()]
+        self.indexes = [self._new()]
         self.applied_seq = 0      # every committed change <= this is in memory
         self.saved_seq = 0        # the files on disk cover every change <= this
         self.epoch = b""
@@ -367,7 +394,7 @@ class VectorIndex:
         spaces opened and closed in one server must not keep those arenas. Empty
         replacements map nothing."""
         with self.lock:
-            self.indexes = [self._new(), self._new()]
+            self.indexes = [self._new()]
             self.needs_rebuild = True       # nothing in memory is usable any more
 
     def _drop(self, ids: Iterable[int]) -> None:
@@ -385,21 +412,21 @@ class VectorIndex:
 
     def _add(self, upserts: list[tuple[int, int, list[str]]], indexes: list | None = None
              ) -> None:
-        target = self.indexes if indexes is None else indexes
-        for kind in (KIND_CONCEPT, KIND_LINK):
-            keys: list[int] = []
-            texts: list[str] = []
-            for k, n, ts in upserts:
-                if k == kind:
-                    for slot, t in enumerate(ts):
-                        keys.append(n * SLOTS + slot)
-                        texts.append(t)
-            for i in range(0, len(keys), ADD_CHUNK):
-                vecs = self.embedder.embed(texts[i:i + ADD_CHUNK])
-                chunk = np.asarray(keys[i:i + ADD_CHUNK], dtype=np.uint64)
-                with self.lock:
-                    target[kind].add(chunk, vecs, threads=ADD_THREADS)
-                    self._dirty(len(chunk))
+        """Embed and insert the texts of `upserts` ((kind, id, texts): concepts' only)."""
+        target = (self.indexes if indexes is None else indexes)[KIND_CONCEPT]
+        keys: list[int] = []
+        texts: list[str] = []
+        for kind, n, ts in upserts:
+            if kind == KIND_CONCEPT:
+                for slot, t in enumerate(ts):
+                    keys.append(n * SLOTS + slot)
+                    texts.append(t)
+        for i in range(0, len(keys), ADD_CHUNK):
+            vecs = self.embedder.embed(texts[i:i + ADD_CHUNK])
+            chunk = np.asarray(keys[i:i + ADD_CHUNK], dtype=np.uint64)
+            with self.lock:
+                target.add(chunk, vecs, threads=ADD_THREADS)
+                self._dirty(len(chunk))
 
     def _dirty(self, count: int) -> None:
         now = time.monotonic()
@@ -441,6 +468,9 @@ class VectorIndex:
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(meta_path + ".tmp", meta_path)
+                for legacy in _LEGACY_FILES:    # (after the watermark: see _LEGACY_FILES)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(self.dir, f"{self.prefix}.{legacy}.usearch"))
             except (OSError, RuntimeError) as exc:
                 for path in [*files, meta_path]:        # no half-written file stays
                     with contextlib.suppress(OSError):
@@ -486,7 +516,7 @@ class VectorIndex:
                 return "empty"
             top = txn.max_id()
         with self.lock:
-            self.indexes = [self._new(), self._new()]
+            self.indexes = [self._new()]
             self.applied_seq = seq
             self.needs_rebuild = True
             self.backlog = top
@@ -551,7 +581,7 @@ class VectorIndex:
                       chunk: int = 4096, total: int = 0) -> None:
         """Fresh indexes over the elements with ids 1..top, read `chunk` ids at a time (from
         `txn`, or from a short read transaction of `store` per slice), then swapped in."""
-        fresh = [self._new(), self._new()]
+        fresh = [self._new()]
         done = 0
         for lo in range(1, top + 1, chunk):
             part = range(lo, min(top, lo + chunk - 1) + 1)
@@ -581,6 +611,8 @@ class VectorIndex:
         """id → similarity in [0, 1] of the nearest documents (best slot per id), searched
         with the index's EXPANSION_SEARCH or, when given, `expansion` (a narrower search:
         faster, and more likely to miss a near neighbour)."""
+        if kind != KIND_CONCEPT:
+            return {}                   # links have no vectors
         ix = self.indexes[kind]
         with self.lock:
             if not len(ix):
@@ -604,7 +636,7 @@ class VectorIndex:
 
     def similarity(self, kind: int, qvec: np.ndarray, ids: list[int]) -> dict[int, float]:
         """Exact similarity of `qvec` to each id's best slot (ids without vectors: absent)."""
-        if not ids:
+        if not ids or kind != KIND_CONCEPT:
             return {}
         keys = (np.asarray(ids, dtype=np.uint64)[:, None] * SLOTS
                 + np.arange(SLOTS, dtype=np.uint64)[None, :]).ravel()
@@ -625,7 +657,10 @@ class VectorIndex:
                 out[key] = sim
         return {n: min(1.0, max(0.0, s)) for n, s in out.items()}
 
-    def ids(self, kind: int) -> set[int]:
+    def ids(self, kind: int = KIND_CONCEPT) -> set[int]:
+        """The ids with vectors (of `kind`: links have none)."""
+        if kind != KIND_CONCEPT:
+            return set()
         with self.lock:
             keys = np.asarray(self.indexes[kind].keys, dtype=np.uint64)
         return set((keys // SLOTS).tolist())

@@ -250,6 +250,25 @@ def test_duplicate_identity_and_undecodable_values(any_nx):
     assert "are both" in store["examples"]["duplicate_concepts"][0]
 
 
+
+def test_damaged_links_are_reported_where_the_damage_is(any_nx):
+    """Links have no vectors: the vector checks never read their documents. A link whose
+    end is gone is still found (the store's dangling link, and in a deep check the link's
+    search document, which names an end that is no longer there); a link whose attributes
+    cannot be decoded is the store's undecodable value, not a missing vector."""
+    nx = any_nx
+    n = ids(nx, IBUPROFEN)[0]
+    raw_write(nx, lambda kv, d: kv.delete(pack_n(n), db=d.head))
+    report = verify(nx, deep=True)
+    assert not report["ok"] and report["store"]["dangling_links"] == 1
+    assert report["search"]["lexical_stale"] == 1
+    assert not report["search"]["vector_missing"] and not report["search"]["vector_stale"]
+    link = ids(nx, TREATS)[0]
+    raw_write(nx, lambda kv, d: kv.put(pack_n(link), b"\xc1not msgpack", db=d.attrs))
+    report = verify(nx, deep=False)
+    assert not report["ok"] and report["store"]["values_undecodable"] == 1
+    assert not report["search"]["vector_missing"]
+
 # --- search indexes ---------------------------------------------------------------------------
 
 def _lex_delete(prefix: bytes, table: str = "lex"):
