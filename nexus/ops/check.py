@@ -366,7 +366,10 @@ class VectorCheck(Findings):
                     in_step = True
                     wanted = []            # (kind, id, texts)
                     for n in ids:
-                        doc = element_doc(txn, n)
+                        try:
+                            doc = element_doc(txn, n)
+                        except KipError:    # undecodable: the store check's damage
+                            continue
                         if doc is not None and doc.kind == KIND_CONCEPT:
                             wanted.append((doc.kind, n, doc_texts(doc, v.embedder)))
                     stored = []

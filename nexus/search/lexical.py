@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import msgpack
 import numpy as np
 
+from nexus.errors import KipError
 from nexus.store.bulk import gc_paused
 from nexus.store.protocol import LinkHead
 
@@ -678,8 +679,13 @@ def indexed_ids(txn: Any) -> Iterator[int]:
 
 
 def stale(txn: Any, n: int) -> bool:
-    """Whether the forward entry of existing element `n` differs from what it should be."""
-    doc = element_doc(txn, n)
+    """Whether the forward entry of existing element `n` differs from what it should be (an
+    element whose record cannot be decoded has no document it should have: stale, so a
+    deep check reports it beside the store's undecodable value instead of failing)."""
+    try:
+        doc = element_doc(txn, n)
+    except KipError:
+        return True
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if doc is None or raw is None:
         return (doc is None) != (raw is None)

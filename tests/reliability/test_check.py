@@ -269,6 +269,18 @@ def test_damaged_links_are_reported_where_the_damage_is(any_nx):
     assert not report["ok"] and report["store"]["values_undecodable"] == 1
     assert not report["search"]["vector_missing"]
 
+
+def test_a_deep_check_reports_undecodable_attributes_instead_of_failing(any_nx):
+    """A record the engine cannot decode is damage to report: a deep check (which derives
+    every element's search document from its record) names it and does not raise."""
+    nx = any_nx
+    for name in (ASPIRIN, TREATS):
+        n = ids(nx, name)[0]
+        raw_write(nx, lambda kv, d, n=n: kv.put(pack_n(n), b"\xc1not msgpack", db=d.attrs))
+    report = verify(nx, deep=True)
+    assert not report["ok"] and report["store"]["values_undecodable"] == 2
+    assert report["search"]["lexical_stale"] == 2
+
 # --- search indexes ---------------------------------------------------------------------------
 
 def _lex_delete(prefix: bytes, table: str = "lex"):
