@@ -42,6 +42,7 @@ from .asof import as_of_context
 from .context import ExecContext
 from .env import Env, check_hop_range
 from .filters import kind as value_kind
+from .hubs import HubChoice
 from .operators import compile_group
 from .rows import Row, Rows
 from .registry import executes
@@ -65,6 +66,7 @@ class Prepared:
     program: columnar.GroupProgram | None = None  # the columnar run, built on first use
     point: ConceptAtom | None = None              # the clause of a point lookup plan
     chosen: object = None                         # (snapshot, params) `auto` ran columnar
+    hubs: HubChoice | None = None                 # anchored plans: when to run columnar
 
     @property
     def layout(self) -> list[str]:
@@ -215,13 +217,17 @@ def _run(env: Env, prep: Prepared) -> Solutions:
         rows: list[Row] = [] if n is None else [(n,)]
         check_row_cap(env.ctx, len(rows), True)
         return RowSolutions(env, layout, rows)
-    cx = _columns(env, prep)
+    hub = _hub_key(env, prep) if prep.anchored else None
+    cx = _columns(env, prep, hub)
     if cx is not None and prep.program is not None:
         out = columnar.execute(env, cx, prep.program)
         if isinstance(out, Batch):
             return BatchSolutions(env, cx, layout, out)
         return RowSolutions(env, layout, limited(env.ctx, out))
-    return RowSolutions(env, layout, _solutions(env, prep))
+    rows = _solutions(env, prep)
+    if hub is not None and prep.hubs is not None:
+        rows = _measured(env, rows, prep.hubs, *hub)
+    return RowSolutions(env, layout, rows)
 
 
 def _solutions(env: Env, prep: Prepared) -> Rows:
@@ -231,15 +237,18 @@ def _solutions(env: Env, prep: Prepared) -> Rows:
 
 # --- the columnar path (see nexus.exec.columnar) -----------------------------------------
 
-def _columns(env: Env, prep: Prepared) -> Any:
-    """The snapshot's column view when this execution should run columnar, else None."""
+def _columns(env: Env, prep: Prepared, hub: tuple[object, object] | None) -> Any:
+    """The snapshot's column view when this execution should run columnar, else None
+    (`hub`: the anchored execution's `_hub_key`)."""
     ctx = env.ctx
     mode = ctx.columnar or columnar.default_mode()
-    if mode == "never" or (mode == "auto" and prep.anchored):
+    if mode == "never":
         return None
     columns = getattr(env.txn, "columns", None)
     if columns is None:
         return None
+    if mode == "auto" and prep.anchored:
+        return columns() if hub is not None and _hub_columnar(env, prep, hub) else None
     if prep.program is None:
         prep.program = columnar.GroupProgram(prep.plan)
     if mode == "auto":
@@ -254,6 +263,48 @@ def _columns(env: Env, prep: Prepared) -> Any:
             # parameters can only get cheaper for columns (their arrays are cached now).
             prep.chosen = key
     return columns()
+
+
+def _hub_key(env: Env, prep: Prepared) -> tuple[object, object] | None:
+    """(snapshot, parameter values) of an anchored execution that may run columnar (`auto`,
+    a snapshot, a plan every step of which has a columnar form), else None."""
+    ctx = env.ctx
+    if (ctx.columnar or columnar.default_mode()) != "auto" or not prep.anchored:
+        return None
+    snap = env.txn.snapshot_id()
+    if snap is None or getattr(env.txn, "columns", None) is None:
+        return None
+    if prep.program is None:
+        prep.program = columnar.GroupProgram(prep.plan)
+    if not prep.program.vectorized:
+        return None
+    key = _choice_key((env.txn.store_token(), snap), prep, env.params)
+    if not isinstance(key, tuple):
+        return None
+    if prep.hubs is None:
+        prep.hubs = HubChoice()
+    return key[0], key[1]
+
+
+def _hub_columnar(env: Env, prep: Prepared, key: tuple[object, object]) -> bool:
+    """Whether this anchored execution runs columnar (`nexus.exec.hubs`: a hub whose arrays
+    are cached, or whose row-path runs have paid for building them)."""
+    program, hubs = prep.program, prep.hubs
+    if hubs is None or program is None:
+        return False
+
+    def estimate() -> tuple[frozenset[tuple[Any, ...]], float]:
+        assert program is not None
+        costs = columnar.costs(env, program)
+        return frozenset(costs.need), costs.build
+    return hubs.runs_columnar(key[0], key[1], estimate, columnar.cached_probe(env.txn))
+
+
+def _measured(env: Env, rows: Rows, hubs: HubChoice, snap: object, key: object) -> Rows:
+    """`rows` as they are; once they are all read, the run's work goes to `hubs`."""
+    start = env.work
+    yield from rows
+    hubs.ran_rows(snap, key, env.work - start)
 
 
 def _choice_key(snap: tuple[int, int], prep: Prepared, params: Params) -> object:

@@ -10,6 +10,12 @@ indexes' raw keys (fixed width, big-endian, see `codec`) and never decodes a val
   predicate's p-s-o-n range: `b"".join(keys)` → `np.frombuffer` with a structured
   big-endian dtype; no Python object per link.
 * `type_ids(tid)`: the ids of a type, ascending (the type → ids index).
+* `AttrColumn` (`attribute(tid, key)`): one attribute of a type's concepts — a code per
+  element id into the attribute's distinct values — so that a FILTER on a hub's thousands
+  of candidates tests each distinct value once instead of reading and decoding every
+  candidate's attribute map. Built by reading the type's attribute maps once (the only
+  column that decodes values); cached per snapshot like the others, so a write (in this
+  process or another: the snapshot id is LMDB's transaction id) simply leaves it behind.
 * `ElementInfo`: process-wide `tid_of` / `name_of` arrays indexed by element id (0: not
   known yet, -1: a link, > 0: a concept's type id; the concept's name). Heads are immutable
   and committed ids are never reused, so an entry filled from any committed snapshot is valid
@@ -34,12 +40,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from itertools import islice
-from typing import Any, Callable, Iterator, Literal, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Literal, Protocol, Sequence, TypeVar
 
 import numpy as np
 
 from nexus.store.codec import pack_sid
-from nexus.store.model import ConceptHead, Head
+from nexus.store.model import ConceptHead, Head, JsonMap
 
 PSO_DTYPE = np.dtype([("p", ">u4"), ("s", ">u8"), ("o", ">u8"), ("n", ">u8")])
 TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
@@ -49,7 +55,8 @@ TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
 MAX_COLUMN_ID = 1 << 31
 DEFAULT_BUDGET = 512 << 20
 
-CacheKey = tuple[str, int]      # ("L", predicate id) -> LinkColumns; ("T", type id) -> ids
+# ("L", predicate id) -> LinkColumns; ("T", type id) -> ids; ("A", type id, key) -> AttrColumn
+CacheKey = tuple[Any, ...]
 T = TypeVar("T")
 
 
@@ -64,6 +71,7 @@ class ColumnSource(Protocol):
     def count_type(self, type_id: int) -> int: ...
     def count_predicate(self, predicate_id: int) -> int: ...
     def known_head(self, n: int) -> Head: ...
+    def attributes_of(self, ns: Sequence[int]) -> list[JsonMap]: ...
     def raw_keys(self, table: str, prefix: bytes) -> Iterator[bytes]:
         """The keys of the core table `table` from `prefix` on, ascending."""
         ...
@@ -144,6 +152,58 @@ def _offsets(keys: np.ndarray) -> tuple[int, np.ndarray] | Literal[False]:
 def _ro(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+class AttrColumn:
+    """One attribute `key` of the concepts of one type, in one snapshot: `codes[n]` is the
+    index in `values` of concept n's value (None when its map has no such key), -1 for an
+    id that is not of the type (or outside the snapshot's ids: `code_of`). Equal scalar
+    values of one Python type share a code (so a test runs once per distinct value); an
+    array or object value has a code of its own. Read-only."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, codes: np.ndarray, values: list[Any]) -> None:
+        self.codes = codes
+        self.values = values
+
+    def code_of(self, ids: np.ndarray) -> np.ndarray:
+        """codes[ids], -1 where an id is outside the array (negative, or past the end)."""
+        codes = self.codes
+        inside = (ids >= 0) & (ids < len(codes))
+        if inside.all():
+            out: np.ndarray = codes[ids]
+            return out
+        out = np.full(len(ids), -1, dtype=codes.dtype)
+        out[inside] = codes[ids[inside]]
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.codes.nbytes) + 64 * len(self.values)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _attr_column(ids: np.ndarray, maps: list[JsonMap], key: str, size: int) -> AttrColumn:
+    values: list[Any] = []
+    index: dict[tuple[type, Any], int] = {}
+    out = np.empty(len(ids), dtype=np.int32)
+    for j, m in enumerate(maps):
+        v = m.get(key)
+        if type(v) in _SCALARS:
+            code = index.get((type(v), v))
+            if code is None:
+                code = index[(type(v), v)] = len(values)
+                values.append(v)
+        else:                                   # an array or object: a code of its own
+            code = len(values)
+            values.append(v)
+        out[j] = code
+    codes = np.full(size, -1, dtype=np.int32)
+    codes[ids] = out
+    return AttrColumn(_ro(codes), values)
 
 
 class ElementInfo:
@@ -289,6 +349,9 @@ class TxnColumns:
     def has_links(self, pid: int) -> bool:
         return ("L", pid) in self._local or self.cache.cached(self.snap, ("L", pid))
 
+    def has_attribute(self, tid: int, key: str) -> bool:
+        return ("A", tid, key) in self._local or self.cache.cached(self.snap, ("A", tid, key))
+
     def has_type(self, tid: int) -> bool:
         return ("T", tid) in self._local or self.cache.cached(self.snap, ("T", tid))
 
@@ -300,6 +363,15 @@ class TxnColumns:
             ids = self._build_type(tid)
             return ids, ids.nbytes
         return self._get(("T", tid), build)
+
+    def attribute(self, tid: int, key: str) -> AttrColumn:
+        """Attribute `key` of the concepts of type `tid` (see AttrColumn)."""
+        def build() -> tuple[AttrColumn, int]:
+            ids = self.type_ids(tid)
+            col = _attr_column(ids, self.txn.attributes_of(ids.tolist()), key,
+                               self.max_id + 1)
+            return col, col.nbytes
+        return self._get(("A", tid, key), build)
 
     # --- builders ------------------------------------------------------------------------
     def _scan(self, table: str, prefix: bytes, width: int, count: int) -> bytes:
