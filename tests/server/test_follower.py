@@ -99,3 +99,39 @@ def test_only_lmdb_is_followed():
     with pytest.raises(KipError) as exc:
         Nexus.follow("memory://")
     assert exc.value.code.value == "KIP_4003"
+
+
+def test_a_hub_query_follows_the_owner_writes(owner, reader, monkeypatch):
+    """A hub-anchored FIND on the follower runs columnar (nexus.exec.hubs) and reads an
+    attribute column: the owner's acknowledged attribute change is seen by the next read,
+    on either executor (the column caches are keyed by LMDB's transaction id)."""
+    from nexus.exec import columnar, hubs
+    monkeypatch.setattr(hubs, "WORK_COST", 1e9)         # one row run pays for the arrays
+    ran = []
+    real = columnar.execute
+    monkeypatch.setattr(columnar, "execute", lambda *a: ran.append(1) or real(*a))
+    blocks = " ".join(f'CONCEPT ?d{i} {{ {{type: "Drug", name: "Hub drug {i}"}} '
+                      f'SET ATTRIBUTES {{risk: {i % 5}}} SET PROPOSITIONS {{ ("treats", ?h) }} }}'
+                      for i in range(300))
+    status, data = owner.kip(f'UPSERT {{ CONCEPT ?h {{ {{type: "Drug", name: "Hub pill"}} }} '
+                             f'{blocks} }} WITH METADATA {{source: "t"}}')
+    assert status == 200, data
+    query = ('FIND(?d.name) WHERE { ?d {type: "Drug"} (?d, "treats", {type: "Drug", '
+             'name: "Hub pill"}) FILTER(?d.attributes.risk < 2) }')
+    expected = sorted(f"Hub drug {i}" for i in range(300) if i % 5 < 2)
+    for mode in ("auto", "always"):
+        reader.columnar = mode
+        for _ in range(3):
+            assert sorted(names(reader, query)) == expected
+        assert ran, mode
+        ran.clear()
+    status, data = owner.kip('UPSERT { CONCEPT ?d { {type: "Drug", name: "Hub drug 5"} '
+                             'SET ATTRIBUTES {risk: 9} } } WITH METADATA {source: "t"}')
+    assert status == 200, data
+    expected.remove("Hub drug 5")
+    for mode in ("always", "auto"):
+        reader.columnar = mode
+        for _ in range(3):
+            assert sorted(names(reader, query)) == expected
+        assert ran, mode
+        ran.clear()
