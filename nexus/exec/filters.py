@@ -90,9 +90,11 @@ def _compile(e: A.Expr, layout: list[str]) -> Fn:
 _ROW_FREE = (A.Literal, A.Param, A.ObjectValue, A.ArrayValue)
 
 
-def _map_path(e: A.Compare) -> tuple[A.Path, A.Expr, bool] | None:
+def _map_path(e: A.Compare) -> tuple[A.Path, A.Value, bool] | None:
     """(path, row-free other side, flipped) of `?x.attributes.k… op v` / `?x.metadata.k… op
     v` (either side), or None for any other comparison."""
+    path: A.Path
+    other: A.Value
     if isinstance(e.left, A.Path) and isinstance(e.right, _ROW_FREE):
         path, other, flipped = e.left, e.right, False
     elif isinstance(e.right, A.Path) and isinstance(e.left, _ROW_FREE):

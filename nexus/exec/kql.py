@@ -3,7 +3,7 @@
 `run_find(ctx, find, params)` returns `(result, next_cursor)` in the layout of CONTRACT §4.
 This module owns the pipeline around the two executors: preparing a FIND, choosing for each
 execution between the row path (`operators`) and the columnar run (`columnar`, when the cost
-model prefers it), and handing the solutions to the one result shaper (`shape`: dedup,
+model prefers it; for an anchored plan, when its constant proved a hub: `hubs`), and handing the solutions to the one result shaper (`shape`: dedup,
 GROUP BY, ORDER BY, LIMIT, CURSOR). `solutions(ctx, where, variables)` is the same matcher
 for KML's `DELETE … WHERE`. EXPLAIN (`run_explain`) shows the prepared plan.
 
@@ -224,10 +224,10 @@ def _run(env: Env, prep: Prepared) -> Solutions:
         if isinstance(out, Batch):
             return BatchSolutions(env, cx, layout, out)
         return RowSolutions(env, layout, limited(env.ctx, out))
-    rows = _solutions(env, prep)
+    solutions = _solutions(env, prep)
     if hub is not None and prep.hubs is not None:
-        rows = _measured(env, rows, prep.hubs, *hub)
-    return RowSolutions(env, layout, rows)
+        solutions = _measured(env, solutions, prep.hubs, *hub)
+    return RowSolutions(env, layout, solutions)
 
 
 def _solutions(env: Env, prep: Prepared) -> Rows:

@@ -8,7 +8,8 @@
   (`nexus.exec.operators`, a chain of generator stages, a B-tree seek per expansion) and the
   columnar one (`nexus.exec.columnar`, numpy passes over whole-predicate arrays, which must be
   built first unless the snapshot's cache holds them). The FIND executor compares the two for
-  each execution (`auto` mode); `anchored` plans skip the comparison.
+  each execution (`auto` mode); `anchored` plans are decided from what their row-path runs
+  did instead (`nexus.exec.hubs`, which takes only the arrays' build cost from here).
 
 One `Estimator` serves both: the planner builds it with a tolerant symbol lookup (an
 estimate never fails a query), the executor choice with the execution's own (the values it
@@ -132,7 +133,8 @@ def anchored(plan: P.GroupPlan) -> bool:
     """Whether the plan starts from one constant element ({type, name}, {id}, (id: ...)):
     its work is bounded by that element's neighbourhood, which the row path reaches with a
     few seeks, while columns would need whole-predicate arrays. `auto` keeps such plans on
-    the row path without estimating anything (the hot path of Q1–Q4-like commands).
+    the row path without estimating anything (the hot path of Q1–Q4-like commands) unless
+    the element turned out to be a hub (`nexus.exec.hubs`).
     Decided from the plan's shape, not from its estimates: a prepared plan is cached per
     command text across executions while the graph changes."""
     if plan.unions or plan.main_empty or not plan.steps:
