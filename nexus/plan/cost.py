@@ -35,7 +35,7 @@ KEY_SORT = 0.08         # a link re-sorted by object
 COL_FIXED = 80.0        # numpy call overheads of a columnar run
 COL_ROW = 0.05          # a row through one vectorised step
 ATTR_GET = 2.3          # a row's attribute map read and decoded (an LMDB get + msgpack)
-ATTR_BUILD = 2.5        # a concept of the type read into an attribute column
+ATTR_BUILD = 4.0        # a concept of the type read into an attribute column
 
 # Fractions of rows a step keeps, as the executor choice guesses them (the planner's own
 # guesses, which EXPLAIN shows, are beside its steps in `physical`).

@@ -187,20 +187,26 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 def _attr_column(ids: np.ndarray, maps: list[JsonMap], key: str, size: int) -> AttrColumn:
-    values: list[Any] = []
-    index: dict[tuple[type, Any], int] = {}
-    out = np.empty(len(ids), dtype=np.int32)
-    for j, m in enumerate(maps):
-        v = m.get(key)
-        if type(v) in _SCALARS:
-            code = index.get((type(v), v))
-            if code is None:
-                code = index[(type(v), v)] = len(values)
+    found = [m.get(key) for m in maps]
+    try:                    # scalars only (the common case): one dict over (type, value)
+        keyed = list(zip(map(type, found), found))
+        index = {k: code for code, k in enumerate(dict.fromkeys(keyed))}
+        out = np.fromiter(map(index.__getitem__, keyed), dtype=np.int32, count=len(keyed))
+        values = [v for _, v in index]
+    except TypeError:       # an array or object value (unhashable): a code of its own
+        values = []
+        seen: dict[tuple[type, Any], int] = {}
+        out = np.empty(len(ids), dtype=np.int32)
+        for j, v in enumerate(found):
+            if type(v) in _SCALARS:
+                code = seen.get((type(v), v))
+                if code is None:
+                    code = seen[(type(v), v)] = len(values)
+                    values.append(v)
+            else:
+                code = len(values)
                 values.append(v)
-        else:                                   # an array or object: a code of its own
-            code = len(values)
-            values.append(v)
-        out[j] = code
+            out[j] = code
     codes = np.full(size, -1, dtype=np.int32)
     codes[ids] = out
     return AttrColumn(_ro(codes), values)
