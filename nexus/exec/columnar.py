@@ -133,16 +133,11 @@ class GroupProgram:
         # Clauses after the last UNION run: the row path's, on each combined row.
         self.then = None if plan.then is None else compile_group(plan.then)
         self.head = None if plan.then is None else GroupProgram(P.without_then(plan))
-
-    @property
-    def vectorized(self) -> bool:
-        """Whether every step (and every step of its blocks) has a columnar form: no step
-        would run the row path's stage per row (paths, link variables, UNIONs)."""
-        plan = self.plan
-        if plan.unions or plan.then is not None:
-            return False
-        return all(type(step) in _VECTOR for step in plan.steps) and \
-            all(sub.vectorized for sub in self.subs.values())
+        # Whether every step (and every step of its blocks) has a columnar form: no step
+        # would run the row path's stage per row (paths, link variables, UNIONs).
+        self.vectorized: bool = not plan.unions and plan.then is None \
+            and all(type(step) in _VECTOR for step in plan.steps) \
+            and all(sub.vectorized for sub in self.subs.values())
 
     def stage(self, i: int) -> Stage:
         """The row path's stage for step i (compiled on first use)."""

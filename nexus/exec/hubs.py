@@ -58,10 +58,9 @@ class HubChoice:
         """Whether an execution with these parameter values runs columnar: a hub whose
         arrays are all `cached`, or whose arrays the hubs' row-path runs have paid for
         (`estimate()`: the arrays and their build cost, asked once per snapshot)."""
-        if not self.is_hub(snap, key):
+        if (self.work_of(snap, key) or 0) < HUB_WORK:
             return False
-        with self._lock:
-            got = self.needs.get(key)
+        got = self.needs.get(key) if self.snap == snap else None
         if got is None:
             got = estimate()
             with self._lock:
@@ -72,11 +71,12 @@ class HubChoice:
         need, build = got
         return all(cached(k) for k in need) or self.paid_for(snap, build)
 
-    def is_hub(self, snap: Hashable, key: Hashable) -> bool:
-        """Whether a row-path run with these parameter values on this snapshot was a hub's."""
-        with self._lock:
-            self._at(snap)
-            return self.work.get(key, 0) >= HUB_WORK
+    def work_of(self, snap: Hashable, key: Hashable) -> int | None:
+        """The work of the last complete row-path run with these parameter values on this
+        snapshot (None: none yet). Without the lock: a read that races a reset only gives
+        None or the previous snapshot's count, which picks an executor, not an answer."""
+        work = self.work
+        return work.get(key) if self.snap == snap else None
 
     def paid_for(self, snap: Hashable, build: float) -> bool:
         """Whether the hubs' row-path runs on this snapshot have spent `build` µs."""

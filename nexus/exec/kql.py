@@ -42,7 +42,7 @@ from .asof import as_of_context
 from .context import ExecContext
 from .env import Env, check_hop_range
 from .filters import kind as value_kind
-from .hubs import HubChoice
+from .hubs import HUB_WORK, HubChoice
 from .operators import compile_group
 from .rows import Row, Rows
 from .registry import executes
@@ -218,6 +218,9 @@ def _run(env: Env, prep: Prepared) -> Solutions:
         check_row_cap(env.ctx, len(rows), True)
         return RowSolutions(env, layout, rows)
     hub = _hub_key(env, prep) if prep.anchored else None
+    if hub is not None and prep.hubs is not None \
+            and (prep.hubs.work_of(*hub) or HUB_WORK) < HUB_WORK:
+        hub = None              # measured on this snapshot, and no hub: the row path
     cx = _columns(env, prep, hub)
     if cx is not None and prep.program is not None:
         out = columnar.execute(env, cx, prep.program)
@@ -268,22 +271,23 @@ def _columns(env: Env, prep: Prepared, hub: tuple[object, object] | None) -> Any
 def _hub_key(env: Env, prep: Prepared) -> tuple[object, object] | None:
     """(snapshot, parameter values) of an anchored execution that may run columnar (`auto`,
     a snapshot, a plan every step of which has a columnar form), else None."""
-    ctx = env.ctx
-    if (ctx.columnar or columnar.default_mode()) != "auto" or not prep.anchored:
+    program = prep.program
+    if program is None:
+        program = prep.program = columnar.GroupProgram(prep.plan)
+    if not program.vectorized or (env.ctx.columnar or columnar.default_mode()) != "auto":
         return None
     snap = env.txn.snapshot_id()
     if snap is None or getattr(env.txn, "columns", None) is None:
         return None
-    if prep.program is None:
-        prep.program = columnar.GroupProgram(prep.plan)
-    if not prep.program.vectorized:
-        return None
-    key = _choice_key((env.txn.store_token(), snap), prep, env.params)
-    if not isinstance(key, tuple):
+    params = env.params
+    values = tuple([params.get(k) for k in prep.shape.fingerprint_params])
+    try:
+        hash(values)
+    except TypeError:                   # a parameter value that is not hashable: no memo
         return None
     if prep.hubs is None:
         prep.hubs = HubChoice()
-    return key[0], key[1]
+    return (env.txn.store_token(), snap), values
 
 
 def _hub_columnar(env: Env, prep: Prepared, key: tuple[object, object]) -> bool:
