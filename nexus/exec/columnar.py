@@ -469,7 +469,7 @@ def _v_filter(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
     if on_attr is not None:
         tid = env.sid(on_attr[0])
         if tid:
-            return _attr_filter(env, cx.attribute(tid, on_attr[1]), on_attr[2], test,
+            return _attr_filter(env, cx, cx.attribute(tid, on_attr[1]), on_attr[2], test,
                                 positions[0], width, batch)
     if not positions:
         keep = test((None,) * width, env) is True
@@ -491,12 +491,13 @@ def _v_filter(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
     return np.array(out, dtype=bool), None
 
 
-def _attr_filter(env: Env, column: AttrColumn, on_value: Callable[[Any, Env], bool],
-                 test: Test, p: int, width: int, batch: Batch) -> Result:
+def _attr_filter(env: Env, cx: TxnColumns, column: AttrColumn,
+                 on_value: Callable[[Any, Env], bool], test: Test, p: int, width: int,
+                 batch: Batch) -> Result:
     """The FILTER through an attribute column: the test once per distinct value code among
     the rows; the rows whose id the column does not hold (null, another type) per id."""
     ids = batch.cols[p]
-    codes = column.code_of(ids)
+    codes = cx.attribute_codes(column, ids)
     keep = np.zeros(len(ids), dtype=bool)
     held = codes >= 0
     present = np.unique(codes[held])

@@ -35,7 +35,6 @@ KEY_SORT = 0.08         # a link re-sorted by object
 COL_FIXED = 80.0        # numpy call overheads of a columnar run
 COL_ROW = 0.05          # a row through one vectorised step
 ATTR_GET = 2.3          # a row's attribute map read and decoded (an LMDB get + msgpack)
-ATTR_BUILD = 4.0        # a concept of the type read into an attribute column
 
 # Fractions of rows a step keeps, as the executor choice guesses them (the planner's own
 # guesses, which EXPLAIN shows, are beside its steps in `physical`).
@@ -264,7 +263,8 @@ def _walk(plan: P.GroupPlan, rows: float, domain: dict[str, float], costs: Execu
             column = attribute_filter(plan, i)
             tid = est.sid(column[1]) if column is not None else None
             if column is not None and tid:
-                need(("A", tid, column[2]), est.type_size(tid), ATTR_BUILD)
+                # the column is filled with the maps of the rows that reach it
+                need(("A", tid, column[2]), before, ATTR_GET)
                 costs.row += before * ATTR_GET
             rows *= KEEP_FILTER
         elif isinstance(step, P.OptionalJoin):

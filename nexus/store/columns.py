@@ -13,9 +13,10 @@ indexes' raw keys (fixed width, big-endian, see `codec`) and never decodes a val
 * `AttrColumn` (`attribute(tid, key)`): one attribute of a type's concepts — a code per
   element id into the attribute's distinct values — so that a FILTER on a hub's thousands
   of candidates tests each distinct value once instead of reading and decoding every
-  candidate's attribute map. Built by reading the type's attribute maps once (the only
-  column that decodes values); cached per snapshot like the others, so a write (in this
-  process or another: the snapshot id is LMDB's transaction id) simply leaves it behind.
+  candidate's attribute map on every query. Filled on demand (the maps of the ids a run
+  asks for, once per snapshot: the only column that decodes values); cached per snapshot
+  like the others, so a write (in this process or another: the snapshot id is LMDB's
+  transaction id) simply leaves it behind.
 * `ElementInfo`: process-wide `tid_of` / `name_of` arrays indexed by element id (0: not
   known yet, -1: a link, > 0: a concept's type id; the concept's name). Heads are immutable
   and committed ids are never reused, so an entry filled from any committed snapshot is valid
@@ -154,18 +155,28 @@ def _ro(a: np.ndarray) -> np.ndarray:
     return a
 
 
+UNREAD = -2                     # AttrColumn: an element whose map was not read yet
+
+
 class AttrColumn:
-    """One attribute `key` of the concepts of one type, in one snapshot: `codes[n]` is the
-    index in `values` of concept n's value (None when its map has no such key), -1 for an
-    id that is not of the type (or outside the snapshot's ids: `code_of`). Equal scalar
-    values of one Python type share a code (so a test runs once per distinct value); an
-    array or object value has a code of its own. Read-only."""
+    """One attribute `key` of the concepts of one type, in one snapshot, filled on demand:
+    `codes_for(ids, read)` gives each id's index in `values` (its value of the key, None
+    when its map has no such key), reading the maps of the ids not read yet with `read`
+    (the snapshot's `attributes_of`) — so a hub's candidates are decoded once per snapshot,
+    not once per query, and nothing else is. -1 for an id outside the snapshot's ids
+    (negative, 0, past the end). Equal scalar values of one Python type share a code (so a
+    test runs once per distinct value); an array or object value has a code of its own.
+    Entries only go from UNREAD to a code, under the lock; readers need none."""
 
-    __slots__ = ("codes", "values")
+    __slots__ = ("key", "codes", "values", "_index", "_lock")
 
-    def __init__(self, codes: np.ndarray, values: list[Any]) -> None:
-        self.codes = codes
-        self.values = values
+    def __init__(self, key: str, size: int) -> None:
+        self.key = key
+        self.codes = np.full(size, UNREAD, dtype=np.int32)
+        self.codes[:1] = -1
+        self.values: list[Any] = []
+        self._index: dict[tuple[type, Any], int] = {}
+        self._lock = threading.Lock()
 
     def code_of(self, ids: np.ndarray) -> np.ndarray:
         """codes[ids], -1 where an id is outside the array (negative, or past the end)."""
@@ -178,38 +189,42 @@ class AttrColumn:
         out[inside] = codes[ids[inside]]
         return out
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.codes.nbytes) + 64 * len(self.values)
+    def codes_for(self, ids: np.ndarray,
+                  read: Callable[[Sequence[int]], list[JsonMap]]) -> np.ndarray:
+        """The codes of `ids` (ids of this column's snapshot), reading what is unread."""
+        out = self.code_of(ids)
+        unread = out == UNREAD
+        if not unread.any():
+            return out
+        with self._lock:
+            missing = np.unique(ids[unread])
+            missing = missing[self.codes[missing] == UNREAD]
+            if len(missing):
+                self.codes[missing] = self._encode(read(missing.tolist()))
+        return self.code_of(ids)
 
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _attr_column(ids: np.ndarray, maps: list[JsonMap], key: str, size: int) -> AttrColumn:
-    found = [m.get(key) for m in maps]
-    try:                    # scalars only (the common case): one dict over (type, value)
-        keyed = list(zip(map(type, found), found))
-        index = {k: code for code, k in enumerate(dict.fromkeys(keyed))}
-        out = np.fromiter(map(index.__getitem__, keyed), dtype=np.int32, count=len(keyed))
-        values = [v for _, v in index]
-    except TypeError:       # an array or object value (unhashable): a code of its own
-        values = []
-        seen: dict[tuple[type, Any], int] = {}
-        out = np.empty(len(ids), dtype=np.int32)
-        for j, v in enumerate(found):
+    def _encode(self, maps: list[JsonMap]) -> np.ndarray:
+        key, values, index = self.key, self.values, self._index
+        out = np.empty(len(maps), dtype=np.int32)
+        for j, m in enumerate(maps):
+            v = m.get(key)
             if type(v) in _SCALARS:
-                code = seen.get((type(v), v))
+                code = index.get((type(v), v))
                 if code is None:
-                    code = seen[(type(v), v)] = len(values)
+                    code = index[(type(v), v)] = len(values)
                     values.append(v)
-            else:
+            else:                               # an array or object: a code of its own
                 code = len(values)
                 values.append(v)
             out[j] = code
-    codes = np.full(size, -1, dtype=np.int32)
-    codes[ids] = out
-    return AttrColumn(_ro(codes), values)
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.codes.nbytes) + 65536
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class ElementInfo:
@@ -371,13 +386,16 @@ class TxnColumns:
         return self._get(("T", tid), build)
 
     def attribute(self, tid: int, key: str) -> AttrColumn:
-        """Attribute `key` of the concepts of type `tid` (see AttrColumn)."""
+        """Attribute `key` of the concepts of type `tid` (see AttrColumn; filled by
+        `attribute_codes`)."""
         def build() -> tuple[AttrColumn, int]:
-            ids = self.type_ids(tid)
-            col = _attr_column(ids, self.txn.attributes_of(ids.tolist()), key,
-                               self.max_id + 1)
+            col = AttrColumn(key, self.max_id + 1)
             return col, col.nbytes
         return self._get(("A", tid, key), build)
+
+    def attribute_codes(self, column: AttrColumn, ids: np.ndarray) -> np.ndarray:
+        """`column.codes_for(ids)`, reading unread maps from this snapshot."""
+        return column.codes_for(ids, self.txn.attributes_of)
 
     # --- builders ------------------------------------------------------------------------
     def _scan(self, table: str, prefix: bytes, width: int, count: int) -> bytes:
