@@ -23,8 +23,11 @@ null (no element has id 0) — using the snapshot's column views (`nexus.store.c
   remembering the input row it came from (`origin`); OPTIONAL is then a left join (rows
   with no match get 0s), NOT drops the origins that matched; a block that uses no outer
   variable is run once;
-* FILTER: the compiled FILTER callable (the one the row path uses) per row — or, when it
-  reads a single variable, once per distinct value;
+* FILTER: `?x.attributes.k op v` on a variable an earlier step keeps to one type reads the
+  type's attribute column (`AttrColumn`) and tests each distinct value once
+  (`filters.compile_attribute_test`; rows whose id the column does not hold, such as null,
+  take the general test); otherwise the compiled FILTER callable (the one the row path
+  uses) per row — or, when it reads a single variable, once per distinct value;
 * anything else (paths, link variables, a block with UNIONs) runs the row path's compiled
   stage once per batch row, so every plan can run here.
 
@@ -57,12 +60,12 @@ from typing import Any, Callable, Final, Sequence, Union
 import numpy as np
 
 from ..plan import physical as P
-from ..plan.cost import Estimator, executor_costs
+from ..plan.cost import Estimator, ExecutorCosts, attribute_filter, executor_costs
 from ..plan.logical import expr_vars
-from ..store.columns import LinkColumns, TxnColumns
+from ..store.columns import AttrColumn, LinkColumns, TxnColumns
 from .batch import Batch
 from .env import Env
-from .filters import Test, compile_filter
+from .filters import Test, compile_attribute_test, compile_filter
 from .operators import (Stage, compile_group, compile_step, merge_union_row, step_layouts,
                         union_map)
 from .rows import Row, Rows
@@ -111,6 +114,8 @@ class GroupProgram:
         self._stages: dict[int, Stage] = {}
         self.subs: dict[int, GroupProgram] = {}
         self.filters: dict[int, tuple[Test, tuple[int, ...]]] = {}
+        # FILTER steps read from an attribute column: step -> (type, key, value test)
+        self.attr_filters: dict[int, tuple[Any, str, Callable[[Any, Env], bool]]] = {}
         for i, step in enumerate(plan.steps):
             if isinstance(step, (P.OptionalJoin, P.AntiJoin)):
                 self.subs[i] = GroupProgram(step.plan)
@@ -119,11 +124,20 @@ class GroupProgram:
                 positions = tuple(sorted({layout.index(v) for v, _ in expr_vars(step.expr)
                                           if v in layout}))
                 self.filters[i] = (compile_filter(step.expr, layout), positions)
+                column = attribute_filter(plan, i)
+                on_value = compile_attribute_test(step.expr)
+                if column is not None and on_value is not None and len(positions) == 1:
+                    self.attr_filters[i] = (column[1], column[2], on_value)
         self.unions = [GroupProgram(u) for u in plan.unions]
         self.union_maps = [union_map(plan, u) for u in plan.unions]
         # Clauses after the last UNION run: the row path's, on each combined row.
         self.then = None if plan.then is None else compile_group(plan.then)
         self.head = None if plan.then is None else GroupProgram(P.without_then(plan))
+        # Whether every step (and every step of its blocks) has a columnar form: no step
+        # would run the row path's stage per row (paths, link variables, UNIONs).
+        self.vectorized: bool = not plan.unions and plan.then is None \
+            and all(type(step) in _VECTOR for step in plan.steps) \
+            and all(sub.vectorized for sub in self.subs.values())
 
     def stage(self, i: int) -> Stage:
         """The row path's stage for step i (compiled on first use)."""
@@ -451,6 +465,12 @@ def _v_filter(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
     test, positions = prog.filters[i]
     width = len(prog.layouts[i])
     tick = env.tick
+    on_attr = prog.attr_filters.get(i)
+    if on_attr is not None:
+        tid = env.sid(on_attr[0])
+        if tid:
+            return _attr_filter(env, cx, cx.attribute(tid, on_attr[1]), on_attr[2], test,
+                                positions[0], width, batch)
     if not positions:
         keep = test((None,) * width, env) is True
         return (None if keep else _EMPTY_TAKE), None
@@ -469,6 +489,31 @@ def _v_filter(env: Env, cx: TxnColumns, prog: GroupProgram, i: int,
         out.append(test(row, env) is True)
         tick()
     return np.array(out, dtype=bool), None
+
+
+def _attr_filter(env: Env, cx: TxnColumns, column: AttrColumn,
+                 on_value: Callable[[Any, Env], bool], test: Test, p: int, width: int,
+                 batch: Batch) -> Result:
+    """The FILTER through an attribute column: the test once per distinct value code among
+    the rows; the rows whose id the column does not hold (null, another type) per id."""
+    ids = batch.cols[p]
+    codes = cx.attribute_codes(column, ids)
+    keep = np.zeros(len(ids), dtype=bool)
+    held = codes >= 0
+    present = np.unique(codes[held])
+    values = column.values
+    ok = np.zeros(len(values), dtype=bool)
+    for c in present.tolist():
+        ok[c] = on_value(values[c], env)
+    env.tick(len(present) + 1)
+    keep[held] = ok[codes[held]]
+    if not held.all():
+        blank: list[Any] = [None] * width
+        for r in np.flatnonzero(~held).tolist():
+            blank[p] = int(ids[r]) or None
+            keep[r] = test(tuple(blank), env) is True
+            env.tick()
+    return keep, None
 
 
 def _sub_run(env: Env, cx: TxnColumns, prog: GroupProgram, i: int, batch: Batch,
@@ -570,8 +615,18 @@ def choose(env: Env, prog: GroupProgram) -> bool:
     """Whether the columnar run is expected to be cheaper for this execution: the cost
     model's comparison (`nexus.plan.cost`), with the values this execution runs with and the
     arrays the snapshot's column cache already holds."""
+    return costs(env, prog).columnar_wins
+
+
+def costs(env: Env, prog: GroupProgram) -> ExecutorCosts:
+    """The cost model's estimates for this execution (`nexus.plan.cost.executor_costs`)."""
     est = Estimator(env.txn, env.sid)
-    return executor_costs(prog.plan, est, _CachedProbe(env.txn).has).columnar_wins
+    return executor_costs(prog.plan, est, _CachedProbe(env.txn).has)
+
+
+def cached_probe(txn: Any) -> Callable[[tuple[Any, ...]], bool]:
+    """`has(key)`: whether the snapshot's column cache holds the array `key` now."""
+    return _CachedProbe(txn).has
 
 
 class _CachedProbe:
@@ -581,5 +636,5 @@ class _CachedProbe:
         self.snap = txn.snapshot_id()
         self.cache = txn.column_cache() if self.snap is not None else None
 
-    def has(self, key: tuple[str, int]) -> bool:
+    def has(self, key: tuple[Any, ...]) -> bool:
         return self.cache is not None and self.cache.cached(self.snap, key)

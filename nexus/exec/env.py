@@ -405,6 +405,11 @@ class Env:
         return self._link_preds
 
     # --- budget ---------------------------------------------------------------------------
+    @property
+    def work(self) -> int:
+        """The work counted by `tick` so far in this execution."""
+        return self._ticks
+
     def tick(self, work: int = 1) -> None:
         """Count `work` units (rows scanned, links followed, sub-plans started) against the
         execution's deadline, which is checked every `_CHECK_EVERY` units. The count is

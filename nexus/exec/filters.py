@@ -90,6 +90,22 @@ def _compile(e: A.Expr, layout: list[str]) -> Fn:
 _ROW_FREE = (A.Literal, A.Param, A.ObjectValue, A.ArrayValue)
 
 
+def _map_path(e: A.Compare) -> tuple[A.Path, A.Value, bool] | None:
+    """(path, row-free other side, flipped) of `?x.attributes.k… op v` / `?x.metadata.k… op
+    v` (either side), or None for any other comparison."""
+    path: A.Path
+    other: A.Value
+    if isinstance(e.left, A.Path) and isinstance(e.right, _ROW_FREE):
+        path, other, flipped = e.left, e.right, False
+    elif isinstance(e.right, A.Path) and isinstance(e.left, _ROW_FREE):
+        path, other, flipped = e.right, e.left, True
+    else:
+        return None
+    if len(path.segments) < 2 or path.segments[0] not in ("attributes", "metadata"):
+        return None
+    return path, other, flipped
+
+
 def _compare_map_path(e: A.Compare, layout: list[str],
                       test: Callable[[Any, Any], bool]) -> Fn | None:
     """`?x.attributes.k… op v` or `?x.metadata.k… op v` (either side) with `v` the same on
@@ -97,16 +113,11 @@ def _compare_map_path(e: A.Compare, layout: list[str],
     the map read (`Env.attributes` / `Env.metadata`, memoised per execution) and the key
     walk inline instead of `Env.path_value` behind two more calls. Same values as the
     general form: a null row value, a predicate variable or a missing key reads as null."""
-    if isinstance(e.left, A.Path) and isinstance(e.right, _ROW_FREE):
-        path, other, flipped = e.left, e.right, False
-    elif isinstance(e.right, A.Path) and isinstance(e.left, _ROW_FREE):
-        path, other, flipped = e.right, e.left, True
-    else:
+    parts = _map_path(e)
+    if parts is None or parts[0].var not in layout:
         return None
+    path, other, flipped = parts
     segments = path.segments
-    if path.var not in layout or len(segments) < 2 or segments[0] not in ("attributes",
-                                                                          "metadata"):
-        return None
     i = layout.index(path.var)
     meta = segments[0] == "metadata"
     first, rest = segments[1], segments[2:]
@@ -129,6 +140,31 @@ def _compare_map_path(e: A.Compare, layout: list[str],
         c = const if literal else env.value(other)
         return test(c, v) if flipped else test(v, c)
     return compare
+
+
+def compile_attribute_test(e: A.Expr) -> Callable[[Any, Env], bool] | None:
+    """For `?x.attributes.k… op v` with v the same on every row: `fn(value, env)`, the
+    FILTER's answer for an element whose attribute `k` is `value` (None when it has no such
+    key) — what the columnar run evaluates once per distinct value of an attribute column.
+    None for any other expression."""
+    if not isinstance(e, A.Compare):
+        return None
+    parts = _map_path(e)
+    if parts is None or parts[0].segments[0] != "attributes":
+        return None
+    path, other, flipped = parts
+    rest = path.segments[2:]
+    test = _COMPARE[e.op]
+
+    def on_value(v: Any, env: Env) -> bool:
+        for key in rest:
+            if not isinstance(v, dict):
+                v = None
+                break
+            v = v.get(key)
+        c = env.value(other)
+        return (test(c, v) if flipped else test(v, c)) is True
+    return on_value
 
 
 def _compile_call(e: A.Call, layout: list[str]) -> Fn:

@@ -3,7 +3,7 @@
 `run_find(ctx, find, params)` returns `(result, next_cursor)` in the layout of CONTRACT §4.
 This module owns the pipeline around the two executors: preparing a FIND, choosing for each
 execution between the row path (`operators`) and the columnar run (`columnar`, when the cost
-model prefers it), and handing the solutions to the one result shaper (`shape`: dedup,
+model prefers it; for an anchored plan, when its constant proved a hub: `hubs`), and handing the solutions to the one result shaper (`shape`: dedup,
 GROUP BY, ORDER BY, LIMIT, CURSOR). `solutions(ctx, where, variables)` is the same matcher
 for KML's `DELETE … WHERE`. EXPLAIN (`run_explain`) shows the prepared plan.
 
@@ -43,6 +43,7 @@ from .context import ExecContext
 from .env import Env, check_hop_range
 from .filters import kind as value_kind
 from . import pushdown
+from .hubs import HUB_WORK, HubChoice
 from .operators import compile_group
 from .rows import Row, Rows
 from .registry import executes
@@ -67,6 +68,7 @@ class Prepared:
     point: ConceptAtom | None = None              # the clause of a point lookup plan
     chosen: object = None                         # (snapshot, params) `auto` ran columnar
     push: pushdown.Pushdown | None = None         # the main block's pushdown (pushdown.py)
+    hubs: HubChoice | None = None                 # anchored plans: when to run columnar
 
     @property
     def layout(self) -> list[str]:
@@ -235,13 +237,20 @@ def _run(env: Env, prep: Prepared) -> Solutions:
         rows: list[Row] = [] if n is None else [(n,)]
         check_row_cap(env.ctx, len(rows), True)
         return RowSolutions(env, layout, rows)
-    cx = _columns(env, prep)
+    hub = _hub_key(env, prep) if prep.anchored else None
+    if hub is not None and prep.hubs is not None \
+            and (prep.hubs.work_of(*hub) or HUB_WORK) < HUB_WORK:
+        hub = None              # measured on this snapshot, and no hub: the row path
+    cx = _columns(env, prep, hub)
     if cx is not None and prep.program is not None:
         out = columnar.execute(env, cx, prep.program)
         if isinstance(out, Batch):
             return BatchSolutions(env, cx, layout, out)
         return RowSolutions(env, layout, limited(env.ctx, out))
-    return RowSolutions(env, layout, _solutions(env, prep))
+    solutions = _solutions(env, prep)
+    if hub is not None and prep.hubs is not None:
+        solutions = _measured(env, solutions, prep.hubs, *hub)
+    return RowSolutions(env, layout, solutions)
 
 
 def _solutions(env: Env, prep: Prepared) -> Rows:
@@ -251,15 +260,18 @@ def _solutions(env: Env, prep: Prepared) -> Rows:
 
 # --- the columnar path (see nexus.exec.columnar) -----------------------------------------
 
-def _columns(env: Env, prep: Prepared) -> Any:
-    """The snapshot's column view when this execution should run columnar, else None."""
+def _columns(env: Env, prep: Prepared, hub: tuple[object, object] | None) -> Any:
+    """The snapshot's column view when this execution should run columnar, else None
+    (`hub`: the anchored execution's `_hub_key`)."""
     ctx = env.ctx
     mode = ctx.columnar or columnar.default_mode()
-    if mode == "never" or (mode == "auto" and prep.anchored):
+    if mode == "never":
         return None
     columns = getattr(env.txn, "columns", None)
     if columns is None:
         return None
+    if mode == "auto" and prep.anchored:
+        return columns() if hub is not None and _hub_columnar(env, prep, hub) else None
     if prep.program is None:
         prep.program = columnar.GroupProgram(prep.plan)
     if mode == "auto":
@@ -274,6 +286,49 @@ def _columns(env: Env, prep: Prepared) -> Any:
             # parameters can only get cheaper for columns (their arrays are cached now).
             prep.chosen = key
     return columns()
+
+
+def _hub_key(env: Env, prep: Prepared) -> tuple[object, object] | None:
+    """(snapshot, parameter values) of an anchored execution that may run columnar (`auto`,
+    a snapshot, a plan every step of which has a columnar form), else None."""
+    program = prep.program
+    if program is None:
+        program = prep.program = columnar.GroupProgram(prep.plan)
+    if not program.vectorized or (env.ctx.columnar or columnar.default_mode()) != "auto":
+        return None
+    snap = env.txn.snapshot_id()
+    if snap is None or getattr(env.txn, "columns", None) is None:
+        return None
+    params = env.params
+    values = tuple([params.get(k) for k in prep.shape.fingerprint_params])
+    try:
+        hash(values)
+    except TypeError:                   # a parameter value that is not hashable: no memo
+        return None
+    if prep.hubs is None:
+        prep.hubs = HubChoice()
+    return (env.txn.store_token(), snap), values
+
+
+def _hub_columnar(env: Env, prep: Prepared, key: tuple[object, object]) -> bool:
+    """Whether this anchored execution runs columnar (`nexus.exec.hubs`: a hub whose arrays
+    are cached, or whose row-path runs have paid for building them)."""
+    program, hubs = prep.program, prep.hubs
+    if hubs is None or program is None:
+        return False
+
+    def estimate() -> tuple[frozenset[tuple[Any, ...]], float]:
+        assert program is not None
+        costs = columnar.costs(env, program)
+        return frozenset(costs.need), costs.build
+    return hubs.runs_columnar(key[0], key[1], estimate, columnar.cached_probe(env.txn))
+
+
+def _measured(env: Env, rows: Rows, hubs: HubChoice, snap: object, key: object) -> Rows:
+    """`rows` as they are; once they are all read, the run's work goes to `hubs`."""
+    start = env.work
+    yield from rows
+    hubs.ran_rows(snap, key, env.work - start)
 
 
 def _choice_key(snap: tuple[int, int], prep: Prepared, params: Params) -> object:

@@ -8,7 +8,8 @@
   (`nexus.exec.operators`, a chain of generator stages, a B-tree seek per expansion) and the
   columnar one (`nexus.exec.columnar`, numpy passes over whole-predicate arrays, which must be
   built first unless the snapshot's cache holds them). The FIND executor compares the two for
-  each execution (`auto` mode); `anchored` plans skip the comparison.
+  each execution (`auto` mode); `anchored` plans are decided from what their row-path runs
+  did instead (`nexus.exec.hubs`, which takes only the arrays' build cost from here).
 
 One `Estimator` serves both: the planner builds it with a tolerant symbol lookup (an
 estimate never fails a query), the executor choice with the execution's own (the values it
@@ -18,7 +19,7 @@ yields the predicate's links spread over the type, not over a fifth of all conce
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ..store.protocol import ReadTxn
 from ..syntax import ast as A
@@ -33,6 +34,7 @@ KEY_SCAN = 0.12         # a key of an index range read into an array
 KEY_SORT = 0.08         # a link re-sorted by object
 COL_FIXED = 80.0        # numpy call overheads of a columnar run
 COL_ROW = 0.05          # a row through one vectorised step
+ATTR_GET = 2.3          # a row's attribute map read and decoded (an LMDB get + msgpack)
 
 # Fractions of rows a step keeps, as the executor choice guesses them (the planner's own
 # guesses, which EXPLAIN shows, are beside its steps in `physical`).
@@ -130,7 +132,8 @@ def anchored(plan: P.GroupPlan) -> bool:
     """Whether the plan starts from one constant element ({type, name}, {id}, (id: ...)):
     its work is bounded by that element's neighbourhood, which the row path reaches with a
     few seeks, while columns would need whole-predicate arrays. `auto` keeps such plans on
-    the row path without estimating anything (the hot path of Q1–Q4-like commands).
+    the row path without estimating anything (the hot path of Q1–Q4-like commands) unless
+    the element turned out to be a hub (`nexus.exec.hubs`).
     Decided from the plan's shape, not from its estimates: a prepared plan is cached per
     command text across executions while the graph changes."""
     if plan.unions or plan.main_empty or not plan.steps:
@@ -139,15 +142,48 @@ def anchored(plan: P.GroupPlan) -> bool:
     return isinstance(first, (P.ConstConcept, P.LinkById)) and not first.bound
 
 
-class ExecutorCosts:
-    """Estimated microseconds of one execution on each executor."""
+# What a FILTER compares that the columnar run can read from an attribute column.
+_ROW_FREE = (A.Literal, A.Param, A.ObjectValue, A.ArrayValue)
 
-    __slots__ = ("row", "col", "need")
+
+def attribute_filter(plan: P.GroupPlan, i: int) -> tuple[str, A.Value, str] | None:
+    """(variable, type, key) when step i of the plan is a FILTER comparing
+    `?x.attributes.key…` with a value that is the same on every row, and an earlier step of
+    the same plan keeps only concepts of one type in ?x (a type check or a type scan): the
+    columnar run then reads the key from the type's attribute column
+    (`nexus.store.columns.AttrColumn`) instead of each row's attribute map."""
+    step = plan.steps[i]
+    if not isinstance(step, P.Filter) or not isinstance(step.expr, A.Compare):
+        return None
+    left, right = step.expr.left, step.expr.right
+    if isinstance(left, A.Path) and isinstance(right, _ROW_FREE):
+        path = left
+    elif isinstance(right, A.Path) and isinstance(left, _ROW_FREE):
+        path = right
+    else:
+        return None
+    if len(path.segments) < 2 or path.segments[0] != "attributes":
+        return None
+    for before in plan.steps[:i]:
+        if isinstance(before, P.CheckConcept) and before.var == path.var \
+                and before.type is not None:
+            return path.var, before.type, path.segments[1]
+        if isinstance(before, P.ScanType) and before.var == path.var:
+            return path.var, before.type, path.segments[1]
+    return None
+
+
+class ExecutorCosts:
+    """Estimated microseconds of one execution on each executor; `build` is the part of
+    `col` that builds arrays the snapshot's cache does not hold yet."""
+
+    __slots__ = ("row", "col", "build", "need")
 
     def __init__(self) -> None:
         self.row = 0.0
         self.col = COL_FIXED
-        self.need: set[tuple[str, int]] = set()     # arrays the columnar run would use
+        self.build = 0.0
+        self.need: set[tuple[Any, ...]] = set()     # arrays the columnar run would use
 
     @property
     def columnar_wins(self) -> bool:
@@ -155,10 +191,11 @@ class ExecutorCosts:
 
 
 def executor_costs(plan: P.GroupPlan, est: Estimator,
-                   cached: Callable[[tuple[str, int]], bool]) -> ExecutorCosts:
+                   cached: Callable[[tuple[Any, ...]], bool]) -> ExecutorCosts:
     """The row-path and columnar costs of running `plan` once. `cached(("L", pid))` /
-    `cached(("T", tid))` tell whether the snapshot's column cache already holds a
-    predicate's link arrays / a type's ids (then the columnar run need not build them)."""
+    `cached(("T", tid))` / `cached(("A", tid, key))` tell whether the snapshot's column
+    cache already holds a predicate's link arrays / a type's ids / an attribute column (then
+    the columnar run need not build them)."""
     costs = ExecutorCosts()
     rows = _walk(plan, 1.0, {}, costs, est, cached)
     for u in plan.unions:
@@ -171,18 +208,19 @@ def executor_costs(plan: P.GroupPlan, est: Estimator,
 
 
 def _walk(plan: P.GroupPlan, rows: float, domain: dict[str, float], costs: ExecutorCosts,
-          est: Estimator, cached: Callable[[tuple[str, int]], bool]) -> float:
+          est: Estimator, cached: Callable[[tuple[Any, ...]], bool]) -> float:
     """Add the plan's costs for `rows` input rows; returns the rows it is estimated to
     produce. `domain` maps a variable to the size of the type it ranges over (when known),
     for fan-out estimates: links of a predicate spread over that type."""
     domain = dict(domain)
 
-    def need(key: tuple[str, int], keys: float, per_key: float) -> None:
+    def need(key: tuple[Any, ...], keys: float, per_key: float) -> None:
         if key not in costs.need and not cached(key):
             costs.col += keys * per_key
+            costs.build += keys * per_key
         costs.need.add(key)
 
-    for step in plan.steps:
+    for i, step in enumerate(plan.steps):
         before = rows
         if isinstance(step, P.ScanType):
             tid = est.sid(step.type)
@@ -222,6 +260,12 @@ def _walk(plan: P.GroupPlan, rows: float, domain: dict[str, float], costs: Execu
             d = domain.get(step.start)
             rows = rows * (count / d if d else est.spread(count))
         elif isinstance(step, P.Filter):
+            column = attribute_filter(plan, i)
+            tid = est.sid(column[1]) if column is not None else None
+            if column is not None and tid:
+                # the column is filled with the maps of the rows that reach it
+                need(("A", tid, column[2]), before, ATTR_GET)
+                costs.row += before * ATTR_GET
             rows *= KEEP_FILTER
         elif isinstance(step, P.OptionalJoin):
             sub_rows = _walk(step.plan, rows, domain, costs, est, cached)

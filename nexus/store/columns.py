@@ -10,6 +10,13 @@ indexes' raw keys (fixed width, big-endian, see `codec`) and never decodes a val
   predicate's p-s-o-n range: `b"".join(keys)` → `np.frombuffer` with a structured
   big-endian dtype; no Python object per link.
 * `type_ids(tid)`: the ids of a type, ascending (the type → ids index).
+* `AttrColumn` (`attribute(tid, key)`): one attribute of a type's concepts — a code per
+  element id into the attribute's distinct values — so that a FILTER on a hub's thousands
+  of candidates tests each distinct value once instead of reading and decoding every
+  candidate's attribute map on every query. Filled on demand (the maps of the ids a run
+  asks for, once per snapshot: the only column that decodes values); cached per snapshot
+  like the others, so a write (in this process or another: the snapshot id is LMDB's
+  transaction id) simply leaves it behind.
 * `ElementInfo`: process-wide `tid_of` / `name_of` arrays indexed by element id (0: not
   known yet, -1: a link, > 0: a concept's type id; the concept's name). Heads are immutable
   and committed ids are never reused, so an entry filled from any committed snapshot is valid
@@ -34,12 +41,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from itertools import islice
-from typing import Any, Callable, Iterator, Literal, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Literal, Protocol, Sequence, TypeVar
 
 import numpy as np
 
 from nexus.store.codec import pack_sid
-from nexus.store.model import ConceptHead, Head
+from nexus.store.model import ConceptHead, Head, JsonMap
 
 PSO_DTYPE = np.dtype([("p", ">u4"), ("s", ">u8"), ("o", ">u8"), ("n", ">u8")])
 TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
@@ -49,7 +56,8 @@ TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
 MAX_COLUMN_ID = 1 << 31
 DEFAULT_BUDGET = 512 << 20
 
-CacheKey = tuple[str, int]      # ("L", predicate id) -> LinkColumns; ("T", type id) -> ids
+# ("L", predicate id) -> LinkColumns; ("T", type id) -> ids; ("A", type id, key) -> AttrColumn
+CacheKey = tuple[Any, ...]
 T = TypeVar("T")
 
 
@@ -64,6 +72,7 @@ class ColumnSource(Protocol):
     def count_type(self, type_id: int) -> int: ...
     def count_predicate(self, predicate_id: int) -> int: ...
     def known_head(self, n: int) -> Head: ...
+    def attributes_of(self, ns: Sequence[int]) -> list[JsonMap]: ...
     def raw_keys(self, table: str, prefix: bytes) -> Iterator[bytes]:
         """The keys of the core table `table` from `prefix` on, ascending."""
         ...
@@ -144,6 +153,78 @@ def _offsets(keys: np.ndarray) -> tuple[int, np.ndarray] | Literal[False]:
 def _ro(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
+
+
+UNREAD = -2                     # AttrColumn: an element whose map was not read yet
+
+
+class AttrColumn:
+    """One attribute `key` of the concepts of one type, in one snapshot, filled on demand:
+    `codes_for(ids, read)` gives each id's index in `values` (its value of the key, None
+    when its map has no such key), reading the maps of the ids not read yet with `read`
+    (the snapshot's `attributes_of`) — so a hub's candidates are decoded once per snapshot,
+    not once per query, and nothing else is. -1 for an id outside the snapshot's ids
+    (negative, 0, past the end). Equal scalar values of one Python type share a code (so a
+    test runs once per distinct value); an array or object value has a code of its own.
+    Entries only go from UNREAD to a code, under the lock; readers need none."""
+
+    __slots__ = ("key", "codes", "values", "_index", "_lock")
+
+    def __init__(self, key: str, size: int) -> None:
+        self.key = key
+        self.codes = np.full(size, UNREAD, dtype=np.int32)
+        self.codes[:1] = -1
+        self.values: list[Any] = []
+        self._index: dict[tuple[type, Any], int] = {}
+        self._lock = threading.Lock()
+
+    def code_of(self, ids: np.ndarray) -> np.ndarray:
+        """codes[ids], -1 where an id is outside the array (negative, or past the end)."""
+        codes = self.codes
+        inside = (ids >= 0) & (ids < len(codes))
+        if inside.all():
+            out: np.ndarray = codes[ids]
+            return out
+        out = np.full(len(ids), -1, dtype=codes.dtype)
+        out[inside] = codes[ids[inside]]
+        return out
+
+    def codes_for(self, ids: np.ndarray,
+                  read: Callable[[Sequence[int]], list[JsonMap]]) -> np.ndarray:
+        """The codes of `ids` (ids of this column's snapshot), reading what is unread."""
+        out = self.code_of(ids)
+        unread = out == UNREAD
+        if not unread.any():
+            return out
+        with self._lock:
+            missing = np.unique(ids[unread])
+            missing = missing[self.codes[missing] == UNREAD]
+            if len(missing):
+                self.codes[missing] = self._encode(read(missing.tolist()))
+        return self.code_of(ids)
+
+    def _encode(self, maps: list[JsonMap]) -> np.ndarray:
+        key, values, index = self.key, self.values, self._index
+        out = np.empty(len(maps), dtype=np.int32)
+        for j, m in enumerate(maps):
+            v = m.get(key)
+            if type(v) in _SCALARS:
+                code = index.get((type(v), v))
+                if code is None:
+                    code = index[(type(v), v)] = len(values)
+                    values.append(v)
+            else:                               # an array or object: a code of its own
+                code = len(values)
+                values.append(v)
+            out[j] = code
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.codes.nbytes) + 65536
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 class ElementInfo:
@@ -289,6 +370,9 @@ class TxnColumns:
     def has_links(self, pid: int) -> bool:
         return ("L", pid) in self._local or self.cache.cached(self.snap, ("L", pid))
 
+    def has_attribute(self, tid: int, key: str) -> bool:
+        return ("A", tid, key) in self._local or self.cache.cached(self.snap, ("A", tid, key))
+
     def has_type(self, tid: int) -> bool:
         return ("T", tid) in self._local or self.cache.cached(self.snap, ("T", tid))
 
@@ -300,6 +384,18 @@ class TxnColumns:
             ids = self._build_type(tid)
             return ids, ids.nbytes
         return self._get(("T", tid), build)
+
+    def attribute(self, tid: int, key: str) -> AttrColumn:
+        """Attribute `key` of the concepts of type `tid` (see AttrColumn; filled by
+        `attribute_codes`)."""
+        def build() -> tuple[AttrColumn, int]:
+            col = AttrColumn(key, self.max_id + 1)
+            return col, col.nbytes
+        return self._get(("A", tid, key), build)
+
+    def attribute_codes(self, column: AttrColumn, ids: np.ndarray) -> np.ndarray:
+        """`column.codes_for(ids)`, reading unread maps from this snapshot."""
+        return column.codes_for(ids, self.txn.attributes_of)
 
     # --- builders ------------------------------------------------------------------------
     def _scan(self, table: str, prefix: bytes, width: int, count: int) -> bytes:

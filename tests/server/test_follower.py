@@ -109,3 +109,39 @@ def test_an_unknown_columnar_mode_is_refused_by_open_and_follow(tmp_path, opener
     with pytest.raises(KipError) as exc:
         getattr(Nexus, opener)(str(tmp_path / "db"), columnar="sometimes")
     assert exc.value.code.value == "KIP_1001" and "sometimes" in exc.value.message
+
+
+def test_a_hub_query_follows_the_owner_writes(owner, reader, monkeypatch):
+    """A hub-anchored FIND on the follower runs columnar (nexus.exec.hubs) and reads an
+    attribute column: the owner's acknowledged attribute change is seen by the next read,
+    on either executor (the column caches are keyed by LMDB's transaction id)."""
+    from nexus.exec import columnar, hubs
+    monkeypatch.setattr(hubs, "WORK_COST", 1e9)         # one row run pays for the arrays
+    ran = []
+    real = columnar.execute
+    monkeypatch.setattr(columnar, "execute", lambda *a: ran.append(1) or real(*a))
+    blocks = " ".join(f'CONCEPT ?d{i} {{ {{type: "Drug", name: "Hub drug {i}"}} '
+                      f'SET ATTRIBUTES {{risk: {i % 5}}} SET PROPOSITIONS {{ ("treats", ?h) }} }}'
+                      for i in range(300))
+    status, data = owner.kip(f'UPSERT {{ CONCEPT ?h {{ {{type: "Drug", name: "Hub pill"}} }} '
+                             f'{blocks} }} WITH METADATA {{source: "t"}}')
+    assert status == 200, data
+    query = ('FIND(?d.name) WHERE { ?d {type: "Drug"} (?d, "treats", {type: "Drug", '
+             'name: "Hub pill"}) FILTER(?d.attributes.risk < 2) }')
+    expected = sorted(f"Hub drug {i}" for i in range(300) if i % 5 < 2)
+    for mode in ("auto", "always"):
+        reader.columnar = mode
+        for _ in range(3):
+            assert sorted(names(reader, query)) == expected
+        assert ran, mode
+        ran.clear()
+    status, data = owner.kip('UPSERT { CONCEPT ?d { {type: "Drug", name: "Hub drug 5"} '
+                             'SET ATTRIBUTES {risk: 9} } } WITH METADATA {source: "t"}')
+    assert status == 200, data
+    expected.remove("Hub drug 5")
+    for mode in ("always", "auto"):
+        reader.columnar = mode
+        for _ in range(3):
+            assert sorted(names(reader, query)) == expected
+        assert ran, mode
+        ran.clear()
