@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clirun import kip_in_process  # tests/clirun.py (tests/ is on the path)
 from kipserver import KipServer
 from reliability_support import seeded
 
@@ -42,10 +43,10 @@ def test_regex_bombs_are_refused_before_compiling(shared_nx, pattern):
     """`a{1000000000}` grew a server past 20 GB: now refused (KIP_1001) in milliseconds,
     before the regex module compiles anything."""
     before = _maxrss_mb()
-    started = time.monotonic()
+    started = time.process_time()       # CPU, not wall: the neighbours' load is not the work
     response = shared_nx.execute_kip_readonly({"command": FIND_DRUGS.format(
         json.dumps(pattern))})
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert _code(response) == "KIP_1001", response
     assert "expands to" in response["error"]["message"]
     assert "repetition" in response["error"]["hint"]
@@ -77,40 +78,44 @@ def test_compiled_patterns_are_cached_within_a_byte_budget(shared_nx):
 
 def test_parse_cache_is_bounded_by_bytes(monkeypatch):
     from nexus.syntax import parser
-    # 128 MiB in production; 1 MiB here, so that 8 commands of 16 KiB overflow it (the
+    # 128 MiB in production; 128 KiB here, so that 8 commands of 2 KiB overflow it (the
     # bound is what is tested, not its size: bigger commands only parse longer)
-    monkeypatch.setattr(parser._PARSED, "max_bytes", 1 << 20)
+    monkeypatch.setattr(parser._PARSED, "max_bytes", 1 << 17)
     with Nexus.open(None) as nx:
-        for i in range(8):         # ~16 KiB commands: ~1/4 MiB+ of syntax tree each
+        for i in range(8):         # ~2 KiB commands: ~50 KiB of syntax tree each
             text = (f'FIND(?d) WHERE {{ ?d {{type: "Drug", name: "n{i}"}} '
-                    + " ".join(f'FILTER(?d.name != "x{j}")' for j in range(600)) + " }")
+                    + " ".join(f'FILTER(?d.name != "x{j}")' for j in range(75)) + " }")
             assert len(text) < parser.CACHE_MAX_CHARS
             nx.execute_kip_readonly({"command": text})
-        assert 0 < parser._PARSED.bytes <= 1 << 20
+        assert 0 < parser._PARSED.bytes <= 1 << 17
         assert len(parser._PARSED) < 8          # the oldest were evicted
 
 
 # --- SEARCH: text length and the deadline ---------------------------------------------------------
 
 def test_search_text_is_bounded(shared_nx):
-    started = time.monotonic()
+    started = time.process_time()
     response = shared_nx.execute_kip_readonly({"command": "SEARCH CONCEPT :q",
                                                "parameters": {"q": "aspirin " * 1_000_000}})
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
     assert _code(response) == "KIP_4002" and "4096" in response["error"]["message"]
     assert "result" in shared_nx.execute_kip_readonly(
         {"command": "SEARCH CONCEPT :q", "parameters": {"q": "aspirin fever " * 290}})
 
 
-def test_search_honours_the_deadline():
+def test_search_honours_the_deadline(tmp_path):
     """A SEARCH of many terms (within the text limit) stops at the command's deadline."""
-    with Nexus.open(None, query_timeout=0.05, max_search_chars=1_000_000) as nx:
-        seeded(nx)
+    db = str(tmp_path / "db")
+    with Nexus.open(db) as nx:      # bootstrapped and seeded without the 0.05 s limit, which
+        seeded(nx)                  # a loaded machine can exceed while writing the capsules
+    with Nexus.open(db, query_timeout=0.05, max_search_chars=1_000_000) as nx:
         words = " ".join(f"w{i}x{i * 7919 % 10007}" for i in range(60_000))
-        started = time.monotonic()
+        # CPU seconds: ~0.3 when the search stops at its deadline, ~5 when it runs to the
+        # end; the wall time reached 1.2 s at a load average of 15.
+        started = time.process_time()
         response = nx.execute_kip_readonly({"command": "SEARCH CONCEPT :q",
                                             "parameters": {"q": words}})
-        assert time.monotonic() - started < 2.0
+        assert time.process_time() - started < 2.0
         assert _code(response) == "KIP_4001", response
 
 
@@ -204,7 +209,9 @@ def test_jsonrpc_arrays_share_the_request_timeout(server):
     started = time.monotonic()
     status, data = server.post(calls, key="harden-key", timeout=120)
     elapsed = time.monotonic() - started
-    assert elapsed < 3 + 3, elapsed            # one request timeout (3 s), not ten
+    # One request timeout (3 s), not ten (30 s); the answer below says the rest were not run.
+    # The bound leaves room for a loaded machine (the server is another process: wall time).
+    assert elapsed < 4 * 3, elapsed
     codes = [item["result"].get("error", {}).get("code") for item in data]
     assert codes[-1] == "KIP_4001" and "Not run" in data[-1]["result"]["error"]["message"]
 
@@ -285,9 +292,14 @@ def test_kip_check_exits_0_on_a_healthy_database_with_an_empty_name(tmp_path):
             w.txn.create_concept(n, tid, "", {}, {"_version": 1})
             w.ctx.touched.add(n)
     kip = [sys.executable, "-m", "nexus.cli"]
-    for args in (["check"], ["check", "--deep"], ["check", "--repair"], ["check", "--deep"]):
-        proc = subprocess.run(kip + args + ["--db", str(db)], capture_output=True, text=True,
-                              timeout=300)
+    proc = subprocess.run(kip + ["check", "--db", str(db)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert "repaired" not in proc.stderr
+    # The rest through the entry point in this process (tests/clirun.py): `kip check` runs
+    # its checking child process either way.
+    for args in (["check", "--deep"], ["check", "--repair"], ["check", "--deep"]):
+        proc = kip_in_process(*args, "--db", str(db))
         assert proc.returncode == 0, (args, proc.stdout, proc.stderr)
         assert "repaired" not in proc.stderr
 
@@ -376,11 +388,13 @@ def test_kip_load_reads_regular_files_only_and_reports_each(tmp_path):
 
 def test_kip_export_to_a_bad_place_is_a_message_and_leaves_no_file(tmp_path):
     db = tmp_path / "db"
-    assert _kip("load", "--db", str(db), "--help").returncode == 0
+    assert kip_in_process("load", "--db", str(db), "--help").returncode == 0
     with Nexus.open(str(db)) as nx:
         seeded(nx)
+    # The refusals through the entry point in this process (tests/clirun.py); the export
+    # that writes is a real `kip` process.
     for target in (tmp_path / "missing" / "out.kip", tmp_path):
-        proc = _kip("export", "--db", str(db), "-o", str(target))
+        proc = kip_in_process("export", "--db", str(db), "-o", str(target))
         assert proc.returncode == 2, proc.stderr
         assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr
     out = tmp_path / "out.kip"

@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from clirun import kip_in_process  # tests/clirun.py (tests/ is on the path)
+
 REPO = Path(__file__).resolve().parents[2]
 UPSERT = ('UPSERT { CONCEPT ?p { {type: "Person", name: "Ada"} '
           'SET ATTRIBUTES { person_class: "Human" } } }')
 FIND = 'FIND(?p.name) WHERE { ?p {type: "Person", name: "Ada"} }'
 
 
-def _kip(*args: str, script: str | None = None) -> subprocess.CompletedProcess:
+def _kip(*args: str, script: str | None = None, real: bool = False
+         ) -> subprocess.CompletedProcess:
+    """`kip ARGS`: a real `python -m nexus.cli` process when `real` (at least one of each
+    command per test), else the same entry point in this process (tests/clirun.py)."""
+    if not real:
+        return kip_in_process(*args, input=script, drop_env=("KIP_API_KEY", "KIP_DB"))
     env = {k: v for k, v in os.environ.items() if k not in ("KIP_API_KEY", "KIP_DB")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run([sys.executable, "-m", "nexus.cli", *args], input=script, env=env,
@@ -29,10 +36,11 @@ def test_shell_and_exec_over_the_url_of_a_spaces_server(spaces_server):
     for name in ("a", "b"):
         assert server.request("POST", "/v1/admin/spaces", {"name": name})[0] == 200
     url = f"http://{server.host}:{server.port}"
-    shell = _kip("shell", "--url", url, "--space", "a", "--json", script=f"{UPSERT}\n{FIND}\n")
+    shell = _kip("shell", "--url", url, "--space", "a", "--json", script=f"{UPSERT}\n{FIND}\n",
+                 real=True)
     assert shell.returncode == 0, shell.stdout + shell.stderr
     assert "Ada" in shell.stdout.splitlines()[-1]
-    found = _kip("exec", "--url", url, "--space", "a", FIND)
+    found = _kip("exec", "--url", url, "--space", "a", FIND, real=True)
     assert found.returncode == 0 and json.loads(found.stdout)["result"], found.stdout
     elsewhere = _kip("exec", "--url", url, "--space", "b", FIND)
     assert json.loads(elsewhere.stdout)["error"]["code"] == "KIP_3002"     # not in b
@@ -47,7 +55,7 @@ def test_shell_on_a_space_of_a_spaces_directory(tmp_path):
     root = str(tmp_path / "d")
     assert _kip("space", "create", "a", "--spaces", root).returncode == 0
     shell = _kip("shell", "--spaces", root, "--space", "a", "--json",
-                 script=f"{UPSERT}\n{FIND}\n")
+                 script=f"{UPSERT}\n{FIND}\n", real=True)
     assert shell.returncode == 0, shell.stdout + shell.stderr
     assert "Ada" in shell.stdout.splitlines()[-1]
     assert "Ada" in _kip("exec", "--spaces", root, "--space", "a", FIND).stdout
@@ -78,7 +86,7 @@ def test_load_export_and_check_over_the_url_of_a_spaces_server(spaces_server, tm
     url = f"http://{server.host}:{server.port}"
     capsule = tmp_path / "people.kip"
     capsule.write_text(CAPSULE)
-    loaded = _kip("load", "--url", url, "--space", "a", str(capsule))
+    loaded = _kip("load", "--url", url, "--space", "a", str(capsule), real=True)
     assert loaded.returncode == 0, loaded.stderr
     assert json.loads(loaded.stdout)[0]["statements"] == 2
     found = _kip("exec", "--url", url, "--space", "a",
@@ -98,7 +106,7 @@ def test_load_export_and_check_over_the_url_of_a_spaces_server(spaces_server, tm
 
     # export: the whole graph by EXPORT, loadable into a new database
     out = tmp_path / "a.kip"
-    exported = _kip("export", "--url", url, "--space", "a", "-o", str(out))
+    exported = _kip("export", "--url", url, "--space", "a", "-o", str(out), real=True)
     assert exported.returncode == 0, exported.stderr
     over_http = out.read_text()
     assert '{type: "Person", name: "Bob"}' in over_http
@@ -124,13 +132,13 @@ def test_load_export_and_check_over_the_url_of_a_spaces_server(spaces_server, tm
 
 def test_load_export_and_check_a_space_of_a_spaces_directory(tmp_path):
     root = str(tmp_path / "d")
-    assert _kip("space", "create", "a", "--spaces", root).returncode == 0
+    assert _kip("space", "create", "a", "--spaces", root, real=True).returncode == 0
     capsule = tmp_path / "people.kip"
     capsule.write_text(CAPSULE)
     assert _kip("load", "--spaces", root, "--space", "a", str(capsule)).returncode == 0
     exported = _kip("export", "--spaces", root, "--space", "a")
     assert '{type: "Person", name: "Bob"}' in exported.stdout
-    checked = _kip("check", "--spaces", root, "--space", "a")
+    checked = _kip("check", "--spaces", root, "--space", "a", real=True)
     assert checked.returncode == 0 and json.loads(checked.stdout)["ok"], checked.stderr
     for command in (["load", str(capsule)], ["export"], ["check"]):
         missing = _kip(*command, "--spaces", root, "--space", "nope")

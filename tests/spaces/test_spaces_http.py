@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from clirun import kip_in_process  # tests/clirun.py (tests/ is on the path)
+
 UPSERT = ('UPSERT { CONCEPT ?p { {type: "Person", name: "Ada"} '
           'SET ATTRIBUTES { person_class: "Human" } } }')
 FIND = 'FIND(?p.name) WHERE { ?p {type: "Person", name: "Ada"} }'
@@ -136,11 +138,15 @@ def test_admin_creates_lists_and_drops_spaces(spaces_server, tmp_path):
 def test_cli_space_create_list_drop(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
-    def kip(*args: str) -> subprocess.CompletedProcess:
+    def kip(*args: str, real: bool = False) -> subprocess.CompletedProcess:
+        """A real `kip space` process for the first command; the entry point in this
+        process (tests/clirun.py) for the rest."""
+        if not real:
+            return kip_in_process("space", *args, "--spaces", str(tmp_path / "d"))
         return subprocess.run([sys.executable, "-m", "nexus.cli", "space", *args,
                                "--spaces", str(tmp_path / "d")], env=env,
                               capture_output=True, text=True, timeout=120)
-    assert kip("create", "one").returncode == 0
+    assert kip("create", "one", real=True).returncode == 0
     assert kip("list").stdout.split() == ["one"]
     bad = kip("create", "../x")
     assert bad.returncode != 0 and "Invalid space name" in bad.stderr
@@ -153,12 +159,16 @@ def test_cli_commands_take_a_space_of_a_spaces_directory(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     root = tmp_path / "d"
 
-    def kip(*args: str) -> subprocess.CompletedProcess:
+    def kip(*args: str, real: bool = False) -> subprocess.CompletedProcess:
+        """A real `kip exec` process for the write; the entry point in this process
+        (tests/clirun.py) for the rest."""
+        if not real:
+            return kip_in_process(*args)
         return subprocess.run([sys.executable, "-m", "nexus.cli", *args], env=env,
                               capture_output=True, text=True, timeout=120)
     assert kip("space", "create", "one", "--spaces", str(root)).returncode == 0
     assert kip("space", "create", "two", "--spaces", str(root)).returncode == 0
-    wrote = kip("exec", "--space", "one", "--spaces", str(root), UPSERT)
+    wrote = kip("exec", "--space", "one", "--spaces", str(root), UPSERT, real=True)
     assert wrote.returncode == 0, wrote.stderr
     one = kip("exec", "--space", "one", "--spaces", str(root), FIND)
     two = kip("exec", "--space", "two", "--spaces", str(root), FIND)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import ast as pyast
 import dataclasses
+import functools
 import json
 import os
 import re
 import sys
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -133,19 +134,21 @@ def _doc_blocks() -> list[str]:
 
 
 SHARED_CAPSULES = ROOT.parent / "shared" / "spec" / "capsules-v1.0-RC11"
-CORPORA = {
-    "tests": _strings_in_tests(),
-    "spec examples": _files((HERE / "spec_examples", "*.kip")),
-    "rc11 blocks": [b.text for b in rc11_blocks.blocks()],
-    "bundled": _files((Path(str(files("nexus.bundled"))), "**/*.kip")),
-    "rc11 capsules": _files((SHARED_CAPSULES, "**/*.kip")),
-    "docs": _doc_blocks(),
+# Read when a test asks (not at import: every xdist worker imports every test module, and
+# parsing the whole test tree here cost each of them seconds).
+CORPORA: dict[str, Callable[[], list[str]]] = {
+    "tests": _strings_in_tests,
+    "spec examples": lambda: _files((HERE / "spec_examples", "*.kip")),
+    "rc11 blocks": lambda: [b.text for b in rc11_blocks.blocks()],
+    "bundled": lambda: _files((Path(str(files("nexus.bundled"))), "**/*.kip")),
+    "rc11 capsules": lambda: _files((SHARED_CAPSULES, "**/*.kip")),
+    "docs": _doc_blocks,
 }
 
 
 @pytest.mark.parametrize("corpus", sorted(CORPORA))
 def test_corpus(corpus: str) -> None:
-    texts = CORPORA[corpus]
+    texts = CORPORA[corpus]()
     if not texts and corpus.startswith("rc11"):
         pytest.skip("../shared/spec is not present")
     read = sum(check(text) for text in texts)
@@ -154,7 +157,7 @@ def test_corpus(corpus: str) -> None:
 
 
 def test_the_bundled_capsules_take_the_fast_path() -> None:
-    for text in CORPORA["bundled"]:
+    for text in CORPORA["bundled"]():
         assert fast_upsert(text, MAX_NESTING) is not None, text[:200]
 
 
@@ -302,74 +305,128 @@ SCALAR = st.one_of(STRING, NUMBER, PARAM, st.sampled_from(["true", "false", "nul
 
 
 def _join(draw: Any, parts: list[str], open_: str, close: str) -> str:
-    comma = draw(st.sampled_from([",", ", ", " ,\n"]))
-    trailing = draw(st.sampled_from(["", ","])) if parts else ""
+    comma = draw(COMMA)
+    trailing = draw(TRAILING) if parts else ""
     return (open_ + draw(BLANK) + comma.join(parts) + trailing + draw(BLANK) + close)
 
 
+# The strategies are built once and reused (functools.cache on the depth): building a fresh
+# nested strategy at every draw made Hypothesis re-validate it each time, which cost most of
+# the fuzz tests' time. The draws, hence the texts, are the same.
+COMMA = st.sampled_from([",", ", ", " ,\n"])
+TRAILING = st.sampled_from(["", ","])
+STRING_OR_PARAM = st.one_of(STRING, PARAM)
+KEY = st.one_of(NAME, NAME.map(json.dumps))
+KEYS = st.lists(KEY, max_size=3)
+
+
+@functools.cache
+def value(depth: int = 0) -> st.SearchStrategy[str]:
+    return _value(depth)
+
+
+@functools.cache
+def obj(depth: int = 0) -> st.SearchStrategy[str]:
+    return _obj(depth)
+
+
+@functools.cache
+def _items(depth: int) -> st.SearchStrategy[list[str]]:
+    return st.lists(value(depth), max_size=3)
+
+
 @st.composite
-def value(draw: Any, depth: int = 0) -> str:
+def _value(draw: Any, depth: int = 0) -> str:
     if depth >= 3 or draw(st.booleans()):
         return draw(SCALAR)
     if draw(st.booleans()):
-        items = draw(st.lists(value(depth + 1), max_size=3))
+        items = draw(_items(depth + 1))
         return _join(draw, items, "[", "]")
     return draw(obj(depth + 1))
 
 
 @st.composite
-def obj(draw: Any, depth: int = 0) -> str:
-    keys = draw(st.lists(st.one_of(NAME, NAME.map(json.dumps)), max_size=3))
+def _obj(draw: Any, depth: int = 0) -> str:
+    keys = draw(KEYS)
     return _join(draw, [f"{k}{draw(BLANK)}:{draw(BLANK)}{draw(value(depth))}" for k in keys],
                  "{", "}")
 
 
 @st.composite
-def concept_ref(draw: Any) -> str:
-    if draw(st.integers(0, 5)) == 0:
-        return "{id: " + draw(st.one_of(STRING, PARAM)) + "}"
-    t, n = draw(st.one_of(STRING, PARAM)), draw(st.one_of(STRING, PARAM))
+def _concept_ref(draw: Any) -> str:
+    if draw(ZERO_TO_FIVE) == 0:
+        return "{id: " + draw(STRING_OR_PARAM) + "}"
+    t, n = draw(STRING_OR_PARAM), draw(STRING_OR_PARAM)
     return f"{{type: {t},{draw(BLANK)}name: {n}}}"
 
 
+ZERO_TO_FIVE = st.integers(0, 5)
+CONCEPT_REF = _concept_ref()
+
+
+def concept_ref() -> st.SearchStrategy[str]:
+    return CONCEPT_REF
+
+
+@functools.cache
+def term(depth: int = 0) -> st.SearchStrategy[str]:
+    return _term(depth)
+
+
+@functools.cache
+def triple(depth: int = 0) -> st.SearchStrategy[str]:
+    return _triple(depth)
+
+
+TERM_KIND = {True: st.integers(0, 4), False: st.integers(0, 2)}
+
+
 @st.composite
-def term(draw: Any, depth: int = 0) -> str:
-    kind = draw(st.integers(0, 4 if depth < 2 else 2))
+def _term(draw: Any, depth: int = 0) -> str:
+    kind = draw(TERM_KIND[depth < 2])
     if kind == 0:
         return "?" + draw(NAME)
     if kind <= 2:
         return draw(concept_ref())
     if kind == 3:
-        return "(id: " + draw(st.one_of(STRING, PARAM)) + ")"
+        return "(id: " + draw(STRING_OR_PARAM) + ")"
     return draw(triple(depth + 1))
 
 
 @st.composite
-def triple(draw: Any, depth: int = 0) -> str:
+def _triple(draw: Any, depth: int = 0) -> str:
     b = draw(BLANK)
-    pred = draw(st.one_of(STRING, PARAM))
+    pred = draw(STRING_OR_PARAM)
     return f"({b}{draw(term(depth))},{b}{pred}, {draw(term(depth))}{b})"
+
+
+PARAM_OR_OBJ = st.one_of(PARAM, obj())
 
 
 def meta(draw: Any) -> str:
     if draw(st.booleans()):
         return ""
-    return f" WITH METADATA {draw(st.one_of(PARAM, obj()))}"
+    return f" WITH METADATA {draw(PARAM_OR_OBJ)}"
+
+
+HANDLE = st.sampled_from(["", "?h ", "?h2 "])
+EXPECT = st.sampled_from(["", " EXPECT VERSION 0", " EXPECT VERSION :v", " EXPECT VERSION 2"])
+ZERO_TO_THREE = st.integers(0, 3)
+SEPARATOR = st.sampled_from([",", " ", ",\n"])
 
 
 @st.composite
 def block(draw: Any) -> str:
     b = draw(BLANK)
-    handle = draw(st.sampled_from(["", "?h ", "?h2 "]))
-    expect = draw(st.sampled_from(["", " EXPECT VERSION 0", " EXPECT VERSION :v",
-                                   " EXPECT VERSION 2"]))
-    attrs = f" SET ATTRIBUTES {draw(st.one_of(PARAM, obj()))}" if draw(st.booleans()) else ""
+    handle = draw(HANDLE)
+    expect = draw(EXPECT)
+    attrs = f" SET ATTRIBUTES {draw(PARAM_OR_OBJ)}" if draw(st.booleans()) else ""
     if draw(st.booleans()):
         props = ""
         if draw(st.booleans()):
-            entries = [f"({draw(st.one_of(STRING, PARAM))}, {draw(term())}){meta(draw)}"
-                       for _ in range(draw(st.integers(0, 3)))]
-            sep = draw(st.sampled_from([",", " ", ",\n"]))
+            entries = [f"({draw(STRING_OR_PARAM)}, {draw(term())}){meta(draw)}"
+                       for _ in range(draw(ZERO_TO_THREE))]
+            sep = draw(SEPARATOR)
             props = f" SET PROPOSITIONS {{{b}{sep.join(entries)}{b}}}"
         clauses = [attrs, props] if draw(st.booleans()) else [props, attrs]
         return (f"CONCEPT {handle}{{{b}{draw(concept_ref())}{expect}{''.join(clauses)}{b}}}"
@@ -377,14 +434,19 @@ def block(draw: Any) -> str:
     return f"PROPOSITION {handle}{{{b}{draw(triple())}{expect}{attrs}{b}}}{meta(draw)}"
 
 
+BLOCKS = st.lists(block(), max_size=4)
+ONE_OR_TWO = st.integers(1, 2)
+END = st.sampled_from(["", ";", " ;;"])
+
+
 @st.composite
 def upsert(draw: Any) -> str:
     statements = []
-    for _ in range(draw(st.integers(1, 2))):
-        blocks = draw(st.lists(block(), max_size=4))
+    for _ in range(draw(ONE_OR_TWO)):
+        blocks = draw(BLOCKS)
         statements.append(f"UPSERT {{{draw(BLANK)}{draw(BLANK).join(blocks)}{draw(BLANK)}}}"
                           f"{meta(draw)}")
-    return draw(BLANK) + draw(BLANK).join(statements) + draw(st.sampled_from(["", ";", " ;;"]))
+    return draw(BLANK) + draw(BLANK).join(statements) + draw(END)
 
 
 @given(upsert())
@@ -433,7 +495,10 @@ def loader_link(draw: Any) -> str:
     b = lambda: draw(LOADER_BLANK)  # noqa: E731
     meta = f"{b()}WITH{b()} METADATA {b()}{draw(PARAM)}" if draw(st.booleans()) else ""
     return (f"({b()}{draw(SLOT)}{b()},{b()}{{{b()}type{b()}:{b()}{draw(SLOT)}{b()},{b()}"
-            f"name{b()}:{b()}{draw(SLOT)}{b()}}}{b()}){meta}{draw(st.sampled_from(['', ',']))}")
+            f"name{b()}:{b()}{draw(SLOT)}{b()}}}{b()}){meta}{draw(TRAILING)}")
+
+
+LOADER_LINKS = st.lists(loader_link(), max_size=4)
 
 
 @st.composite
@@ -444,20 +509,24 @@ def loader_block(draw: Any) -> str:
     if draw(st.booleans()):
         head += f"SET ATTRIBUTES{b()} {draw(PARAM)}{b()}"
     if draw(st.booleans()):
-        links = draw(st.lists(loader_link(), max_size=4))
+        links = draw(LOADER_LINKS)
         head += f"SET PROPOSITIONS {b()}{{{b()}{b().join(links)}{b()}}}{b()}"
     meta = f"{b()}WITH METADATA {draw(PARAM)}" if draw(st.booleans()) else ""
     return head + "}" + meta
+
+
+LOADER_BLOCKS = st.lists(loader_block(), max_size=4)
+LOADER_END = st.sampled_from(["", ";", " ;;", ";\n"])
 
 
 @st.composite
 def loader_upsert(draw: Any) -> str:
     """The shape of a KIP load (bench/kipload_grouped.py), blanks, comments and the choice
     of strings or placeholders drawn."""
-    blocks = draw(st.lists(loader_block(), max_size=4))
+    blocks = draw(LOADER_BLOCKS)
     return (f"{draw(LOADER_BLANK)}UPSERT{draw(LOADER_BLANK)}{{{draw(LOADER_BLANK)}"
             f"{draw(LOADER_BLANK).join(blocks)}{draw(LOADER_BLANK)}}}"
-            + draw(st.sampled_from(["", ";", " ;;", ";\n"])))
+            + draw(LOADER_END))
 
 
 @given(loader_upsert())

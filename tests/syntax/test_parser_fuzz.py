@@ -7,9 +7,11 @@ The default run is short and deterministic (derandomized). For a longer hunt:
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
+import threading
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -25,6 +27,33 @@ from nexus.syntax import ast as A
 SCALE = int(os.environ.get("NEXUS_FUZZ_EXAMPLES", "0")) or None
 PARSE_CODES = {ErrorCode.KIP_1001, ErrorCode.KIP_1002, ErrorCode.KIP_4002}
 TIME_LIMIT_S = 2.0     # CPU seconds of the parsing thread (a bound on the work, not on the load)
+
+
+class ParseCPU:
+    """`with ParseCPU() as cpu: ...; cpu.seconds`: the CPU time of this thread inside the
+    block, less the garbage collector's pauses. A collection costs in proportion to the
+    whole process's heap, not to the parse that happened to trigger it (under xdist a worker
+    holds the rest of the suite's objects)."""
+
+    def __enter__(self) -> "ParseCPU":
+        self._thread = threading.get_ident()
+        self._gc = 0.0
+        self._gc_started = 0.0
+        gc.callbacks.append(self._collecting)
+        self._start = time.thread_time()
+        return self
+
+    def _collecting(self, phase: str, info: dict) -> None:
+        if threading.get_ident() != self._thread:
+            return
+        if phase == "start":
+            self._gc_started = time.thread_time()
+        else:
+            self._gc += time.thread_time() - self._gc_started
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.thread_time() - self._start - self._gc
+        gc.callbacks.remove(self._collecting)
 
 
 def fuzz_settings(default_examples: int):
@@ -79,7 +108,12 @@ def _params(node, out):
 
 def check(text: str) -> None:
     """The property, for one input."""
-    start = time.thread_time()
+    with ParseCPU() as cpu:
+        _check(text)
+    assert cpu.seconds < TIME_LIMIT_S     # no input makes parsing blow up
+
+
+def _check(text: str) -> None:
     try:
         result = parse(text)
     except KipError as err:
@@ -98,7 +132,6 @@ def check(text: str) -> None:
             bind(result, values)
         except KipError as err:  # e.g. a placeholder that must be an identifier key
             assert err.code in {ErrorCode.KIP_1001, ErrorCode.KIP_1002}
-    assert time.thread_time() - start < TIME_LIMIT_S     # no input makes parsing blow up
 
 
 # --- strategies ----------------------------------------------------------------------------
@@ -208,10 +241,17 @@ DEEP = [
 
 @pytest.mark.parametrize("text", [t for t, _ in DEEP], ids=[i for _, i in DEEP])
 def test_deep_nesting_is_refused_quickly(text):
-    start = time.thread_time()
-    with pytest.raises(KipError) as info:
-        parse(text)
-    assert time.thread_time() - start < TIME_LIMIT_S
+    # The better of two tries (a refusal is not cached, so both parse): a pathological input
+    # is slow every time; a neighbour's memory pressure (page reclaim is charged as this
+    # thread's system time) once. This parse takes ~0.05 s; it measured 2.9 s once in CI.
+    seconds = []
+    for _ in range(2):
+        with ParseCPU() as cpu, pytest.raises(KipError) as info:
+            parse(text)
+        seconds.append(cpu.seconds)
+        if cpu.seconds < TIME_LIMIT_S:
+            break
+    assert min(seconds) < TIME_LIMIT_S, seconds
     assert info.value.code in (ErrorCode.KIP_4002, ErrorCode.KIP_1001)
     if text.startswith(("FIND", "UPSERT")):  # valid up to the nesting: the budget refuses it
         assert info.value.code == ErrorCode.KIP_4002
@@ -248,27 +288,26 @@ def test_many_separate_negations_are_not_nesting():
 @pytest.mark.parametrize("op", ["&&", "||"])
 def test_long_flat_chains_do_not_recurse(op):
     text = "FIND(?x) WHERE { FILTER(" + f" {op} ".join(["?x.name == 1"] * 2_000) + ") }"
-    start = time.thread_time()
-    parsed = parse(text)
-    assert time.thread_time() - start < 5 * TIME_LIMIT_S
+    with ParseCPU() as cpu:
+        parsed = parse(text)
+    assert cpu.seconds < 5 * TIME_LIMIT_S
     assert len(parsed.command.where[0].expr.operands) == 2_000
     assert parse(to_text(parsed.command)).command == parsed.command
 
 
 def test_over_max_command_bytes_is_refused_before_parsing():
     text = 'FIND(?x) WHERE { ?x {type: "T"} }' + " " * MAX_COMMAND_BYTES
-    start = time.thread_time()
-    with pytest.raises(KipError) as info:
+    with ParseCPU() as cpu, pytest.raises(KipError) as info:
         parse(text)
     assert info.value.code == ErrorCode.KIP_4002
-    assert time.thread_time() - start < TIME_LIMIT_S
+    assert cpu.seconds < TIME_LIMIT_S
 
 
 def test_long_valid_command_parses():
     text = "FIND(?x) WHERE { " + " ".join(f'?x{i} {{type: "T{i}"}}' for i in range(2_000)) + " }"
-    start = time.thread_time()
-    parsed = parse(text)
-    assert time.thread_time() - start < 5 * TIME_LIMIT_S
+    with ParseCPU() as cpu:
+        parsed = parse(text)
+    assert cpu.seconds < 5 * TIME_LIMIT_S
     assert len(parsed.command.where) == 2_000
 
 
