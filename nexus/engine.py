@@ -110,8 +110,10 @@ class WriteSession:
     """
 
     def __init__(self, engine: "Engine", txn: WriteTxn, ctx: WriteContext,
-                 store_txn: WriteTxn | None = None) -> None:
+                 store_txn: WriteTxn | None = None, timeout: float | None = None) -> None:
         self.engine = engine
+        # Each command `run` runs gets this long (default: the engine's query timeout).
+        self.timeout = engine.config.limits.query_timeout if timeout is None else timeout
         self.txn = txn
         # The store's own transaction, below the wrappers (the version log's recorder):
         # for work on the store's derived tables that changes no element (integrity repair).
@@ -133,7 +135,7 @@ class WriteSession:
         ctx = self.ctx
         saved = ctx.text
         ctx.text = text
-        ctx.deadline = time.monotonic() + limits.query_timeout    # each command its own
+        ctx.deadline = time.monotonic() + self.timeout      # each command its own
         ctx.versioned = set()                   # each command bumps an element's _version once
         try:
             result, _ = executor_for(type(command))(ctx, command, parameters or {})
@@ -207,8 +209,11 @@ class Engine:
 
     @contextmanager
     def write_session(self, *, privileged: bool = False, dry_run: bool = False,
-                      text: str | None = None) -> Iterator[WriteSession]:
+                      text: str | None = None, timeout: float | None = None
+                      ) -> Iterator[WriteSession]:
         """`with engine.write_session() as w:` — the one write path (see the module doc).
+        `timeout`: the seconds each command the session runs may take (default: the
+        engine's `query_timeout`, which bounds what agents send).
 
         Commits when the block ends normally; rolls back when it raises, when `dry_run`, or
         after `w.abort()`. Re-entering from the thread that holds a session is KIP_4003.
@@ -226,11 +231,12 @@ class Engine:
                     for wrap in self.write_wrappers:
                         txn = wrap(txn)
                     ctx = WriteContext(txn, self.config.limits,
-                                       time.monotonic() + self.config.limits.query_timeout,
+                                       time.monotonic() + (self.config.limits.query_timeout
+                                                           if timeout is None else timeout),
                                        privileged=privileged, dry_run=dry_run, text=text,
                                        clock=now_iso, store_txn=store_txn,
                                        **self._context_options())
-                    session = WriteSession(self, txn, ctx, store_txn)
+                    session = WriteSession(self, txn, ctx, store_txn, timeout)
                     yield session
                     if dry_run or session.aborted:
                         txn.abort()

@@ -107,6 +107,10 @@ def _bundled() -> tuple[tuple[str, str, bytes], ...]:
     return triples
 
 
+# The time one bundled capsule may take to apply (a few hundred ms on these machines).
+BOOTSTRAP_SECONDS = 300.0
+
+
 def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None = None
               ) -> list[str]:
     """Apply the bundled capsules that are missing or changed; returns their names."""
@@ -118,7 +122,9 @@ def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None =
     for done, (name, text, digest) in enumerate(todo):
         if progress is not None:
             progress(name, done, len(todo))
-        with engine.write_session(privileged=True) as session:
+        # The bundled capsules are fixed text: their bound is not the one an agent's
+        # commands get (`query_timeout`, which may be a fraction of a second).
+        with engine.write_session(privileged=True, timeout=BOOTSTRAP_SECONDS) as session:
             if not _pending(session.txn, name, digest):     # another process was faster
                 continue
             session.run(text)

@@ -177,3 +177,14 @@ def test_without_bootstrap_the_database_is_empty(open_nexus):
     nx = open_nexus(bootstrap=False)
     with nx.store.read() as t:
         assert t.max_id() == 0 and not list(t.aux("engine").scan(b"capsule:"))
+
+
+def test_a_short_query_timeout_bounds_commands_not_the_bootstrap():
+    """`query_timeout` bounds what agents send: a database opened with a timeout too short
+    for any command still applies every bundled capsule, and then bounds the commands."""
+    with Nexus.open(None, query_timeout=1e-9) as nx:
+        with nx.store.read() as txn:
+            assert sum(1 for _ in txn.elements()) > 40
+        r = nx.execute_kip({"command": 'UPSERT { CONCEPT ?p { {type: "Person", name: "x"} } }'
+                                       ' WITH METADATA {source: "t"}'})
+        assert r["error"]["code"] == "KIP_4001", r
