@@ -86,7 +86,8 @@ def _fsync_dir(path: str) -> None:
 
 
 def read_checkpoint(directory: str) -> Checkpoint | None:
-    """The newest valid checkpoint slot of `directory`, or None (no log ever)."""
+    """The newest valid checkpoint slot of `directory`, or None (no log ever, or a log
+    whose first checkpoint was never written)."""
     try:
         with open(os.path.join(directory, CKPT_NAME), "rb") as f:
             raw = f.read(2 * _SLOT)
@@ -104,6 +105,11 @@ def read_checkpoint(directory: str) -> Checkpoint | None:
             continue
         if best is None or gen > best.generation:
             best = Checkpoint(gen, txnid, body)
+    if best is None and not raw.strip(b"\0"):
+        # Made, never written: a kill between the log's creation (its files are written
+        # out whole, zeros) and its first checkpoint. That checkpoint comes before any
+        # commit relies on the log (LMDB is synced first), so there is nothing to replay.
+        return None
     if best is None:
         raise KipError(ErrorCode.KIP_4003,
                        f"the database at {directory} has a write-ahead log checkpoint "

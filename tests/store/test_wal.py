@@ -333,6 +333,24 @@ def test_the_checkpoint_slots_and_the_first_log_chunk_are_written_when_the_log_i
     assert st.st_size == wal.GROW and st.st_blocks * 512 >= wal.GROW
 
 
+def test_a_kill_before_the_first_checkpoint_leaves_an_openable_database(tmp_path):
+    # The log's files are made (written out whole, zeros) before its first checkpoint: a
+    # kill between the two leaves a checkpoint file with no slot written. Nothing relied
+    # on the log yet (LMDB was synced before that checkpoint), so the database opens with
+    # everything acknowledged before, and the log starts again at the next write.
+    path = str(tmp_path / "db")
+    with Nexus.open(path, wal=False) as nx:
+        _upsert(nx, "before", 7)
+    made = wal.Wal(path, 0)             # the files as the first write makes them
+    made.close()
+    assert not open(os.path.join(path, wal.CKPT_NAME), "rb").read().strip(b"\0")
+    with Nexus.open(path, wal=True) as nx:
+        assert _age(nx, "before") == 7
+        _upsert(nx, "after", 8)
+    with Nexus.open(path, wal=True) as nx:
+        assert (_age(nx, "before"), _age(nx, "after")) == (7, 8)
+
+
 @pytest.mark.parametrize("off", ["env", "option"])
 def test_the_log_is_on_by_default_and_can_be_turned_off(tmp_path, monkeypatch, off):
     monkeypatch.delenv("NEXUS_WAL", raising=False)
