@@ -215,50 +215,9 @@ def step_layouts(plan: P.GroupPlan) -> list[list[str]]:
     layout = list(plan.inputs)
     layouts = [list(layout)]
     for step in plan.steps:
-        layout.extend(_binds(step, layout))
+        layout.extend(P.binds(step, layout))
         layouts.append(list(layout))
     return layouts
-
-
-def _binds(step: P.Step, layout: list[str]) -> list[str]:
-    if isinstance(step, P.ConstConcept) or isinstance(step, P.LinkById):
-        return [] if step.bound else [step.var]
-    if isinstance(step, (P.ScanType, P.ScanName)):
-        return [step.var]
-    if isinstance(step, P.Expand):
-        new = [] if step.end in layout else [step.end]
-        return new + ([step.link] if step.link else [])
-    if isinstance(step, P.LinkCheck):
-        return [step.link] if step.link else []
-    if isinstance(step, P.ScanLinks):
-        new = [step.subject] if step.subject == step.object else [step.subject, step.object]
-        return new + ([step.link] if step.link else [])
-    if isinstance(step, P.LinkFromVar):
-        out = []
-        if step.bind_subject:
-            out.append(step.subject)
-        if step.bind_object and step.object not in out:
-            out.append(step.object)
-        return out
-    if isinstance(step, P.PathWalk):
-        return [] if step.end_bound else [step.end]
-    if isinstance(step, P.PathScan):
-        return [step.subject] if step.subject == step.object else [step.subject, step.object]
-    if isinstance(step, P.OptionalJoin):
-        return [step.plan.out_layout[i] for i in step.exports]
-    if isinstance(step, P.ExpandAny):
-        return (([] if step.end_bound else [step.end]) + ([] if step.pred_bound else [step.pred])
-                + ([step.link] if step.link else []))
-    if isinstance(step, P.ScanAnyLinks):
-        ends = [step.subject] if step.subject == step.object else [step.subject, step.object]
-        return (ends + ([] if step.pred_bound else [step.pred])
-                + ([step.link] if step.link else []))
-    if isinstance(step, P.AnyLinkFromVar):
-        out = [step.subject] if step.bind_subject else []
-        if step.bind_object and step.object not in out:
-            out.append(step.object)
-        return out + ([step.pred] if step.bind_pred else [])
-    return []
 
 
 def _c_const_concept(step: P.ConstConcept, layout: list[str]) -> Stage:

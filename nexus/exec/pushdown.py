@@ -81,7 +81,7 @@ def split(plan: P.GroupPlan, reads: Iterable[A.Path] = ()) -> Pushdown | None:
         return None
     layout: list[str] = []
     for step in taken:
-        layout += [v for v in _binds(step) if v not in layout]
+        layout += [v for v in P.binds(step, layout) if v not in layout]
     paths = [p for f in filters if isinstance(f, P.Filter) for p in paths_read(f.expr)]
     rest = P.GroupPlan(tuple(layout), filters + list(plan.steps[i:]), list(plan.layout),
                        out_layout=list(plan.layout), estimates=[])
@@ -114,25 +114,6 @@ def _refusal(step: P.Step) -> str | None:
                 return f"{why} in {kind}"
         return None
     return _NAMES.get(type(step), type(step).__name__)
-
-
-def _binds(step: P.Step) -> list[str]:
-    """The variables a pushed-down step adds to the row (operators._binds, for the steps
-    `split` takes)."""
-    if isinstance(step, P.ConstConcept):
-        return [] if step.bound else [step.var]
-    if isinstance(step, (P.ScanType, P.ScanName)):
-        return [step.var]
-    if isinstance(step, P.Expand):
-        return [step.end] + ([step.link] if step.link else [])
-    if isinstance(step, P.LinkCheck):
-        return [step.link] if step.link else []
-    if isinstance(step, P.ScanLinks):
-        ends = [step.subject] if step.subject == step.object else [step.subject, step.object]
-        return ends + ([step.link] if step.link else [])
-    if isinstance(step, P.OptionalJoin):
-        return [step.plan.out_layout[i] for i in step.exports]
-    return []
 
 
 def explain(push: Pushdown | None) -> dict[str, Any]:

@@ -214,6 +214,48 @@ class GroupPlan:
 
 # --- the planner -------------------------------------------------------------------------
 
+def binds(step: Step, layout: list[str]) -> list[str]:
+    """The variables `step` adds to a row whose layout (before it) is `layout`."""
+    if isinstance(step, ConstConcept) or isinstance(step, LinkById):
+        return [] if step.bound else [step.var]
+    if isinstance(step, (ScanType, ScanName)):
+        return [step.var]
+    if isinstance(step, Expand):
+        new = [] if step.end in layout else [step.end]
+        return new + ([step.link] if step.link else [])
+    if isinstance(step, LinkCheck):
+        return [step.link] if step.link else []
+    if isinstance(step, ScanLinks):
+        new = [step.subject] if step.subject == step.object else [step.subject, step.object]
+        return new + ([step.link] if step.link else [])
+    if isinstance(step, LinkFromVar):
+        out = []
+        if step.bind_subject:
+            out.append(step.subject)
+        if step.bind_object and step.object not in out:
+            out.append(step.object)
+        return out
+    if isinstance(step, PathWalk):
+        return [] if step.end_bound else [step.end]
+    if isinstance(step, PathScan):
+        return [step.subject] if step.subject == step.object else [step.subject, step.object]
+    if isinstance(step, OptionalJoin):
+        return [step.plan.out_layout[i] for i in step.exports]
+    if isinstance(step, ExpandAny):
+        return (([] if step.end_bound else [step.end]) + ([] if step.pred_bound else [step.pred])
+                + ([step.link] if step.link else []))
+    if isinstance(step, ScanAnyLinks):
+        ends = [step.subject] if step.subject == step.object else [step.subject, step.object]
+        return (ends + ([] if step.pred_bound else [step.pred])
+                + ([step.link] if step.link else []))
+    if isinstance(step, AnyLinkFromVar):
+        out = [step.subject] if step.bind_subject else []
+        if step.bind_object and step.object not in out:
+            out.append(step.object)
+        return out + ([step.pred] if step.bind_pred else [])
+    return []
+
+
 def plan_query(query: LogicalQuery, est: Estimator) -> GroupPlan:
     return plan_group(query.root, (), est, top=True)
 
