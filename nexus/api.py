@@ -25,6 +25,7 @@ from .ops.audit import AuditBuffer, AuditLog, iso_time
 from .ops.capsules import capsule_files
 from .ops.check import format_problems
 from .store import open_store
+from .store.protocol import HeldRecovery
 from .version import KIP_VERSION, __version__
 
 __all__ = ["Nexus", "AuditLog", "AuditBuffer", "CommitHook", "WriteSession", "Progress",
@@ -252,6 +253,15 @@ class Nexus(Engine):
         reported as pending (`"pending"`), not waited for (`nexus.ops.check.verify`)."""
         from .ops.check import verify
         return verify(self, deep=deep, repair=repair, wait=wait, progress=progress)
+
+    def commits_held_in_memory(self) -> int:
+        """How many acknowledged commits this process reads from memory only: the disk was
+        full when the database opened and the write-ahead log's records could not be
+        replayed into the data file yet (docs/guarantees.md, "Storage faults"). Another
+        process reading the same files (`Nexus.follow`) does not see them until the
+        recovery ends — the next write or open once space is freed. 0 in every other case."""
+        store = self.store
+        return store.commits_held_in_memory() if isinstance(store, HeldRecovery) else 0
 
     def reindex(self, progress: Progress | None = None) -> dict[str, Any]:
         """Rebuild the search indexes from the data."""

@@ -290,7 +290,8 @@ class KipApp(SpaceRoutes):
             if b'"jsonrpc"' in body:
                 return 400, rpc_error(None, PARSE_ERROR, err)
             return 400, {"error": err}
-        if self.owner is not None and scope is not None and needs_owner(payload):
+        if self.owner is not None and scope is not None and (
+                needs_owner(payload) or self.owner.holds_newer_data()):
             return await self._forward(scope, body)
         if isinstance(payload, list):       # a JSON-RPC batch of calls
             if not payload:

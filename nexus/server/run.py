@@ -155,7 +155,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
         log_stream = open(access_log, "ab")
     owner = None
     if follow is not None:
-        owner = Owner(follow["owner"])          # (its timeout: KipApp's request_timeout)
+        owner = Owner(follow["owner"], held=follow.get("held"))   # (timeout: KipApp's)
     app = KipApp(nexus, api_key=api_key, request_timeout=request_timeout,
                  access_log=log_stream, threads=threads,
                  audit=RemoteAudit(owner, key_bytes(api_key)) if owner and audit else audit,
@@ -171,6 +171,7 @@ def serve(db: str = DEFAULT_DB, *, host: str = "127.0.0.1", port: int = 8080,
     if team is not None:
         assert nexus is not None
         nexus.share_heavy_slot(team.heavy)
+        team.hold_while(nexus.commits_held_in_memory)
         team.start()
     if threading.current_thread() is threading.main_thread():
         # A SIGTERM/SIGINT after the announcement below but before uvicorn installs its own

@@ -26,6 +26,13 @@ Admission control (docs/limits.md) spans the processes: they share one heavy slo
 (`Nexus.share_heavy_slot`, a lock file in the private directory), so a cheap request meets
 at most one slow query running, as on one process — the head-of-line bound of bench/hol.py.
 
+Commits held in memory: when the owner opened a database on a full disk and could not
+replay the write-ahead log into the data file, its reads take those commits from memory
+(`Nexus.commits_held_in_memory`), and a follower reading the data file would answer from
+an older state. While that lasts a flag file in the private directory says so, and the
+followers forward every request to the owner; the owner removes the flag once its
+recovery has ended (`HOLD_POLL`). If the flag cannot be made, no follower is started.
+
 Failures: a follower that exits is started again by the owner (after `RESTART_DELAY`); its
 open connections are lost, the others and new connections are served meanwhile. Followers
 end with the owner (SIGTERM from the kernel when their parent dies, Linux); if the owner is
@@ -47,7 +54,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..api import AuditBuffer
 from ..language import StatementKind, kind_of_text
@@ -58,6 +65,8 @@ AUDIT_BATCH = 200           # entries per request to the owner
 START_WAIT = 120.0          # seconds `kip serve` waits for its followers to serve
 RESTART_DELAY = 0.5         # seconds before a follower that exited is started again
 SOCKET_NAME = "owner.sock"
+HELD_NAME = "held-in-memory"    # the flag file: followers forward everything while it exists
+HOLD_POLL = 0.5                 # seconds between the owner's checks that its recovery ended
 log = logging.getLogger("nexus.server")
 
 _FOLLOWER = "import sys; from nexus.server.run import follower; sys.exit(follower())"
@@ -99,9 +108,15 @@ class Owner:
     """A follower's way to the owner process: HTTP/1.1 over its Unix socket, one connection
     per call (a forwarded call is never retried: it may have written)."""
 
-    def __init__(self, path: str, timeout: float = 65.0) -> None:
+    def __init__(self, path: str, timeout: float = 65.0, held: str | None = None) -> None:
         # (The follower's KipApp sets `timeout` from its own request timeout.)
         self.path, self.timeout = path, timeout
+        self.held = held
+
+    def holds_newer_data(self) -> bool:
+        """Whether the owner reads commits from memory that the data file lacks (module
+        doc): then every request goes to it. One stat per request."""
+        return self.held is not None and os.path.exists(self.held)
 
     def post(self, target: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
         """(status, body) of the owner's answer; OSError when it cannot be reached."""
@@ -163,12 +178,41 @@ class Team:
         self.count = count
         self.listener = listener
         self.heavy = os.path.join(self.directory, "heavy.lock")   # the shared heavy slot
+        self.held = os.path.join(self.directory, HELD_NAME)
         self.spec = {**spec, "fd": listener.fileno(), "owner": self.path,
-                     "parent": os.getpid(), "heavy": self.heavy}
+                     "parent": os.getpid(), "heavy": self.heavy, "held": self.held}
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * count
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+
+    def hold_while(self, held_in_memory: Callable[[], int]) -> None:
+        """Before `start`: while `held_in_memory()` (the owner's count of commits only it
+        can read) is not 0, the flag file makes the followers forward everything (module
+        doc); a thread removes it once the count is 0. If the flag cannot be made, no
+        follower will be started: the owner serves alone rather than let one answer stale."""
+        if not held_in_memory():
+            return
+        try:
+            with open(self.held, "x"):
+                pass
+        except OSError as exc:
+            log.warning("kip serve: commits of the write-ahead log are held in memory and "
+                        "the flag for the workers cannot be written (%s): serving without "
+                        "workers", exc)
+            self.count = 0
+            self.procs = []
+            return
+
+        def release() -> None:
+            while not self.stopping.wait(HOLD_POLL):
+                if not held_in_memory():
+                    try:
+                        os.unlink(self.held)
+                    except OSError:
+                        pass
+                    return
+        threading.Thread(target=release, daemon=True, name="nexus-held-flag").start()
 
     def start(self, wait: float = START_WAIT) -> None:
         """Start the followers and wait (at most `wait` seconds) until each one serves, so

@@ -363,6 +363,13 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 f"finishing the recovery; free space on it, then the next write or open "
                 f"finishes it")
 
+    def commits_held_in_memory(self) -> int:
+        """The log's commits that reads take from memory because the disk did not let the
+        open replay them into the data file (`protocol.HeldRecovery`); 0 once replayed."""
+        if not self._recovering or self._unreplayed is None:
+            return 0
+        return len(self._recovering)
+
     def check_tables(self, txn: ReadTxn, *, examples: int = EXAMPLES,
                      repair: bool = False) -> TableCheck:
         found = super().check_tables(txn, examples=examples, repair=repair)

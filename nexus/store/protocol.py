@@ -89,6 +89,18 @@ AUX_TABLES: tuple[str, ...] = (
 
 
 @runtime_checkable
+class HeldRecovery(Protocol):
+    """Optional capability of a store that can answer from commits its files do not hold
+    yet: an LMDB open on a full disk whose write-ahead log could not be replayed into the
+    data file keeps those records in memory (`nexus.store.kv.PendingKv`). Another process
+    reading the same files (`kip serve --workers` followers) would not see them."""
+
+    def commits_held_in_memory(self) -> int:
+        """How many committed writes only this process can read (0: none)."""
+        ...
+
+
+@runtime_checkable
 class AuxTable(Protocol):
     def get(self, key: bytes) -> bytes | None: ...
     def scan(self, prefix: bytes = b"", *, reverse: bool = False,

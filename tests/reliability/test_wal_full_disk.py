@@ -9,6 +9,7 @@ itself, with a ballast file to free afterwards.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from nexus.api import Nexus
 from nexus.store import lmdb_file
 from nexus.store import wal as walog
 
+from .kipserver import launch
 from .test_storage_faults import ROOT, kip, snapshot
 
 FILLER = """
@@ -171,3 +173,56 @@ def test_log_records_the_full_disk_leaves_no_room_to_replay_are_read_in_memory(f
     # pages no meta page refers to before the disk refused the rest, hence the content)
     assert {k: v[1] for k, v in snapshot(db).items()} == {k: v[1] for k, v in before.items()}
     free_write_and_reopen(full_disk, db, acked)
+
+
+def _names_over_http(host: str, port: int) -> set[str]:
+    """Person names, asked on a new connection (the kernel hands each new connection to
+    one of the processes accepting on the port)."""
+    conn = http.client.HTTPConnection(host, port, timeout=60)
+    try:
+        conn.request("POST", "/kip", json.dumps({"method": "execute_kip_readonly", "params": {
+            "command": 'FIND(?p.name) WHERE { ?p {type: "Person"} }'}}),
+            {"Content-Type": "application/json"})
+        r = json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+    assert "result" in r, r
+    return set(r["result"]) - {"$self", "$system"}
+
+
+def test_workers_answer_what_the_owner_holds_in_memory(full_disk, tmp_path):
+    """`kip serve --workers`: the owner reads the log's unreplayed commits from memory; a
+    follower reading the data file would miss them, so while they are held every request
+    goes to the owner (docs/server.md). Once space is freed and a write ends the recovery,
+    every process answers with it."""
+    db, outcome = fill(full_disk, "kill")
+    acked = set(outcome["acked"])
+    ckpt = walog.read_checkpoint(str(db))
+    assert ckpt is not None
+    psize = len(ckpt.metas) // 2
+    last = max((lmdb_file.Meta(ckpt.metas[i * psize:]) for i in range(2)),
+               key=lambda m: m.txnid).last_pg
+    os.truncate(db / "data.mdb", (last + 1) * psize)
+    top_up(full_disk)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env.pop("KIP_API_KEY", None)
+    proc, host, port = launch(db, ["--workers", "2", "--no-audit"], log=tmp_path / "log",
+                              env=env)
+    try:
+        for _ in range(24):
+            assert _names_over_http(host, port) == acked
+        for name in ("ballast", "ballast2"):
+            (full_disk / name).unlink()
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        conn.request("POST", "/kip", json.dumps({"method": "execute_kip", "params": {
+            "command": UPSERT, "parameters": {"n": "after"}}}),
+            {"Content-Type": "application/json"})
+        r = json.loads(conn.getresponse().read())
+        conn.close()
+        assert "result" in r, r
+        for _ in range(24):
+            assert _names_over_http(host, port) == acked | {"after"}
+    finally:
+        proc.terminate()
+        proc.wait(60)
