@@ -138,7 +138,8 @@ def run(n: int, args, with_search: bool = False) -> dict:
         upserts = make_upserts(concepts, meta, args.upserts)
         nx.detach_search()
         w2_median, w2_p95 = w2(nx, upserts)
-        nx.search = search
+        if search is not None:      # a new service: the closed one has freed its vectors
+            nx.attach_search()      # (the store loaded without SEARCH: indexed at this open)
         w2s_median, w2s_p95 = w2(nx, upserts, " (s)") if search is not None else (None, None)
         size = disk_mb(path)
         nx.close()
@@ -147,7 +148,8 @@ def run(n: int, args, with_search: bool = False) -> dict:
         search = nx.search
         nx.detach_search()
         w2_nosync, _ = w2(nx, upserts, " (n)")
-        nx.search = search
+        if search is not None:
+            nx.attach_search()
         w2s_nosync, _ = w2(nx, upserts, " (ns)") if search is not None else (None, None)
         nx.close()
         result = {

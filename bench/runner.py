@@ -305,12 +305,17 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
         run = lambda q, **p: getattr(h, q.lower())(**p)  # noqa: E731
         direct.update(R.post_w2_checks(run, items))
         log(f"    median {rec['w2']['median_ms']:.3f} ms  p95 {rec['w2']['p95_ms']:.3f} ms")
-        search = nx.search
+        # Detaching closes the search service (its vectors freed): a new one is attached
+        # after, opened from the saved files. (Putting the closed one back, as this did from
+        # 1c62737, left SEARCH with no vectors — typos unfound, hit@10 0.99 → 0.80 — and
+        # the mixed loop's writes unindexed.)
+        attached = nx.search is not None
         nx.detach_search()
         try:
             rec["w2_store"] = measure_w2(h, renamed(items, " (store only)"))
         finally:
-            nx.search = search
+            if attached:
+                nx.attach_search()
         log(f"    store only: median {rec['w2_store']['median_ms']:.3f} ms")
         if nx.search is not None:
             log(f"  SEARCH ({args.search_queries} queries × {args.search_passes}) ...")

@@ -191,12 +191,22 @@ class Nexus(Engine):
 
     def detach_search(self) -> None:
         """Stop maintaining the search indexes (benchmarks of the store alone): the service
-        is closed and later writes are not indexed; `reindex` on a later open rebuilds."""
+        is closed (its in-memory vectors freed; SEARCH on it answers KIP_4003) and later
+        writes are not indexed; `reindex` on a later open rebuilds. `attach_search` opens
+        a new one."""
         search = self.search
         if search is not None:
             self.search = None
             self.commit_hooks.remove(search)
             search.close()
+
+    def attach_search(self) -> None:
+        """Maintain and serve the search indexes again after `detach_search`: a new service
+        opened from the saved index files, as a new process would open them (a closed
+        service cannot be put back: its vectors are freed). What was written while
+        detached is not indexed (`reindex` adds it). Nothing to do when one is attached."""
+        if self.search is None:
+            self._attach_search()
 
     def close(self) -> None:
         """Drain and save the search indexes, then close the store (idempotent)."""

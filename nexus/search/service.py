@@ -95,6 +95,7 @@ class SearchService:
         self.semantic_choice: str | None = None
         self.semantic_note: str | None = None
         self.opened = "empty"
+        self.closed = False     # `close` frees the vectors: then it answers no SEARCH
         self.wait_seconds = WAIT_SECONDS
         self.wait_backlog = WAIT_BACKLOG
         # Per write transaction (keyed by its context; writes are serialised): what `stage`
@@ -290,6 +291,12 @@ class SearchService:
         dropped. `check()` raises when the command's deadline (`deadline`, a
         `time.monotonic()` value) has passed: it is called between the steps of the
         ranking."""
+        if self.closed:
+            # Its vector indexes were freed: answering from the lexical index alone would
+            # silently drop every typo and every meaning match.
+            raise KipError(ErrorCode.KIP_4003, "this search index was closed",
+                           "Detaching search closes it; Nexus.attach_search() opens a new "
+                           "one (a closed service cannot be put back).")
         kind = KIND_CONCEPT if target.upper() == "CONCEPT" else KIND_LINK
         group = None
         if type_name is not None:
@@ -401,6 +408,7 @@ class SearchService:
     @kip_only
     def close(self) -> None:
         """Drain the vector queue, stop the indexer and save the vector index."""
+        self.closed = True
         for index in self.vector_indexes():
             try:
                 # Bounded, so a failing indexer cannot hang shutdown; whatever is not
