@@ -108,3 +108,27 @@ def test_a_database_with_wide_blocks_searches_checks_and_writes(disk_nexus, kip)
     kip(nx, 'UPSERT { CONCEPT ?x { {type: "Drug", name: "Aspirin extra"} } }')
     assert "Aspirin extra" in [h["name"] for h in kip(nx, 'SEARCH CONCEPT "aspirin" LIMIT 500')]
     assert nx.check(deep=True)["ok"] is True
+
+
+def test_the_append_splice_is_byte_identical_to_encode_in_both_layouts():
+    rng = random.Random(3)
+    for _ in range(300):
+        c = rng.randint(0, 127)
+        k = rng.randint(1, 128 - c)
+        ids = sorted(rng.sample(range(1, rng.choice([10**6, 2**33])), c + k))
+        w = [rng.random() * 2.2 for _ in ids]
+        g = [rng.randrange(rng.choice([300, 2**16, 2**20])) for _ in ids]
+        for old_layout in (False, True):
+            if not c:
+                raw = b"\0\0\0\0"
+            elif old_layout:
+                raw = wide(ids[:c], w[:c], g[:c])
+            else:
+                raw = postings.encode(np.asarray(ids[:c], dtype=np.uint64),
+                                      np.asarray(w[:c], dtype=np.float32),
+                                      np.asarray(g[:c], dtype=np.uint32))
+            ops = {n: (a, b) for n, a, b in zip(ids[c:], w[c:], g[c:])}
+            want = postings.encode(np.asarray(ids, dtype=np.uint64),
+                                   np.asarray(w, dtype=np.float32),
+                                   np.asarray(g, dtype=np.uint32))
+            assert postings._spliced(raw, c, ids[c:], ops) == want
