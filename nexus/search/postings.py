@@ -1,8 +1,18 @@
 """Blocked posting lists in an aux table: one key per block of up to BLOCK documents.
 
 Owns the encoding of a term's postings and their updates. A term's list is a run of keys
-`prefix + first_id` (8-byte big-endian), each holding the sorted ids of the block (u64),
-their BM25F weights (f16) and their groups (u32: type or predicate id), as numpy arrays.
+`prefix + first_id` (8-byte big-endian), each holding the sorted ids of the block, their
+BM25F weights (f16) and their groups (type or predicate id), as numpy arrays, in one of two
+layouts told apart by the header (a little-endian u32):
+
+    narrow  count | 1<<31, ids u32[count], weights f16[count], groups u16[count]   8 B a posting
+    wide    count,         ids u64[count], weights f16[count], groups u32[count]  14 B a posting
+
+A block is written narrow when its ids fit 32 bits and its groups 16 (every block in
+practice: ids are a counter, groups symbol ids), else wide; blocks written before the
+narrow layout existed are wide, read as they always were and rewritten narrow when an update
+touches them. Both decode to the same arrays (u64 ids, f16 weights, u32 groups), so scores
+do not depend on the layout.
 
 Why blocks rather than one key per (term, document): a query reads a whole list with one
 `frombuffer` per 128 postings instead of one Python iteration per posting, so a term that
@@ -26,17 +36,46 @@ _COUNT = struct.Struct("<I")
 Op = tuple[float, int] | None          # (weight, group) to set, None to delete
 
 
+NARROW = 1 << 31            # header flag of the narrow layout (module doc)
+_ID32 = 1 << 32
+_GROUP16 = 1 << 16
+
+
 def encode(ids: np.ndarray, weights: np.ndarray, groups: np.ndarray) -> bytes:
+    """One block's bytes: narrow when its ids and groups fit, else wide (module doc)."""
+    if len(ids) and int(ids[-1]) < _ID32 and int(groups.max()) < _GROUP16:
+        return (_COUNT.pack(len(ids) | NARROW) + ids.astype("<u4").tobytes()
+                + weights.astype("<f2").tobytes() + groups.astype("<u2").tobytes())
     return (_COUNT.pack(len(ids)) + ids.astype("<u8").tobytes()
             + weights.astype("<f2").tobytes() + groups.astype("<u4").tobytes())
 
 
 def decode(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    c = _COUNT.unpack_from(raw)[0]
+    """(ids u64, weights f16, groups u32) of one block, whichever its layout."""
+    h = _COUNT.unpack_from(raw)[0]
+    if h & NARROW:
+        c = h & 0xFFFF
+        return (np.frombuffer(raw, dtype="<u4", count=c, offset=4).astype(np.uint64),
+                np.frombuffer(raw, dtype="<f2", count=c, offset=4 + 4 * c),
+                np.frombuffer(raw, dtype="<u2", count=c, offset=4 + 6 * c).astype(np.uint32))
+    c = h
     ids = np.frombuffer(raw, dtype="<u8", count=c, offset=4)
     weights = np.frombuffer(raw, dtype="<f2", count=c, offset=4 + 8 * c)
     groups = np.frombuffer(raw, dtype="<u4", count=c, offset=4 + 10 * c)
     return ids, weights, groups
+
+
+def count(raw: bytes) -> int:
+    """The number of postings in a block."""
+    return int(_COUNT.unpack_from(raw)[0] & 0xFFFF)
+
+
+def last_id(raw: bytes) -> int:
+    """The last (greatest) id of a non-empty block."""
+    h = _COUNT.unpack_from(raw)[0]
+    if h & NARROW:
+        return int(_LE32.unpack_from(raw, 4 + 4 * ((h & 0xFFFF) - 1))[0])
+    return int(_LE64.unpack_from(raw, 4 + 8 * (h - 1))[0])
 
 
 def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
@@ -116,6 +155,7 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
     but a few: the list's last one, and blocks split by updates) are decoded together, as
     one numpy record array over their joined bytes."""
     full: list[bytes] = []
+    full_len = 0                # the byte length of the blocks in `full` (one layout)
     parts = []
     total = 0
     complete = True
@@ -123,8 +163,13 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
         if total >= cap:
             complete = False
             break
-        if len(raw) == _FULL_BYTES:
+        n = len(raw)
+        if n == _FULL_NARROW_BYTES or n == _FULL_BYTES:
+            if full and n != full_len:      # keep id order: a layout's run at a time
+                parts.append(_decode_full(full))
+                full = []
             full.append(raw)
+            full_len = n
             total += BLOCK
             continue
         if full:                # keep id order: the full blocks before this one first
@@ -145,12 +190,19 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
 
 
 _FULL_BYTES = 4 + 14 * BLOCK
+_FULL_NARROW_BYTES = 4 + 8 * BLOCK      # no wide block has this length, nor narrow _FULL_BYTES
 _FULL = np.dtype([("count", "<u4"), ("ids", "<u8", (BLOCK,)), ("weights", "<f2", (BLOCK,)),
                   ("groups", "<u4", (BLOCK,))])
+_FULL_NARROW = np.dtype([("count", "<u4"), ("ids", "<u4", (BLOCK,)),
+                         ("weights", "<f2", (BLOCK,)), ("groups", "<u2", (BLOCK,))])
 
 
 def _decode_full(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """decode() of blocks of BLOCK postings each, at once."""
+    """decode() of blocks of BLOCK postings each, all of one layout, at once."""
+    if len(raws[0]) == _FULL_NARROW_BYTES:
+        rec = np.frombuffer(b"".join(raws), dtype=_FULL_NARROW)
+        return (rec["ids"].ravel().astype(np.uint64), rec["weights"].ravel(),
+                rec["groups"].ravel().astype(np.uint32))
     rec = np.frombuffer(b"".join(raws), dtype=_FULL)
     return rec["ids"].ravel(), rec["weights"].ravel(), rec["groups"].ravel()
 
@@ -160,8 +212,8 @@ def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int 
     documents get the highest ids). Tops up the last block and appends full blocks, with
     one read and numpy, no per-posting Python work. None when the case does not apply."""
     for last, raw in aux.scan(prefix, reverse=True):     # the list's last block
-        c = _COUNT.unpack_from(raw)[0]
-        if ids[0] <= _LE64.unpack_from(raw, 4 + 8 * (c - 1))[0]:
+        c = count(raw)
+        if ids[0] <= last_id(raw):
             return None
         if c + len(ids) <= BLOCK:           # a small write: splice the bytes, no numpy
             aux.put(last, _spliced(raw, c, ids, ops))
@@ -204,19 +256,29 @@ def _set(ids: list[int], ops: dict[int, Op]) -> list[tuple[float, int]]:
 
 
 _LE64 = struct.Struct("<Q")
+_LE32 = struct.Struct("<I")
 _F32 = struct.Struct("<f")
 
 
 def _spliced(raw: bytes, c: int, ids: list[int], ops: dict[int, Op]) -> bytes:
     """Block `raw` (of `c` postings) with `ids` appended — byte-identical to `encode` of
     the concatenated arrays (weights rounded to float32 first, then to float16, as numpy
-    does there)."""
+    does there). The bytes are spliced when the result is narrow and `raw` is narrow or
+    empty (every append but the first to a block of the wide layout)."""
     k = len(ids)
     vals = _set(ids, ops)
+    narrow = ids[-1] < _ID32 and max(v[1] for v in vals) < _GROUP16
+    if not narrow or (c and not _COUNT.unpack_from(raw)[0] & NARROW):
+        b_ids, b_w, b_g = decode(raw) if c else (np.zeros(0, np.uint64),) * 3
+        new_ids, new_w, new_g = _arrays(ids, ops)
+        return encode(np.concatenate([b_ids.astype(np.uint64), new_ids]),
+                      np.concatenate([b_w.astype(np.float32), new_w]),
+                      np.concatenate([b_g.astype(np.uint32), new_g]))
     f32 = [_F32.unpack(_F32.pack(v[0]))[0] for v in vals]
-    return b"".join((_COUNT.pack(c + k), raw[4:4 + 8 * c], struct.pack(f"<{k}Q", *ids),
-                     raw[4 + 8 * c:4 + 10 * c], struct.pack(f"<{k}e", *f32),
-                     raw[4 + 10 * c:4 + 14 * c], struct.pack(f"<{k}I", *(v[1] for v in vals))))
+    return b"".join((_COUNT.pack((c + k) | NARROW), raw[4:4 + 4 * c],
+                     struct.pack(f"<{k}I", *ids),
+                     raw[4 + 4 * c:4 + 6 * c], struct.pack(f"<{k}e", *f32),
+                     raw[4 + 6 * c:4 + 8 * c], struct.pack(f"<{k}H", *(v[1] for v in vals))))
 
 
 def create(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:

@@ -1,0 +1,134 @@
+"""The two layouts of a posting block (postings.py): blocks are written narrow (u32 ids, u16
+groups) when they fit, else wide; both read back as the same postings, so keyword SEARCH
+scores the same; blocks of a database written before the narrow layout (all wide) are read
+as before, updated in place, and the database checks clean."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from nexus.search import postings
+
+from .test_lexical_scoring import _Aux
+
+
+def wide(ids, weights, groups) -> bytes:
+    """A block as the code before the narrow layout wrote it."""
+    return (postings._COUNT.pack(len(ids)) + np.asarray(ids, dtype="<u8").tobytes()
+            + np.asarray(weights, dtype=np.float32).astype("<f2").tobytes()
+            + np.asarray(groups, dtype="<u4").tobytes())
+
+
+def test_narrow_when_it_fits_wide_otherwise_and_both_decode_alike():
+    ids = np.asarray([3, 70_000, 2**31 + 5], dtype=np.uint64)
+    w = np.asarray([0.5, 1.25, 2.0], dtype=np.float32)
+    for groups, narrow in (([1, 2, 65_535], True), ([1, 2, 65_536], False)):
+        g = np.asarray(groups, dtype=np.uint32)
+        raw = postings.encode(ids, w, g)
+        assert bool(postings._COUNT.unpack_from(raw)[0] & postings.NARROW) == narrow
+        assert len(raw) == 4 + (8 if narrow else 14) * 3
+        d_ids, d_w, d_g = postings.decode(raw)
+        assert d_ids.dtype == np.uint64 and d_g.dtype == np.uint32
+        assert d_ids.tolist() == ids.tolist() and d_g.tolist() == groups
+        assert d_w.tolist() == w.astype(np.float16).tolist()
+        assert postings.decode(wide(ids, w, g))[2].tolist() == groups
+    big = postings.encode(np.asarray([2**32], dtype=np.uint64), w[:1], np.ones(1, np.uint32))
+    assert not postings._COUNT.unpack_from(big)[0] & postings.NARROW
+
+
+def test_a_list_of_old_wide_blocks_reads_and_updates_like_a_new_one():
+    r = random.Random(7)
+    ids = sorted(r.sample(range(1, 100_000), 1000))
+    stored = {n: (float(np.float16(r.random() * 2)), n % 11) for n in ids}
+    old, new = _Aux(), _Aux()
+    for i in range(0, len(ids), postings.BLOCK):           # the old layout, full blocks too
+        chunk = ids[i:i + postings.BLOCK]
+        old.put(b"t" + postings._U64.pack(chunk[0]),
+                wide(chunk, [stored[n][0] for n in chunk], [stored[n][1] for n in chunk]))
+    postings.create(new, b"t", dict(stored))
+    assert all(len(raw) == postings._FULL_NARROW_BYTES for raw in list(new.d.values())[:-1])
+
+    def same() -> None:
+        a, b = postings.read(old, b"t", 10**9), postings.read(new, b"t", 10**9)
+        assert a[3] and b[3]
+        for x, y in zip(a[:3], b[:3]):
+            assert x.dtype == y.dtype and x.tolist() == y.tolist()
+        assert a[0].tolist() == sorted(stored)
+
+    same()
+    for ops in ({ids[5]: None, ids[700]: None},            # deletes inside blocks
+                {ids[3] + 1: (0.5, 3)} if ids[4] > ids[3] + 1 else {},
+                {200_000: (0.25, 70_000)},                  # an append with a wide group
+                {200_001: (0.75, 1), 200_002: (1.0, 2)}):   # appends after it
+        if not ops:
+            continue
+        for aux in (old, new):
+            postings.apply(aux, b"t", dict(ops))
+        for n, op in ops.items():
+            if op is None:
+                stored.pop(n)
+            else:
+                stored[n] = op
+        same()
+    # a mix of narrow and wide full blocks in one list reads in id order
+    layouts = {len(raw) for raw in old.d.values()}
+    assert postings._FULL_BYTES in layouts and postings._FULL_NARROW_BYTES in layouts
+
+
+SCHEMA = """
+UPSERT {
+  CONCEPT ?d { {type: "$ConceptType", name: "Drug"} }
+  CONCEPT ?p { {type: "$PropositionType", name: "treats"} }
+}
+"""
+
+
+def test_a_database_with_wide_blocks_searches_checks_and_writes(disk_nexus, kip):
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    names = [f"Drug{i} aspirin" if i % 3 else f"Drug{i} ibuprofen" for i in range(400)]
+    kip(nx, "UPSERT { " + " ".join(
+        f'CONCEPT ?c{i} {{ {{type: "Drug", name: "{name}"}} }}' for i, name in enumerate(names))
+        + " }")
+    query = 'SEARCH CONCEPT "aspirin" LIMIT 20'
+    before = kip(nx, query)
+    with nx.write_session() as session:                    # rewrite every block wide
+        aux = session.txn.aux("lex")
+        blocks = [(k, v) for k, v in aux.scan(b"t")]
+        assert blocks
+        for key, raw in blocks:
+            aux.put(key, wide(*postings.decode(raw)))
+    nx = disk_nexus()
+    with nx.store.read() as txn:
+        assert not any(postings._COUNT.unpack_from(v)[0] & postings.NARROW
+                       for _, v in txn.aux("lex").scan(b"t"))
+    assert kip(nx, query) == before
+    assert nx.check(deep=True)["ok"] is True
+    kip(nx, 'UPSERT { CONCEPT ?x { {type: "Drug", name: "Aspirin extra"} } }')
+    assert "Aspirin extra" in [h["name"] for h in kip(nx, 'SEARCH CONCEPT "aspirin" LIMIT 500')]
+    assert nx.check(deep=True)["ok"] is True
+
+
+def test_the_append_splice_is_byte_identical_to_encode_in_both_layouts():
+    rng = random.Random(3)
+    for _ in range(300):
+        c = rng.randint(0, 127)
+        k = rng.randint(1, 128 - c)
+        ids = sorted(rng.sample(range(1, rng.choice([10**6, 2**33])), c + k))
+        w = [rng.random() * 2.2 for _ in ids]
+        g = [rng.randrange(rng.choice([300, 2**16, 2**20])) for _ in ids]
+        for old_layout in (False, True):
+            if not c:
+                raw = b"\0\0\0\0"
+            elif old_layout:
+                raw = wide(ids[:c], w[:c], g[:c])
+            else:
+                raw = postings.encode(np.asarray(ids[:c], dtype=np.uint64),
+                                      np.asarray(w[:c], dtype=np.float32),
+                                      np.asarray(g[:c], dtype=np.uint32))
+            ops = {n: (a, b) for n, a, b in zip(ids[c:], w[c:], g[c:])}
+            want = postings.encode(np.asarray(ids, dtype=np.uint64),
+                                   np.asarray(w, dtype=np.float32),
+                                   np.asarray(g, dtype=np.uint32))
+            assert postings._spliced(raw, c, ids[c:], ops) == want
