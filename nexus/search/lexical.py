@@ -386,6 +386,9 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: see its doc)
     if prefetch is not None:
         prefetch(order)
+        if any_pending:         # `is_pend`'s reads, at once (one round trip)
+            lex.prefetch([b"q" + kb + _U64.pack(n) for n in removed + order
+                          for kb in KIND_BYTES])
     for n in removed:
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
