@@ -102,7 +102,10 @@ CACHE_LIMIT = 100_000
 END_NAMES = 100_000     # link-end names remembered by one `write` (bounded in a big one)
 # A write of at most SMALL_WRITE elements leaves its new documents *pending*: their forward
 # entry is also written under a `q` key, and their terms reach the posting lists only when
-# more than PENDING_MAX documents are pending (or a bigger write runs), all in one fold.
+# the pending ids span PENDING_MAX ids or more (or a bigger write runs), all in one fold.
+# A span rather than a count: a write then reads the lowest pending id of each kind (two
+# cursor positionings) instead of scanning every pending key; there are at most
+# PENDING_MAX pending documents (~11 W2 upserts of a concept and two links).
 # An agent's UPSERT of a concept and two links then writes three small keys instead of
 # rewriting the last block and the df of each of ~20 terms (each on its own LMDB page);
 # readers add the pending documents' postings (`pending_postings`) to the lists and dfs.
@@ -151,6 +154,15 @@ def doc_names(doc: Doc) -> list[str]:
 
 def idf(n_docs: int, df: int) -> float:
     return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+def _entry_kind(raw: bytes) -> int:
+    """The kind of a forward entry, without decoding the rest (a msgpack array of 5 whose
+    first item is a small int)."""
+    if raw[:1] == b"\x95" and raw[1] in (0, 1):
+        return raw[1]
+    kind: int = Entry(raw).kind
+    return kind
 
 
 class Entry:
@@ -326,11 +338,26 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     lex = w.lex
     changed: list[int] = []
     gone: list[int] = []
-    # The pending documents (see PENDING_MAX): id -> (kind, entry). Their postings are not
-    # in the lists, so a change to one rewrites its entry and pending key, never a list.
-    pend: dict[int, tuple[int, bytes]] = {}
-    for qkey, qraw in lex.scan(b"q"):
-        pend[_U64.unpack(qkey[2:])[0]] = (KIND_BYTES.index(qkey[1:2]), qraw)
+    # The pending documents (see PENDING_MAX) this write knows of: id -> kind. Their
+    # postings are not in the lists, so a change to one rewrites its entry and pending
+    # key, never a list. Only the documents it writes are looked up (`is_pend`); the
+    # lowest pending id of each kind tells whether a fold is due.
+    pend: dict[int, int] = {}
+    lowest = [_U64.unpack(k[2:])[0]
+              for kb in KIND_BYTES for k, _ in islice(lex.scan(b"q" + kb), 1)]
+    any_pending = bool(lowest)
+
+    def is_pend(n: int, raw: bytes | None) -> bool:
+        """Whether `n` (forward entry `raw`) is pending."""
+        if n in pend:
+            return True
+        if raw is None or not any_pending:      # a pending document has an entry
+            return False
+        kind = _entry_kind(raw)
+        if lex.get(b"q" + KIND_BYTES[kind] + _U64.pack(n)) is None:
+            return False
+        pend[n] = kind
+        return True
 
     def unpend(n: int, kind: int) -> None:
         del pend[n]
@@ -340,8 +367,8 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         """Drop an element that is no longer there (or no longer a document)."""
         if raw is not None:
             entry = Entry(raw)
-            if n in pend:
-                unpend(n, pend[n][0])
+            if is_pend(n, raw):
+                unpend(n, pend[n])
                 w.remove(n, entry, frozenset(entry.terms))      # its name keys only
             else:
                 w.remove(n, entry)
@@ -359,6 +386,9 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: see its doc)
     if prefetch is not None:
         prefetch(order)
+        if any_pending:         # `is_pend`'s reads, at once (one round trip)
+            lex.prefetch([b"q" + kb + _U64.pack(n) for n in removed + order
+                          for kb in KIND_BYTES])
     for n in removed:
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
@@ -370,7 +400,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         key = _U64.pack(n)
         raw = fwd.get(key)
         texts = moved.get(n) if moved else None
-        if texts is not None and raw is not None and n not in pend:
+        if texts is not None and raw is not None and not is_pend(n, raw):
             plan = plans.get(texts)
             if plan is None:
                 plan = plans[texts] = _Move(w, texts)
@@ -386,11 +416,12 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         new = _entry_bytes(doc, terms, names, vcrc)
         if raw == new:
             continue
-        pending = small or n in pend
+        was_pending = is_pend(n, raw)
+        pending = small or was_pending
         if raw is not None:
             old = Entry(raw)
             same_names = old.kind == doc.kind and old.group == doc.group and old.names == names
-            if n in pend:
+            if was_pending:
                 # Its postings were never written: none to remove (names may be).
                 unpend(n, old.kind)
                 w.remove(n, old, frozenset(old.terms), not same_names)
@@ -410,7 +441,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         else:
             vec_changed = doc.kind == KIND_CONCEPT
         if pending:
-            pend[n] = (doc.kind, new)
+            pend[n] = doc.kind
             lex.put(b"q" + KIND_BYTES[doc.kind] + key, new)
             w.add(n, KIND_BYTES[doc.kind], doc.group, {}, names)
         else:
@@ -419,13 +450,19 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         w.doc_puts.append((key, new))
         if vec_changed:
             changed.append(n)
-    if len(pend) > PENDING_MAX or (pend and not small):
+    # Fold when the pending ids (those stored before this write, bounded below by
+    # `lowest`, and this write's) span PENDING_MAX ids or more, or a bigger write runs.
+    # The stored ones are read only now, once (their entries as pending, this write's
+    # changes included: it deleted the keys of those it unpended).
+    low = min(lowest + list(pend)) if lowest or pend else 0
+    if (pend and max(pend) - low >= PENDING_MAX) or ((pend or any_pending) and not small):
         # Fold: the pending documents' postings go into their lists, all at once (each
         # term's list rewritten once for up to PENDING_MAX documents).
-        for n, (kind, praw) in sorted(pend.items()):
+        for qkey, praw in sorted(lex.scan(b"q"), key=lambda kv: kv[0][2:]):
+            n = _U64.unpack(qkey[2:])[0]
             entry = Entry(praw)
-            w.add(n, KIND_BYTES[kind], entry.group, entry.terms, [])
-            lex.delete(b"q" + KIND_BYTES[kind] + _U64.pack(n))
+            w.add(n, qkey[1:2], entry.group, entry.terms, [])
+            lex.delete(qkey)
     w.flush()
     return changed, gone
 
