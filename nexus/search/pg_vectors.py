@@ -65,6 +65,13 @@ INDEX_AT = 2000             # vectors of a space and kind past which they get an
 INDEX_CHECK = 500           # vectors written by this process between two looks at that
 LOCK_TIMEOUT = "30s"        # building an index waits at most this long for a lock
 BUILD_MEMORY_MAX = 1 << 20  # kB of maintenance_work_mem an HNSW build may ask for (1 GB)
+# The HNSW graph's build breadth: pgvector's default ef_construction (64) made an insert —
+# a command's new concept — cost 1.5-3 ms of the server's CPU at 5,000 concepts, most of a
+# single write's; at 32 it is 30-65% less, and the search breadth (`ef_search`, at least
+# `vectors.EXPANSION_SEARCH` = 256) keeps the neighbours the same (recall@10 against an
+# exact scan 1.0 at both, bench/RESULTS.md "PostgreSQL W2: server CPU"). An index built
+# before keeps its own options (pgvector reads them from the index).
+HNSW_OPTIONS = "m = 16, ef_construction = 32"
 
 
 def table_name(embedder: Embedder) -> str:
@@ -187,6 +194,7 @@ class PgVectorTable:
                     conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
                 conn.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON "
                              f"{self.table} USING hnsw (embedding vector_cosine_ops) "
+                             f"WITH ({HNSW_OPTIONS}) "
                              f"WHERE space = {self.space_lit} AND kind = {kind}")
                 done += 1
             except Exception as exc:  # noqa: BLE001 - e.g. another server builds it now
