@@ -52,33 +52,15 @@ class PgPipelined(PgReadTxn):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deferred: list[tuple[str, Sequence[Any], Check | None]] = []
-        # element id -> the parameters of its held-back INSERT (`held_insert`)
-        self._inserts: dict[int, list[Any]] = {}
 
-    def defer(self, sql: str, params: Sequence[Any], check: Check | None = None,
-              creates: int | None = None) -> None:
+    def defer(self, sql: str, params: Sequence[Any], check: Check | None = None) -> None:
         """Hold the statement back until the next one (see the module doc); `check` gets
-        its result (rows, or the row count of a statement without rows). `creates`: the
-        element the statement inserts (its parameters, a list, may then be amended while
-        it is held back: `held_insert`)."""
+        its result (rows, or the row count of a statement without rows)."""
         if self.conn is None:
             used_after_end()
         self._deferred.append((sql, params, check))
-        if creates is not None and isinstance(params, list):
-            self._inserts[creates] = params
         if len(self._deferred) >= DEFER_MAX:
             self.flush_writes()
-
-    def held_insert(self, n: int) -> list[Any] | None:
-        """The parameters of element `n`'s INSERT while it is still held back (not sent):
-        a map written right after the element is created goes into its INSERT instead of
-        an UPDATE of its own (a new concept's metadata: one statement fewer per command)."""
-        return self._inserts.get(n)
-
-    def _take_deferred(self) -> list[tuple[str, Sequence[Any], Check | None]]:
-        deferred, self._deferred = self._deferred, []
-        self._inserts = {}
-        return deferred
 
     def flush_writes(self) -> None:
         """Send the held-back writes now (before a COPY, a raw use of the connection, the
@@ -92,17 +74,19 @@ class PgPipelined(PgReadTxn):
         rows) need no answer and are returned."""
         if any(check is not None for _, _, check in self._deferred):
             self.flush_writes()
-        return [(sql, params) for sql, params, _ in self._take_deferred()]
+        out = [(sql, params) for sql, params, _ in self._deferred]
+        self._deferred = []
+        return out
 
     def drop_writes(self) -> None:
         """Forget the held-back writes (the transaction rolls back)."""
-        self._take_deferred()
+        self._deferred = []
 
     def pipeline(self, statements: Sequence[Statement]) -> list[Any]:
         """The held-back writes, then `statements`, in one round trip; the results of
         `statements` (rows, or the row count of a statement without rows), after the
         held-back writes' checks passed."""
-        deferred = self._take_deferred()
+        deferred, self._deferred = self._deferred, []
         conn = self.conn
         if conn is None:
             used_after_end()

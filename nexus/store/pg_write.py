@@ -46,7 +46,6 @@ _INSERT_LINKS = (
     "INSERT INTO nexus_links (space, id, subject, predicate, object, attributes, metadata) "
     "SELECT %s, * FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[], %b::bigint[], "
     "%b::bytea[], %b::bytea[]) ON CONFLICT DO NOTHING RETURNING id")
-_MAP_PARAM = {"attributes": 5, "metadata": 6}   # in _INSERT_CONCEPT's and _INSERT_LINK's
 _SET_MAP = ("WITH c AS (UPDATE nexus_concepts SET {col} = %s WHERE space = %s AND id = %s "
             "RETURNING 1), l AS (UPDATE nexus_links SET {col} = %s WHERE space = %s AND "
             "id = %s RETURNING 1) SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM l)")
@@ -338,7 +337,7 @@ class PgWriteTxn(PgPipelined):
         utf8 = codec.encode_text(name)
         self._check_id(n)
         sp = self.space
-        params = [sp, n, type_id, utf8, codec.text_key(utf8), a, m, sp, n]
+        params = (sp, n, type_id, utf8, codec.text_key(utf8), a, m, sp, n)
 
         def check(rows: list[Any]) -> None:
             if not rows:
@@ -348,8 +347,7 @@ class PgWriteTxn(PgPipelined):
                                    f"name: {name[:200]!r}}} already exists")
                 raise internal(f"element id {n} is already in use")
         if self._concept_ids.get((type_id, name), MISSING) is None and n > self._max_id0:
-            # (known absent, a new id: it takes)
-            self.defer(_INSERT_CONCEPT, params, check, creates=n)
+            self.defer(_INSERT_CONCEPT, params, check)  # (known absent, a new id: it takes)
         else:
             check(self.rows(_INSERT_CONCEPT, params))
         self._remember(ConceptHead(n, type_id, name))
@@ -366,7 +364,7 @@ class PgWriteTxn(PgPipelined):
         if not (is_id(subject) and is_id(object)):
             raise internal(f"link ends must be element ids, got {subject!r}, {object!r}")
         sp = self.space
-        params = [sp, n, subject, predicate_id, object, a, m, sp, n]
+        params = (sp, n, subject, predicate_id, object, a, m, sp, n)
 
         def check(rows: list[Any]) -> None:
             if not rows:
@@ -377,7 +375,7 @@ class PgWriteTxn(PgPipelined):
                                    f"already exists")
                 raise internal(f"element id {n} is already in use")
         if n > self._max_id0 and self._known_absent((subject, predicate_id, object)):
-            self.defer(_INSERT_LINK, params, check, creates=n)
+            self.defer(_INSERT_LINK, params, check)
         else:
             check(self.rows(_INSERT_LINK, params))
         self._keep(LinkHead(n, subject, predicate_id, object))
@@ -421,10 +419,7 @@ class PgWriteTxn(PgPipelined):
         if not is_id(n):
             check(None)
         params = (value, sp, n, value, sp, n)
-        insert = self.held_insert(n)
-        if insert is not None:  # (created by a held-back INSERT: its map goes in with it)
-            insert[_MAP_PARAM[col]] = value
-        elif n in self.heads:   # (it exists: this writer read or made it, and holds the lock)
+        if n in self.heads:     # (it exists: this writer read or made it, and holds the lock)
             self.defer(_SET_MAP.format(col=col), params, check)
         else:
             check(self.rows(_SET_MAP.format(col=col), params))
