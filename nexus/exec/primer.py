@@ -205,6 +205,11 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
     # share their ends and predicates).
     members: set[int] = set()
     defs: set[tuple[int | None, int]] = set()
+    prefetch = getattr(txn, "prefetch_elements", None)
+    if prefetch is not None and txn.prefers_batches():
+        # (PostgreSQL: the heads of a settled queue — up to QUEUE_IDS ids of earlier
+        # writes, unknown to this transaction — a statement per chunk, not one each)
+        prefetch(list(touched))
     for n in touched:
         head = txn.head(n)
         if head is None:

@@ -65,6 +65,13 @@ INDEX_AT = 2000             # vectors of a space and kind past which they get an
 INDEX_CHECK = 500           # vectors written by this process between two looks at that
 LOCK_TIMEOUT = "30s"        # building an index waits at most this long for a lock
 BUILD_MEMORY_MAX = 1 << 20  # kB of maintenance_work_mem an HNSW build may ask for (1 GB)
+# The HNSW graph's build breadth: pgvector's default ef_construction (64) made an insert —
+# a command's new concept — cost 1.5-3 ms of the server's CPU at 5,000 concepts, most of a
+# single write's; at 32 it is 30-65% less, and the search breadth (`ef_search`, at least
+# `vectors.EXPANSION_SEARCH` = 256) keeps the neighbours the same (recall@10 against an
+# exact scan 1.0 at both, bench/RESULTS.md "PostgreSQL W2: server CPU"). An index built
+# before keeps its own options (pgvector reads them from the index).
+HNSW_OPTIONS = "m = 16, ef_construction = 32"
 
 
 def table_name(embedder: Embedder) -> str:
@@ -187,6 +194,7 @@ class PgVectorTable:
                     conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
                 conn.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON "
                              f"{self.table} USING hnsw (embedding vector_cosine_ops) "
+                             f"WITH ({HNSW_OPTIONS}) "
                              f"WHERE space = {self.space_lit} AND kind = {kind}")
                 done += 1
             except Exception as exc:  # noqa: BLE001 - e.g. another server builds it now
@@ -246,16 +254,27 @@ class PgVectorTable:
 
     def statements(self, txn: Any, changed: list[int], gone: list[int]
                    ) -> list[tuple[str, tuple[Any, ...]]]:
-        """The statements of `write` (the caller may pipeline them with others')."""
+        """The statements of a command's `write` (the caller may pipeline them with
+        others'): the new vectors as one upsert that rewrites a stored vector only when it
+        differs (`upsert`: a re-UPSERT that keeps a concept's names touches no HNSW index —
+        an index insert is most of the server's work in a single write), and one DELETE of
+        the slots an element no longer has (all of those of `gone`), only for elements
+        that existed before this transaction (one it created has no rows)."""
+        first_new = getattr(txn, "first_new_id", None)
+        fresh = first_new() if first_new is not None else None
         out: list[tuple[str, tuple[Any, ...]]] = []
-        doomed = list(dict.fromkeys([*changed, *gone]))
-        if doomed:
-            out.append((f"DELETE FROM {self.table} WHERE space = %s AND id = ANY(%s)",
-                        (self.space, doomed)))
-        for i in range(0, len(changed), WRITE_CHUNK):
-            insert = self.insert(self.docs(txn, changed[i:i + WRITE_CHUNK]))
-            if insert is not None:
-                out.append(insert)
+        docs = self.docs(txn, changed)
+        kept = {n: len(texts) for n, _, _, texts in docs}
+        old = [n for n in dict.fromkeys([*changed, *gone]) if fresh is None or n < fresh]
+        if old:
+            out.append((f"DELETE FROM {self.table} AS d USING unnest(%s::bigint[], "
+                        f"%s::smallint[]) AS u(i, n) WHERE d.space = %s AND d.id = u.i "
+                        f"AND d.slot >= u.n",
+                        ([*old], [kept.get(n, 0) for n in old], self.space)))
+        for i in range(0, len(docs), WRITE_CHUNK):
+            upsert = self.upsert(docs[i:i + WRITE_CHUNK])
+            if upsert is not None:
+                out.append(upsert)
         return out
 
     def docs(self, txn: Any, ids: Iterable[int]) -> list[tuple[int, int, int, list[str]]]:
@@ -277,9 +296,11 @@ class PgVectorTable:
                     out.append((n, doc.kind, doc.group, texts))
         return out
 
-    def insert(self, docs: list[tuple[int, int, int, list[str]]]
+    def upsert(self, docs: list[tuple[int, int, int, list[str]]]
                ) -> tuple[str, tuple[Any, ...]] | None:
-        """The INSERT of `docs`' vectors (embedded here), or None when they have none."""
+        """The INSERT of `docs`' vectors (embedded here) that leaves a stored row alone when
+        its vector, kind and group are the same (no new row version, so no index entry),
+        or None when they have none."""
         columns = _columns(docs)
         if columns is None:
             return None
@@ -287,10 +308,15 @@ class PgVectorTable:
         vecs = self.embedder.embed(texts)
         self.added += len(texts)
         lits = vector_literals(vecs)
-        return (f"INSERT INTO {self.table} (space, id, slot, kind, grp, embedding) "
+        t = self.table
+        return (f"INSERT INTO {t} AS o (space, id, slot, kind, grp, embedding) "
                 f"SELECT %s, i, s, k, g, e::vector FROM unnest(%s::bigint[], "
                 f"%s::smallint[], %s::smallint[], %s::bigint[], %s::text[]) "
-                f"AS u(i, s, k, g, e)", (self.space, ids, slots, kinds, groups, lits))
+                f"AS u(i, s, k, g, e) ON CONFLICT (space, id, slot) DO UPDATE SET "
+                f"kind = EXCLUDED.kind, grp = EXCLUDED.grp, embedding = EXCLUDED.embedding "
+                f"WHERE (o.kind, o.grp, o.embedding) IS DISTINCT FROM "
+                f"(EXCLUDED.kind, EXCLUDED.grp, EXCLUDED.embedding)",
+                (self.space, ids, slots, kinds, groups, lits))
 
     def clear(self, txn: Any) -> None:
         txn.run(f"DELETE FROM {self.table} WHERE space = %s", (self.space,))

@@ -175,6 +175,7 @@ class PgGraphStore:
         process, holds it) and read the counters."""
         with conn.pipeline():                   # one round trip
             conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            conn.execute(pg_schema.GENERIC_PLANS)
             cur = conn.execute(pg_schema.LOCK_SPACE, (self.space,))
         row = cur.fetchone()
         if row is None:

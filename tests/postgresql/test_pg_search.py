@@ -113,6 +113,34 @@ def test_a_rename_and_a_delete_in_one_engine_show_in_the_other(two):
     assert b.search.check()["ok"], b.search.check()
 
 
+def test_a_command_keeps_each_slot_of_a_concept_as_its_texts_say(pg_server):
+    # A command's vectors: an alias adds a slot, dropping it removes the slot, and an
+    # UPSERT that keeps the texts leaves the rows as they were (no new row version: the
+    # HNSW index is not written again); the deep check compares every vector with its text.
+    with Nexus.open(pg_server.fresh_database("search")) as nx:
+        table = nx.search.pg_vectors
+
+        def rows() -> list[tuple]:
+            with nx.store.read() as txn:
+                return txn.rows(f"SELECT slot, xmin::text FROM {table.table} WHERE space = "
+                                f"%s AND id = (SELECT id FROM nexus_concepts WHERE space = "
+                                f"%s AND name = %s) ORDER BY slot",
+                                (txn.space, txn.space, b"Ysolde Carrow"))
+
+        upsert = ('UPSERT { CONCEPT ?c { {type: "Person", name: "Ysolde Carrow"} '
+                  'SET ATTRIBUTES { aliases: %s, note: "%s" } } }')
+        kip(nx, upsert % ('["Ys Vantregar"]', "one"))
+        two = rows()
+        assert [slot for slot, _ in two] == [0, 1]
+        kip(nx, upsert % ('["Ys Vantregar"]', "two"))     # same texts: rows untouched
+        assert rows() == two
+        kip(nx, upsert % ("[]", "three"))                 # the alias's slot goes
+        assert [slot for slot, _ in rows()] == [0]
+        assert rows()[0] == two[0]
+        deep = nx.check(deep=True)
+        assert deep["ok"], deep
+
+
 def test_reindex_and_a_fresh_engine_rebuild_the_tables(pg_server):
     url = pg_server.fresh_database("search")
     with Nexus.open(url) as nx:
