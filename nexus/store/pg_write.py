@@ -565,9 +565,17 @@ class PgWriteTxn(PgPipelined):
         self._aux_pending.setdefault(table, {}).update(items)
         self._aux_count += len(items)
         self.aux_writes += 1
-        if len(self.aux_values) + len(items) >= LOCAL_AUX:
-            self.aux_values.clear()
-        self.aux_values.update(((table, k), v) for k, v in items.items())
+        values = self.aux_values
+        if len(values) + len(items) < LOCAL_AUX:
+            values.update(((table, k), v) for k, v in items.items())
+        else:
+            # Not kept (a bulk load's name and forward keys are not read again: the
+            # pending map, then the database, answers for them), and an older value kept
+            # for one of them dropped. Emptying the cache instead threw away what the
+            # caller had just prefetched (a load's document counts): each then cost a
+            # statement of its own (48,709 of a 120k-item load's 48,854).
+            for k in items:
+                values.pop((table, k), None)
         if self.aux_last_lens.get(table):
             for k, v in items.items():
                 self.note_aux_write(table, k, v)
