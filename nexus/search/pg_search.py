@@ -218,14 +218,19 @@ class PgSearchService(SearchService):
             return
         builds = self._builds
         if builds is not None:
-            build = threading.Thread(target=self._build, args=(grown,), daemon=True,
+            # No lock timeout: CONCURRENTLY, the build ends by waiting for the
+            # transactions older than it — the load's own next batch among them, which may
+            # well take longer than LOCK_TIMEOUT (a build that gave up would leave the load
+            # without its index).
+            build = threading.Thread(target=self._build, args=(grown, "0"), daemon=True,
                                      name="nexus-hnsw-build")
             build.start()
             builds.append(build)
             return
         self._build(grown)
 
-    def _build(self, tables: list[PgVectorTable]) -> None:
+    def _build(self, tables: list[PgVectorTable],
+               lock_timeout: str = pg_vectors.LOCK_TIMEOUT) -> None:
         try:
             conn = self.store.connect()
         except KipError as exc:         # (logged: the index is built by a later look)
@@ -233,7 +238,7 @@ class PgSearchService(SearchService):
             return
         try:
             for table in tables:
-                table.index_if_big(conn)
+                table.index_if_big(conn, lock_timeout)
         finally:
             self.store.release(conn)
 

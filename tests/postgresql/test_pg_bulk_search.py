@@ -104,10 +104,14 @@ def _upsert_one_by_one(nx: Nexus, concepts: list[dict], links: list[dict]) -> No
 
 def test_a_bulk_load_searches_like_the_same_data_upserted_one_by_one(pg_server, tmp_path,
                                                                      monkeypatch):
+    from nexus.search import pg_vectors
     from nexus.store import pg_txn, pg_write
     # Caches far smaller than the load: every overflow path of a big load runs here.
     monkeypatch.setattr(pg_txn, "LOCAL_AUX", 300)
     monkeypatch.setattr(pg_write, "LOCAL_AUX", 300)
+    # Big enough for an HNSW index, built while the links load (`bulk_loading`).
+    monkeypatch.setattr(pg_vectors, "INDEX_AT", 100)
+    monkeypatch.setattr(pg_vectors, "INDEX_CHECK", 50)
     concepts, links = _data()
     with Nexus.open(pg_server.fresh_database("bulks")) as bulk:
         _kip(bulk, SCHEMA)
@@ -115,6 +119,11 @@ def test_a_bulk_load_searches_like_the_same_data_upserted_one_by_one(pg_server, 
         assert report["concepts_created"] == len(concepts)
         assert report["propositions_created"] == len(links)
         loaded = _answers(bulk)                 # right away: nothing left to catch up
+        table = bulk.search.pg_vectors
+        with bulk.store.read() as txn:          # the index is there, and valid
+            assert txn.rows("SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON "
+                            "c.oid = i.indexrelid WHERE c.relname = ANY(%s)",
+                            (table.index_names,)) == [(True,)]
         assert bulk.search.check()["ok"], bulk.search.check()
         deep = bulk.check(deep=True)
         assert deep["ok"], deep
