@@ -120,6 +120,7 @@ class HashedNgramEmbedder:
                 idx.append(i)
                 vals.append(v)
                 rows.append(row)
+        sums: np.ndarray
         if idx:
             counts = np.fromiter(map(len, idx), dtype=np.int64, count=len(idx))
             cells = np.concatenate(idx) + np.repeat(
