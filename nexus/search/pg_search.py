@@ -70,6 +70,8 @@ class PgSearchService(SearchService):
         self.pg_vectors = PgVectorTable(self.embedder, self.space, "vectors")
         self.pg_semantic: PgVectorTable | None = None
         self._builds: list[threading.Thread] | None = None     # (during a bulk load)
+        self._builds_lock = threading.Lock()
+        self._loads = 0                 # bulk loads under way
 
     def tables(self) -> list[PgVectorTable]:
         return [self.pg_vectors] + ([self.pg_semantic] if self.pg_semantic else [])
@@ -251,12 +253,19 @@ class PgSearchService(SearchService):
         have no vectors) go on, on another connection — each side then keeps a core busy,
         instead of the load waiting for the build. The load returns once the build is
         done: SEARCH finds everything it loaded through the index when it returns."""
-        self._builds = []
+        with self._builds_lock:         # (two loads at once share the list: both wait)
+            if self._builds is None:
+                self._builds = []
+            builds = self._builds
+            self._loads += 1
         try:
             yield
         finally:
-            builds, self._builds = self._builds, None
-            for build in builds:
+            with self._builds_lock:
+                self._loads -= 1
+                if not self._loads:
+                    self._builds = None
+            for build in list(builds):
                 build.join()
 
     @kip_only
