@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -68,6 +69,9 @@ class PgSearchService(SearchService):
         self.space = str(host.store.space)
         self.pg_vectors = PgVectorTable(self.embedder, self.space, "vectors")
         self.pg_semantic: PgVectorTable | None = None
+        self._builds: list[threading.Thread] | None = None     # (during a bulk load)
+        self._builds_lock = threading.Lock()
+        self._loads = 0                 # bulk loads under way
 
     def tables(self) -> list[PgVectorTable]:
         return [self.pg_vectors] + ([self.pg_semantic] if self.pg_semantic else [])
@@ -210,19 +214,59 @@ class PgSearchService(SearchService):
     def after_commit(self, ctx: Any) -> None:
         """After a commit that wrote many vectors: build the space's HNSW indexes once it
         is big enough (`PgVectorTable.index_if_big`; outside the write: not under the
-        space's lock)."""
+        space's lock). During a bulk load, in a thread of its own (`bulk_loading`)."""
         grown = [t for t in self.tables() if t.added >= pg_vectors.INDEX_CHECK]
-        if grown:
+        if not grown:
+            return
+        builds = self._builds
+        if builds is not None:
+            # No lock timeout: CONCURRENTLY, the build ends by waiting for the
+            # transactions older than it — the load's own next batch among them, which may
+            # well take longer than LOCK_TIMEOUT (a build that gave up would leave the load
+            # without its index).
+            build = threading.Thread(target=self._build, args=(grown, "0"), daemon=True,
+                                     name="nexus-hnsw-build")
+            build.start()
+            builds.append(build)
+            return
+        self._build(grown)
+
+    def _build(self, tables: list[PgVectorTable],
+               lock_timeout: str = pg_vectors.LOCK_TIMEOUT) -> None:
+        try:
             conn = self.store.connect()
-            try:
-                for table in grown:
-                    table.index_if_big(conn)
-            finally:
-                self.store.release(conn)
+        except KipError as exc:         # (logged: the index is built by a later look)
+            log.warning("search: no HNSW index built (%s)", exc)
+            return
+        try:
+            for table in tables:
+                table.index_if_big(conn, lock_timeout)
+        finally:
+            self.store.release(conn)
 
     @contextlib.contextmanager
     def bulk_loading(self):
-        yield
+        """`with search.bulk_loading(): ...` around a bulk load. The rows of its postings
+        and vectors are written in its batches' transactions; the HNSW index a batch's
+        vectors call for (the concepts' batch, which comes first) is built once, after
+        that batch's commit, by the server while the load's next batches (the links, which
+        have no vectors) go on, on another connection — each side then keeps a core busy,
+        instead of the load waiting for the build. The load returns once the build is
+        done: SEARCH finds everything it loaded through the index when it returns."""
+        with self._builds_lock:         # (two loads at once share the list: both wait)
+            if self._builds is None:
+                self._builds = []
+            builds = self._builds
+            self._loads += 1
+        try:
+            yield
+        finally:
+            with self._builds_lock:
+                self._loads -= 1
+                if not self._loads:
+                    self._builds = None
+            for build in list(builds):
+                build.join()
 
     @kip_only
     def drain(self, timeout: float | None = None) -> bool:

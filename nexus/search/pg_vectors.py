@@ -158,13 +158,16 @@ class PgVectorTable:
                     raise
         self.index_if_big(conn)
 
-    def index_if_big(self, conn: Any) -> None:
+    def index_if_big(self, conn: Any, lock_timeout: str = LOCK_TIMEOUT) -> None:
         """Give this space's concept vectors, once there are INDEX_AT or more, their partial
         HNSW index, built CONCURRENTLY (other spaces' writers are not blocked meanwhile). A
         smaller one needs none: its vectors are scored exactly, through the plain index,
         faster than an HNSW scan would find them; and a database of many small spaces
         carries no index per space (each partial index costs every insert a predicate
-        check and every plan a proof). Failures are logged and retried later."""
+        check and every plan a proof). Failures are logged and retried later.
+        `lock_timeout`: how long the build waits for a lock — and, CONCURRENTLY, for
+        the transactions older than it to end ('0': as long as they last; a bulk load's
+        build, which waits for the load's own next batch, `PgSearchService.bulk_loading`)."""
         self.added = 0
         if self.indexed:
             return
@@ -184,7 +187,7 @@ class PgVectorTable:
             if not big or big[0] < at:
                 continue
             try:
-                conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+                conn.execute(f"SET lock_timeout = '{lock_timeout}'")
                 # pgvector builds the graph in memory while it fits maintenance_work_mem
                 # (64 MB by default: ~50k vectors of 256 dimensions) and inserts the rest
                 # one by one on disk, several times slower; give this build what its

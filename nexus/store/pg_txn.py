@@ -661,9 +661,9 @@ class PgReadTxn:
         values are known); a table with pending changes is written first when a prefix is
         asked for (the database's last pair must include them)."""
         pending = self.aux_pending(table)
-        want = list(dict.fromkeys(k for k in keys if 0 < len(k) <= codec.MAX_KEY
-                                  and k not in pending
-                                  and (table, k) not in self.aux_values))
+        asked = list(dict.fromkeys(k for k in keys if 0 < len(k) <= codec.MAX_KEY
+                                   and k not in pending))
+        want = [k for k in asked if (table, k) not in self.aux_values]
         prefixes = list(dict.fromkeys(p for p in last_under if len(p) <= codec.MAX_KEY
                                       and (table, p) not in self.aux_last))
         if not want and not prefixes:
@@ -674,6 +674,12 @@ class PgReadTxn:
             self.aux_last.clear()
             self.aux_last_lens.clear()
             prefixes = prefixes[:LOCAL_AUX]
+        if len(self.aux_values) + len(want) >= LOCAL_AUX:
+            # Emptied now, not part way through what is read here (which would lose the
+            # first part of it: a statement per key when the caller asks for them).
+            self.aux_values.clear()
+            pending = self.aux_pending(table)
+            want = [k for k in asked if k not in pending]
         lens = self.aux_last_lens.setdefault(table, set())
         step = PREFETCH_CHUNK
         for i in range(0, max(len(want), len(prefixes)), step):
