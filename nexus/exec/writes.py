@@ -133,17 +133,26 @@ def touch(ctx: WriteContext, ids: list[int], ends: tuple[str, str] | None = None
     (`ctx.moved`)."""
     txn = ctx.txn
     maps = txn.metadata_of(ids)         # one batched read
-    txn.set_metadata_many([(n, advance(ctx, n, meta)) for n, meta in zip(ids, maps)])
+    versioned, now = ctx.versioned, ctx.now
+    for n, meta in zip(ids, maps):      # `advance`, inline: this runs per link
+        if n in versioned:
+            meta["_updated_at"] = now
+        else:
+            versioned.add(n)
+            bump(meta, now)
+    txn.set_metadata_many(list(zip(ids, maps)))
     touched, moved = ctx.touched, ctx.moved
-    for n in ids:
-        before = moved.pop(n, None)
-        if ends is None:
-            continue
-        if before is not None:          # moved again: from where it was first
-            if before[1] == ends[0]:
-                moved[n] = (before[0], ends[1])
-        elif n not in touched:          # written before in another way: derived in full
-            moved[n] = ends
+    if ends is None:
+        for n in ids:
+            moved.pop(n, None)
+    else:
+        for n in ids:
+            before = moved.pop(n, None)
+            if before is not None:      # moved again: from where it was first
+                if before[1] == ends[0]:
+                    moved[n] = (before[0], ends[1])
+            elif n not in touched:      # written before in another way: derived in full
+                moved[n] = ends
     touched.update(ids)
     ctx.unsearched.difference_update(ids)
 

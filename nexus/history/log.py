@@ -9,8 +9,9 @@ Tables (aux, declared in `nexus.store.protocol.AUX_TABLES`):
   `[n, "c", version]` created (absent before); `[n, "d", head, attributes, metadata]`
   deleted (its whole last state); `[n, "u", head | null, attributes delta, metadata delta,
   version]` updated — a delta is `[{key: old value}, [keys that were absent]]` (null: no
-  change), the head only when it moved (a link repointed by MERGE) — and `notes` (REVERT's
-  target and reason). Deltas keep the log small: ten edits of one attribute cost ten old
+  change), the head only when it moved (a link repointed by MERGE) — `moved` (the links
+  a MERGE moved and changed in no other way, as columns: `_Moves`; read back as the "u"
+  changes they stand for) and `notes` (REVERT's target and reason). Deltas keep the log small: ten edits of one attribute cost ten old
   values, not ten copies of the element.
 - `histel`: `n` + `seq` → empty: the records that changed element `n`, for DESCRIBE HISTORY
   and for REVERT's "changed since" check. A session that creates more than `BULK_INDEX`
@@ -197,6 +198,75 @@ def undo_keys(change: list[Any], current: JsonMap, which: int) -> JsonMap:
     return _reverse(current, change[which]) if change[1] == "u" else dict(current)
 
 
+# --- links MERGE moved: one compact block of the record -----------------------------------
+
+VERSION, UPDATED_AT = "_version", "_updated_at"
+
+
+class _Moves:
+    """The record's `moved` block: the links whose only change in the session was a move of
+    an end (MERGE) — a new head and `_version` +1 / `_updated_at`, the rest of their
+    metadata and their attributes as they were. Kept as columns (`n`, the old head's `s`,
+    `p`, `o`, `_version` after as `v`, the old `_updated_at` as an index `t` into the
+    distinct values `tv`) instead of one change each: a MERGE of a concept with a thousand
+    links logs a thousand such rows. Reading expands each row into the "u" change it
+    stands for (`_expand_moves`), so every reader sees plain changes."""
+
+    __slots__ = ("n", "s", "p", "o", "v", "t", "tv")
+
+    def __init__(self) -> None:
+        self.n: list[int] = []
+        self.s: list[int] = []
+        self.p: list[int] = []
+        self.o: list[int] = []
+        self.v: list[int] = []
+        self.t: list[int] = []
+        self.tv: dict[Any, int] = {}
+
+    def add(self, inner: ReadTxn, n: int, pre: Before) -> bool:
+        """Take `n` as a row when its change is exactly such a move; False: log it as a
+        change (`_change`)."""
+        old, meta = pre.metadata, pre.metadata_now
+        was = pre.head
+        if old is None or meta is None or type(was) is not LinkHead:
+            return False
+        version = meta.get(VERSION)
+        if type(version) is not int or old.get(VERSION) != version - 1 or \
+                len(old) != len(meta):
+            return False
+        updated = old.get(UPDATED_AT)
+        if type(updated) is not str or meta.get(UPDATED_AT) == updated:
+            return False
+        for k, v in old.items():        # every other key as it was
+            if k != VERSION and k != UPDATED_AT and (k not in meta or meta[k] != v):
+                return False
+        head = inner.head(n)
+        if type(head) is not LinkHead or head == was:
+            return False
+        self.n.append(n)
+        self.s.append(was.subject)
+        self.p.append(was.predicate_id)
+        self.o.append(was.object)
+        self.v.append(version)
+        t = self.tv.get(updated)
+        if t is None:
+            t = self.tv[updated] = len(self.tv)
+        self.t.append(t)
+        return True
+
+    def columns(self) -> dict[str, list[Any]]:
+        return {"n": self.n, "s": self.s, "p": self.p, "o": self.o, "v": self.v,
+                "t": self.t, "tv": list(self.tv)}
+
+
+def _expand_moves(moved: dict[str, list[Any]]) -> list[list[Any]]:
+    """The "u" changes a record's `moved` block stands for (`_Moves`)."""
+    tv = moved["tv"]
+    return [[n, "u", ["P", s, p, o], None, [{VERSION: v - 1, UPDATED_AT: tv[t]}, []], v]
+            for n, s, p, o, v, t in zip(moved["n"], moved["s"], moved["p"], moved["o"],
+                                        moved["v"], moved["t"])]
+
+
 # --- writing ---------------------------------------------------------------------------------
 
 def iso_ms(iso: str) -> int:
@@ -268,6 +338,7 @@ def append(ctx: "WriteContext") -> int | None:
     loose_created: list[int] = []
     before = txn.before
     created = txn.created_versions
+    moves = _Moves()
     with gc_paused():           # a change per element, no cycle: no full collection walks them
         for n in sorted(before):
             pre = before[n]
@@ -290,36 +361,44 @@ def append(ctx: "WriteContext") -> int | None:
                                 [restore, unset] if restore or unset else None,
                                 meta.get("_version")])
                 continue
+            elif pre.moved and pre.attributes is None and pre.metadata_now is not None \
+                    and moves.add(inner, n, pre):
+                continue        # a link MERGE moved, and nothing else: one row of `moves`
             change = _change(inner, n, pre)
             if change is not None:
                 changes.append(change)
     fresh.extend(_runs(loose_created))
-    if not changes and not fresh:
+    if not changes and not fresh and not moves.n:
         return None
-    runs = _update_runs(changes) if len(changes) > BULK_INDEX else []
+    ids = [c[0] for c in changes]
+    if moves.n:
+        ids = sorted(ids + moves.n)
+    runs = _update_runs(changes, moves.n) if len(ids) > BULK_INDEX else []
     notes = dict(txn.notes)
     record = {"seq": seq, "at": at, "ts": iso_ms(at), "kind": _kind_of(ctx.text, notes),
               "text": (ctx.text or "")[:EXCERPT_CHARS], "changes": changes,
               "fresh": fresh, "notes": {k: v for k, v in notes.items() if k != "kind"}}
     if runs:
         record["runs"] = runs
+    if moves.n:
+        record["moved"] = moves.columns()
     inner.aux(LOG).put(_SEQ.pack(seq), msgpack.packb(record, use_bin_type=True))
     if runs:
         ranged = set().union(*(range(a, b) for a, b in runs))
-        single = [c[0] for c in changes if c[0] not in ranged]
+        single = [n for n in ids if n not in ranged]
     else:
-        single = [c[0] for c in changes]
+        single = ids
     inner.aux_put_many(BY_ELEMENT, ((_PAIR.pack(n, seq), b"") for n in single))
     for start, end in fresh + runs:
         inner.aux(BULK_CREATED).put(_PAIR.pack(end, seq), _SEQ.pack(start))
     return seq
 
 
-def _update_runs(changes: list[list[Any]]) -> list[list[int]]:
-    """The runs of at least `RUN_MIN` consecutive ids among the "u" changes (sorted by id):
-    no bulk-created range of the record can overlap one (those ids are created, not
-    updated), so no two index keys of a record share an end."""
-    runs = _runs([c[0] for c in changes if c[1] == "u"])
+def _update_runs(changes: list[list[Any]], moved: list[int]) -> list[list[int]]:
+    """The runs of at least `RUN_MIN` consecutive ids among the "u" changes (the `moved`
+    links' included): no bulk-created range of the record can overlap one (those ids are
+    created, not updated), so no two index keys of a record share an end."""
+    runs = _runs([c[0] for c in changes if c[1] == "u"] + moved)
     return [r for r in runs if r[1] - r[0] >= RUN_MIN]
 
 
@@ -392,7 +471,11 @@ class HistoryHook:
 
 def _decode(raw: bytes) -> LogEntry:
     d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
-    return LogEntry(d["seq"], d["at"], d["ts"], d["kind"], d["text"], d["changes"],
+    changes = d["changes"]
+    moved = d.get("moved")
+    if moved:
+        changes = sorted(changes + _expand_moves(moved), key=itemgetter(0))
+    return LogEntry(d["seq"], d["at"], d["ts"], d["kind"], d["text"], changes,
                     d.get("fresh", []), d.get("notes", {}), d.get("runs", []))
 
 

@@ -179,9 +179,23 @@ class RecordingTxn:
     def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
         before = self.before
         new = {n for n, _, _ in moves if n not in before}
-        for n, _, _ in moves:           # the old heads: the log keeps where the links were
-            self._keep(n)
-            self._moved(n)
+        # `_keep` and `_moved` of each link, inline (a MERGE moves thousands): the old
+        # heads, for the log to keep where the links were.
+        fresh, heads, head_of = self.fresh, self._read_heads, self.inner.head
+        for n, _, _ in moves:
+            if n in before:
+                entry = before[n]
+            elif fresh and any(n in r for r in fresh):
+                entry = before[n] = None
+            else:
+                head = heads.pop(n, None)
+                if head is None:
+                    head = head_of(n)
+                entry = before[n] = None if head is None else Before(head)
+            if entry is not None:
+                if entry.head is None:
+                    entry.head = head_of(n)
+                entry.moved = True
         self._read_n = -1
         answers = self.inner.repoint_links(moves)
         for (n, _, _), holder in zip(moves, answers):

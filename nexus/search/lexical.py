@@ -40,7 +40,6 @@ import numpy as np
 
 from nexus.errors import KipError
 from nexus.store.bulk import gc_paused
-from nexus.store.protocol import LinkHead
 
 from . import postings
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
@@ -474,7 +473,7 @@ class _Move:
     end's (`into`), the new end's terms the stored entry must not have (`clash`: their
     weights would need the whole document), and the posting changes."""
 
-    __slots__ = ("w", "same", "out", "into", "clash", "_pers")
+    __slots__ = ("w", "same", "out", "into", "clash", "_pers", "pack")
 
     def __init__(self, w: _Writer, texts: tuple[str, str]) -> None:
         self.w = w
@@ -484,6 +483,9 @@ class _Move:
         self.out = tuple(out.items())
         self.clash = tuple(t for t in self.into if t not in out)
         self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
+        # `_pack`'s encoding with one packer for the plan's links (msgpack.packb makes a
+        # packer per call); a plan lives in one `write`, on one thread.
+        self.pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
 
     def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
         """The writer's per-term op maps: the old end's terms the new one lacks (to
@@ -504,16 +506,12 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     stored. Returns whether it did; not (derive it in full) when the stored entry does not
     show the old end's terms coming from that field alone, or the new end's terms also
     come from another field — the weights of shared terms would need the whole document.
-    A link has no vector text (its checksum is 0: `_vcrc`), so nothing else is read."""
+    A link has no vector text (its checksum is 0: `_vcrc`), so nothing else is read; nor
+    is its head (a link entry's group is its predicate, and a link stays a link)."""
     if plan.same:
         return True                     # the same document (e.g. a higher-order end)
-    # A touched link with a stored entry exists (a deleted one is not touched): no read
-    # of the store for its head.
-    head = txn.known_head(n)
-    if type(head) is not LinkHead:
-        return False
     kind, group, names, _, flat = msgpack.unpackb(raw, raw=False)
-    if kind != KIND_LINK or group != head.predicate_id:
+    if kind != KIND_LINK:
         return False
     terms = dict(zip(flat[0::2], flat[1::2]))
     get = terms.get
@@ -523,12 +521,15 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     for t in plan.clash:
         if t in terms:
             return False
-    before = [get(t) for t in plan.into]
+    into = plan.into
+    before = [get(t) for t in into]
     for t, _ in plan.out:
         del terms[t]
-    terms.update(plan.into)
-    flat = [x for t in sorted(terms) for x in (t, terms[t])]
-    plan.w.doc_puts.append((_U64.pack(n), _pack(KIND_LINK, group, names, 0, flat)))
+    terms.update(into)
+    flat = []
+    for t in sorted(terms):
+        flat += (t, terms[t])
+    plan.w.doc_puts.append((_U64.pack(n), plan.pack([KIND_LINK, group, names, 0, flat])))
     gone, added = plan.postings()
     for per in gone:
         per.setdefault(n, None)

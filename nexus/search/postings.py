@@ -121,6 +121,8 @@ def _rewrite(aux: Any, prefix: bytes, key: bytes | None, raw: bytes | None,
     """Apply the ops of `ids` (sorted) to the one block `key` (None: no block yet) and
     write the result: deleted when empty, else re-keyed by its first id and split in
     blocks of at most BLOCK. Returns the change in the number of postings."""
+    if raw is not None and key is not None and all(ops[n] is None for n in ids):
+        return _delete(aux, prefix, key, raw, ids)
     entries: dict[int, tuple[float, int]] = {}
     if raw is not None:
         b_ids, b_w, b_g = decode(raw)
@@ -147,6 +149,31 @@ def _rewrite(aux: Any, prefix: bytes, key: bytes | None, raw: bytes | None,
         if k != key or value != raw:
             aux.put(k, value)
     return len(entries) - before
+
+
+def _delete(aux: Any, prefix: bytes, key: bytes, raw: bytes, ids: list[int]) -> int:
+    """`_rewrite` of deletes only, on the block's arrays (no Python step per posting: a
+    MERGE deletes its duplicates' postings from ~100 blocks of the big lists at once);
+    the same bytes as the general path."""
+    b_ids, b_w, b_g = decode(raw)
+    gone = np.asarray(ids, dtype=np.uint64)
+    at = np.searchsorted(b_ids, gone)
+    held = at < len(b_ids)
+    held[held] = b_ids[at[held]] == gone[held]
+    if not held.any():
+        return 0                        # only deletes of ids the block does not hold
+    keep = np.ones(len(b_ids), dtype=bool)
+    keep[at[held]] = False
+    left = int(keep.sum())
+    if left == 0:
+        aux.delete(key)
+        return -len(b_ids)
+    k_ids = b_ids[keep]
+    new_key = prefix + _U64.pack(int(k_ids[0]))
+    if new_key != key:
+        aux.delete(key)
+    aux.put(new_key, encode(k_ids, b_w[keep], b_g[keep]))
+    return left - len(b_ids)
 
 
 def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:

@@ -401,8 +401,8 @@ def used_after_end(*args: object, **kwargs: object) -> NoReturn:
 class _EndedKv:
     """Stands in for the key-value txn once the transaction ended: any use is an error."""
 
-    get = put = delete = keys_from = items_from = items_before = putmulti = last_key = \
-        count = snapshot_id = commit_id = staticmethod(used_after_end)
+    get = put = delete = keys_from = items_from = items_before = putmulti = delete_many = \
+        last_key = count = snapshot_id = commit_id = staticmethod(used_after_end)
 
 
 _ENDED = _EndedKv()

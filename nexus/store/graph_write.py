@@ -12,7 +12,7 @@ import struct
 from itertools import repeat
 from operator import itemgetter
 from types import TracebackType
-from typing import Iterable, Iterator, Literal, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Protocol, Sequence
 
 import numpy as np
 
@@ -47,6 +47,10 @@ _U64, _U32 = 1 << 64, 1 << 32
 # commit) up to this many: a bulk load re-reading its own elements (search indexing) must
 # not hold a head per element.
 NEW_HEADS_CAP = 50_000
+
+# A repoint batch with at least this many moves onto one new end reads that end's links
+# once to find the triples already taken, instead of probing the index per move.
+HOLDER_SCAN = 8
 
 
 class GraphWriteTxn(GraphReadTxn[Db]):
@@ -446,7 +450,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         claimed: dict[tuple[int, int, int], int] = {}     # triple -> the link now holding it
         moved: set[int] = set()
         made: list[tuple[LinkHead, int, int]] = []
-        link_id = self.link_id
+        holder_of = self._holders(moves, heads)
         for (n, subject, object), h in zip(moves, heads):
             p = h.predicate_id
             if (h.subject, h.object) == (subject, object):
@@ -455,7 +459,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             triple = (subject, p, object)
             holder = claimed.get(triple)
             if holder is None:
-                holder = link_id(subject, p, object)        # the index as the batch began
+                holder = holder_of(triple)                  # the index as the batch began
                 if holder is not None and holder in moved:
                     holder = None                           # moved away earlier: free
             answers.append(holder)
@@ -467,46 +471,66 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             self._write_moves(made)
         return answers
 
+    def _holders(self, moves: Sequence[tuple[int, int, int]], heads: list[LinkHead]
+                 ) -> Callable[[tuple[int, int, int]], int | None]:
+        """`link_id` for the batch's new triples. A MERGE moves every link onto one node:
+        that node's own links, read once (one index scan each way), answer for the triples
+        with it as the new end — not a probe of the index per move."""
+        subjects: dict[int, int] = {}
+        objects: dict[int, int] = {}
+        for (_, s, o), h in zip(moves, heads):
+            if s != h.subject:
+                subjects[s] = subjects.get(s, 0) + 1
+            elif o != h.object:
+                objects[o] = objects.get(o, 0) + 1
+        known: dict[tuple[int, int, int], int] = {}
+        by_subject = {s for s, count in subjects.items() if count >= HOLDER_SCAN}
+        by_object = {o for o, count in objects.items() if count >= HOLDER_SCAN}
+        for s in by_subject:
+            known.update(((s, p, o), n) for p, o, n in self.out_links(s))
+        for o in by_object:
+            known.update(((s, p, o), n) for p, s, n in self.in_links(o))
+        link_id = self.link_id
+
+        def holder(triple: tuple[int, int, int]) -> int | None:
+            if triple[0] in by_subject or triple[2] in by_object:
+                return known.get(triple)
+            return link_id(*triple)
+        return holder
+
     def _write_moves(self, made: list[tuple[LinkHead, int, int]]) -> None:
         """The index writes of repoint_links: old keys deleted, new ones inserted, sorted."""
         host = self._host
         moved_heads = host.moved_heads
-        moved_heads.update(h.n for h, _, _ in made)   # first: no reader caches these heads
+        ns = [h.n for h, _, _ in made]
+        moved_heads.update(ns)          # first: no reader caches these heads
         if len(moved_heads) > host.cache_cap:
             moved_heads.clear()
-            moved_heads.update(h.n for h, _, _ in made)
+            moved_heads.update(ns)
             self._heads.clear()
-        d, dele = self.tables, self._del
-        # The keys built by each index's own Struct (a bound C method: no Python call per
-        # key), old and new at once; each index's deletes, then its inserts, in key order.
-        spo, ops, pso = SPO.pack, OPS.pack, PSO.pack
-        old_spo, old_ops, old_pso, new_spo, new_ops, new_pso = [], [], [], [], [], []
+        d, kv = self.tables, self.kv
+        # The keys built column-wise by each index's own Struct (a bound C method mapped
+        # over the columns: no Python frame per key); each index's deletes (one batch,
+        # sorted), then its inserts (one sorted putmulti).
+        ps = [h.predicate_id for h, _, _ in made]
+        s0 = [h.subject for h, _, _ in made]
+        o0 = [h.object for h, _, _ in made]
+        s1 = [s for _, s, _ in made]
+        o1 = [o for _, _, o in made]
+        for db, pack, old, new in (
+                (d.spo, SPO.pack, (s0, ps, o0, ns), (s1, ps, o1, ns)),
+                (d.ops, OPS.pack, (o0, ps, s0, ns), (o1, ps, s1, ns)),
+                (d.pso, PSO.pack, (ps, s0, o0, ns), (ps, s1, o1, ns))):
+            kv.delete_many(db, sorted(map(pack, *old)))
+            kv.putmulti(db, zip(sorted(map(pack, *new)), repeat(b"")), False, True)
         heads = self._heads
-        new_heads = self._new_heads
-        head_items = []
-        link_head_value = codec.link_head_value
-        for h, s, o in made:
-            n, p, s0, o0 = h.n, h.predicate_id, h.subject, h.object
-            old_spo.append(spo(s0, p, o0, n))
-            old_ops.append(ops(o0, p, s0, n))
-            old_pso.append(pso(p, s0, o0, n))
-            new_spo.append(spo(s, p, o, n))
-            new_ops.append(ops(o, p, s, n))
-            new_pso.append(pso(p, s, o, n))
+        for n in ns:
             heads.pop(n, None)
-            new_heads[n] = LinkHead(n, s, p, o)
-            head_items.append((pack_n(n), link_head_value(s, p, o)))
-        putmulti = self.kv.putmulti
-        for db, old, new in ((d.spo, old_spo, new_spo), (d.ops, old_ops, new_ops),
-                             (d.pso, old_pso, new_pso)):
-            old.sort()
-            for k in old:
-                dele(k, db=db)
-            new.sort()
-            putmulti(db, zip(new, repeat(b"")), False, True)
-        head_items.sort()
-        putmulti(d.head, head_items, False, True)
-        self._repointed.extend(h.n for h, _, _ in made)
+        self._new_heads.update(zip(ns, map(LinkHead, ns, s1, ps, o1)))
+        head_items = sorted(zip(map(pack_n, ns),
+                                map(codec.link_head_value, s1, ps, o1)))
+        kv.putmulti(d.head, head_items, False, True)
+        self._repointed.extend(ns)
 
     # --- bulk writes (entries built by nexus.store.bulk) -----------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,

@@ -254,3 +254,63 @@ def test_a_retention_policy_is_kept_by_the_database_and_applied_by_writes(tmp_pa
         assert [e["seq"] for e in log] == [old + 2]
         nx.set_history_retention(None)
         assert nx.history_retention is None
+
+
+MERGE_PAIR = '''UPSERT {
+  CONCEPT ?h { {type: "Symptom", name: "Headache"} }
+  CONCEPT ?f { {type: "Symptom", name: "Fever"} }
+  CONCEPT ?p { {type: "Symptom", name: "Pain"} }
+  CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET PROPOSITIONS { ("treats", ?h) } }
+  CONCEPT ?s { {type: "Drug", name: "ASA"} SET ATTRIBUTES { dose: 1 }
+               SET PROPOSITIONS { ("treats", ?h) ("treats", ?f) ("treats", ?p) } }
+}'''
+LINKS = 'FIND(?l, ?d.name, ?s.name) WHERE { ?l (?d, "treats", ?s) ?d {type: "Drug"} }'
+
+
+def links_now(nx, suffix=""):
+    links, drugs, symptoms = ok(nx, LINKS + suffix)
+    return sorted((link["id"], d, s) for link, d, s in zip(links, drugs, symptoms))
+
+
+def link_versions(nx):
+    return versions_of(ok(nx, 'FIND(?l, ?l.metadata._version) WHERE { ?l (?d, "treats", ?s) }'))
+
+
+def versions_of(result):
+    links, versions = result
+    return sorted((link["id"], v) for link, v in zip(links, versions))
+
+
+def test_merge_is_in_the_log_time_travel_sees_the_old_ends_and_revert_undoes_it(nx):
+    ok(nx, MERGE_PAIR)
+    time.sleep(0.005)           # the merge's `_updated_at` differs from the links' creation
+    before, versions = links_now(nx), link_versions(nx)
+    created = last_seq(nx)
+    merged = ok(nx, 'MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Drug", name: "ASA"} '
+                    '?t {type: "Drug", name: "Aspirin"} }')
+    assert merged["links_repointed"] == 2 and merged["links_deduplicated"] == 1
+    merge = last_seq(nx)
+    after = links_now(nx)
+    assert {(d, s) for _, d, s in after} == {("Aspirin", "Headache"), ("Aspirin", "Fever"),
+                                             ("Aspirin", "Pain")}
+    moved = [n for n, d, s in before if d == "ASA" and (n, "Aspirin", s) in after]
+    assert len(moved) == 2
+    # each moved link: its history has the merge, its version one more
+    now = dict(link_versions(nx))
+    for n in moved:
+        assert now[n] == dict(versions)[n] + 1
+        log = ok(nx, "DESCRIBE HISTORY (id: :id)", id=n)["versions"]
+        assert log[0]["version"] == now[n] and log[0]["text"].startswith("MERGE")
+    assert nx.check()["ok"]
+    # time travel: before the merge, the links had their old ends (and versions)
+    assert links_now(nx, f" AS OF VERSION {created}") == before
+    assert versions_of(ok(nx, 'FIND(?l, ?l.metadata._version) WHERE { ?l (?d, "treats", ?s) } '
+                              f'AS OF VERSION {created}')) == versions
+    # REVERT of the merge: the source back, the links on it again, the duplicate restored
+    result = ok(nx, 'REVERT COMMAND :s REASON "not the same drug"', s=merge)
+    assert result["reverted"] == merge
+    assert links_now(nx) == before
+    assert ok(nx, 'FIND(?s.attributes) WHERE { ?s {type: "Drug", name: "ASA"} }') == [
+        {"dose": 1}]
+    assert nx.check()["ok"]
+    assert links_now(nx, f" AS OF VERSION {merge}") == after
