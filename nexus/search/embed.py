@@ -52,6 +52,10 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
+FEATURE_CACHE = 200_000    # n-grams -> hashed features (~140 B each: ~27 MB at most; 2- and
+#                            3-grams of Latin text are well under 100k)
+
+
 class HashedNgramEmbedder:
     """Signed feature hashing of word-boundary character bigrams and trigrams.
 
@@ -73,7 +77,7 @@ class HashedNgramEmbedder:
         if hit is None:
             h = zlib.crc32(gram.encode())
             hit = (h % self.dim, 1.0 if h & 0x80000000 else -1.0)
-            if len(self._cache) > 1_000_000:   # bound memory on huge vocabularies
+            if len(self._cache) >= FEATURE_CACHE:   # bound memory on huge vocabularies
                 self._cache.clear()
             self._cache[gram] = hit
         return hit

@@ -271,6 +271,7 @@ class SearchService:
             yield
             complete_vectors(self.vector_indexes())
         finally:
+            lexical.drop_caches()       # the load's texts (they would stay: ~100 MB at 100k)
             for index in self.vector_indexes():
                 index.resume()
 

@@ -123,3 +123,19 @@ def test_the_wordllama_token_table_is_its_weights_file_mapped_with_the_same_vect
         assert embed._mapped_table(tmp_path, model.embedding) is None
     finally:
         model.embedding = table
+
+
+def test_the_per_process_caches_of_search_are_bounded(monkeypatch):
+    """The caches that grow with the texts a process sees (n-gram features of embedded
+    texts, grams of rescored names) are emptied when full, and give the same answers."""
+    from nexus.search import text
+    monkeypatch.setattr(embed, "FEATURE_CACHE", 50)
+    monkeypatch.setattr(text, "GRAM_CACHE", 20)
+    e = HashedNgramEmbedder()
+    words = [f"zq{i}x{i * 7}" for i in range(200)]
+    first = e.embed(words)
+    assert len(e._cache) <= 50
+    assert np.array_equal(e.embed(words), first)
+    grams = [text.norm_grams(w) for w in words]
+    assert len(text._GRAM_CACHE) <= 20
+    assert [text.norm_grams(w) for w in words] == grams == [text.grams(w) for w in words]
