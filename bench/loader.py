@@ -16,8 +16,10 @@ KIP UPSERT batches through `execute_kip` (`--batch` concepts, then propositions,
 command). `--search detached` sets `nexus.detach_search()` first: the store and executor
 alone, without SEARCH's lexical and vector indexing. RSS: the process's resident size
 right after start-up (`rss_base_mb`), before the timed load with the dataset parsed and
-frozen (`rss_before_mb`) and after it (`rss_after_mb`); `rss_engine_mb` = base + growth
-over the load, i.e. the process without the benchmark's parsed dataset. `--answers` also
+frozen (`rss_before_mb`) and after it (`rss_after_mb`: the moment the load returned, all
+its vectors built); `rss_engine_mb` = base + growth over the load, i.e. the process without
+the benchmark's parsed dataset, and `rss_engine_anon_mb` / `rss_engine_file_mb` the same
+for its two parts (RssAnon: own memory; RssFile: mapped file pages, see `probe`). `--answers` also
 returns the digests of Q1–Q6 on the loaded database; `--reference` the digests of the
 reference evaluator (`bench.reference`) over the same data, before and after W2.
 
@@ -25,8 +27,14 @@ reference evaluator (`bench.reference`) over the same data, before and after W2.
 vector indexer to catch up with the load (SEARCH answers from the lexical index and the
 vectors indexed so far meanwhile; not part of W1, reported beside it).
 
-probe — RSS of a fresh process serving the loaded database: open it, run every query
-parameter once and a few SEARCHes, report the resident size.
+probe — RSS of a fresh process serving the loaded database, in three phases: right after
+`Nexus.open` (`open_*`: ready to serve, before any query), after every Q1–Q6 parameter once
+(`queries_*`), and after 10 SEARCHes in the default mode (`searches_*`; hybrid when the
+database has the semantic embedder: the first one loads WordLlama and WordNet). Each phase is
+split as /proc/self/status splits it (`bench.timing.rss_parts`): `*_rss_mb` (VmRSS) =
+`*_anon_mb` (the process's own memory) + `*_file_mb` (mapped file pages: libraries, LMDB,
+the memory-mapped vector indexes — page cache, shared and reclaimable).
+`rss_serving_mb` is the last phase's VmRSS, `rss_open_mb` the first's.
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ import time
 from . import nexus_peer as NP
 from . import reference as R
 from . import workload as W
-from .timing import disk_mb, peak_rss_mb, rss_mb
+from .timing import disk_mb, peak_rss_mb, rss_mb, rss_parts
 
 
 def kip(nx, command: str, **params) -> dict:
@@ -98,12 +106,14 @@ def load(args) -> dict:
     from nexus.api import Nexus
     from nexus.ops.bulk_import import bulk_import
 
-    rss_base = rss_mb()
+    base = rss_parts()
+    rss_base = base["rss"]
     concepts, props, meta, parse_s = W.read(args.data)
     gc.collect()
     gc.freeze()                         # the dataset is long-lived: keep it out of GC scans
     shutil.rmtree(args.db, ignore_errors=True)
-    rss0 = rss_mb()
+    before = rss_parts()
+    rss0 = before["rss"]
     t0, c0 = time.perf_counter(), time.process_time()
     nx = Nexus.open(args.db)
     if args.search == "detached":
@@ -127,7 +137,8 @@ def load(args) -> dict:
         detail = {"commands": upsert_batches(nx, concepts, props, args.batch),
                   "batch": args.batch}
     t2, c2 = time.perf_counter(), time.process_time()
-    rss1 = rss_mb()
+    after = rss_parts()
+    rss1 = after["rss"]
     items = len(concepts) + len(props)
     out = {"mode": args.mode, "search": args.search, "concepts": len(concepts),
            "propositions": len(props), "items": items, "parse_s": round(parse_s, 3),
@@ -137,7 +148,9 @@ def load(args) -> dict:
            "items_per_s": round(items / (t2 - t0)), **detail,
            "rss_base_mb": round(rss_base, 1), "rss_before_mb": round(rss0, 1),
            "rss_after_mb": round(rss1, 1), "rss_delta_mb": round(rss1 - rss0, 1),
-           "rss_engine_mb": round(rss_base + rss1 - rss0, 1)}
+           "rss_engine_mb": round(rss_base + rss1 - rss0, 1),
+           **{f"rss_engine_{k}_mb": round(base[k] + after[k] - before[k], 1)
+              for k in ("anon", "file") if k in after}}
     if args.answers:
         out["answers"] = R.answer_digests(query_runner(NP.NexusQueries(nx)), meta["params"])
     t3 = time.perf_counter()
@@ -165,21 +178,28 @@ def probe(args) -> dict:
     t0 = time.perf_counter()
     nx = Nexus.open(args.db)
     open_s = time.perf_counter() - t0
-    rss_open = rss_mb()
+    gc.collect()
+    phases = {"open": rss_parts()}
     run = query_runner(NP.NexusQueries(nx))
     for q in R.QUERIES:
         for p in meta["params"][q]:
             run(q, **p)
+    gc.collect()
+    phases["queries"] = rss_parts()
     for p in meta["params"]["Q1"][:10]:
         nx.execute_kip_readonly({"command": "SEARCH CONCEPT :q LIMIT 10",
                                  "parameters": {"q": p["name"]}})
     gc.collect()
-    rss = rss_mb()
+    phases["searches"] = rss_parts()
     opened = getattr(nx.search, "opened", None)
     nx.close()
-    return {"rss_base_mb": round(rss_base, 1), "open_s": round(open_s, 3),
-            "rss_open_mb": round(rss_open, 1), "rss_serving_mb": round(rss, 1),
-            "peak_rss_mb": round(peak_rss_mb(), 1), "search_opened": opened}
+    out = {"rss_base_mb": round(rss_base, 1), "open_s": round(open_s, 3),
+           "rss_open_mb": phases["open"]["rss"], "rss_serving_mb": phases["searches"]["rss"],
+           "peak_rss_mb": round(peak_rss_mb(), 1), "search_opened": opened}
+    for phase, parts in phases.items():
+        for k, v in parts.items():
+            out[f"{phase}_{k}_mb"] = v
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,6 +37,7 @@ TARGETS = {
     "W2": Target("≤ 1 ms, ≤ 0.5× Ladybug", 1.0, 0.5),
     "SEARCH": Target("≤ 5 ms", 5.0),
     "RSS": Target("≤ 300 MB", 300.0),
+    "RSSF": Target("≤ 150 MB", 150.0),
     "DISK": Target("reported", None),
 }
 QLABEL = {"Q1": "Q1 point lookup", "Q2": "Q2 one hop (ordinary symptom)",
@@ -213,11 +214,11 @@ def rows(run: dict) -> list[dict]:
         def peer_w1(field):
             return lambda r: (r.get("W1") or {}).get(field) or None
         probe = run.get("probe")
-        add("RSS", "RSS after loading", "MB", w1["rss_engine_mb"], target="RSS",
-            note=f"the loading process without the parsed dataset: start-up "
-                 f"{w1['rss_base_mb']:.0f} + growth over the load {w1['rss_delta_mb']:.0f}"
-                 + (f"; a fresh process serving the database {probe['rss_serving_mb']:.0f}"
-                    if probe else ""))
+        add("RSS", "RSS after loading (the loading process)", "MB", w1["rss_engine_mb"],
+            target="RSS", note=_rss_load_note(w1))
+        if probe:
+            add("RSSF", "RSS of a fresh serving process", "MB", probe["rss_serving_mb"],
+                target="RSSF", note=_rss_probe_note(probe))
         add("RSSD", "RSS growth over the load", "MB", w1["rss_delta_mb"],
             best=_best(peers, peer_w1("rss_delta_mb")),
             ladybug=peer_w1("rss_delta_mb")(lad) if lad else None,
@@ -227,6 +228,28 @@ def rows(run: dict) -> list[dict]:
             ladybug=peer_w1("disk_mb")(lad) if lad else None, target="DISK",
             note="nexus: LMDB + SEARCH index files (allocated blocks)")
     return out
+
+
+def _split(rec: dict, prefix: str) -> str:
+    """"anon A + file F" of a phase, when the run recorded the split (older runs did not)."""
+    anon, file = rec.get(f"{prefix}anon_mb"), rec.get(f"{prefix}file_mb")
+    return f" (anon {anon:.0f} + file {file:.0f})" if anon is not None and file is not None \
+        else ""
+
+
+def _rss_load_note(w1: dict) -> str:
+    return (f"VmRSS when the load returned, without the parsed dataset: start-up "
+            f"{w1['rss_base_mb']:.0f} + growth over the load {w1['rss_delta_mb']:.0f}"
+            + _split(w1, "rss_engine_") + "; anon = own memory, file = mapped file pages "
+            "(LMDB, vector indexes, libraries: shared page cache)")
+
+
+def _rss_probe_note(probe: dict) -> str:
+    if "open_rss_mb" not in probe:          # runs before the phases were recorded
+        return "after every Q1–Q6 parameter once and 10 SEARCHes"
+    return (f"VmRSS after every Q1–Q6 parameter once and 10 SEARCHes{_split(probe, 'searches_')}"
+            f"; at open, before any query {probe['open_rss_mb']:.0f}{_split(probe, 'open_')}"
+            f"; after Q1–Q6 {probe['queries_rss_mb']:.0f}{_split(probe, 'queries_')}")
 
 
 def met(row: dict) -> str:

@@ -284,7 +284,11 @@ def run_n(n: int, args, peers: list[str], work: str, problems: list) -> dict:
     rec["w1_upsert"] = w1u
     log(f"    {w1u['load_s']:.2f} s, {w1u['items_per_s']:,} items/s")
     rec["probe"] = child("probe", data, db, os.path.join(wd, "probe.json"))
-    log(f"  RSS of a fresh process serving it: {rec['probe']['rss_serving_mb']:.0f} MB")
+    pr = rec["probe"]
+    log(f"  RSS of a fresh process serving it: {pr['rss_open_mb']:.0f} MB at open, "
+        f"{pr['queries_rss_mb']:.0f} after Q1–Q6, {pr['rss_serving_mb']:.0f} after 10 SEARCHes "
+        f"(anon {pr.get('searches_anon_mb', float('nan')):.0f} + file "
+        f"{pr.get('searches_file_mb', float('nan')):.0f})")
 
     # --- in this process ---------------------------------------------------------------------
     from nexus.api import Nexus

@@ -64,6 +64,28 @@ def rss_mb() -> float:
         return float("nan")
 
 
+def rss_parts() -> dict[str, float]:
+    """The resident size split as /proc/self/status splits it, in MB: `rss` (VmRSS, what
+    the issue's memory targets name) = `anon` (RssAnon: the process's own memory — Python
+    objects, numpy arrays, in-memory indexes, models, malloc's free lists) + `file` (RssFile:
+    pages of mapped files — libraries, the LMDB map, the memory-mapped vector indexes; page
+    cache the kernel can drop and processes mapping the same file share) + RssShmem.
+    Not Linux: {"rss": peak RSS} only."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                key = {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file"}.get(name)
+                if key:
+                    out[key] = round(int(value.split()[0]) / 1024, 1)
+    except OSError:
+        pass
+    if "rss" not in out:
+        out["rss"] = round(rss_mb(), 1)
+    return out
+
+
 def peak_rss_mb() -> float:
     try:
         import resource

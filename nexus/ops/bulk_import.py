@@ -54,7 +54,7 @@ from ..errors import ErrorCode, KipError
 from ..exec import protect, writes
 from ..exec.context import WriteContext
 from ..exec.schema import CONCEPT_TYPE, PROPOSITION_TYPE, Schema, check_definition_name
-from ..store.bulk import gc_paused
+from ..store.bulk import gc_paused, trim_heap
 
 DEFAULT_BATCH = 1_000_000      # items per write transaction (see the module doc)
 DEFAULT_CHUNK = 50_000         # items in memory at once
@@ -90,7 +90,10 @@ def bulk_import(engine: Engine, concepts: Iterable[dict] = (), links: Iterable[d
                 done += state.run(fn, first, it, batch_size, chunk_size)
                 if progress is not None:
                     progress(kind, done)
-    return dict(state.counts)
+    counts = dict(state.counts)
+    del state, fn               # its name -> id map of everything created, freed now ...
+    trim_heap()                 # ... and the pages the load's buffers held given back
+    return counts
 
 
 def _bad_item(kind: str, index: int, item: Any) -> KipError:

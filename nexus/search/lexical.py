@@ -140,6 +140,16 @@ def _norm_name(name: str) -> str:
     return nn
 
 
+def drop_caches() -> None:
+    """Empty the caches of field terms, names and endpoint weights. Each holds up to
+    CACHE_LIMIT entries of its texts (~1 KB an entry with its terms): a bulk load of 100k
+    concepts fills them with texts that will not recur soon, and the process kept ~100 MB
+    of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
+    _FIELD_CACHE.clear()
+    _NAME_CACHE.clear()
+    _FIELD_WEIGHTS.clear()
+
+
 def doc_names(doc: Doc) -> list[str]:
     out: list[str] = []
     for name in doc.names:

@@ -272,6 +272,7 @@ class SearchService:
             yield
             complete_vectors(self.vector_indexes())
         finally:
+            lexical.drop_caches()       # the load's texts (they would stay: ~100 MB at 100k)
             for index in self.vector_indexes():
                 index.resume()
 
@@ -447,13 +448,27 @@ def complete_vectors(indexes: list[VectorIndex]) -> None:
     of a bulk load, its indexer paused): embedded in large batches and inserted with one
     multithreaded usearch `add` per batch (`VectorIndex.fill`). A failure here leaves the
     changes queued, as they were: the indexer applies them after the load, as it always
-    did, so the load itself (committed) does not fail for it."""
+    did, so the load itself (committed) does not fail for it.
+
+    Then each index that changed is saved, before the load returns: a load's vectors are in
+    an index held whole in memory (it outgrew the small in-memory delta beside the mapped
+    file, `layered`), and saving writes it and maps the file again, freeing that copy
+    (~100 MB at N=100k with the semantic index; the indexer would do the same once the
+    vectors stayed unchanged for `vectors.REMAP_SECONDS`, so the process held it meanwhile)
+    — and a crash after the load no longer means embedding everything again on open."""
     for index in indexes:
         try:
-            index.fill()
+            changed = index.fill()
         except Exception:  # noqa: BLE001 - the durable queue still holds every change
             log.exception("search: building a bulk load's vectors failed; the background "
                           "indexer will apply them")
+            continue
+        if changed:
+            try:
+                index.save()
+            except KipError as exc:     # (the files stay as they were; retried later)
+                log.warning("search: saving a bulk load's vectors failed (%s); the indexer "
+                            "saves them later", exc.message)
 
 
 def rebuild_lexical(txn: Any, progress: Progress | None, chunk: int) -> list[int]:

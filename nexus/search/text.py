@@ -106,6 +106,10 @@ def grams(text: str) -> frozenset[str]:
     return _grams_of_words(tokens(text))
 
 
+# Names rescored by SEARCH (each query's candidates) -> their grams. ~2.4 KB an entry (a
+# frozenset of ~30 short strings): bounded to GRAM_CACHE entries (~50 MB), emptied when
+# full — at 200,000 a long-running server could hold ~470 MB of it.
+GRAM_CACHE = 20_000
 _GRAM_CACHE: dict[str, frozenset[str]] = {}
 
 
@@ -113,7 +117,7 @@ def norm_grams(norm: str) -> frozenset[str]:
     """grams() of a name already normalised by norm_name() (cached: names recur)."""
     hit = _GRAM_CACHE.get(norm)
     if hit is None:
-        if len(_GRAM_CACHE) > 200_000:
+        if len(_GRAM_CACHE) >= GRAM_CACHE:
             _GRAM_CACHE.clear()
         hit = _GRAM_CACHE[norm] = _grams_of_words(norm.split(" ") if norm else [])
     return hit

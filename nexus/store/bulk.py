@@ -14,10 +14,12 @@ empty, else a list aligned with `keys`.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 from itertools import repeat
 from operator import itemgetter, lt
-from typing import Iterable, Sequence, TypeAlias, TypedDict, TypeVar, cast
+from typing import Any, Callable, Iterable, Sequence, TypeAlias, TypedDict, TypeVar, cast
 
 import numpy as np
 
@@ -82,6 +84,29 @@ class gc_paused:
     def __exit__(self, *exc: object) -> None:
         if self._was:
             gc.enable()
+
+
+def _libc_trim() -> Callable[[int], Any] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], Any] = libc.malloc_trim
+        return trim
+    except (OSError, AttributeError):       # not glibc
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def trim_heap() -> None:
+    """Give the heap pages a bulk load freed back to the system (glibc's `malloc_trim`; a
+    no-op elsewhere). Its batches' buffers — index keys and values, encoded maps, embedding
+    batches, in the main arena and the arenas of the threads that embedded and inserted
+    vectors — are freed when it returns, but glibc keeps freed pages mapped for reuse, so
+    the process's resident size would stay at the load's high-water mark (measured at
+    N=100k in bench/RESULTS.md, "Memory of a serving process")."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def _ascending(ns: Sequence[int]) -> bool:

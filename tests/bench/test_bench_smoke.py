@@ -185,6 +185,20 @@ def test_summary_units_ratios_and_targets():
     assert report.met(w1) == "**no**"
     assert report.met(rows["W2"]) == "yes / yes"             # 0.8 ms, 0.4× Ladybug
     assert report.met(rows["RSS"]) == "yes"
+    assert "RSSF" not in rows                                # no probe in this run
+    run["w1_bulk"].update(rss_engine_anon_mb=180, rss_engine_file_mb=70)
+    run["probe"] = {"rss_serving_mb": 160, "rss_open_mb": 60,
+                    **{f"{phase}_{part}_mb": v for phase, parts in (
+                        ("open", (60, 35, 25)), ("queries", (90, 50, 40)),
+                        ("searches", (160, 110, 50)))
+                       for part, v in zip(("rss", "anon", "file"), parts)}}
+    rows = {r["key"]: r for r in report.rows(run)}
+    assert "(anon 180 + file 70)" in rows["RSS"]["note"]
+    fresh = rows["RSSF"]                     # the "fresh serving process ≤ 150 MB"
+    assert fresh["nexus"] == 160 and report.met(fresh) == "**no**"
+    assert "(anon 110 + file 50)" in fresh["note"]
+    assert "before any query 60 (anon 35 + file 25)" in fresh["note"]
+    assert "after Q1–Q6 90 (anon 50 + file 40)" in fresh["note"]
     text = "\n".join(report.summary_table(run))
     assert "| items/s ↑ |" in text and "| µs ↓ |" in text and "met? (abs / Ladybug)" in text
 

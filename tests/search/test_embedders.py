@@ -97,3 +97,45 @@ def test_real_sentence_model_when_installed():
     assert e.contextual and e.dim == 384
     assert a @ b > a @ c
     assert embed.SentenceEmbedder is type(e)
+
+
+@pytest.mark.skipif(not embed.semantic_installed(), reason="the semantic extra is not installed")
+def test_the_wordllama_token_table_is_its_weights_file_mapped_with_the_same_vectors(tmp_path):
+    """The semantic model's token table is the float16 weights file, memory-mapped read-only
+    (not a float32 copy in the process's memory), and the vectors of documents and queries
+    are those of the float32 table, bit for bit; a weights file that does not hold exactly
+    the model's table is not used."""
+    e = embed.WordLlamaEmbedder()
+    model = e._model
+    table = model.embedding
+    assert table.dtype == np.float16 and not table.flags.writeable
+    texts = ["Ibuprofen: relieves aches and calms a fever", "a hammer", "down in the mouth",
+             "Zyx-42 qq", "runs quickly over the hills"]
+    mapped_docs = e.embed(texts)
+    mapped_queries = [e.embed_query(t) for t in texts]
+    model.embedding = np.ascontiguousarray(table.astype(np.float32))
+    try:
+        assert np.array_equal(e.embed(texts), mapped_docs)
+        assert all(np.array_equal(e.embed_query(t), q) for t, q in zip(texts, mapped_queries))
+        other = tmp_path / "other.safetensors"
+        header = b'{"embedding.weight": {"dtype": "F16", "shape": [2, 2], "data_offsets": [0, 8]}}'
+        other.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+        assert embed._mapped_table(tmp_path, model.embedding) is None
+    finally:
+        model.embedding = table
+
+
+def test_the_per_process_caches_of_search_are_bounded(monkeypatch):
+    """The caches that grow with the texts a process sees (n-gram features of embedded
+    texts, grams of rescored names) are emptied when full, and give the same answers."""
+    from nexus.search import text
+    monkeypatch.setattr(embed, "FEATURE_CACHE", 50)
+    monkeypatch.setattr(text, "GRAM_CACHE", 20)
+    e = HashedNgramEmbedder()
+    words = [f"zq{i}x{i * 7}" for i in range(200)]
+    first = e.embed(words)
+    assert len(e._cache) <= 50
+    assert np.array_equal(e.embed(words), first)
+    grams = [text.norm_grams(w) for w in words]
+    assert len(text._GRAM_CACHE) <= 20
+    assert [text.norm_grams(w) for w in words] == grams == [text.grams(w) for w in words]

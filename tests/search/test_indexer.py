@@ -52,6 +52,29 @@ def test_a_bulk_import_returns_with_its_vectors_built(nexus, kip):
     assert report["ok"] and report["vector_lag"] == 0, report
 
 
+def test_a_bulk_import_returns_with_its_vectors_saved_and_mapped(disk_nexus, kip):
+    """A bulk load outgrows the small in-memory delta beside the mapped file: before it
+    returns, its vectors are written to the files and mapped again (not held whole in the
+    process's memory until the indexer gets to it), and a crash right after the load has
+    nothing to embed again on open."""
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    for index in nx.search.vector_indexes():
+        index.stop()                                 # no indexer: only the load saves
+    bulk_import(nx, [{"type": "Drug", "name": f"Oxaprozine {i}",
+                      "attributes": {"description": f"loaded compound {i}"}}
+                     for i in range(600)], batch_size=250, chunk_size=100)
+    with nx.store.read() as txn:
+        seq = read_seq(txn)
+    for index in nx.search.vector_indexes():
+        assert index.saved_seq == seq and not index.unsaved
+        assert all(ix.is_mapped and not len(ix.delta) for ix in index.indexes)
+    from nexus.search import lexical               # the load's texts are not kept either
+    assert not lexical._FIELD_CACHE and not lexical._NAME_CACHE
+    nx.search.wait_backlog = 0
+    assert names(kip(nx, 'SEARCH CONCEPT "oxaprozin 417" LIMIT 1')) == ["Oxaprozine 417"]
+
+
 def test_search_reads_its_own_writes_through_the_indexer(nexus, kip):
     kip(nexus, SCHEMA)
     for i in range(5):
@@ -90,7 +113,9 @@ def test_catch_up_after_the_process_stops_without_close(disk_nexus, kip):
     kip(nx, SCHEMA)
     nx.search.save()
     nx.search.vectors.stop()                         # queued, never applied nor saved
-    bulk_import(nx, [{"type": "Drug", "name": f"Oxaprozine {i}"} for i in range(300)])
+    kip(nx, "UPSERT { " + " ".join(                  # (a bulk load saves its own vectors)
+        f'CONCEPT ?c{i} {{ {{type: "Drug", name: "Oxaprozine {i}"}} }}' for i in range(300))
+        + " }")
     nx.store.close()                                 # "crash": no search.close()
     nx._closed = True
     nx = disk_nexus()
