@@ -31,13 +31,13 @@ is the delta of the writes since.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import mmap
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
 from usearch.index import Index
+
+from ..store.bulk import trim_heap
 
 DELTA_MAX = 8192        # delta + hidden keys of a mapped index before it materialises
 
@@ -87,7 +87,7 @@ class LayeredIndex:
         self.base, self._map, self.path = base, view, path
         self.delta = self._fresh()
         self.hidden = set()
-        _trim()                 # the in-memory copy just freed: give its pages back
+        trim_heap()             # the in-memory copy just freed: give its pages back
 
     def materialise(self) -> None:
         """Switch to the full layout: the saved file loaded, the changes applied to it."""
@@ -264,19 +264,3 @@ def _rows(got: Any, n: int) -> np.ndarray:
     return np.asarray(got, dtype=np.float32).reshape(n, -1)
 
 
-def _libc_trim() -> Callable[[int], Any] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], Any] = libc.malloc_trim
-        return trim
-    except (OSError, AttributeError):       # not glibc
-        return None
-
-
-_TRIM = _libc_trim()
-
-
-def _trim() -> None:
-    """Return freed heap pages to the system (glibc keeps them otherwise)."""
-    if _TRIM is not None:
-        _TRIM(0)

@@ -22,8 +22,6 @@ in-process writer lock.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -39,6 +37,7 @@ from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, lmdb_file, owner
 from nexus.store import wal as walog
 from nexus.store.base import StoreBase
+from nexus.store.bulk import trim_heap
 from nexus.store.integrity import EXAMPLES
 from nexus.store.kv import (KvRead, KvWrite, LmdbKv, LmdbTable, Overlay, PendingKv, WalKv,
                             pending_overlay)
@@ -73,19 +72,6 @@ WAL_IDLE_SECONDS = 1.0
 STAT_COMMITS = 16
 STAT_LOG_BYTES = 64 << 10
 WAL_POLL_SECONDS = 0.1
-
-
-def _malloc_trim() -> Callable[[int], Any] | None:
-    """glibc's malloc_trim (returns freed heap memory to the system), or None elsewhere."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], Any] = libc.malloc_trim
-        return trim
-    except (OSError, AttributeError):
-        return None
-
-
-_TRIM = _malloc_trim()
 
 
 # Free space under which a failed write is taken for a full disk: LMDB reports a short
@@ -584,8 +570,7 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 self._owner = None
                 raise
             self._release_due = False
-        if _TRIM is not None:
-            _TRIM(0)
+        trim_heap()
         return True
 
     def _release_later(self) -> None:
