@@ -103,8 +103,9 @@ def trim_heap() -> None:
     after a bulk load, a checkpoint, or an in-memory index copy dropped. A load's batches'
     buffers — index keys and values, encoded maps, embedding batches, in the main arena and
     the arenas of the threads that embedded and inserted vectors — are freed when it
-    returns, but glibc keeps freed pages mapped for reuse, so the process's resident size would stay at the load's high-water mark (measured at
-    N=100k in bench/RESULTS.md, "Memory of a serving process")."""
+    returns, but glibc keeps freed pages mapped for reuse, so the process's resident size
+    would stay at the load's high-water mark (measured at N=100k in bench/RESULTS.md,
+    "Memory of a serving process")."""
     if _TRIM is not None:
         _TRIM(0)
 
