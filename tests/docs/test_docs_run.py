@@ -216,7 +216,9 @@ def _run_localized(command: str, line: str, tmp_path: Path, cwd: Path, env: dict
 def test_quick_start(tmp_path):
     lines = [re.sub(r"\s+#.*$", "", ln).strip()
              for ln in blocks(ROOT / "README.md", "sh")[0][1].splitlines()]
-    assert lines == ["pip install . && kip serve", "pip install -e '.[test]' && pytest"]
+    venv = "python3 -m venv .venv && . .venv/bin/activate && "
+    assert lines == [venv + "pip install . && kip serve",
+                     venv + "pip install -e '.[test]' && pytest"]
     assert "pip install -e '.[test]' && pytest" in (ROOT / ".ci" / "run").read_text()
     # pip install . — the same build, into a private folder
     target = tmp_path / "site"
