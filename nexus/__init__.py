@@ -31,7 +31,8 @@ def __getattr__(name: str) -> Any:
             if exc.name and exc.name.split(".")[0] != "nexus":
                 raise ModuleNotFoundError(
                     f"nexus needs the package {exc.name!r}, which is not installed: install "
-                    f"nexus with its dependencies first (the README's first command, in a virtualenv)",
+                    f"nexus with its dependencies first (the README's first command: "
+                    f"`pip install .` in a virtualenv)",
                     name=exc.name) from exc
             raise
         return Nexus
