@@ -47,7 +47,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from itertools import islice
 from operator import itemgetter, methodcaller
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, KeysView
 
 from ..engine import Engine
 from ..errors import ErrorCode, KipError
@@ -209,7 +209,9 @@ class _Import:
     def concept_batch(self, ctx: WriteContext, chunk: list, base: int = 0) -> None:
         txn, schema, now = ctx.txn, Schema(ctx.txn), ctx.now
         try:
-            type_names = set(map(_TYPE, chunk))
+            # first-appearance order, not a set's: types are interned in this order, and
+            # symbol ids must not depend on the process's hash seed (PYTHONHASHSEED)
+            type_names = dict.fromkeys(map(_TYPE, chunk)).keys()
         except (TypeError, KeyError):
             i = next(i for i, x in enumerate(chunk) if type(x) is not dict or "type" not in x)
             raise _bad_item("concept", base + i, chunk[i]) from None
@@ -270,7 +272,7 @@ class _Import:
     def link_batch(self, ctx: WriteContext, chunk: list, base: int = 0) -> None:
         txn, schema, now = ctx.txn, Schema(ctx.txn), ctx.now
         try:
-            pnames = set(map(_PREDICATE, chunk))
+            pnames = dict.fromkeys(map(_PREDICATE, chunk)).keys()     # as type_names
         except (TypeError, KeyError):
             i = next(i for i, x in enumerate(chunk)
                      if type(x) is not dict or "predicate" not in x)
@@ -342,7 +344,8 @@ class _Import:
     # column-wise C-level loops (map/zip over the chunk) instead of one bytecode loop per
     # item. Anything else — a repeat, an existing element, a missing link end, a malformed or
     # reserved map — returns False and the item-by-item path above handles the whole chunk.
-    def _concepts_fast(self, ctx: WriteContext, chunk: list, type_names: set, tids: dict,
+    def _concepts_fast(self, ctx: WriteContext, chunk: list, type_names: KeysView[str],
+                       tids: dict,
                        engine: dict) -> bool:
         try:
             types = list(map(_TYPE, chunk))
