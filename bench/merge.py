@@ -27,6 +27,9 @@ last before the commit, to its `after_commit`, after the other hooks' — which 
 work to queues). Its CPU column is the commit's own thread CPU. The figure printed is the
 median of `--rounds` rounds (15 by default: on this machine the median of 5 moved 2x
 between runs of the same tree); the CPU median is printed beside it, with min and max.
+A checkpoint of the store's write-ahead log (its background thread syncs the data file
+after ~1 s without a commit or past a growth) that overlaps a timed MERGE is counted;
+`--quiesce` checkpoints before each timed MERGE, so that none of the UPSERT's competes.
 `--phases` also prints where each MERGE's thread CPU goes: per phase, the median of the
 rounds of the CPU spent in wrappers put around the engine's functions for that phase (the
 same function names on the trees compared, so one script measures both; the wrappers add
@@ -141,9 +144,28 @@ def time_phases() -> dict[str, list[float]]:
     return spent
 
 
-def run(path: str, n: int, links: int, rounds: int, phases: bool = False) -> dict:
+def watch_checkpoints() -> list[tuple[float, float]]:
+    """(start, end) perf_counter of each checkpoint of the LMDB store's write-ahead log
+    (its background thread's, or a commit's inline one) from now on."""
+    from nexus.store import lmdb_store
+    spans: list[tuple[float, float]] = []
+    inner = lmdb_store.LmdbGraphStore._checkpoint
+
+    def timed(self: object) -> None:
+        t = time.perf_counter()
+        try:
+            inner(self)         # type: ignore[arg-type]
+        finally:
+            spans.append((t, time.perf_counter()))
+    lmdb_store.LmdbGraphStore._checkpoint = timed     # type: ignore[method-assign]
+    return spans
+
+
+def run(path: str, n: int, links: int, rounds: int, phases: bool = False,
+        quiesce: bool = False) -> dict:
     rng = random.Random(7)
     spent = time_phases() if phases else {}
+    spans = watch_checkpoints()
     with Nexus.open(path) as nx:
         clock = CommitClock()
         nx.add_commit_hook(clock)
@@ -153,18 +175,22 @@ def run(path: str, n: int, links: int, rounds: int, phases: bool = False) -> dic
                          "object": {"type": "Item", "name": f"item{i + 1}"}}
                         for i in range(n - 1)))
         out: dict = {"times": [], "cpu": [], "commit": [], "commit_cpu": [], "drain": [],
-                     "result": {}, "phases": {p: [] for p in spent}}
+                     "result": {}, "phases": {p: [] for p in spent}, "overlaps": 0}
         for k in range(rounds):
             kip(nx, twins(rng, n, links, k))
             waited = time.perf_counter()
             if nx.search is not None:       # no backlog competes with the statement timed
                 assert nx.search.drain(None)
+            if quiesce and hasattr(nx.store, "checkpoint"):
+                nx.store.checkpoint()   # no checkpoint of the UPSERT's writes competes
             out["drain"].append(time.perf_counter() - waited)
             for cell in spent.values():
                 cell[0] = 0.0
             started, on_cpu = time.perf_counter(), time.thread_time()
             result = kip(nx, MERGE, d=f"dup{k}", c=f"canon{k}")
-            out["times"].append(time.perf_counter() - started)
+            ended = time.perf_counter()
+            out["times"].append(ended - started)
+            out["overlaps"] += any(a < ended and b > started for a, b in spans)
             out["cpu"].append(time.thread_time() - on_cpu)
             out["commit"].append(clock.seconds)
             out["commit_cpu"].append(clock.cpu)
@@ -186,11 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--phases", action="store_true",
                     help="also print the median thread CPU of each phase (PHASES)")
+    ap.add_argument("--quiesce", action="store_true",
+                    help="checkpoint the store's write-ahead log before each timed MERGE")
     ap.add_argument("--record", metavar="RESULTS_MD")
     args = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="nexus-merge-")
     try:
-        out = run(os.path.join(work, "db"), args.n, args.links, args.rounds, args.phases)
+        out = run(os.path.join(work, "db"), args.n, args.links, args.rounds, args.phases,
+                  args.quiesce)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     ms = sorted(t * 1000 for t in out["times"])
@@ -217,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu = sorted(t * 1000 for t in out["cpu"])
     print(f"wall median {statistics.median(ms):.1f} ms, CPU median {med('cpu'):.1f} ms "
           f"(min {cpu[0]:.1f}, max {cpu[-1]:.1f}), commit median {med('commit'):.1f} ms wall "
-          f"/ {med('commit_cpu'):.1f} ms CPU, {len(ms)} rounds")
+          f"/ {med('commit_cpu'):.1f} ms CPU, {len(ms)} rounds; a checkpoint of the "
+          f"store's log overlapped the timed MERGE in {out['overlaps']} of them")
     if out["phases"]:
         print("phase CPU ms per MERGE (median of the rounds):")
         for phase, values in out["phases"].items():
