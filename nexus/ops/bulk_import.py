@@ -92,6 +92,9 @@ def bulk_import(engine: Engine, concepts: Iterable[dict] = (), links: Iterable[d
                     progress(kind, done)
     counts = dict(state.counts)
     del state, fn               # its name -> id map of everything created, freed now ...
+    drop_caches = getattr(engine.store, "drop_caches", None)
+    if drop_caches is not None:     # ... the heads its commits cached (stores that cache)
+        drop_caches()
     trim_heap()                 # ... and the pages the load's buffers held given back
     return counts
 
