@@ -119,10 +119,10 @@ class LayeredIndex:
     def release_pages(self) -> None:
         """Drop the mapped file's pages from this process's page tables (they stay in the
         page cache; what a read touches next is mapped again on demand)."""
-        view = self._map
-        if view is not None:
+        mapping = self._map.obj if self._map is not None else None
+        if isinstance(mapping, mmap.mmap):
             with contextlib.suppress(OSError, AttributeError, ValueError):
-                view.obj.madvise(mmap.MADV_DONTNEED)     # type: ignore[union-attr]
+                mapping.madvise(mmap.MADV_DONTNEED)
 
     def _unmap(self) -> None:
         # usearch keeps no reference to the buffer it views: the view goes first, then the
