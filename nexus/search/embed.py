@@ -73,6 +73,13 @@ class HashedNgramEmbedder:
         self._cache: dict[str, tuple[int, float]] = {}
         self._words: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
+    def drop_caches(self) -> None:
+        """Empty the caches of grams and words (`SearchService.bulk_loading` calls this
+        when a bulk load ends: its words, ~0.4 KB each with their two arrays, would stay
+        until the bound emptied them)."""
+        self._cache.clear()
+        self._words.clear()
+
     def _feature(self, gram: str) -> tuple[int, float]:
         hit = self._cache.get(gram)
         if hit is None:

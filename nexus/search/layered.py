@@ -40,6 +40,15 @@ from usearch.index import Index
 from ..store.bulk import trim_heap
 
 DELTA_MAX = 8192        # delta + hidden keys of a mapped index before it materialises
+# Whether each search of the mapped file ends by dropping its pages from this process's
+# page tables (`release_pages`). An HNSW search touches nodes all over the file and the
+# kernel's fault-around maps 64 KB per fault, so ten searches leave almost the whole file
+# resident in the process (~100 MB of VmRSS at N=100k: clean page cache, shared and
+# reclaimable, but counted). Releasing after every search keeps it out of VmRSS, but the
+# next search maps what it touches again by minor faults: +3.3 ms CPU per hybrid SEARCH
+# at N=100k (5.9 -> 9.2 ms), so it is off (bench/RESULTS.md, "File pages and the loader's
+# heap").
+RELEASE_AFTER_SEARCH = False
 
 
 class Found(NamedTuple):
@@ -106,6 +115,14 @@ class LayeredIndex:
         self._unmap()
         self.delta = full
         self.hidden = set()
+
+    def release_pages(self) -> None:
+        """Drop the mapped file's pages from this process's page tables (they stay in the
+        page cache; what a read touches next is mapped again on demand)."""
+        mapping = self._map.obj if self._map is not None else None
+        if isinstance(mapping, mmap.mmap):
+            with contextlib.suppress(OSError, AttributeError, ValueError):
+                mapping.madvise(mmap.MADV_DONTNEED)
 
     def _unmap(self) -> None:
         # usearch keeps no reference to the buffer it views: the view goes first, then the
@@ -222,6 +239,8 @@ class LayeredIndex:
                 k = min(total, count + len(self.hidden), 2 * k)
             parts_k.append(keys)
             parts_d.append(dists)
+            if RELEASE_AFTER_SEARCH:
+                self.release_pages()
         if not parts_k:
             return Found(np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float32))
         keys = np.concatenate(parts_k)

@@ -274,6 +274,9 @@ class SearchService:
         finally:
             lexical.drop_caches()       # the load's texts (they would stay: ~100 MB at 100k)
             for index in self.vector_indexes():
+                drop = getattr(index.embedder, "drop_caches", None)
+                if drop is not None:    # ... and the words the embedder cached
+                    drop()
                 index.resume()
 
     @kip_only
