@@ -510,6 +510,7 @@ class PgWriteTxn(PgPipelined):
             used_after_end()
         self._aux_pending.setdefault(table, {})[key] = value
         self.aux_writes += 1
+        self.aux_table_writes[table] = self.aux_table_writes.get(table, 0) + 1
         self.remember_aux(table, key, value)
         self.note_aux_write(table, key, value)
         self._aux_count += 1
@@ -574,6 +575,7 @@ class PgWriteTxn(PgPipelined):
         self._aux_pending.setdefault(table, {}).update(items)
         self._aux_count += len(items)
         self.aux_writes += 1
+        self.aux_table_writes[table] = self.aux_table_writes.get(table, 0) + 1
         values = self.aux_values
         if len(values) + len(items) < LOCAL_AUX:
             values.update(((table, k), v) for k, v in items.items())
@@ -589,7 +591,7 @@ class PgWriteTxn(PgPipelined):
             # Only the keys that may fall under a prefix whose last pair is cached (the
             # first byte of one): a load's name and forward keys never do, and a check of
             # every cached prefix length for each of them was a tenth of its flush.
-            firsts = {p[:1] for t, p in self.aux_last if t == table}
+            firsts = {p[:1] for t, p in (*self.aux_last, *self.aux_first) if t == table}
             note = self.note_aux_write
             if b"" in firsts:
                 for k, v in items.items():
