@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
+import psycopg
+
 from nexus.store import codec
 from nexus.store.pg_conn import call
 from nexus.store.pg_txn import LOCAL_AUX, PREFETCH_CHUNK, PgReadTxn, used_after_end
@@ -84,6 +86,11 @@ class PgPipelined(PgReadTxn):
         self._deferred = []
         return out
 
+    def reconnect(self) -> psycopg.Connection[Any] | None:
+        """A new connection to send the failed round trip again on, when the transaction
+        may (`PgWriteTxn`: its first round trip on a pooled connection); None here."""
+        return None
+
     def drop_writes(self) -> None:
         """Forget the held-back writes (the transaction rolls back)."""
         self._deferred = []
@@ -109,8 +116,7 @@ class PgPipelined(PgReadTxn):
         if not todo:
             return []
 
-        def run() -> list[Any]:
-            assert conn is not None
+        def send(conn: psycopg.Connection[Any]) -> list[Any]:
             if len(todo) == 1:
                 cursors = [conn.execute(*todo[0])]
             else:
@@ -118,6 +124,16 @@ class PgPipelined(PgReadTxn):
                     cursors = [conn.execute(sql, params) for sql, params in todo]
             return [cur.fetchall() if cur.description is not None else cur.rowcount
                     for cur in cursors]
+
+        def run() -> list[Any]:
+            assert conn is not None
+            try:
+                return send(conn)
+            except psycopg.OperationalError:
+                fresh = self.reconnect()        # (a pooled connection that died idle)
+                if fresh is None:
+                    raise
+                return send(fresh)
         results = call(run, self.host.where, self.writing)
         for (_, _, check), result in zip(deferred, results):
             if check is not None:
