@@ -711,16 +711,18 @@ def write_reads(touched: Iterable[int], removed: Iterable[int]
                 ) -> list[tuple[str, list[bytes], list[bytes], list[bytes]]]:
     """What `write(txn, touched, removed)` starts by reading of the aux tables, for a store
     that reads in batches to ask ahead with other reads (PostgreSQL: `prefetch_aux_many`,
-    one statement): the forward entries of the ids, their pending keys, and the first
-    pending document of each kind. As (table, keys, last_under, first_under); nothing for
-    a write of more than WRITE_READS_MAX ids (it reads its own, in chunks)."""
+    one statement): the forward entries of the ids, their pending keys, the document
+    counts (all a small write, which leaves its documents pending, reads of the postings
+    when it flushes), and the first pending document of each kind. As (table, keys,
+    last_under, first_under); nothing for a write of more than WRITE_READS_MAX ids (it
+    reads its own, in chunks)."""
     ids = sorted(set(touched).union(removed))
     if len(ids) > WRITE_READS_MAX:
         return []
     packed = [_U64.pack(n) for n in ids]
     return [("lexdoc", packed, [], []),
-            ("lex", [b"q" + kb + k for k in packed for kb in KIND_BYTES], [],
-             [b"q" + kb for kb in KIND_BYTES])]
+            ("lex", [b"q" + kb + k for k in packed for kb in KIND_BYTES]
+             + [b"N" + kb for kb in KIND_BYTES], [], [b"q" + kb for kb in KIND_BYTES])]
 
 
 def names(txn: Any, n: int) -> list[str]:
