@@ -143,10 +143,12 @@ class PgWriteTxn(PgPipelined):
         """After the first round trip failed for the connection (see `PgPipelined`): a
         new connection in place of a pooled one that died while idle — nothing had run on
         it, so the round trip may be sent again; None otherwise (the error stands)."""
-        if not self._retry or self._started:
-            return None
+        old = self.conn
+        if not self._retry or self._started or (
+                old is not None and not old.closed and not old.broken):
+            return None     # (a live connection's error: a lock or statement timeout)
         self._retry = False
-        old, self.conn = self.conn, None
+        self.conn = None
         if old is not None:
             self.host.discard(old)
         self.conn = self.host.connect()
