@@ -109,6 +109,7 @@ END_NAMES = 100_000     # link-end names remembered by one `write` (bounded in a
 # rewriting the last block and the df of each of ~20 terms (each on its own LMDB page);
 # readers add the pending documents' postings (`pending_postings`) to the lists and dfs.
 SMALL_WRITE = 16
+WRITE_READS_MAX = 256       # ids of a write whose reads `write_reads` names (see there)
 PENDING_MAX = 32
 
 
@@ -706,6 +707,24 @@ def prefetch(txn: Any, ids: list[int]) -> None:
         heads(ids, ends=False)
 
 
+def write_reads(touched: Iterable[int], removed: Iterable[int]
+                ) -> list[tuple[str, list[bytes], list[bytes], list[bytes]]]:
+    """What `write(txn, touched, removed)` starts by reading of the aux tables, for a store
+    that reads in batches to ask ahead with other reads (PostgreSQL: `prefetch_aux_many`,
+    one statement): the forward entries of the ids, their pending keys, the document
+    counts (all a small write, which leaves its documents pending, reads of the postings
+    when it flushes), and the first pending document of each kind. As (table, keys,
+    last_under, first_under); nothing for a write of more than WRITE_READS_MAX ids (it
+    reads its own, in chunks)."""
+    ids = sorted(set(touched).union(removed))
+    if len(ids) > WRITE_READS_MAX:
+        return []
+    packed = [_U64.pack(n) for n in ids]
+    return [("lexdoc", packed, [], []),
+            ("lex", [b"q" + kb + k for k in packed for kb in KIND_BYTES]
+             + [b"N" + kb for kb in KIND_BYTES], [], [b"q" + kb for kb in KIND_BYTES])]
+
+
 def names(txn: Any, n: int) -> list[str]:
     """The normalised name and aliases of `n` ([] if not indexed), without decoding the
     terms (they come last in the entry for this reason)."""
@@ -751,7 +770,7 @@ def stale(txn: Any, n: int) -> bool:
     return not isinstance(vcrc, int) or raw != _entry_bytes(doc, terms, names, vcrc)
 
 
-__all__ = ["write", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
+__all__ = ["write", "write_reads", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
            "prefetch_counts",
            "names_from", "entry",
            "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry"]

@@ -171,13 +171,18 @@ class PgSearchService(SearchService):
                 "semantic_fallback": None}
 
     # --- write hooks ---------------------------------------------------------------------
-    def aux_reads(self, ctx: Any) -> list[tuple[str, list[bytes], list[bytes]]]:
+    def aux_reads(self, ctx: Any) -> list[tuple[Any, ...]]:
         """What `before_commit` reads of the aux tables besides the postings, for the engine
         to ask at once with the other hooks' (`Engine.write_session`): the vector tables'
-        completeness marker, when the session touched anything."""
+        completeness marker, and what the lexical index's write reads first (the touched
+        ids' forward entries and pending keys, the first pending documents), when the
+        session touched anything."""
         if not (ctx.touched or ctx.removed):
             return []
-        return [("vecq", [pg_vectors.KEY_COMPLETE], [])]
+        reads: list[tuple[Any, ...]] = [("vecq", [pg_vectors.KEY_COMPLETE], [])]
+        if id(ctx) not in self._stages:         # (a staged write read them already)
+            reads += lexical.write_reads(_searchable(ctx), ctx.removed)
+        return reads
 
     @kip_only
     def before_commit(self, ctx: Any) -> None:

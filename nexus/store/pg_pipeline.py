@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
+import psycopg
+
 from nexus.store import codec
 from nexus.store.pg_conn import call
 from nexus.store.pg_txn import LOCAL_AUX, PREFETCH_CHUNK, PgReadTxn, used_after_end
@@ -34,7 +36,9 @@ DEFER_MAX = 256                 # element writes held back at most (then sent on
 
 Check = Callable[[Any], None]   # a held-back write's check of its result
 Statement = tuple[str, Sequence[Any]]
-AuxRead = tuple[str, Iterable[bytes], Iterable[bytes]]     # (table, keys, last_under)
+# (table, keys, last_under[, first_under]): keys, and prefixes whose last (first) pair is read
+AuxRead = (tuple[str, Iterable[bytes], Iterable[bytes]]
+           | tuple[str, Iterable[bytes], Iterable[bytes], Iterable[bytes]])
 _AFTER_ALL = b"\xff" * (codec.MAX_KEY + 1)     # above every key (a prefix without an end)
 # prefetch_aux_many: `AuxTable.prefetch`'s statement with the table a column of the probes.
 _PREFETCH_MANY = (
@@ -43,7 +47,10 @@ _PREFETCH_MANY = (
     "LIMIT 1) a ON TRUE UNION ALL "
     "SELECT 1, p.t, p.p, a.k, a.v FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
     "AS p(t, p, e) JOIN LATERAL (SELECT k, v FROM nexus_aux WHERE space = %s AND tbl = p.t "
-    "AND k >= p.p AND k < p.e ORDER BY k DESC LIMIT 1) a ON TRUE")
+    "AND k >= p.p AND k < p.e ORDER BY k DESC LIMIT 1) a ON TRUE UNION ALL "
+    "SELECT 2, f.t, f.p, a.k, a.v FROM unnest(%b::text[], %b::bytea[], %b::bytea[]) "
+    "AS f(t, p, e) JOIN LATERAL (SELECT k, v FROM nexus_aux WHERE space = %s AND tbl = f.t "
+    "AND k >= f.p AND k < f.e ORDER BY k LIMIT 1) a ON TRUE")
 
 
 class PgPipelined(PgReadTxn):
@@ -52,6 +59,7 @@ class PgPipelined(PgReadTxn):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deferred: list[tuple[str, Sequence[Any], Check | None]] = []
+        self._prefetch_held = False     # a `prefetch_aux_many` among the held-back statements
 
     def defer(self, sql: str, params: Sequence[Any], check: Check | None = None) -> None:
         """Hold the statement back until the next one (see the module doc); `check` gets
@@ -78,15 +86,29 @@ class PgPipelined(PgReadTxn):
         self._deferred = []
         return out
 
+    def reconnect(self) -> psycopg.Connection[Any] | None:
+        """A new connection to send the failed round trip again on, when the transaction
+        may (`PgWriteTxn`: its first round trip on a pooled connection); None here."""
+        return None
+
     def drop_writes(self) -> None:
         """Forget the held-back writes (the transaction rolls back)."""
         self._deferred = []
+        self._prefetch_held = False
+
+    def settle_prefetch(self) -> None:
+        """Before an aux read that its caches do not answer: send a held-back
+        `prefetch_aux_many` (with the writes before it) so that they may — the read would
+        have carried it in the same round trip."""
+        if self._prefetch_held:
+            self.flush_writes()
 
     def pipeline(self, statements: Sequence[Statement]) -> list[Any]:
         """The held-back writes, then `statements`, in one round trip; the results of
         `statements` (rows, or the row count of a statement without rows), after the
         held-back writes' checks passed."""
         deferred, self._deferred = self._deferred, []
+        self._prefetch_held = False
         conn = self.conn
         if conn is None:
             used_after_end()
@@ -94,8 +116,7 @@ class PgPipelined(PgReadTxn):
         if not todo:
             return []
 
-        def run() -> list[Any]:
-            assert conn is not None
+        def send(conn: psycopg.Connection[Any]) -> list[Any]:
             if len(todo) == 1:
                 cursors = [conn.execute(*todo[0])]
             else:
@@ -103,6 +124,16 @@ class PgPipelined(PgReadTxn):
                     cursors = [conn.execute(sql, params) for sql, params in todo]
             return [cur.fetchall() if cur.description is not None else cur.rowcount
                     for cur in cursors]
+
+        def run() -> list[Any]:
+            assert conn is not None
+            try:
+                return send(conn)
+            except psycopg.OperationalError:
+                fresh = self.reconnect()        # (a pooled connection that died idle)
+                if fresh is None:
+                    raise
+                return send(fresh)
         results = call(run, self.host.where, self.writing)
         for (_, _, check), result in zip(deferred, results):
             if check is not None:
@@ -125,10 +156,14 @@ class PgPipelined(PgReadTxn):
         """`AuxTable.prefetch` of several tables at once: a statement per PREFETCH_CHUNK
         keys (and prefixes) whatever their tables, held back until the next statement (see
         the module doc); the values and last pairs go where `PgAux.get` and a reverse
-        `PgAux.scan` find them, as `prefetch_aux` puts them."""
+        `PgAux.scan` find them, as `prefetch_aux` puts them; the first pairs under the
+        optional `first_under` prefixes where a forward `PgAux.scan` finds them."""
         keys: list[tuple[str, bytes]] = []
         prefixes: list[tuple[str, bytes]] = []
-        for table, tkeys, last_under in reads:
+        firsts: list[tuple[str, bytes]] = []
+        for read in reads:
+            table, tkeys, last_under = read[0], read[1], read[2]
+            first_under: Iterable[bytes] = read[3] if len(read) > 3 else ()
             self.aux(table)                         # (the table name is checked)
             pending = self.aux_pending(table)
             keys += [(table, k) for k in dict.fromkeys(tkeys)
@@ -136,45 +171,54 @@ class PgPipelined(PgReadTxn):
                      and (table, k) not in self.aux_values]
             heads = [(table, p) for p in dict.fromkeys(last_under)
                      if len(p) <= codec.MAX_KEY and (table, p) not in self.aux_last]
-            if heads and pending:
-                self.flush_aux(table)       # (the database's last pair must include them)
+            low = [(table, p) for p in dict.fromkeys(first_under)
+                   if len(p) <= codec.MAX_KEY and (table, p) not in self.aux_first]
+            if (heads or low) and pending:
+                self.flush_aux(table)       # (the database's pairs must include them)
             prefixes += heads
-        if not keys and not prefixes:
+            firsts += low
+        if not keys and not prefixes and not firsts:
             return
-        if len(self.aux_last) + len(prefixes) > LOCAL_AUX:     # bounded (the rest: scans)
-            self.aux_last.clear()
-            self.aux_last_lens.clear()
-            prefixes = prefixes[:LOCAL_AUX]
+        if len(self.aux_last) + len(self.aux_first) + len(prefixes) + len(firsts) > LOCAL_AUX:
+            self.clear_aux_heads()                  # bounded (the rest: scans)
+            prefixes = prefixes[:LOCAL_AUX // 2]
+            firsts = firsts[:LOCAL_AUX // 2]
         step = PREFETCH_CHUNK
-        for i in range(0, max(len(keys), len(prefixes)), step):
-            part, heads = keys[i:i + step], prefixes[i:i + step]
+        for i in range(0, max(len(keys), len(prefixes), len(firsts)), step):
+            part, heads, low = keys[i:i + step], prefixes[i:i + step], firsts[i:i + step]
             params = ([t for t, _ in part], [k for _, k in part], self.space,
                       [t for t, _ in heads], [p for _, p in heads],
-                      [codec.prefix_end(p) or _AFTER_ALL for _, p in heads], self.space)
+                      [codec.prefix_end(p) or _AFTER_ALL for _, p in heads], self.space,
+                      [t for t, _ in low], [p for _, p in low],
+                      [codec.prefix_end(p) or _AFTER_ALL for _, p in low], self.space)
             # Held back like a write: it goes with the next statement (a hint read ahead).
-            self.defer(_PREFETCH_MANY, params, self._prefetched(part, heads))
+            self.defer(_PREFETCH_MANY, params, self._prefetched(part, heads, low))
+            self._prefetch_held = True
 
-    def _prefetched(self, part: list[tuple[str, bytes]], heads: list[tuple[str, bytes]]
-                    ) -> Check:
-        """What keeps a held-back prefetch's rows — unless the transaction changed an aux
-        table since it was asked for (the rows may then be older than its own writes)."""
-        writes = self.aux_writes
+    def _prefetched(self, part: list[tuple[str, bytes]], heads: list[tuple[str, bytes]],
+                    low: list[tuple[str, bytes]]) -> Check:
+        """What keeps a held-back prefetch's rows — of the tables the transaction has not
+        changed since it was asked for (the rows of those may be older than its own
+        writes)."""
+        writes = dict(self.aux_table_writes)
 
         def keep(rows: list[tuple[Any, ...]]) -> None:
-            if self.aux_writes != writes:
-                return
+            now = self.aux_table_writes
+            stale = {t for t in now if now[t] != writes.get(t)}
             found: dict[tuple[str, bytes], bytes] = {}
-            last: dict[tuple[str, bytes], tuple[bytes, bytes]] = {}
+            pairs: tuple[dict[tuple[str, bytes], tuple[bytes, bytes]], ...] = ({}, {})
             for kind, t, k, k2, v in rows:
                 if kind == 0:
                     found[(t, bytes(k))] = bytes(v)
                 else:
-                    last[(t, bytes(k))] = (bytes(k2), bytes(v))
+                    pairs[kind - 1][(t, bytes(k))] = (bytes(k2), bytes(v))
             for slot in part:
-                if slot not in self.aux_values:
+                if slot[0] not in stale and slot not in self.aux_values:
                     self.remember_aux(slot[0], slot[1], found.get(slot))
-            for slot in heads:
-                if slot not in self.aux_last:
-                    self.aux_last[slot] = last.get(slot)
-                    self.aux_last_lens.setdefault(slot[0], set()).add(len(slot[1]))
+            for cache, asked, got in ((self.aux_last, heads, pairs[0]),
+                                      (self.aux_first, low, pairs[1])):
+                for slot in asked:
+                    if slot[0] not in stale and slot not in cache:
+                        cache[slot] = got.get(slot)
+                        self.aux_last_lens.setdefault(slot[0], set()).add(len(slot[1]))
         return keep

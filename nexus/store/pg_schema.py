@@ -57,6 +57,12 @@ LOCK_SPACE = ("UPDATE nexus_meta SET serial = serial + 1 WHERE space = %s "
 # `auto` (a pattern's join order may). Transaction-local: the pooled connection goes back
 # to a reader unchanged.
 GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+# A write transaction's first statement after BEGIN: LOCK_SPACE with GENERIC_PLANS folded in
+# (`set_config(..., true)` is SET LOCAL; it takes effect for the statements after it).
+LOCK_SPACE_GENERIC = ("UPDATE nexus_meta SET serial = serial + 1 WHERE space = %s "
+                      "RETURNING serial, max_id, max_sym, "
+                      "set_config('plan_cache_mode', 'force_generic_plan', true)")
+BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 DUMP = {
     "meta": "SELECT max_id, max_sym, format FROM nexus_meta WHERE space = %s",

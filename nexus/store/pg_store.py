@@ -158,30 +158,23 @@ class PgGraphStore:
         return PgReadTxn(self, conn)
 
     def write(self) -> PgWriteTxn:
+        """A write transaction whose BEGIN and lock go with its first statement (held back:
+        `PgWriteTxn.start`): no round trip of their own. A pooled connection that died while
+        idle is replaced when that first round trip fails (nothing had run on it)."""
         if self._writer == threading.get_ident():
             raise KipError(ErrorCode.KIP_4003,
                            "a write transaction is already open in this thread")
         self._wlock.acquire()
         try:
-            conn, row = self.begin(self._begin_write, writing=True)
+            conn = self._pooled()
+            pooled = conn is not None
+            if conn is None:
+                conn = self.connect()
         except BaseException:
             self._wlock.release()
             raise
         self._writer = threading.get_ident()
-        return PgWriteTxn(self, conn, serial=row[0], max_id=row[1], max_sym=row[2])
-
-    def _begin_write(self, conn: psycopg.Connection[Any]) -> tuple[int, int, int]:
-        """BEGIN, then take the space's row lock (waits while another writer, of any
-        process, holds it) and read the counters."""
-        with conn.pipeline():                   # one round trip
-            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            conn.execute(pg_schema.GENERIC_PLANS)
-            cur = conn.execute(pg_schema.LOCK_SPACE, (self.space,))
-        row = cur.fetchone()
-        if row is None:
-            raise KipError(ErrorCode.KIP_4003, f"the space {self.space!r} has no meta row in "
-                           f"{self.where.shown}", "Reopen the store (it creates the row).")
-        return int(row[0]), int(row[1]), int(row[2])
+        return PgWriteTxn(self, conn, pooled=pooled)
 
     def end(self, conn: psycopg.Connection[Any], *, commit: bool) -> None:
         """Commit or roll back the connection's transaction and give it back."""

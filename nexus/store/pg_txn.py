@@ -126,7 +126,14 @@ class PgReadTxn:
         # it), kept in step with this transaction's own writes; and per table the lengths
         # of those prefixes (to find a written key's cached prefixes).
         self.aux_last: dict[tuple[str, bytes], tuple[bytes, bytes] | None] = {}
+        # The first pair under a prefix likewise (`prefetch_aux_many`'s `first_under`: a
+        # forward scan's first pair, e.g. the lexical index's lowest pending document);
+        # `aux_last_lens` holds the lengths of the prefixes of both caches.
+        self.aux_first: dict[tuple[str, bytes], tuple[bytes, bytes] | None] = {}
         self.aux_last_lens: dict[str, set[int]] = {}
+        # Aux puts and deletes per table (a write transaction's): what a held-back
+        # prefetch checks before keeping its rows of a table.
+        self.aux_table_writes: dict[str, int] = {}
         self.maps_cap = LOCAL_MAPS
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -645,6 +652,10 @@ class PgReadTxn:
             values.clear()
         values[(table, key)] = value
 
+    def settle_prefetch(self) -> None:
+        """Send a held-back aux prefetch before a read its caches miss (a write
+        transaction's: `PgPipelined`; none here)."""
+
     def flush_aux(self, table: str) -> None:
         """Write the table's pending aux changes (a write transaction's; none here)."""
 
@@ -660,6 +671,7 @@ class PgReadTxn:
         without a round trip. Keys changed by this transaction are not read (their
         values are known); a table with pending changes is written first when a prefix is
         asked for (the database's last pair must include them)."""
+        self.settle_prefetch()
         pending = self.aux_pending(table)
         asked = list(dict.fromkeys(k for k in keys if 0 < len(k) <= codec.MAX_KEY
                                    and k not in pending))
@@ -671,8 +683,7 @@ class PgReadTxn:
         if prefixes and pending:
             self.flush_aux(table)
         if len(self.aux_last) + len(prefixes) > LOCAL_AUX:     # bounded (the rest: scans)
-            self.aux_last.clear()
-            self.aux_last_lens.clear()
+            self.clear_aux_heads()
             prefixes = prefixes[:LOCAL_AUX]
         if len(self.aux_values) + len(want) >= LOCAL_AUX:
             # Emptied now, not part way through what is read here (which would lose the
@@ -699,24 +710,39 @@ class PgReadTxn:
                 self.aux_last[(table, p)] = last.get(p)
                 lens.add(len(p))
 
+    def clear_aux_heads(self) -> None:
+        """Forget the cached last and first pairs under prefixes (bounded caches)."""
+        self.aux_last.clear()
+        self.aux_first.clear()
+        self.aux_last_lens.clear()
+
     def note_aux_write(self, table: str, key: bytes, value: bytes | None) -> None:
-        """Keep `aux_last` true after this transaction changes `key` (None: deleted): a
-        put at or after a prefix's cached last pair becomes it; deleting the cached last
-        pair forgets it (the next scan asks the database)."""
+        """Keep `aux_last` and `aux_first` true after this transaction changes `key`
+        (None: deleted): a put at or after a prefix's cached last pair (at or before its
+        cached first pair) becomes it; deleting a cached pair forgets it (the next scan
+        asks the database)."""
         lens = self.aux_last_lens.get(table)
         if not lens:
             return
-        cache = self.aux_last
+        last, first = self.aux_last, self.aux_first
         for n in lens:
-            slot = (table, key[:n])
-            if n > len(key) or slot not in cache:
+            if n > len(key):
                 continue
-            cur = cache[slot]
-            if value is None:
-                if cur is not None and cur[0] == key:
-                    del cache[slot]
-            elif cur is None or key >= cur[0]:
-                cache[slot] = (key, value)
+            slot = (table, key[:n])
+            if slot in last:
+                cur = last[slot]
+                if value is None:
+                    if cur is not None and cur[0] == key:
+                        del last[slot]
+                elif cur is None or key >= cur[0]:
+                    last[slot] = (key, value)
+            if slot in first:
+                cur = first[slot]
+                if value is None:
+                    if cur is not None and cur[0] == key:
+                        del first[slot]
+                elif cur is None or key <= cur[0]:
+                    first[slot] = (key, value)
 
     def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
         raise internal("aux tables are read-only in a read transaction")
@@ -755,6 +781,9 @@ class PgAux:
             return None
         txn = self.txn
         known = txn.aux_values.get((self.table, key), MISSING)
+        if known is MISSING:
+            txn.settle_prefetch()
+            known = txn.aux_values.get((self.table, key), MISSING)
         if known is not MISSING:
             return known        # type: ignore[return-value]  # (bytes | None when found)
         row = txn.one("SELECT v FROM nexus_aux WHERE space = %s AND tbl = %s AND k = %s",
@@ -771,20 +800,23 @@ class PgAux:
              start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         if len(prefix) > codec.MAX_KEY or (start is not None and len(start) > codec.MAX_KEY):
             raise internal(f"aux scan prefix/start longer than {codec.MAX_KEY} bytes")
-        if reverse and start is None:
-            hit = self.txn.aux_last.get((self.table, prefix), MISSING)
+        if start is None:
+            self.txn.settle_prefetch()
+            cache = self.txn.aux_last if reverse else self.txn.aux_first
+            hit = cache.get((self.table, prefix), MISSING)
             if hit is not MISSING:
-                return self._from_last(prefix, hit)  # type: ignore[arg-type]
+                return self._from_known(prefix, reverse, hit)  # type: ignore[arg-type]
         return self._scan(prefix, reverse, start)
 
-    def _from_last(self, prefix: bytes, hit: tuple[bytes, bytes] | None
-                   ) -> Iterator[tuple[bytes, bytes]]:
-        """A reverse scan whose first pair is known (prefetched): that pair without a
-        round trip, then (if the caller reads on) the database's pairs before it."""
+    def _from_known(self, prefix: bytes, reverse: bool, hit: tuple[bytes, bytes] | None
+                    ) -> Iterator[tuple[bytes, bytes]]:
+        """A scan whose first pair is known (prefetched: the last pair for a reverse scan,
+        the first for a forward one): that pair without a round trip, then (if the caller
+        reads on) the database's pairs after it in the scan's order."""
         if hit is None:
             return
         yield hit
-        for pair in self._scan(prefix, True, hit[0]):
+        for pair in self._scan(prefix, reverse, hit[0]):
             if pair[0] != hit[0]:
                 yield pair
 

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Literal, Sequence
 import psycopg
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec
+from nexus.store import codec, pg_schema
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
 from nexus.store.pg_conn import PgHost, call
 from nexus.store.pg_pipeline import PgPipelined
@@ -87,12 +87,17 @@ class PgWriteTxn(PgPipelined):
     writing = True
     link_maps = True        # a command reads a link it names, then writes it
 
-    def __init__(self, host: PgHost, conn: psycopg.Connection[Any], *, serial: int,
-                 max_id: int, max_sym: int) -> None:
+    def __init__(self, host: PgHost, conn: psycopg.Connection[Any], *, pooled: bool) -> None:
         super().__init__(host, conn)
-        self.serial = serial
-        self._max_id = self._max_id0 = max_id
-        self._max_sym = self._max_sym0 = max_sym
+        # BEGIN and the space's lock (which reads the counters) are held back: they go
+        # with the transaction's first statement (`start`). Until that round trip is
+        # back, `_started` is False and the counters unknown; `_retry` may replace a
+        # pooled connection that died while idle then.
+        self._started = False
+        self._retry = pooled
+        self._serial = self._mid = self._mid0 = self._msym = self._msym0 = 0
+        self.defer(pg_schema.BEGIN_WRITE, ())
+        self.defer(pg_schema.LOCK_SPACE_GENERIC, (self.space,), self._locked)
         self._dstats: Counter[str] = Counter()
         self._new_sids: dict[str, int] = {}
         self._new_stexts: dict[int, str] = {}
@@ -117,6 +122,66 @@ class PgWriteTxn(PgPipelined):
     def __enter__(self) -> PgWriteTxn:
         return self
 
+    def _locked(self, rows: Any) -> None:
+        """The check of the held-back lock statement: the counters it read."""
+        if not rows:
+            raise KipError(ErrorCode.KIP_4003, f"the space {self.space!r} has no meta row in "
+                           f"{self.host.where.shown}", "Reopen the store (it creates the row).")
+        serial, max_id, max_sym = (int(v) for v in rows[0][:3])
+        self._serial = serial
+        self._mid = self._mid0 = max_id
+        self._msym = self._msym0 = max_sym
+        self._started = True
+
+    def start(self) -> None:
+        """Send the held-back BEGIN and lock now (with any held-back writes) if they have
+        not gone yet: what reads the counters needs them."""
+        if not self._started:
+            self.flush_writes()
+
+    def reconnect(self) -> psycopg.Connection[Any] | None:
+        """After the first round trip failed for the connection (see `PgPipelined`): a
+        new connection in place of a pooled one that died while idle — nothing had run on
+        it, so the round trip may be sent again; None otherwise (the error stands)."""
+        old = self.conn
+        if not self._retry or self._started or (
+                old is not None and not old.closed and not old.broken):
+            return None     # (a live connection's error: a lock or statement timeout)
+        self._retry = False
+        self.conn = None
+        if old is not None:
+            self.host.discard(old)
+        self.conn = self.host.connect()
+        return self.conn
+
+    @property
+    def serial(self) -> int:
+        self.start()
+        return self._serial
+
+    @property
+    def _max_id(self) -> int:
+        self.start()
+        return self._mid
+
+    @_max_id.setter
+    def _max_id(self, value: int) -> None:
+        self._mid = value
+
+    @property
+    def _max_id0(self) -> int:
+        self.start()
+        return self._mid0
+
+    @property
+    def _max_sym(self) -> int:
+        self.start()
+        return self._msym
+
+    @_max_sym.setter
+    def _max_sym(self, value: int) -> None:
+        self._msym = value
+
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
         conn, self.conn = self.conn, None
@@ -126,7 +191,8 @@ class PgWriteTxn(PgPipelined):
                 pass
             elif exc is not None or self._aborted:
                 self.drop_writes()
-                host.end(conn, commit=False)
+                if not self._end_unused(conn):
+                    host.end(conn, commit=False)
             else:
                 self.conn = conn
                 try:
@@ -151,7 +217,17 @@ class PgWriteTxn(PgPipelined):
             self.drop_writes()
             conn, self.conn = self.conn, None
             if conn is not None:
-                self.host.end(conn, commit=False)
+                if not self._end_unused(conn):
+                    self.host.end(conn, commit=False)
+
+    def _end_unused(self, conn: psycopg.Connection[Any]) -> bool:
+        """Give back a connection on which the transaction never began (its BEGIN was
+        still held back: nothing to roll back, no round trip); False if it began."""
+        if self._started or conn.closed or conn.broken or (
+                conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+            return False
+        self.host.release(conn)
+        return True
 
     @property
     def aborted(self) -> bool:
@@ -510,6 +586,7 @@ class PgWriteTxn(PgPipelined):
             used_after_end()
         self._aux_pending.setdefault(table, {})[key] = value
         self.aux_writes += 1
+        self.aux_table_writes[table] = self.aux_table_writes.get(table, 0) + 1
         self.remember_aux(table, key, value)
         self.note_aux_write(table, key, value)
         self._aux_count += 1
@@ -574,6 +651,7 @@ class PgWriteTxn(PgPipelined):
         self._aux_pending.setdefault(table, {}).update(items)
         self._aux_count += len(items)
         self.aux_writes += 1
+        self.aux_table_writes[table] = self.aux_table_writes.get(table, 0) + 1
         values = self.aux_values
         if len(values) + len(items) < LOCAL_AUX:
             values.update(((table, k), v) for k, v in items.items())
@@ -589,7 +667,7 @@ class PgWriteTxn(PgPipelined):
             # Only the keys that may fall under a prefix whose last pair is cached (the
             # first byte of one): a load's name and forward keys never do, and a check of
             # every cached prefix length for each of them was a tenth of its flush.
-            firsts = {p[:1] for t, p in self.aux_last if t == table}
+            firsts = {p[:1] for t, p in (*self.aux_last, *self.aux_first) if t == table}
             note = self.note_aux_write
             if b"" in firsts:
                 for k, v in items.items():

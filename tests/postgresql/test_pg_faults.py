@@ -104,3 +104,24 @@ def test_connections_that_died_while_idle_are_replaced(pg_server):
         assert json.dumps(found["result"]).count('"a"') == 1
     finally:
         nx.close()
+
+
+def test_a_write_on_a_connection_that_died_while_idle_runs_on_a_new_one(pg_server):
+    """A write's BEGIN goes with its first statement: when the pooled connection it took
+    had died while idle, nothing had run on it, so the write starts again on a new one
+    (and commits once)."""
+    url = pg_server.fresh_database("cutw")
+    nx = Nexus.open(url)
+    try:
+        first = nx.execute_kip({"command": 'UPSERT { CONCEPT ?a { {type: "Person", '
+                                           'name: "a"} } }'})
+        assert "result" in first, first
+        assert terminate_backends(pg_server, url) >= 1
+        second = nx.execute_kip({"command": 'UPSERT { CONCEPT ?b { {type: "Person", '
+                                            'name: "b"} SET ATTRIBUTES { n: 1 } } }'})
+        assert "result" in second, second
+        found = nx.execute_kip({"command": 'FIND(?b.attributes.n) WHERE { ?b {type: '
+                                           '"Person", name: "b"} }'})
+        assert json.dumps(found["result"]) == "[1]", found
+    finally:
+        nx.close()
