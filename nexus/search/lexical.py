@@ -243,6 +243,10 @@ class _Writer:
         # per `write`, after any delete of its keys, so deferring the puts keeps the order.
         self.name_puts: list[tuple[bytes, bytes]] = []
         self.doc_puts: list[tuple[bytes, bytes]] = []
+        # The same of new documents (keys that have no value yet: written by
+        # `aux_put_new` where the store has it — PostgreSQL: by COPY).
+        self.name_new: list[tuple[bytes, bytes]] = []
+        self.doc_new: list[tuple[bytes, bytes]] = []
         # The postings of new documents (no entry before this write: a bulk load's), kept
         # as columns per kind — terms and weights in document order, and each document's
         # id, group and number of terms — and turned into each term's posting arrays by
@@ -276,8 +280,13 @@ class _Writer:
         col[2].append(n)
         col[3].append(group)
         col[4].append(len(terms))
-        if names:
-            self.add(n, KIND_BYTES[kind], group, {}, names)
+        idb = _U64.pack(n)
+        kb = KIND_BYTES[kind]
+        append = self.name_new.append
+        for i, nn in enumerate(names):
+            if nn:
+                append((b"n" + kb + nn.encode() + b"\x00" + idb,
+                        _NAMEV.pack(group, 1 if i else 0)))
 
     def _columns(self) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """term key (kind byte + term) -> the new documents' postings of that term as id,
@@ -347,13 +356,27 @@ class _Writer:
                      + [b"N" + KIND_BYTES[k] for k, d in enumerate(self.count) if d],
                      [b"t" + tb + b"\x00" for tb, ops in self.ops.items()
                       if None not in ops.values()] + [b"t" + tb + b"\x00" for tb in cols])
+        # Keys known to have no value (`name_new`, `doc_new`, `fresh`) go in by
+        # `aux_put_new` where the store has it (PostgreSQL: a COPY), else as the others.
+        put_new = getattr(self.txn, "aux_put_new", None)
+        if put_new is None:
+            self.name_puts += self.name_new
+            self.doc_puts += self.doc_new
+            self.name_new, self.doc_new = [], []
         if self.name_puts:
             self.txn.aux_put_many("lex", self.name_puts)
             self.name_puts = []
         if self.doc_puts:
             self.txn.aux_put_many("lexdoc", self.doc_puts)
             self.doc_puts = []
+        if self.name_new:
+            put_new("lex", self.name_new)
+            self.name_new = []
+        if self.doc_new:
+            put_new("lexdoc", self.doc_new)
+            self.doc_new = []
         buf = _Buffered(lex)
+        fresh = buf if put_new is None else _Buffered(lex)
         for tb, ops in self.ops.items():
             key = b"d" + tb
             raw = lex.get(key)
@@ -373,16 +396,18 @@ class _Writer:
             prefix = b"t" + tb + b"\x00"
             raw = lex.get(key)
             if raw is None:         # a term without postings gets its first list
-                delta = postings.create_columns(buf, prefix, ids, weights, groups)
-            else:
-                got = postings.append_columns(buf, prefix, ids, weights, groups)
-                if got is None:     # (ids not all after the list's: the general path)
-                    got = postings.apply(buf, prefix, dict(zip(
-                        ids.tolist(), zip(weights.tolist(), groups.tolist()))))
-                delta = got
-            buf.put(key, _U32.pack((_U32.unpack(raw)[0] if raw else 0) + delta))
+                fresh.put(key, _U32.pack(
+                    postings.create_columns(fresh, prefix, ids, weights, groups)))
+                continue
+            delta = postings.append_columns(buf, prefix, ids, weights, groups)
+            if delta is None:       # (ids not all after the list's: the general path)
+                delta = postings.apply(buf, prefix, dict(zip(
+                    ids.tolist(), zip(weights.tolist(), groups.tolist()))))
+            buf.put(key, _U32.pack(_U32.unpack(raw)[0] + delta))
         if buf.puts:
             self.txn.aux_put_many("lex", buf.puts.items())
+        if fresh is not buf and fresh.puts:
+            put_new("lex", fresh.puts.items())
         for kind, delta in enumerate(self.count):
             if delta:
                 key = b"N" + KIND_BYTES[kind]
@@ -527,7 +552,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         else:
             w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
         w.count[doc.kind] += 1
-        w.doc_puts.append((key, new))
+        (w.doc_new if raw is None else w.doc_puts).append((key, new))
         if vec_changed:
             changed.append(n)
     # Fold when the pending ids (those stored before this write, bounded below by
