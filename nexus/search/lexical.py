@@ -359,7 +359,9 @@ class _Writer:
         # Keys known to have no value (`name_new`, `doc_new`, `fresh`) go in by
         # `aux_put_new` where the store has it (PostgreSQL: a COPY), else as the others.
         put_new = getattr(self.txn, "aux_put_new", None)
-        if put_new is None:
+        apart = put_new is not None
+        if put_new is None:     # (LMDB: in the same sorted inserts as the others)
+            put_new = self.txn.aux_put_many
             self.name_puts += self.name_new
             self.doc_puts += self.doc_new
             self.name_new, self.doc_new = [], []
@@ -376,7 +378,7 @@ class _Writer:
             put_new("lexdoc", self.doc_new)
             self.doc_new = []
         buf = _Buffered(lex)
-        fresh = buf if put_new is None else _Buffered(lex)
+        fresh = _Buffered(lex) if apart else buf
         for tb, ops in self.ops.items():
             key = b"d" + tb
             raw = lex.get(key)
@@ -399,14 +401,14 @@ class _Writer:
                 fresh.put(key, _U32.pack(
                     postings.create_columns(fresh, prefix, ids, weights, groups)))
                 continue
-            delta = postings.append_columns(buf, prefix, ids, weights, groups)
-            if delta is None:       # (ids not all after the list's: the general path)
-                delta = postings.apply(buf, prefix, dict(zip(
+            got = postings.append_columns(buf, prefix, ids, weights, groups)
+            if got is None:         # (ids not all after the list's: the general path)
+                got = postings.apply(buf, prefix, dict(zip(
                     ids.tolist(), zip(weights.tolist(), groups.tolist()))))
-            buf.put(key, _U32.pack(_U32.unpack(raw)[0] + delta))
+            buf.put(key, _U32.pack(_U32.unpack(raw)[0] + got))
         if buf.puts:
             self.txn.aux_put_many("lex", buf.puts.items())
-        if fresh is not buf and fresh.puts:
+        if apart and fresh.puts:
             put_new("lex", fresh.puts.items())
         for kind, delta in enumerate(self.count):
             if delta:
