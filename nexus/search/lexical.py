@@ -288,12 +288,12 @@ class _Writer:
                 append((b"n" + kb + nn.encode() + b"\x00" + idb,
                         _NAMEV.pack(group, 1 if i else 0)))
 
-    def _columns(self) -> dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """term key (kind byte + term) -> the new documents' postings of that term as id,
-        weight and group arrays (ids ascending). A term that `ops` also changes (a
-        document of it updated or removed in the same write) has its new postings moved
-        into `ops` instead, for `postings.apply` to do all of them."""
-        out: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    def _columns(self) -> dict[bytes, tuple[postings.Columns, int, int]]:
+        """term key (kind byte + term) -> the new documents' postings of that term: a run
+        [start, end) of a kind's columns (ids ascending in it). A term that `ops` also
+        changes (a document of it updated or removed in the same write) has its new
+        postings moved into `ops` instead, for `postings.apply` to do all of them."""
+        out: dict[bytes, tuple[postings.Columns, int, int]] = {}
         for kind, (terms, weights, ids, groups, counts) in enumerate(self.cols):
             if not terms:
                 continue
@@ -308,6 +308,7 @@ class _Writer:
             group_col = np.repeat(np.array(groups, dtype=np.uint32), reps)[order]
             # (float64 -> float32 as `postings._arrays` rounds them: the same blocks)
             w_col = np.array(weights, dtype=np.float64).astype(np.float32)[order]
+            columns = postings.Columns(id_col, w_col, group_col)
             sizes = np.bincount(codes, minlength=len(index))
             ends = np.cumsum(sizes)
             ops = self.ops
@@ -316,7 +317,7 @@ class _Writer:
                 tb = kb + t.encode()
                 per = ops.get(tb)
                 if per is None:
-                    out[tb] = (id_col[start:end], w_col[start:end], group_col[start:end])
+                    out[tb] = (columns, start, end)
                     continue
                 for i, w, g in zip(id_col[start:end].tolist(), w_col[start:end].tolist(),
                                    group_col[start:end].tolist()):
@@ -393,14 +394,15 @@ class _Writer:
                     buf.put(key, _U32.pack(value))
                 elif raw:
                     lex.delete(key)
-        for tb, (ids, weights, groups) in cols.items():
+        for tb, (columns, start, end) in cols.items():
             key = b"d" + tb
             prefix = b"t" + tb + b"\x00"
             raw = lex.get(key)
             if raw is None:         # a term without postings gets its first list
-                fresh.put(key, _U32.pack(
-                    postings.create_columns(fresh, prefix, ids, weights, groups)))
+                fresh.put(key, _U32.pack(columns.create(fresh, prefix, start, end)))
                 continue
+            ids = columns.ids[start:end]
+            weights, groups = columns.weights[start:end], columns.groups[start:end]
             got = postings.append_columns(buf, prefix, ids, weights, groups)
             if got is None:         # (ids not all after the list's: the general path)
                 got = postings.apply(buf, prefix, dict(zip(

@@ -633,18 +633,23 @@ class PgWriteTxn(PgPipelined):
             for k in items:
                 values.pop((table, k), None)
         if self.aux_last_lens.get(table):
+            # (only keys that may fall under a cached prefix: as `aux_put_many`)
+            firsts = {p[:1] for t, p in self.aux_last if t == table}
             note = self.note_aux_write
             for k, v in items.items():
-                note(table, k, v)
-        space = self.space
+                if b"" in firsts or k[:1] in firsts:
+                    note(table, k, v)
+        # The rows as COPY's text format spells them, written by us (a row a
+        # `write_row` was most of the client's cost of this COPY): bytea in hex.
+        head = f"{_copy_text(self.space)}\t{_copy_text(table)}\t\\\\x"
+        keys = sorted(items)                    # in key order: the index is appended to
 
         def run() -> None:
             assert conn is not None
             with conn.cursor() as cur, cur.copy(_AUX_COPY) as copy:
-                copy.set_types(["text", "text", "bytea", "bytea"])
-                write = copy.write_row
-                for k in sorted(items):         # in key order: the index is appended to
-                    write((space, table, k, items[k]))
+                for i in range(0, len(keys), COPY_CHUNK):
+                    copy.write("".join([f"{head}{k.hex()}\t\\\\x{items[k].hex()}\n"
+                                        for k in keys[i:i + COPY_CHUNK]]))
         try:
             run()
         except psycopg.Error as exc:
@@ -818,6 +823,12 @@ class PgWriteTxn(PgPipelined):
             raise duplicate from None
         except psycopg.Error as exc:
             raise self._translate(exc) or internal(str(exc)) from None
+
+
+def _copy_text(value: str) -> str:
+    """`value` as a column of COPY's text format (backslash, tab, newline, CR escaped)."""
+    return (value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            .replace("\r", "\\r"))
 
 
 def _analyze(conn: psycopg.Connection[Any]) -> None:
