@@ -244,6 +244,16 @@ class _Writer:
         # per `write`, after any delete of its keys, so deferring the puts keeps the order.
         self.name_puts: list[tuple[bytes, bytes]] = []
         self.doc_puts: list[tuple[bytes, bytes]] = []
+        # The same of new documents (keys that have no value yet: written by
+        # `aux_put_new` where the store has it — PostgreSQL: by COPY).
+        self.name_new: list[tuple[bytes, bytes]] = []
+        self.doc_new: list[tuple[bytes, bytes]] = []
+        # The postings of new documents (no entry before this write: a bulk load's), kept
+        # as columns per kind — terms and weights in document order, and each document's
+        # id, group and number of terms — and turned into each term's posting arrays by
+        # one sort in `flush` (`_columns`), instead of a dict entry per posting.
+        self.cols: tuple[tuple[list[str], list[float], list[int], list[int], list[int]],
+                         ...] = tuple(([], [], [], [], []) for _ in KIND_BYTES)
 
     def add(self, n: int, kb: bytes, group: int, terms: dict[str, float],
             names: list[str]) -> None:
@@ -260,6 +270,61 @@ class _Writer:
             if nn:
                 append((b"n" + kb + nn.encode() + b"\x00" + idb,
                         _NAMEV.pack(group, 1 if i else 0)))
+
+    def add_new(self, n: int, kind: int, group: int, terms: dict[str, float],
+                names: list[str]) -> None:
+        """`add` for a document that had no entry (so no postings): its postings go to the
+        columns (see `cols`). Ids must come in ascending order, as `_write` gives them."""
+        col = self.cols[kind]
+        col[0].extend(terms)
+        col[1].extend(terms.values())
+        col[2].append(n)
+        col[3].append(group)
+        col[4].append(len(terms))
+        idb = _U64.pack(n)
+        kb = KIND_BYTES[kind]
+        append = self.name_new.append
+        for i, nn in enumerate(names):
+            if nn:
+                append((b"n" + kb + nn.encode() + b"\x00" + idb,
+                        _NAMEV.pack(group, 1 if i else 0)))
+
+    def _columns(self) -> dict[bytes, tuple[postings.Columns, int, int]]:
+        """term key (kind byte + term) -> the new documents' postings of that term: a run
+        [start, end) of a kind's columns (ids ascending in it). A term that `ops` also
+        changes (a document of it updated or removed in the same write) has its new
+        postings moved into `ops` instead, for `postings.apply` to do all of them."""
+        out: dict[bytes, tuple[postings.Columns, int, int]] = {}
+        for kind, (terms, weights, ids, groups, counts) in enumerate(self.cols):
+            if not terms:
+                continue
+            kb = KIND_BYTES[kind]
+            index: dict[str, int] = {}
+            setd = index.setdefault
+            codes = np.fromiter([setd(t, len(index)) for t in terms], dtype=np.int64,
+                                count=len(terms))
+            order = np.argsort(codes, kind="stable")    # stable: ids stay ascending
+            reps = np.array(counts, dtype=np.int64)
+            id_col = np.repeat(np.array(ids, dtype=np.uint64), reps)[order]
+            group_col = np.repeat(np.array(groups, dtype=np.uint32), reps)[order]
+            # (float64 -> float32 as `postings._arrays` rounds them: the same blocks)
+            w_col = np.array(weights, dtype=np.float64).astype(np.float32)[order]
+            columns = postings.Columns(id_col, w_col, group_col)
+            sizes = np.bincount(codes, minlength=len(index))
+            ends = np.cumsum(sizes)
+            ops = self.ops
+            for t, end, size in zip(index, ends.tolist(), sizes.tolist()):
+                start = end - size
+                tb = kb + t.encode()
+                per = ops.get(tb)
+                if per is None:
+                    out[tb] = (columns, start, end)
+                    continue
+                for i, w, g in zip(id_col[start:end].tolist(), w_col[start:end].tolist(),
+                                   group_col[start:end].tolist()):
+                    per[i] = (w, g)
+        self.cols = tuple(([], [], [], [], []) for _ in KIND_BYTES)
+        return out
 
     def remove(self, n: int, entry: Entry, keep: frozenset[str] = frozenset(),
                names: bool = True) -> None:
@@ -285,20 +350,37 @@ class _Writer:
 
     def flush(self) -> None:
         lex = self.lex
-        # What the loop below reads, asked for at once (a round trip per read on
+        cols = self._columns()
+        # What the loops below read, asked for at once (a round trip per read on
         # PostgreSQL, nothing on LMDB): each term's df and the last block of each list an
         # append may extend, and the document counts.
-        lex.prefetch([b"d" + tb for tb in self.ops]
+        lex.prefetch([b"d" + tb for tb in self.ops] + [b"d" + tb for tb in cols]
                      + [b"N" + KIND_BYTES[k] for k, d in enumerate(self.count) if d],
                      [b"t" + tb + b"\x00" for tb, ops in self.ops.items()
-                      if None not in ops.values()])
+                      if None not in ops.values()] + [b"t" + tb + b"\x00" for tb in cols])
+        # Keys known to have no value (`name_new`, `doc_new`, `fresh`) go in by
+        # `aux_put_new` where the store has it (PostgreSQL: a COPY), else as the others.
+        put_new = getattr(self.txn, "aux_put_new", None)
+        apart = put_new is not None
+        if put_new is None:     # (LMDB: in the same sorted inserts as the others)
+            put_new = self.txn.aux_put_many
+            self.name_puts += self.name_new
+            self.doc_puts += self.doc_new
+            self.name_new, self.doc_new = [], []
         if self.name_puts:
             self.txn.aux_put_many("lex", self.name_puts)
             self.name_puts = []
         if self.doc_puts:
             self.txn.aux_put_many("lexdoc", self.doc_puts)
             self.doc_puts = []
+        if self.name_new:
+            put_new("lex", self.name_new)
+            self.name_new = []
+        if self.doc_new:
+            put_new("lexdoc", self.doc_new)
+            self.doc_new = []
         buf = _Buffered(lex)
+        fresh = _Buffered(lex) if apart else buf
         for tb, ops in self.ops.items():
             key = b"d" + tb
             raw = lex.get(key)
@@ -313,8 +395,24 @@ class _Writer:
                     buf.put(key, _U32.pack(value))
                 elif raw:
                     lex.delete(key)
+        for tb, (columns, start, end) in cols.items():
+            key = b"d" + tb
+            prefix = b"t" + tb + b"\x00"
+            raw = lex.get(key)
+            if raw is None:         # a term without postings gets its first list
+                fresh.put(key, _U32.pack(columns.create(fresh, prefix, start, end)))
+                continue
+            ids = columns.ids[start:end]
+            weights, groups = columns.weights[start:end], columns.groups[start:end]
+            got = postings.append_columns(buf, prefix, ids, weights, groups)
+            if got is None:         # (ids not all after the list's: the general path)
+                got = postings.apply(buf, prefix, dict(zip(
+                    ids.tolist(), zip(weights.tolist(), groups.tolist()))))
+            buf.put(key, _U32.pack(_U32.unpack(raw)[0] + got))
         if buf.puts:
             self.txn.aux_put_many("lex", buf.puts.items())
+        if apart and fresh.puts:
+            put_new("lex", fresh.puts.items())
         for kind, delta in enumerate(self.count):
             if delta:
                 key = b"N" + KIND_BYTES[kind]
@@ -454,10 +552,12 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             pend[n] = doc.kind
             lex.put(b"q" + KIND_BYTES[doc.kind] + key, new)
             w.add(n, KIND_BYTES[doc.kind], doc.group, {}, names)
+        elif raw is None:
+            w.add_new(n, doc.kind, doc.group, terms, names)
         else:
             w.add(n, KIND_BYTES[doc.kind], doc.group, terms, names)
         w.count[doc.kind] += 1
-        w.doc_puts.append((key, new))
+        (w.doc_new if raw is None else w.doc_puts).append((key, new))
         if vec_changed:
             changed.append(n)
     # Fold when the pending ids (those stored before this write, bounded below by

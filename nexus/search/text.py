@@ -56,8 +56,14 @@ def tokens(text: str, *, camel: bool = False) -> list[str]:
                 parts.extend(p for p in pieces if p)
         if parts:
             text = text + " " + " ".join(parts)
+    folded = fold(text)
+    words = _WORD.findall(folded)
+    if folded.isascii():        # the common case: no CJK, one byte a character
+        if words and max(map(len, words)) > MAX_TERM_BYTES:
+            return [w[:MAX_TERM_BYTES] for w in words]
+        return words
     out: list[str] = []
-    for w in _WORD.findall(fold(text)):
+    for w in words:
         if w.isascii():                     # the common case: no CJK, one byte per char
             out.append(w if len(w) <= MAX_TERM_BYTES else w[:MAX_TERM_BYTES])
         elif _CJK.search(w):

@@ -77,6 +77,8 @@ _AUX_MANY = ("INSERT INTO nexus_aux (space, tbl, k, v) SELECT %s, t, k, v FROM "
              "unnest(%b::text[], %b::bytea[], %b::bytea[]) AS x(t, k, v) "
              "ON CONFLICT (space, tbl, k) DO UPDATE SET v = EXCLUDED.v")
 _BYTES = {bytes}
+_AUX_COPY = "COPY nexus_aux (space, tbl, k, v) FROM STDIN"
+COPY_NEW_MIN = 1_000             # `aux_put_new`: fewer new keys go by upsert (in a pipeline)
 _AUX_DELETE = ("DELETE FROM nexus_aux a USING unnest(%b::text[], %b::bytea[]) AS x(t, k) "
                "WHERE a.space = %s AND a.tbl = x.t AND a.k = x.k")
 
@@ -679,6 +681,59 @@ class PgWriteTxn(PgPipelined):
         if self._aux_count >= COPY_CHUNK:
             self._write_aux(self._aux_statements(*self._aux_pending))
 
+    def aux_put_new(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """`aux_put_many` of keys the caller knows have no row (a bulk load's new
+        documents: their forward entries, name keys, and the posting lists and document
+        counts of terms that had none), written at once by one COPY instead of an upsert
+        (~2.5x less server CPU a row, and no array parameters to build on the client). A
+        key that is pending in this transaction, or a call with few keys (a command's:
+        the upsert rides in its pipeline), goes through `aux_put_many`. A key that has a
+        row after all is a broken promise of the caller: KIP_5001 (internal), the
+        transaction aborted."""
+        self.aux(table)                         # the table name is checked
+        items = dict(pairs)
+        pending = self._aux_pending.get(table)
+        if len(items) < COPY_NEW_MIN or (pending and not pending.keys().isdisjoint(items)):
+            self.aux_put_many(table, items.items())
+            return
+        if set(map(type, items)) != _BYTES or set(map(type, items.values())) != _BYTES \
+                or min(map(len, items)) < 1 or max(map(len, items)) > codec.MAX_KEY:
+            raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes (and values bytes)")
+        self.flush_writes()
+        conn = self.conn
+        if conn is None:
+            used_after_end()
+        self.aux_writes += 1
+        values = self.aux_values
+        if len(values) + len(items) < LOCAL_AUX:
+            values.update(((table, k), v) for k, v in items.items())
+        else:                                   # (as `aux_put_many`)
+            for k in items:
+                values.pop((table, k), None)
+        if self.aux_last_lens.get(table):
+            # (only keys that may fall under a cached prefix: as `aux_put_many`)
+            firsts = {p[:1] for t, p in self.aux_last if t == table}
+            note = self.note_aux_write
+            for k, v in items.items():
+                if b"" in firsts or k[:1] in firsts:
+                    note(table, k, v)
+        # The rows as COPY's text format spells them, written by us (a row a
+        # `write_row` was most of the client's cost of this COPY): bytea in hex.
+        head = f"{_copy_text(self.space)}\t{_copy_text(table)}\t\\\\x"
+        keys = sorted(items)                    # in key order: the index is appended to
+
+        def run() -> None:
+            assert conn is not None
+            with conn.cursor() as cur, cur.copy(_AUX_COPY) as copy:
+                for i in range(0, len(keys), COPY_CHUNK):
+                    copy.write("".join([f"{head}{k.hex()}\t\\\\x{items[k].hex()}\n"
+                                        for k in keys[i:i + COPY_CHUNK]]))
+        try:
+            run()
+        except psycopg.Error as exc:
+            raise self._translate(exc) or internal(str(exc)) from None
+        self._bulk_rows += len(items)
+
     # --- bulk path -------------------------------------------------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
                                                    JsonMap | None]]) -> int:
@@ -846,6 +901,12 @@ class PgWriteTxn(PgPipelined):
             raise duplicate from None
         except psycopg.Error as exc:
             raise self._translate(exc) or internal(str(exc)) from None
+
+
+def _copy_text(value: str) -> str:
+    """`value` as a column of COPY's text format (backslash, tab, newline, CR escaped)."""
+    return (value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+            .replace("\r", "\\r"))
 
 
 def _analyze(conn: psycopg.Connection[Any]) -> None:
