@@ -173,9 +173,15 @@ class LayeredIndex:
         return found
 
     def add(self, keys: np.ndarray, vectors: np.ndarray, threads: int = 0) -> None:
-        self.delta.add(keys, vectors, threads=threads)
-        if self.base is not None and len(self.delta) + len(self.hidden) > DELTA_MAX:
+        # An add that would take the delta past DELTA_MAX materialises *first*: the saved
+        # file is loaded (no graph to build) and the keys are inserted once, into the full
+        # index. Materialising after the add inserted them twice — into the delta, then
+        # again from it into the full index: at N=100k with SEARCH, a bulk load's fill
+        # re-inserted 8,192 vectors per save, a third of the load's CPU (s10-w1vec).
+        if self.base is not None and \
+                len(self.delta) + len(self.hidden) + len(keys) > DELTA_MAX:
             self.materialise()
+        self.delta.add(keys, vectors, threads=threads)
 
     def remove(self, keys: np.ndarray) -> None:
         """Remove `keys` (each present: `contains` said so)."""

@@ -436,7 +436,13 @@ class VectorIndex:
         self.last_change = now
 
     def maybe_save(self) -> None:
-        if self.dir is None or not self.unsaved:
+        """The indexer's periodic save. Not while a bulk load runs (`paused`): its `fill`
+        inserts into the index while the indexer idles beside it, and a save there mapped
+        the file again, so the fill's next adds went to a small delta that then
+        materialised — loading the file back — every SAVE_EVERY vectors (at N=100k, a
+        third of the load's CPU). The load saves once when its vectors are complete
+        (`service.complete_vectors`); until then the durable queue covers them."""
+        if self.dir is None or not self.unsaved or self.paused:
             return
         now = time.monotonic()
         if self.unsaved >= SAVE_EVERY or now - self.first_unsaved > SAVE_SECONDS or (
