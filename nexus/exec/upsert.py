@@ -31,7 +31,7 @@ from ..store.bulk import gc_paused
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from ..syntax.bind import check_values, value_of
-from . import protect, upsert_names, writes
+from . import protect, upsert_columns, upsert_names, writes
 from .context import WriteContext
 from .registry import executes
 from .schema import CONCEPT_TYPE, Schema, check_definition_name
@@ -61,6 +61,11 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     """Run `command`; its placeholders (UPSERT binds late: `late_binding`) take their values
     from `params` — every value checked before anything is written, as binding would."""
     params = {} if params is None else params
+    if upsert_columns.ENABLED:
+        with gc_paused():
+            done = upsert_columns.run_columns(ctx, command, params)
+        if done is not None:            # a loader-shaped command, run column-wise
+            return done
     check_values(command, params)
     schema = Schema(ctx.txn)
     if ctx.txn.prefers_batches():     # PostgreSQL: the names it resolves, in one statement
