@@ -132,11 +132,15 @@ def run_columns(ctx: WriteContext, command: A.Upsert, params: Any
     if ctx.dry_run or txn.prefers_batches():
         return None
     try:
-        plan = _plan(ctx, command, params)
-    except (Decline, KipError):
+        first = command.statements[0].blocks[0]
+        if type(first) is A.PropositionBlock:
+            links = _plan_links(command, params)
+        else:
+            plan = _plan(ctx, command, params)
+    except (Decline, KipError, IndexError):
         return None
-    if plan is None:
-        return None
+    if type(first) is A.PropositionBlock:
+        return _write_links(ctx, *links)
     return _write(ctx, *plan)
 
 
@@ -331,26 +335,124 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     versioned.update(new_c)
     touched.update(new_l)
     versioned.update(new_l)
-    # Existing elements: attributes merged one by one (rare in a load), metadata in a batch.
-    if old_c or old_l:
-        olds = [n for n, _a, _m in old_c] + [n for n, _m in old_l]
-        stored = txn.metadata_of(olds)
-        items = []
-        for (n, a, m), meta in zip(old_c, stored):
-            if a:
-                attributes = txn.attributes(n)
-                attributes.update(a)
-                txn.set_attributes(n, attributes)
-                ctx.unsearched.discard(n)
-                ctx.moved.pop(n, None)
-                touched.add(n)          # so that update_metadata_many keeps it searched
-            if m:
-                meta.update(m)
-            items.append((n, meta))
-        for (n, m), meta in zip(old_l, stored[len(old_c):]):
-            if m:
-                meta.update(m)
-            items.append((n, meta))
-        writes.update_metadata_many(ctx, items)
+    _update(ctx, old_c + [(n, None, m) for n, m in old_l])
     return {"blocks": statements, "upsert_concept_nodes": [f"C:{n}" for n in concept_of],
             "upsert_proposition_links": []}
+
+
+def _update(ctx: WriteContext, olds: list[tuple[int, dict | None, dict | None]]) -> None:
+    """`writes.update` of existing elements `(n, attributes, metadata)`, each written once
+    by the command: attributes merged one by one (rare in a load), metadata in a batch."""
+    if not olds:
+        return
+    txn, touched = ctx.txn, ctx.touched
+    stored = txn.metadata_of([n for n, _a, _m in olds])
+    items = []
+    for (n, a, m), meta in zip(olds, stored):
+        if a:
+            attributes = txn.attributes(n)
+            attributes.update(a)
+            txn.set_attributes(n, attributes)
+            ctx.unsearched.discard(n)
+            ctx.moved.pop(n, None)
+            touched.add(n)          # (as update_known: searched again, not `unsearched`)
+        if m:
+            meta.update(m)
+        items.append((n, meta))
+    writes.update_metadata_many(ctx, items)
+
+
+# A PROPOSITION block as columns: (subject, predicate, object, attributes, metadata), the
+# ends `(type, name)` of concepts that exist before the command.
+_Link = tuple[tuple[str, str], str, tuple[str, str], "dict | None", "dict | None"]
+
+
+def _end(term: Any, params: Any) -> tuple[str, str]:
+    if type(term) is not A.ConceptMatch or term.id is not None:
+        raise Decline
+    key = (_text(term.type, params), _text(term.name, params))
+    if key[0].startswith("$") or key in _PROTECTED:
+        raise Decline
+    return key
+
+
+def _plan_links(command: A.Upsert, params: Any) -> tuple[int, list[_Link]]:
+    """A command of PROPOSITION blocks `({type, name}, "p", {type, name})` (the other
+    loader shape), read and checked; Decline for anything else."""
+    if not isinstance(params, dict):
+        raise Decline
+    keys_ok: set[str] = set()
+    out: list[_Link] = []
+    for statement in command.statements:
+        outer = _map(statement.metadata, params, keys_ok)
+        for block in statement.blocks:
+            if type(block) is not A.PropositionBlock or block.handle is not None or \
+                    block.expect is not None or type(block.match) is not A.PropositionMatch:
+                raise Decline
+            match = block.match
+            predicate = match.predicate
+            if type(predicate) is not A.Predicate or predicate.hops is not None or \
+                    len(predicate.names) != 1:
+                raise Decline
+            out.append((_end(match.subject, params), _text(predicate.names[0], params),
+                        _end(match.object, params),
+                        _map(block.attributes, params, keys_ok),
+                        _merge(outer, _map(block.metadata, params, keys_ok))))
+    return len(command.statements), out
+
+
+def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
+                 ) -> dict[str, Any] | None:
+    txn = ctx.txn
+    schema = Schema(txn)
+    try:
+        pids: dict[str, int] = {}
+        types: dict[str, int | None] = {}
+        for (st, _sn), p, (ot, _on), _a, _m in blocks:
+            for t in (st, ot):          # (references: looked up, not interned)
+                if t not in types:
+                    types[t] = schema.existing_type(t)
+            if p not in pids:           # interned in block order, as the normal path does
+                pids[p] = schema.predicate(p)
+    except KipError:
+        return None
+    keys = list(dict.fromkeys(k for b in blocks for k in (b[0], b[2])))
+    pairs = []
+    for t, name in keys:
+        tid = types[t]
+        if tid is None:
+            return None                 # no concept of that type: KIP_3002, the normal way
+        pairs.append((tid, name))
+    ids = dict(zip(keys, txn.concept_ids(pairs)))
+    if None in ids.values():
+        return None                     # KIP_3002, the normal way
+    triples = [(ids[s], pids[p], ids[o]) for s, p, o, _a, _m in blocks]
+    if len(set(triples)) != len(triples):
+        return None                     # a link stated twice: the normal way
+    ctx.check_deadline()
+    found = txn.link_ids(triples)
+    new_n: list[int] = []
+    new_t: list[tuple[int, int, int]] = []
+    new_a: list[dict | None] = []
+    new_m: list[dict | None] = []
+    olds: list[tuple[int, dict | None, dict | None]] = []
+    made: list[str] = []
+    for triple, n, (_s, p, _o, a, m) in zip(triples, found, blocks):
+        if n is None:
+            n = txn.new_id()
+            new_n.append(n)
+            new_t.append(triple)
+            new_a.append(dict(a) if a else None)
+            new_m.append(m)
+        else:
+            olds.append((n, a, m))
+        made.append(f"P:{n}:{p}")
+    if new_n:
+        txn.create_link_columns(new_n, [t[0] for t in new_t], [t[1] for t in new_t],
+                                [t[2] for t in new_t], new_a, new_m, known_new=True,
+                                extra_metadata=writes.new_metadata(None, ctx.now))
+        ctx.touched.update(new_n)
+        ctx.versioned.update(new_n)
+    _update(ctx, olds)
+    return {"blocks": statements, "upsert_concept_nodes": [],
+            "upsert_proposition_links": made}

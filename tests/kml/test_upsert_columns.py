@@ -96,7 +96,11 @@ def commands(draw: Any) -> tuple[str, dict]:
     statements = []
     for _ in range(draw(st.integers(1, 2))):
         blocks = []
+        links = draw(st.integers(0, 2)) == 0     # the other loader shape: PROPOSITION blocks
         for b in range(draw(st.integers(1, 5))):
+            if links or (not clean and draw(st.integers(0, 8)) == 0):
+                blocks.append(_proposition_block(draw, w, clean, b))
+                continue
             head = f"{{type: {w.pick(TYPES, 'types')}, name: {w.pick(NAMES, 'names')}}}"
             if not clean and draw(st.integers(0, 10)) == 0:
                 head = f'{{id: {w.value("C:1")}}}'
@@ -126,6 +130,22 @@ def commands(draw: Any) -> tuple[str, dict]:
         statements.append(text)
     # One statement per command most of the time (the loader's), sometimes two.
     return "\n".join(statements[:1] if draw(st.booleans()) else statements), w.params
+
+
+def _proposition_block(draw: Any, w: Writer, clean: bool, b: int) -> str:
+    ends = [f"{{type: {w.pick(TYPES, 'types')}, name: {w.pick(NAMES, 'names')}}}"
+            for _ in range(2)]
+    handle = f"?h{b} " if not clean and draw(st.integers(0, 5)) == 0 else ""
+    parts = [f"PROPOSITION {handle}{{ ({ends[0]}, {w.pick(PREDICATES, 'predicates')}, "
+             f"{ends[1]})"]
+    if not clean and draw(st.integers(0, 8)) == 0:
+        parts.append(f"EXPECT VERSION {draw(st.integers(0, 2))}")
+    if draw(st.booleans()):
+        parts.append(f"SET ATTRIBUTES {w.map()}")
+    parts.append("}")
+    if draw(st.booleans()):
+        parts.append(f"WITH METADATA {w.map()}")
+    return " ".join(parts)
 
 
 def _dump(nx: Nexus) -> list[tuple]:
@@ -167,7 +187,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Nexu
     mp.undo()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 @given(command=commands())
 def test_column_path_equals_block_path(pair: tuple[Nexus, Nexus],
                                        command: tuple[str, dict]) -> None:
@@ -206,6 +226,13 @@ def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -
              {"st": "Drug", "sn": "e1", "p0": "treats", "ot0": "Symptom", "on0": "e0",
               "m0": {"source": "load"}, "p1": "causes", "ot1": "Symptom", "on1": "e2",
               "m1": {"source": "load", "confidence": 0.3}})
+    # bench.loader.upsert_batches' links: PROPOSITION blocks between existing concepts.
+    props = ("UPSERT { " + " ".join(
+        f"PROPOSITION {{ ({{type: :st{j}, name: :sn{j}}}, :p{j}, {{type: :ot{j}, name: :on{j}}}) "
+        f"}} WITH METADATA :m{j}" for j in range(2)) + " }",
+        {"st0": "Drug", "sn0": "e3", "p0": "treats", "ot0": "Symptom", "on0": "e2",
+         "m0": {"source": "load"}, "st1": "Drug", "sn1": "e1", "p1": "treats",
+         "ot1": "Symptom", "on1": "e0", "m1": {"source": "again"}})
     dumps = []
     for column_path in (True, False):
         nx = Nexus.open(str(tmp_path / f"db{column_path}"))
@@ -213,14 +240,17 @@ def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -
             assert "error" not in nx.execute_kip({"command": SCHEMA})
             taken.clear()
             for _ in range(2):
-                for text, params in (concepts, links):
+                for text, params in (concepts, links, props):
                     assert "error" not in _run(nx, column_path, text, params)
             dumps.append(_dump(nx))
             if column_path:
-                assert taken == [True, True, True, True]
+                assert taken == [True] * 6
         finally:
             nx.close()
     assert dumps[0] == dumps[1]
     versions = [meta["_version"] for _, head, _, meta in dumps[0]
                 if getattr(head, "name", None) in ("e0", "e1")]
     assert versions == [2, 4]     # e0: by the two concept commands; e1: by all four
+    link = [meta for _, head, _, meta in dumps[0] if getattr(head, "object", None) ==
+            next(n for n, h, _, _ in dumps[0] if getattr(h, "name", None) == "e0")]
+    assert [m["source"] for m in link] == ["again"] and link[0]["_version"] == 4
