@@ -132,15 +132,17 @@ def run_columns(ctx: WriteContext, command: A.Upsert, params: Any
     if ctx.dry_run or txn.prefers_batches():
         return None
     try:
-        first = command.statements[0].blocks[0]
-        if type(first) is A.PropositionBlock:
-            links = _plan_links(command, params)
+        if type(command.statements[0].blocks[0]) is A.PropositionBlock:
+            statements, links = _plan_links(command, params)
+            plan = None
         else:
-            plan = _plan(ctx, command, params)
+            plan = _plan(command, params)
     except (Decline, KipError, IndexError):
-        return None
-    if type(first) is A.PropositionBlock:
-        return _write_links(ctx, *links)
+        return None                     # (raised before anything is written)
+    # The writers return None (decline) only before their first write; an error after it
+    # is the command's, as it would be in the block path.
+    if plan is None:
+        return _write_links(ctx, statements, links)
     return _write(ctx, *plan)
 
 
@@ -149,9 +151,9 @@ def run_columns(ctx: WriteContext, command: A.Upsert, params: Any
 _Entry = tuple[str, str, str, "dict | None"]
 
 
-def _plan(ctx: WriteContext, command: A.Upsert, params: Any) -> tuple | None:
-    """Read and check the command (no write but the interning of the symbols the normal
-    path interns, in its order). Raises Decline for anything not loader-shaped."""
+def _plan(command: A.Upsert, params: Any) -> tuple:
+    """Read and check the command's values (nothing written, nothing looked up). Raises
+    Decline for anything not loader-shaped."""
     if not isinstance(params, dict):
         raise Decline
     keys_ok: set[str] = set()
@@ -423,9 +425,11 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
         if tid is None:
             return None                 # no concept of that type: KIP_3002, the normal way
         pairs.append((tid, name))
-    ids = dict(zip(keys, txn.concept_ids(pairs)))
-    if None in ids.values():
-        return None                     # KIP_3002, the normal way
+    ids: dict[tuple[str, str], int] = {}
+    for k, n in zip(keys, txn.concept_ids(pairs)):
+        if n is None:
+            return None                 # KIP_3002, the normal way
+        ids[k] = n
     triples = [(ids[s], pids[p], ids[o]) for s, p, o, _a, _m in blocks]
     if len(set(triples)) != len(triples):
         return None                     # a link stated twice: the normal way
