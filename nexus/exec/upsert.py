@@ -21,6 +21,11 @@ core node or core link with no SET ATTRIBUTES and no WITH METADATA of its own is
 reference and writes nothing, and so does one that would leave a protected element exactly
 as it is (`protect.unchanged`: a capsule applied again); any other block that names an
 existing element writes it (a no-op rewrite still bumps `_version`, CONTRACT §3).
+
+A loader-shaped command (`{type, name}` CONCEPT blocks with scalar maps and SET PROPOSITIONS
+to `{type, name}` ends, or PROPOSITION blocks between existing `{type, name}` concepts) is
+first offered to `nexus.exec.upsert_columns`, which runs it column-wise with the same result
+or declines, having written nothing, and the command runs here.
 """
 from __future__ import annotations
 
