@@ -21,6 +21,11 @@ core node or core link with no SET ATTRIBUTES and no WITH METADATA of its own is
 reference and writes nothing, and so does one that would leave a protected element exactly
 as it is (`protect.unchanged`: a capsule applied again); any other block that names an
 existing element writes it (a no-op rewrite still bumps `_version`, CONTRACT §3).
+
+A loader-shaped command (`{type, name}` CONCEPT blocks with scalar maps and SET PROPOSITIONS
+to `{type, name}` ends, or PROPOSITION blocks between existing `{type, name}` concepts) is
+first offered to `nexus.exec.upsert_columns`, which runs it column-wise with the same result
+or declines, having written nothing, and the command runs here.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from ..store.bulk import gc_paused
 from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from ..syntax.bind import check_values, value_of
-from . import protect, upsert_names, writes
+from . import protect, upsert_columns, upsert_names, writes
 from .context import WriteContext
 from .registry import executes
 from .schema import CONCEPT_TYPE, Schema, check_definition_name
@@ -61,6 +66,11 @@ def run_upsert(ctx: WriteContext, command: A.Upsert, params: Any = None) -> dict
     """Run `command`; its placeholders (UPSERT binds late: `late_binding`) take their values
     from `params` — every value checked before anything is written, as binding would."""
     params = {} if params is None else params
+    if upsert_columns.ENABLED:
+        with gc_paused():
+            done = upsert_columns.run_columns(ctx, command, params)
+        if done is not None:            # a loader-shaped command, run column-wise
+            return done
     check_values(command, params)
     schema = Schema(ctx.txn)
     if ctx.txn.prefers_batches():     # PostgreSQL: the names it resolves, in one statement

@@ -311,8 +311,16 @@ class RecordingTxn:
                                metadata: "MapColumn | None" = None, *,
                                extra_metadata: JsonMap | None = None) -> int:
         self._fresh(ids)
-        return self.inner.create_concept_columns(ids, type_ids, names, attributes, metadata,
+        made = self.inner.create_concept_columns(ids, type_ids, names, attributes, metadata,
                                                  extra_metadata=extra_metadata)
+        self._created_with(ids, extra_metadata)
+        return made
+
+    def _created_with(self, ids: Sequence[int], extra: JsonMap | None) -> None:
+        """New elements whose `_version` the engine metadata `extra` sets (an UPSERT's
+        columns): the log takes it from here instead of reading each one back."""
+        if extra and "_version" in extra and not isinstance(ids, range):
+            self.created_versions.update(dict.fromkeys(ids, extra["_version"]))
 
     def create_link_columns(self, ids: Sequence[int], subjects: Sequence[int],
                             predicate_ids: Sequence[int], objects: Sequence[int],
@@ -323,7 +331,9 @@ class RecordingTxn:
         made = self.inner.create_link_columns(ids, subjects, predicate_ids, objects,
                                               attributes, metadata, known_new=known_new,
                                               extra_metadata=extra_metadata)
-        if len(ids) <= 16 and isinstance(metadata, list) and len(metadata) == len(ids):
+        if extra_metadata and "_version" in extra_metadata:
+            self._created_with(ids, extra_metadata)
+        elif len(ids) <= 16 and isinstance(metadata, list) and len(metadata) == len(ids):
             # (an UPSERT's few links; a load's many are read back, as before)
             extra = extra_metadata or {}
             for n, meta in zip(ids, metadata):

@@ -1,0 +1,462 @@
+"""UPSERT of a loader-shaped command, executed column-wise (issue 18).
+
+What importers and agents send to load data is one shape: CONCEPT blocks naming a concept by
+`{type, name}`, with SET ATTRIBUTES / WITH METADATA maps of scalars and SET PROPOSITIONS
+entries to `{type, name}` ends. `nexus.exec.upsert` runs such a command block by block (a
+lookup, a schema check, a metadata merge and a store call per block and per link). This
+module runs the same command as columns: every value read and checked once, the schema
+checked once per distinct type and predicate, the concepts and the links that already exist
+looked up in one batched call each, the new concepts and the new links written with one
+columnar call each (`create_concept_columns` / `create_link_columns`, the bulk loader's
+path, the engine metadata encoded once per command as `extra_metadata`), the existing
+elements' metadata read and written in batches.
+
+It takes a command only when it can prove the result is the block-by-block one, and
+*declines* (returns None, having written nothing) otherwise — `run_upsert` then runs the
+command the normal way, which also raises the error of any bad command:
+
+* every block a CONCEPT block without a handle, `{id}`, EXPECT VERSION, or a `$` type
+  (schema definitions), and not naming a protected element (CoreSchema, the actors);
+* every value a literal or a parameter of the kind binding would accept (strings where a
+  string goes; maps of identifier keys and scalar values that fit the codec);
+* no concept named twice and no link stated twice in the command;
+* every SET PROPOSITIONS target a `{type, name}` concept that exists, or that an earlier
+  block (or the block itself) of the command creates;
+* no schema error (undefined type or predicate), no empty name, no `_` key;
+* a store that does not prefer batches of its own (PostgreSQL), and not a dry run.
+
+Everything it writes is what the block-by-block path writes: the same ids, allocated in
+block order (a concept, then its new links); `_version` 1 and `_created_at` /
+`_updated_at` for new elements; for an existing one the attributes shallow-merged, the
+effective metadata merged key by key, `_version` + 1 once per command; the same
+`touched` / `unsearched` / `versioned` bookkeeping for the commit hooks (history, PRIMER,
+search). tests/kml/test_upsert_columns.py holds the two paths equal on random commands.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..errors import KipError
+from ..syntax import ast as A
+from . import writes
+from .context import WriteContext
+from .protect import ACTORS, CORE_NODES
+from .schema import Schema
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_INT_MIN, _INT_END = -(1 << 63), 1 << 64
+_PROTECTED = CORE_NODES | ACTORS
+# What a map value may be on this path (what binding takes without its general walk and
+# the codec packs flat); anything else declines.
+_SCALAR = frozenset((str, bool, type(None)))
+
+
+# Switched off by the differential test (and a bench variant) to run the normal path alone.
+ENABLED = True
+
+
+class Decline(Exception):
+    """The command is not provably loader-shaped: run it the normal way."""
+
+
+def _map(node: Any, params: Any, keys_ok: set[str]) -> dict | None:
+    """A SET ATTRIBUTES / WITH METADATA map of identifier keys (none starting with `_`) and
+    scalar values, from a placeholder, a literal or an object of those; else Decline."""
+    if node is None:
+        return None
+    kind = type(node)
+    if kind is A.Param:
+        value = params.get(node.name, _MISSING)
+        if type(value) is not dict:
+            raise Decline
+    elif kind is A.Literal:
+        value = node.value
+        if type(value) is not dict:
+            raise Decline
+    elif kind is A.ObjectValue:
+        value = {}
+        for key, item in node.entries:
+            k = type(item)
+            if k is A.Literal:
+                value[key] = item.value
+            elif k is A.Param:
+                value[key] = params.get(item.name, _MISSING)
+            else:
+                raise Decline
+    else:
+        raise Decline
+    for key, item in value.items():
+        if key not in keys_ok:
+            if type(key) is not str or key.startswith("_") or not _IDENT.match(key):
+                raise Decline
+            keys_ok.add(key)
+        k = type(item)
+        if k not in _SCALAR and not (k is int and _INT_MIN <= item < _INT_END) \
+                and not (k is float and math.isfinite(item)):
+            raise Decline
+    return value
+
+
+_MISSING = object()
+
+
+def _text(node: Any, params: Any) -> str:
+    """A string value (a literal or a placeholder holding a string); else Decline."""
+    kind = type(node)
+    if kind is A.Param:
+        value = params.get(node.name, _MISSING)
+    elif kind is A.Literal:
+        value = node.value
+    else:
+        raise Decline
+    if type(value) is not str:
+        raise Decline
+    return value
+
+
+def _merge(outer: dict | None, inner: dict | None) -> dict | None:
+    if inner is None:
+        return outer
+    if outer is None:
+        return inner
+    return {**outer, **inner}
+
+
+def run_columns(ctx: WriteContext, command: A.Upsert, params: Any
+                ) -> dict[str, Any] | None:
+    """Run a loader-shaped `command` column-wise and return its result; None when it is
+    not provably loader-shaped (nothing written: run it block by block)."""
+    txn = ctx.txn
+    if ctx.dry_run or txn.prefers_batches():
+        return None
+    try:
+        if type(command.statements[0].blocks[0]) is A.PropositionBlock:
+            statements, links = _plan_links(command, params)
+            plan = None
+        else:
+            plan = _plan(command, params)
+    except (Decline, KipError, IndexError):
+        return None                     # (raised before anything is written)
+    # The writers return None (decline) only before their first write; an error after it
+    # is the command's, as it would be in the block path.
+    if plan is None:
+        return _write_links(ctx, statements, links)
+    return _write(ctx, *plan)
+
+
+# A block as columns: (type, name, attributes, effective metadata, entries) and an entry:
+# (predicate, target type, target name, metadata).
+_Entry = tuple[str, str, str, "dict | None"]
+
+
+def _plan(command: A.Upsert, params: Any) -> tuple:
+    """Read and check the command's values (nothing written, nothing looked up). Raises
+    Decline for anything not loader-shaped."""
+    if not isinstance(params, dict):
+        raise Decline
+    keys_ok: set[str] = set()
+    types: list[str] = []
+    names: list[str] = []
+    attrs: list[dict | None] = []
+    metas: list[dict | None] = []
+    entries: list[list[_Entry] | None] = []
+    seen: set[tuple[str, str]] = set()
+    for statement in command.statements:
+        outer = _map(statement.metadata, params, keys_ok)
+        for block in statement.blocks:
+            if type(block) is not A.ConceptBlock or block.handle is not None or \
+                    block.expect is not None:
+                raise Decline
+            match = block.match
+            if match.id is not None:
+                raise Decline
+            t, name = _text(match.type, params), _text(match.name, params)
+            key = (t, name)
+            if t.startswith("$") or key in _PROTECTED or key in seen or not name.strip():
+                raise Decline
+            seen.add(key)
+            types.append(t)
+            names.append(name)
+            attrs.append(_map(block.attributes, params, keys_ok))
+            effective = _merge(outer, _map(block.metadata, params, keys_ok))
+            metas.append(effective)
+            if block.propositions is None:
+                entries.append(None)
+                continue
+            out: list[_Entry] = []
+            for entry in block.propositions:
+                target = entry.target
+                if type(target) is not A.ConceptMatch or target.id is not None:
+                    raise Decline
+                out.append((_text(entry.predicate, params), _text(target.type, params),
+                            _text(target.name, params),
+                            _merge(effective, _map(entry.metadata, params, keys_ok))))
+            entries.append(out)
+    if not types:
+        raise Decline
+    return len(command.statements), types, names, attrs, metas, entries
+
+
+def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str], attrs: list[dict | None],
+           metas: list[dict | None], entries: list[list[_Entry] | None]
+           ) -> dict[str, Any] | None:
+    txn = ctx.txn
+    schema = Schema(txn)
+    # The schema, in the normal path's order (a block's type, then its entries'
+    # predicates): interning order decides the ids of new symbols.
+    type_ids: dict[str, int] = {}
+    pids: dict[str, int] = {}
+    try:
+        for t, es in zip(types, entries):
+            if t not in type_ids:
+                type_ids[t] = schema.concept_type(t)
+            if es:
+                for p, ot, _on, _m in es:
+                    if p not in pids:
+                        pids[p] = schema.predicate(p)
+        # Target types: looked up, never interned (a reference to an existing concept).
+        target_types: dict[str, int | None] = {}
+        for es in entries:
+            if es:
+                for _p, ot, _on, _m in es:
+                    if ot not in target_types:
+                        target_types[ot] = type_ids.get(ot) or schema.existing_type(ot)
+    except KipError:
+        return None
+    # Concepts: the blocks' own, then the targets not among them, in one batched lookup.
+    count = len(types)
+    block_keys = list(zip(types, names))
+    index = {k: i for i, k in enumerate(block_keys)}
+    found = txn.concept_ids([(type_ids[t], n) for t, n in block_keys])
+    ends: dict[tuple[str, str], int] = {}
+    other: list[tuple[str, str]] = []
+    for es in entries:
+        if es:
+            for _p, ot, on, _m in es:
+                k = (ot, on)
+                if k not in index and k not in ends:
+                    ends[k] = 0
+                    other.append(k)
+    if other:
+        pairs = []
+        for ot, on in other:
+            tid = target_types[ot]
+            if tid is None:
+                return None             # no concept of that type: KIP_3002, the normal way
+            pairs.append((tid, on))
+        for k, n in zip(other, txn.concept_ids(pairs)):
+            if n is None:
+                return None             # KIP_3002, the normal way
+            ends[k] = n
+    # A target created by a later block is not there yet for the normal path: KIP_3002.
+    for i, es in enumerate(entries):
+        if es:
+            for _p, ot, on, _m in es:
+                j = index.get((ot, on))
+                if j is not None and j > i and found[j] is None:
+                    return None
+    # A link stated twice (the same ends and predicate): the normal way.
+    stated: set[tuple[int, int, tuple[str, str]]] = set()
+    for i, es in enumerate(entries):
+        if es:
+            for p, ot, on, _m in es:
+                k3 = (i, pids[p], (ot, on))
+                if k3 in stated:
+                    return None
+                stated.add(k3)
+    # Links between concepts that existed before the command: which of them exist.
+    old_triples: list[tuple[int, int, int]] = []
+    for i, es in enumerate(entries):
+        s = found[i]
+        if s is None or not es:
+            continue
+        for p, ot, on, _m in es:
+            j = index.get((ot, on))
+            o = ends[(ot, on)] if j is None else found[j]
+            if o is not None:
+                old_triples.append((s, pids[p], o))
+    existing_links = dict(zip(old_triples, txn.link_ids(old_triples))) if old_triples else {}
+    ctx.check_deadline()
+    # Allocate ids in block order and build the columns.
+    new_c: list[int] = []
+    new_c_types: list[int] = []
+    new_c_names: list[str] = []
+    new_c_attrs: list[dict | None] = []
+    new_c_metas: list[dict | None] = []
+    old_c: list[tuple[int, dict | None, dict | None]] = []
+    new_l: list[int] = []
+    new_l_s: list[int] = []
+    new_l_p: list[int] = []
+    new_l_o: list[int] = []
+    new_l_m: list[dict | None] = []
+    old_l: list[tuple[int, dict | None]] = []
+    concept_of: list[int] = [0] * count
+    for i in range(count):
+        n = found[i]
+        if n is None:
+            n = txn.new_id()
+            new_c.append(n)
+            new_c_types.append(type_ids[types[i]])
+            new_c_names.append(names[i])
+            new_c_attrs.append(attrs[i])
+            new_c_metas.append(metas[i])
+        else:
+            old_c.append((n, attrs[i], metas[i]))
+        concept_of[i] = n
+        es = entries[i]
+        if not es:
+            continue
+        for p, ot, on, m in es:
+            j = index.get((ot, on))
+            # (a later block's concept exists already: checked above)
+            o = ends[(ot, on)] if j is None else (found[j] or concept_of[j])
+            pid = pids[p]
+            link = existing_links.get((n, pid, o))
+            if link is None:
+                link = txn.new_id()
+                new_l.append(link)
+                new_l_s.append(n)
+                new_l_p.append(pid)
+                new_l_o.append(o)
+                new_l_m.append(m)
+            else:
+                old_l.append((link, m))
+    now = ctx.now
+    extra = writes.new_metadata(None, now)
+    if new_c:
+        txn.create_concept_columns(new_c, new_c_types, new_c_names,
+                                   [dict(a) if a else None for a in new_c_attrs],
+                                   new_c_metas, extra_metadata=extra)
+    if new_l:
+        txn.create_link_columns(new_l, new_l_s, new_l_p, new_l_o, None, new_l_m,
+                                known_new=True, extra_metadata=extra)
+    touched, versioned = ctx.touched, ctx.versioned
+    touched.update(new_c)
+    versioned.update(new_c)
+    touched.update(new_l)
+    versioned.update(new_l)
+    _update(ctx, old_c + [(n, None, m) for n, m in old_l])
+    return {"blocks": statements, "upsert_concept_nodes": [f"C:{n}" for n in concept_of],
+            "upsert_proposition_links": []}
+
+
+def _update(ctx: WriteContext, olds: list[tuple[int, dict | None, dict | None]]) -> None:
+    """`writes.update` of existing elements `(n, attributes, metadata)`, each written once
+    by the command: attributes merged one by one (rare in a load), metadata in a batch."""
+    if not olds:
+        return
+    txn, touched = ctx.txn, ctx.touched
+    stored = txn.metadata_of([n for n, _a, _m in olds])
+    items = []
+    for (n, a, m), meta in zip(olds, stored):
+        if a:
+            attributes = txn.attributes(n)
+            attributes.update(a)
+            txn.set_attributes(n, attributes)
+            ctx.unsearched.discard(n)
+            ctx.moved.pop(n, None)
+            touched.add(n)          # (as update_known: searched again, not `unsearched`)
+        if m:
+            meta.update(m)
+        items.append((n, meta))
+    writes.update_metadata_many(ctx, items)
+
+
+# A PROPOSITION block as columns: (subject, predicate, object, attributes, metadata), the
+# ends `(type, name)` of concepts that exist before the command.
+_Link = tuple[tuple[str, str], str, tuple[str, str], "dict | None", "dict | None"]
+
+
+def _end(term: Any, params: Any) -> tuple[str, str]:
+    if type(term) is not A.ConceptMatch or term.id is not None:
+        raise Decline
+    key = (_text(term.type, params), _text(term.name, params))
+    if key[0].startswith("$") or key in _PROTECTED:
+        raise Decline
+    return key
+
+
+def _plan_links(command: A.Upsert, params: Any) -> tuple[int, list[_Link]]:
+    """A command of PROPOSITION blocks `({type, name}, "p", {type, name})` (the other
+    loader shape), read and checked; Decline for anything else."""
+    if not isinstance(params, dict):
+        raise Decline
+    keys_ok: set[str] = set()
+    out: list[_Link] = []
+    for statement in command.statements:
+        outer = _map(statement.metadata, params, keys_ok)
+        for block in statement.blocks:
+            if type(block) is not A.PropositionBlock or block.handle is not None or \
+                    block.expect is not None or type(block.match) is not A.PropositionMatch:
+                raise Decline
+            match = block.match
+            predicate = match.predicate
+            if type(predicate) is not A.Predicate or predicate.hops is not None or \
+                    len(predicate.names) != 1:
+                raise Decline
+            out.append((_end(match.subject, params), _text(predicate.names[0], params),
+                        _end(match.object, params),
+                        _map(block.attributes, params, keys_ok),
+                        _merge(outer, _map(block.metadata, params, keys_ok))))
+    return len(command.statements), out
+
+
+def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
+                 ) -> dict[str, Any] | None:
+    txn = ctx.txn
+    schema = Schema(txn)
+    try:
+        pids: dict[str, int] = {}
+        types: dict[str, int | None] = {}
+        for (st, _sn), p, (ot, _on), _a, _m in blocks:
+            for t in (st, ot):          # (references: looked up, not interned)
+                if t not in types:
+                    types[t] = schema.existing_type(t)
+            if p not in pids:           # interned in block order, as the normal path does
+                pids[p] = schema.predicate(p)
+    except KipError:
+        return None
+    keys = list(dict.fromkeys(k for b in blocks for k in (b[0], b[2])))
+    pairs = []
+    for t, name in keys:
+        tid = types[t]
+        if tid is None:
+            return None                 # no concept of that type: KIP_3002, the normal way
+        pairs.append((tid, name))
+    ids: dict[tuple[str, str], int] = {}
+    for k, n in zip(keys, txn.concept_ids(pairs)):
+        if n is None:
+            return None                 # KIP_3002, the normal way
+        ids[k] = n
+    triples = [(ids[s], pids[p], ids[o]) for s, p, o, _a, _m in blocks]
+    if len(set(triples)) != len(triples):
+        return None                     # a link stated twice: the normal way
+    ctx.check_deadline()
+    found = txn.link_ids(triples)
+    new_n: list[int] = []
+    new_t: list[tuple[int, int, int]] = []
+    new_a: list[dict | None] = []
+    new_m: list[dict | None] = []
+    olds: list[tuple[int, dict | None, dict | None]] = []
+    made: list[str] = []
+    for triple, n, (_s, p, _o, a, m) in zip(triples, found, blocks):
+        if n is None:
+            n = txn.new_id()
+            new_n.append(n)
+            new_t.append(triple)
+            new_a.append(dict(a) if a else None)
+            new_m.append(m)
+        else:
+            olds.append((n, a, m))
+        made.append(f"P:{n}:{p}")
+    if new_n:
+        txn.create_link_columns(new_n, [t[0] for t in new_t], [t[1] for t in new_t],
+                                [t[2] for t in new_t], new_a, new_m, known_new=True,
+                                extra_metadata=writes.new_metadata(None, ctx.now))
+        ctx.touched.update(new_n)
+        ctx.versioned.update(new_n)
+    _update(ctx, olds)
+    return {"blocks": statements, "upsert_concept_nodes": [],
+            "upsert_proposition_links": made}

@@ -1,0 +1,256 @@
+"""Loader-shaped UPSERT commands run column-wise (`nexus.exec.upsert_columns`) write what
+the block-by-block path writes, and fail the same way.
+
+KIP states one meaning for an UPSERT (spec §4.1, CONTRACT §3, §7): the column-wise executor
+is an implementation of it, not a second semantics. The differential test sends the same
+random commands — loader-shaped most of the time, with existing concepts, repeated
+concepts and links, bad types, unknown predicates, missing targets, `_` keys, empty names,
+nested values — to two databases, one with the column path and one without, and requires
+the same answers (result or error code and message), the same graph (ids, heads, attributes,
+metadata with `_version` / `_created_at` / `_updated_at`) and the same version-log record.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nexus import engine
+from nexus.api import Nexus
+from nexus.exec import upsert_columns
+from nexus import history
+
+SCHEMA = """
+UPSERT {
+  CONCEPT ?drug { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES { description: "a drug" } }
+  CONCEPT ?sym { {type: "$ConceptType", name: "Symptom"} SET ATTRIBUTES { description: "s" } }
+  CONCEPT ?empty { {type: "$ConceptType", name: "Unused"} SET ATTRIBUTES { description: "u" } }
+  CONCEPT ?treats { {type: "$PropositionType", name: "treats"} SET ATTRIBUTES { description: "t" } }
+  CONCEPT ?causes { {type: "$PropositionType", name: "causes"} SET ATTRIBUTES { description: "c" } }
+}
+"""
+SEED = """
+UPSERT {
+  CONCEPT ?a { {type: "Drug", name: "a"} SET ATTRIBUTES { x: 1, keep: "yes" } }
+  CONCEPT ?s { {type: "Symptom", name: "s"} SET PROPOSITIONS { ("causes", {type: "Drug", name: "a"}) } }
+  CONCEPT ?b { {type: "Drug", name: "b"} SET PROPOSITIONS { ("treats", {type: "Symptom", name: "s"}) } }
+} WITH METADATA { source: "seed", confidence: 0.5 }
+"""
+
+TYPES = ["Drug", "Drug", "Symptom", "Symptom", "Unused", "Nope", "$ConceptType", "Person",
+         "Domain"]
+NAMES = ["a", "b", "c", "d", "s", "t", "", " ", "$self", "CoreSchema", "Drug"]
+PREDICATES = ["treats", "treats", "causes", "nope", "belongs_to_domain"]
+KEYS = ["x", "y", "keep", "source", "_z", "bad key"]
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text("ab", max_size=3),
+                    st.sampled_from([0.5, 1e300, 2 ** 64, -2 ** 63]))
+VALUES = st.one_of(SCALARS, SCALARS, SCALARS, st.lists(st.integers(0, 3), max_size=2),
+                   st.dictionaries(st.sampled_from(["k"]), st.integers(0, 2), max_size=1))
+MAPS = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=3)
+# A loader's command: defined types and predicates, identifier keys, scalar values.
+CLEAN = {"types": ["Drug", "Symptom"], "names": ["a", "b", "c", "d", "s", "t"],
+         "predicates": ["treats", "causes"],
+         "maps": st.dictionaries(st.sampled_from(["x", "y", "keep", "source"]),
+                                 st.one_of(st.none(), st.booleans(), st.integers(-5, 5),
+                                           st.text("ab", max_size=3)), max_size=3)}
+
+
+class Writer:
+    """Text and parameters of one command, each value a literal or a placeholder."""
+
+    def __init__(self, draw: Any, clean: bool) -> None:
+        self.draw = draw
+        self.clean = clean
+        self.params: dict[str, Any] = {}
+
+    def pick(self, pool: list[str], kind: str) -> str:
+        return self.value(self.draw(st.sampled_from(CLEAN[kind] if self.clean else pool)))
+
+    def value(self, value: Any, literal_ok: bool = True) -> str:
+        if literal_ok and self.draw(st.booleans()):
+            return _literal(value)
+        name = f"v{len(self.params)}"
+        self.params[name] = value
+        return ":" + name
+
+    def map(self) -> str:
+        data = self.draw(CLEAN["maps"] if self.clean else MAPS)
+        if self.draw(st.booleans()):
+            return self.value(data, literal_ok=False)
+        return "{" + ", ".join(f"{k}: {self.value(v)}" if k.isidentifier() else
+                               f"{_literal(k)}: {self.value(v)}"
+                               for k, v in data.items()) + "}"
+
+
+def _literal(value: Any) -> str:
+    import json
+    return json.dumps(value)
+
+
+@st.composite
+def commands(draw: Any) -> tuple[str, dict]:
+    clean = draw(st.integers(0, 3)) > 0       # mostly what a loader sends
+    w = Writer(draw, clean)
+    statements = []
+    for _ in range(draw(st.integers(1, 2))):
+        blocks = []
+        links = draw(st.integers(0, 2)) == 0     # the other loader shape: PROPOSITION blocks
+        for b in range(draw(st.integers(1, 5))):
+            if links or (not clean and draw(st.integers(0, 8)) == 0):
+                blocks.append(_proposition_block(draw, w, clean, b))
+                continue
+            head = f"{{type: {w.pick(TYPES, 'types')}, name: {w.pick(NAMES, 'names')}}}"
+            if not clean and draw(st.integers(0, 10)) == 0:
+                head = f'{{id: {w.value("C:1")}}}'
+            handle = f"?h{b} " if not clean and draw(st.integers(0, 5)) == 0 else ""
+            parts = [f"CONCEPT {handle}{{ {head}"]
+            if not clean and draw(st.integers(0, 8)) == 0:
+                parts.append(f"EXPECT VERSION {draw(st.integers(0, 2))}")
+            if draw(st.booleans()):
+                parts.append(f"SET ATTRIBUTES {w.map()}")
+            if draw(st.booleans()):
+                entries = []
+                for _ in range(draw(st.integers(1, 4))):
+                    target = (f"{{type: {w.pick(TYPES, 'types')}, "
+                              f"name: {w.pick(NAMES, 'names')}}}")
+                    entry = f"({w.pick(PREDICATES, 'predicates')}, {target})"
+                    if draw(st.booleans()):
+                        entry += f" WITH METADATA {w.map()}"
+                    entries.append(entry)
+                parts.append("SET PROPOSITIONS { " + ", ".join(entries) + " }")
+            parts.append("}")
+            if draw(st.booleans()):
+                parts.append(f"WITH METADATA {w.map()}")
+            blocks.append(" ".join(parts))
+        text = "UPSERT { " + "\n".join(blocks) + " }"
+        if draw(st.booleans()):
+            text += f" WITH METADATA {w.map()}"
+        statements.append(text)
+    # One statement per command most of the time (the loader's), sometimes two.
+    return "\n".join(statements[:1] if draw(st.booleans()) else statements), w.params
+
+
+def _proposition_block(draw: Any, w: Writer, clean: bool, b: int) -> str:
+    ends = [f"{{type: {w.pick(TYPES, 'types')}, name: {w.pick(NAMES, 'names')}}}"
+            for _ in range(2)]
+    handle = f"?h{b} " if not clean and draw(st.integers(0, 5)) == 0 else ""
+    parts = [f"PROPOSITION {handle}{{ ({ends[0]}, {w.pick(PREDICATES, 'predicates')}, "
+             f"{ends[1]})"]
+    if not clean and draw(st.integers(0, 8)) == 0:
+        parts.append(f"EXPECT VERSION {draw(st.integers(0, 2))}")
+    if draw(st.booleans()):
+        parts.append(f"SET ATTRIBUTES {w.map()}")
+    parts.append("}")
+    if draw(st.booleans()):
+        parts.append(f"WITH METADATA {w.map()}")
+    return " ".join(parts)
+
+
+def _dump(nx: Nexus) -> list[tuple]:
+    with nx.store.read() as txn:
+        return [(n, txn.head(n), txn.attributes(n), txn.metadata(n))
+                for n in sorted(txn.elements())]
+
+
+def _last_log(nx: Nexus) -> Any:
+    with nx.store.read() as txn:
+        if not history.is_enabled(txn):
+            return None
+        entry = history.read_entry(txn, history.last_seq(txn))
+        return None if entry is None else (entry.changes, entry.fresh)
+
+
+def _run(nx: Nexus, column_path: bool, text: str, params: dict) -> dict:
+    upsert_columns.ENABLED = column_path
+    try:
+        response = nx.execute_kip({"command": text, "parameters": params})
+    finally:
+        upsert_columns.ENABLED = True
+    response.pop("metrics", None)
+    return response
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Nexus]]:
+    mp = pytest.MonkeyPatch()
+    mp.setattr(engine, "now_iso", lambda: "2026-11-28T12:00:00Z")
+    base = tmp_path_factory.mktemp("columns")
+    fast, normal = Nexus.open(str(base / "fast")), Nexus.open(str(base / "normal"))
+    for nx in (fast, normal):
+        for text in (SCHEMA, SEED):
+            assert "error" not in nx.execute_kip({"command": text}), text
+    yield fast, normal
+    fast.close()
+    normal.close()
+    mp.undo()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(command=commands())
+def test_column_path_equals_block_path(pair: tuple[Nexus, Nexus],
+                                       command: tuple[str, dict]) -> None:
+    fast, normal = pair
+    text, params = command
+    answer = _run(fast, True, text, params)
+    expected = _run(normal, False, text, params)
+    assert answer == expected, text
+    assert _dump(fast) == _dump(normal), text
+    assert _last_log(fast) == _last_log(normal), text
+
+
+def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -> None:
+    """The loader's two shapes (concepts with maps; links grouped by subject) are taken,
+    applied twice (idempotent but for `_version`), and give the block path's graph."""
+    taken: list[bool] = []
+    run = upsert_columns.run_columns
+
+    def spy(*args: Any) -> Any:
+        out = run(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(upsert_columns, "run_columns", spy)
+    monkeypatch.setattr(engine, "now_iso", lambda: "2026-11-28T12:00:00Z")
+    concepts = ("UPSERT { " + " ".join(
+        f"CONCEPT {{ {{type: :t{j}, name: :n{j}}} SET ATTRIBUTES :a{j} }} WITH METADATA :m{j}"
+        for j in range(4)) + " }",
+        {**{f"t{j}": "Drug" if j % 2 else "Symptom" for j in range(4)},
+         **{f"n{j}": f"e{j}" for j in range(4)},
+         **{f"a{j}": {"rank": j, "label": f"l{j}"} for j in range(4)},
+         **{f"m{j}": {"source": "load", "confidence": 0.9} for j in range(4)}})
+    links = ("UPSERT { CONCEPT { {type: :st, name: :sn} SET PROPOSITIONS { "
+             "(:p0, {type: :ot0, name: :on0}) WITH METADATA :m0, "
+             "(:p1, {type: :ot1, name: :on1}) WITH METADATA :m1 } } }",
+             {"st": "Drug", "sn": "e1", "p0": "treats", "ot0": "Symptom", "on0": "e0",
+              "m0": {"source": "load"}, "p1": "causes", "ot1": "Symptom", "on1": "e2",
+              "m1": {"source": "load", "confidence": 0.3}})
+    # bench.loader.upsert_batches' links: PROPOSITION blocks between existing concepts.
+    props = ("UPSERT { " + " ".join(
+        f"PROPOSITION {{ ({{type: :st{j}, name: :sn{j}}}, :p{j}, {{type: :ot{j}, name: :on{j}}}) "
+        f"}} WITH METADATA :m{j}" for j in range(2)) + " }",
+        {"st0": "Drug", "sn0": "e3", "p0": "treats", "ot0": "Symptom", "on0": "e2",
+         "m0": {"source": "load"}, "st1": "Drug", "sn1": "e1", "p1": "treats",
+         "ot1": "Symptom", "on1": "e0", "m1": {"source": "again"}})
+    dumps = []
+    for column_path in (True, False):
+        nx = Nexus.open(str(tmp_path / f"db{column_path}"))
+        try:
+            assert "error" not in nx.execute_kip({"command": SCHEMA})
+            taken.clear()
+            for _ in range(2):
+                for text, params in (concepts, links, props):
+                    assert "error" not in _run(nx, column_path, text, params)
+            dumps.append(_dump(nx))
+            if column_path:
+                assert taken == [True] * 6
+        finally:
+            nx.close()
+    assert dumps[0] == dumps[1]
+    versions = [meta["_version"] for _, head, _, meta in dumps[0]
+                if getattr(head, "name", None) in ("e0", "e1")]
+    assert versions == [2, 4]     # e0: by the two concept commands; e1: by all four
+    link = [meta for _, head, _, meta in dumps[0] if getattr(head, "object", None) ==
+            next(n for n, h, _, _ in dumps[0] if getattr(h, "name", None) == "e0")]
+    assert [m["source"] for m in link] == ["again"] and link[0]["_version"] == 4
