@@ -51,7 +51,7 @@ import re
 import struct
 import threading
 import time
-from itertools import chain, repeat
+from itertools import repeat
 from operator import itemgetter
 from typing import Callable, Literal, Sequence, cast
 
