@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import nullcontext
-from itertools import islice
+from itertools import islice, repeat
 from operator import itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Iterator, KeysView
 
@@ -117,7 +117,9 @@ _EMPTY: dict = {}
 _META_TYPES = frozenset((CONCEPT_TYPE, PROPOSITION_TYPE))
 _TYPE, _NAME, _PREDICATE = itemgetter("type"), itemgetter("name"), itemgetter("predicate")
 _SUBJECT, _OBJECT = itemgetter("subject"), itemgetter("object")
-_ATTRS, _META = methodcaller("get", "attributes"), methodcaller("get", "metadata")
+# dict.get mapped with repeat(key): no bound method per item, as methodcaller makes (a
+# non-dict item raises TypeError, which sends the chunk to the item-by-item path)
+_ATTRS, _META = repeat("attributes"), repeat("metadata")
 _MAP_TYPES = {dict, type(None)}
 
 
@@ -358,8 +360,8 @@ class _Import:
         try:
             types = list(map(_TYPE, chunk))
             names = list(map(_NAME, chunk))
-            attrs = list(map(_ATTRS, chunk))
-            metas = list(map(_META, chunk))
+            attrs = list(map(dict.get, chunk, _ATTRS))
+            metas = list(map(dict.get, chunk, _META))
         except (TypeError, KeyError, AttributeError):
             return False
         if set(map(type, names)) != {str} or not _plain_maps(attrs, metas):
@@ -411,8 +413,8 @@ class _Import:
                                       map(_NAME, objects)))
             del subjects, objects
             ps = list(map(pids.__getitem__, map(_PREDICATE, chunk)))
-            attrs = list(map(_ATTRS, chunk))
-            metas = list(map(_META, chunk))
+            attrs = list(map(dict.get, chunk, _ATTRS))
+            metas = list(map(dict.get, chunk, _META))
         except (TypeError, KeyError, AttributeError):
             return False
         if None in ss or None in os_:        # an end this import has not met: resolve it

@@ -51,11 +51,12 @@ import re
 import struct
 import threading
 import time
-from itertools import chain, repeat
+from itertools import repeat
 from operator import itemgetter
 from typing import Callable, Literal, Sequence, cast
 
 import msgpack
+from orjson import dumps as _json
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
@@ -156,6 +157,14 @@ def _packer() -> msgpack.Packer:
     return packer
 
 
+def _strict_packer() -> msgpack.Packer:
+    """The thread's packer that refuses tuples and subclasses of the JSON types (their
+    values pack like `_packer`'s; `encode_maps` relies on it to meet only JSON)."""
+    packer: msgpack.Packer = msgpack.Packer(use_bin_type=True, strict_types=True)
+    _tls.strict = packer
+    return packer
+
+
 def _check(value: object, where: str) -> None:
     """Reject what is not JSON (msgpack would accept bytes, int-keyed maps, tuples...)."""
     if type(value) is dict:
@@ -218,11 +227,13 @@ def encode_maps(maps: Sequence[JsonMap | None], what: str = "value",
     (`{**m, **extra}`; `extra`'s keys must not occur in the maps) — byte-identical to
     `[encode_map({**(m or {}), **extra}) for m in maps]`, several times faster.
 
-    The checks run column-wise in C loops (the distinct keys' types, the values' types),
-    every map is packed by one C call, and `extra` is packed once and spliced after each
-    map's pairs (a msgpack map is a header then its pairs). Anything unusual — nested
-    values, big maps, a value msgpack refuses — goes through `encode_map` map by map, which
-    also raises the precise KIP_2003.
+    The checks run column-wise in C calls: one `orjson.dumps` of the whole column proves
+    every key a string and every value JSON (nested ones too: no bytes, no int beyond 64
+    bits), and a msgpack packer with `strict_types` refuses what JSON accepts but
+    `encode_map` does not (tuples, subclasses). Every map is packed by one C call, and
+    `extra` is packed once and spliced after each map's pairs (a msgpack map is a header
+    then its pairs). Anything unusual — big maps, a value either refuses — goes through
+    `encode_map` map by map, which also raises the precise KIP_2003.
     """
     if not maps:
         return []
@@ -231,22 +242,22 @@ def encode_maps(maps: Sequence[JsonMap | None], what: str = "value",
     # Every entry is a map or None (checked above), so without a None all are maps.
     full = ([m or _EMPTY_MAP for m in maps] if None in maps
             else cast("Sequence[JsonMap]", maps))
-    keys: set[object] = set().union(*full)
-    if (set(map(type, keys)) - {str}
-            or not set(map(type, chain.from_iterable(map(dict.values, full)))) <= _SCALARS):
+    try:
+        _json(full)
+    except TypeError:                   # orjson's JSONEncodeError is a TypeError
         return _maps_slow(full, what, extra)
     k = len(extra) if extra else 0
     if max(map(len, full)) + k > 15:                       # not all fixmaps: rare
         return _maps_slow(full, what, extra)
     pack: Callable[[object], bytes]
     try:
-        pack = _tls.packer.pack
+        pack = _tls.strict.pack
     except AttributeError:
-        pack = _packer().pack
+        pack = _strict_packer().pack
     try:
         packed = list(map(pack, full))
-    except Exception:  # noqa: BLE001 - e.g. an int beyond 64 bits: reported precisely below
-        _tls.__dict__.pop("packer", None)
+    except Exception:  # noqa: BLE001 - e.g. a tuple: reported precisely below
+        _tls.__dict__.pop("strict", None)
         return _maps_slow(full, what, extra)
     if not k:
         return [(p if "_updated_at" not in m or (head := engine_header(m)) is None

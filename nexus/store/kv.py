@@ -167,11 +167,18 @@ class LmdbKv:
         return self.txn.stat(db)["entries"]
 
 
+# A putmulti of at least this many pairs is a bulk write: the transaction stops logging
+# (see WalKv). An UPSERT's or a MERGE's index updates stay far below it.
+UNLOGGED_PAIRS = 16384
+
+
 class WalKv(LmdbKv):
     """LmdbKv that also records its writes, in order, for the write-ahead log
     (`nexus.store.wal`): `ops` is the flat list [table, key, value-or-None, ...] of what
-    changed, or None once their size passed `limit` (the commit then syncs LMDB itself
-    instead of logging). A separate class so that the plain path pays nothing."""
+    changed, or None once their size passed `limit` or a putmulti of UNLOGGED_PAIRS or more
+    pairs (a bulk load) came (the commit then syncs LMDB itself instead of logging: the
+    same guarantee, without writing the data twice). A separate class so that the plain
+    path pays nothing."""
 
     __slots__ = ("ops", "size", "names", "limit")
 
@@ -221,7 +228,15 @@ class WalKv(LmdbKv):
 
     def putmulti(self, db: LmdbTable, items: Iterable[tuple[bytes, bytes]],
                  append: bool, overwrite: bool, /) -> int:
-        pairs = list(items)
+        if self.ops is None:                # not logging: the pairs go straight to LMDB
+            unlogged: int = self.txn.cursor(db).putmulti(items, overwrite=overwrite,
+                                                         append=append)[1]
+            return unlogged
+        pairs = items if type(items) is list else list(items)
+        if len(pairs) >= UNLOGGED_PAIRS:
+            # A bulk write (a load's columns): logging it would write it twice and cost a
+            # copy of every pair; its commit syncs LMDB instead, as past `limit`.
+            self.ops = None
         added: int = self.txn.cursor(db).putmulti(pairs, overwrite=overwrite,
                                                    append=append)[1]
         if self.ops is None:

@@ -50,8 +50,9 @@ log = logging.getLogger("nexus.store")
 # When the data file has grown by this many pages (64 MiB) since the last release, the next
 # commit releases LMDB's page buffers.
 RELEASE_PAGES = 16384
-# Write-ahead log (module doc): a transaction whose operations pass WAL_MAX_TXN bytes is
-# committed with a full LMDB sync instead of a record. The checkpoint thread checkpoints
+# Write-ahead log (module doc): a transaction whose operations pass WAL_MAX_TXN bytes, or
+# that bulk-writes kv.UNLOGGED_PAIRS entries in one putmulti, is committed with a full LMDB
+# sync instead of a record. The checkpoint thread checkpoints
 # when the log passes WAL_SOFT_BYTES, when the data file grew since the last checkpoint by
 # an eighth of its size, at least WAL_SOFT_GROWTH, at most WAL_SOFT_GROWTH_MAX (the pinned
 # snapshot keeps LMDB from reusing pages freed after it, so the file grows by what the

@@ -229,8 +229,15 @@ def test_encode_maps_equals_encode_map(maps):
         [codec.encode_map({**(m or {}), **extra}) for m in maps]
 
 
+class _Text(str):
+    pass
+
+
 @pytest.mark.parametrize("bad", [{"x": b"bytes"}, {1: "int key"}, {"x": 2**64},
-                                 {"x": (1, 2)}, "not a map"])
+                                 {"x": (1, 2)}, "not a map",
+                                 # nested: JSON has no bytes, tuples or int keys either
+                                 {"x": {"y": (1,)}}, {"x": {1: "a"}}, {"x": [b"b"]},
+                                 {"x": [1, [2, {"z": 2**64}]]}, {"x": _Text("sub")}])
 def test_encode_maps_refuses_what_encode_map_refuses(bad):
     from nexus.store import codec
     with pytest.raises(KipError) as e:
