@@ -32,6 +32,7 @@ class PgHost(Protocol):
     concept_heads: dict[int, ConceptHead]
     symbol_ids: dict[str, int]
     symbol_texts: dict[int, str]
+    lock_space: str                 # a write transaction's lock statement (pg_schema)
 
     def connect(self) -> psycopg.Connection[Any]: ...
     def discard(self, conn: psycopg.Connection[Any]) -> None: ...

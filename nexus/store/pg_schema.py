@@ -64,6 +64,15 @@ LOCK_SPACE_GENERIC = ("UPDATE nexus_meta SET serial = serial + 1 WHERE space = %
                       "set_config('plan_cache_mode', 'force_generic_plan', true)")
 BEGIN_WRITE = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
+
+def lock_statement(conn: psycopg.Connection[Any]) -> str:
+    """The lock statement of a write transaction on this server: LOCK_SPACE_GENERIC where
+    the server has `plan_cache_mode` (PostgreSQL 12+), plain LOCK_SPACE where it has not —
+    setting an unknown parameter is an error that would abort every write (YugabyteDB's
+    PostgreSQL 11 base; docs/scale.md)."""
+    row = conn.execute("SELECT current_setting('plan_cache_mode', true)").fetchone()
+    return LOCK_SPACE if row is None or row[0] is None else LOCK_SPACE_GENERIC
+
 DUMP = {
     "meta": "SELECT max_id, max_sym, format FROM nexus_meta WHERE space = %s",
     "symbols": "SELECT id, text, tkey FROM nexus_symbols WHERE space = %s ORDER BY id",

@@ -72,6 +72,7 @@ class PgGraphStore:
         conn = self.connect()
         try:
             pg_schema.ensure(conn, self.space)
+            self.lock_space = pg_schema.lock_statement(conn)
         except BaseException as exc:
             conn.close()
             raise translate(exc, self.where) or exc

@@ -99,7 +99,7 @@ class PgWriteTxn(PgPipelined):
         self._retry = pooled
         self._serial = self._mid = self._mid0 = self._msym = self._msym0 = 0
         self.defer(pg_schema.BEGIN_WRITE, ())
-        self.defer(pg_schema.LOCK_SPACE_GENERIC, (self.space,), self._locked)
+        self.defer(host.lock_space, (self.space,), self._locked)
         self._dstats: Counter[str] = Counter()
         self._new_sids: dict[str, int] = {}
         self._new_stexts: dict[int, str] = {}

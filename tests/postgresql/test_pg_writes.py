@@ -81,3 +81,16 @@ def test_each_command_gets_the_next_record_of_the_version_log(pg_server):
         assert kip('FIND(?g.attributes.size) WHERE { ?g {type: "Gadget", name: "G"} }') == [3]
     finally:
         nx.close()
+
+
+def test_the_lock_statement_fits_the_server(store):
+    """`plan_cache_mode` (PostgreSQL 12+) is set by the lock statement only where the server
+    has it: setting an unknown parameter would abort every write (a PostgreSQL 11 based
+    server). PostgreSQL 16 has it; the plain lock, what such a server gets, writes too."""
+    from nexus.store import pg_schema
+    assert store.lock_space == pg_schema.LOCK_SPACE_GENERIC
+    store.lock_space = pg_schema.LOCK_SPACE
+    with store.write() as w:
+        t, p, a, b, n = _new_pair(w)
+    with store.read() as r:
+        assert r.concept_ids([(t, "a"), (t, "b")]) == [a, b] and r.link_id(a, p, b) == n
