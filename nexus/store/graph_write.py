@@ -568,6 +568,11 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             self._load(d.attrs, e["attrs"], None)
             self._load(d.metas, e["metas"], None)
         self._max_id = max(self._max_id, e["max_id"])
+        room = NEW_HEADS_CAP - len(self._new_heads)     # as create_concept does (_made)
+        if room > 0:
+            heads = self._new_heads
+            for n, t, name in zip(ids[:room], type_ids[:room], names[:room]):
+                heads[n] = ConceptHead(n, t, name)
         for type_id, k in e["per_type"].items():
             self._bump(codec.ST_TYPE + pack_sid(type_id), k)
         self._bump(codec.ST_CONCEPTS, e["count"])
