@@ -21,10 +21,32 @@ if TYPE_CHECKING:
 __all__ = ["Nexus", "ErrorCode", "KipError", "__version__", "KIP_VERSION"]
 
 
+def _checkout_venv() -> bool:
+    """Put the checkout's own virtualenv (`.venv` beside the package, made by the README's
+    first command) on sys.path, when this interpreter has the same version: a `python3`
+    started in the repository root without activating it then finds the dependencies
+    there. False when there is no such virtualenv or it is already on the path."""
+    import os
+    import site
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    packages = os.path.join(root, ".venv", "lib", f"python{sys.version_info[0]}."
+                            f"{sys.version_info[1]}", "site-packages")
+    if not os.path.isdir(packages) or packages in sys.path:
+        return False
+    site.addsitedir(packages)
+    return True
+
+
 def __getattr__(name: str) -> Any:
     if name == "Nexus":
         try:
-            from .api import Nexus
+            try:
+                from .api import Nexus
+            except ModuleNotFoundError as exc:
+                if not (exc.name and exc.name.split(".")[0] != "nexus" and _checkout_venv()):
+                    raise
+                from .api import Nexus
         except ModuleNotFoundError as exc:
             # Run from a checkout that was never installed: say what to do, not only what
             # is missing (the README's first command installs the dependencies).
