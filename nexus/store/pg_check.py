@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus.store.pg_txn import ST_CONCEPTS, ST_LINKS, PgReadTxn, internal, pred_key, type_key
+from nexus.store.pg_conn import internal
+from nexus.store.pg_txn import ST_CONCEPTS, ST_LINKS, PgReadTxn, pred_key, type_key
 from nexus.store.pg_write import PgWriteTxn
 from nexus.store.protocol import TableCheck
 

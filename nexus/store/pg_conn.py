@@ -21,6 +21,12 @@ DEFAULT_CONNECT_TIMEOUT = 10        # seconds; `connect_timeout=` in the URL ove
 # (`pg_spaces`): a prefix no space name can have.
 TEMPLATE_PREFIX = "_template-"
 _SPACE = re.compile(r"(?:_template-)?[a-z0-9][a-z0-9_-]{0,62}")
+MISSING = object()                  # a cache's "not known" (None: known absent)
+
+
+def internal(message: str) -> KipError:
+    """An engine-internal failure of the backend (KIP_4003)."""
+    return KipError(ErrorCode.KIP_4003, message)
 
 
 class PgHost(Protocol):

@@ -30,7 +30,8 @@ import psycopg
 
 from nexus.store import codec
 from nexus.store.pg_conn import call
-from nexus.store.pg_txn import LOCAL_AUX, PREFETCH_CHUNK, PgReadTxn, used_after_end
+from nexus.store.pg_aux import LOCAL_AUX, PREFETCH_CHUNK
+from nexus.store.pg_txn import PgReadTxn, used_after_end
 
 DEFER_MAX = 256                 # element writes held back at most (then sent on their own)
 

@@ -3,7 +3,8 @@
 Owns what a write does to the tables: interning, id allocation from the space's meta row
 (locked by `pg_store` for the whole transaction, so ids are unique across every server on
 the database), creating and deleting elements, replacing maps, bulk loads through COPY, and
-writing the counters and statistic deltas once, just before commit. A taken (type, name)
+writing the counters and statistic deltas once, just before commit (its aux-table writes:
+`pg_aux_write`). A taken (type, name)
 or (subject, predicate, object) is found with `INSERT ... ON CONFLICT DO NOTHING`, so the
 transaction stays usable after KIP_3003 (a failed statement would abort it in PostgreSQL).
 """
@@ -19,14 +20,11 @@ import psycopg
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, pg_schema
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
-from nexus.store.pg_conn import PgHost, call
-from nexus.store.pg_pipeline import PgPipelined
-from nexus.store.pg_txn import (LOCAL_AUX, MAX_ID, MISSING, ST_CONCEPTS, ST_LINKS, PgAux,
-                                PgWriteAux, internal, is_id, pred_key, type_key,
-                                used_after_end)
+from nexus.store.pg_aux_write import PgAuxWriter
+from nexus.store.pg_conn import MISSING, PgHost, call, internal
+from nexus.store.pg_txn import MAX_ID, ST_CONCEPTS, ST_LINKS, is_id, pred_key, type_key
 
 log = logging.getLogger(__name__)
-COPY_CHUNK = 20_000             # aux entries per upsert statement (and kept pending at most)
 NEW_HEADS_CAP = 50_000          # concept heads a write remembers to publish at commit
 WRITE_MAPS = 100_000            # element maps a write transaction keeps (emptied when full)
 DEFER_ROWS = 64                 # new links a write sends as a held-back INSERT (more: COPY)
@@ -73,17 +71,9 @@ _TAKEN = ("SELECT l.subject, l.predicate, l.object FROM nexus_links l JOIN "
           "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS t(s, p, o) "
           "ON l.subject = t.s AND l.predicate = t.p AND l.object = t.o "
           "WHERE l.space = %s LIMIT 1")
-_AUX_MANY = ("INSERT INTO nexus_aux (space, tbl, k, v) SELECT %s, t, k, v FROM "
-             "unnest(%b::text[], %b::bytea[], %b::bytea[]) AS x(t, k, v) "
-             "ON CONFLICT (space, tbl, k) DO UPDATE SET v = EXCLUDED.v")
-_BYTES = {bytes}
-_AUX_COPY = "COPY nexus_aux (space, tbl, k, v) FROM STDIN"
-COPY_NEW_MIN = 1_000             # `aux_put_new`: fewer new keys go by upsert (in a pipeline)
-_AUX_DELETE = ("DELETE FROM nexus_aux a USING unnest(%b::text[], %b::bytea[]) AS x(t, k) "
-               "WHERE a.space = %s AND a.tbl = x.t AND a.k = x.k")
 
 
-class PgWriteTxn(PgPipelined):
+class PgWriteTxn(PgAuxWriter):
     """WriteTxn: the space's single writer (see the module doc)."""
 
     writing = True
@@ -106,8 +96,6 @@ class PgWriteTxn(PgPipelined):
         self._new_concepts: dict[int, ConceptHead] = {}
         self._deleted: list[int] = []
         self._aborted = False
-        self._aux_pending: dict[str, dict[bytes, bytes | None]] = {}
-        self._aux_count = 0
         self._concept_ids: dict[tuple[int, str], int | None] = {}
         # `link_id` answers remembered for the transaction (this writer holds the space's
         # lock: only its own writes change them, and they update them), and whether every
@@ -115,7 +103,6 @@ class PgWriteTxn(PgPipelined):
         # among them does not exist, with no round trip (a command's new concept's links).
         self._link_ids: dict[tuple[int, int, int], int | None] = {}
         self._links_whole = True
-        self._bulk_rows = 0             # rows written by COPY and batched aux upserts
         # The maps of elements this transaction creates are kept (the search index reads
         # them back before commit): as many as heads.
         self.maps_cap = WRITE_MAPS
@@ -577,163 +564,6 @@ class PgWriteTxn(PgPipelined):
                 self._link_moved((h.subject, h.predicate_id, h.object), triple, n)
         return answers
 
-    # --- aux -------------------------------------------------------------------------------
-    def aux(self, table: str) -> PgAux:
-        base = super().aux(table)
-        return PgWriteAux(self, base.table)
-
-    def pend_aux(self, table: str, key: bytes, value: bytes | None) -> None:
-        """Change an aux entry in this transaction (None: delete); written by `flush_aux`."""
-        if self.conn is None:
-            used_after_end()
-        self._aux_pending.setdefault(table, {})[key] = value
-        self.aux_writes += 1
-        self.aux_table_writes[table] = self.aux_table_writes.get(table, 0) + 1
-        self.remember_aux(table, key, value)
-        self.note_aux_write(table, key, value)
-        self._aux_count += 1
-        if self._aux_count >= COPY_CHUNK:
-            self._write_aux(self._aux_statements(*self._aux_pending))
-
-    def aux_pending(self, table: str) -> dict[bytes, bytes | None]:
-        return self._aux_pending.get(table, {})
-
-    def flush_aux(self, table: str) -> None:
-        self._write_aux(self._aux_statements(table))
-
-    def _write_aux(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        """Run `_aux_statements` (with any held-back writes: one round trip)."""
-        if statements:
-            self.pipeline(statements)
-
-    def _aux_statements(self, *tables: str) -> list[tuple[str, tuple[Any, ...]]]:
-        """The statements writing the tables' pending changes (taken off the pending): the
-        puts of all of them in one upsert per COPY_CHUNK, the deletes in one statement."""
-        puts: list[tuple[str, bytes, bytes]] = []
-        gone: list[tuple[str, bytes]] = []
-        for table in tables:
-            pending = self._aux_pending.pop(table, None)
-            if not pending:
-                continue
-            self._aux_count -= len(pending)
-            for k, v in pending.items():
-                if v is None:
-                    gone.append((table, k))
-                else:
-                    puts.append((table, k, v))
-        puts.sort()
-        self._bulk_rows += len(puts)
-        out: list[tuple[str, tuple[Any, ...]]] = []
-        for i in range(0, len(puts), COPY_CHUNK):
-            part = puts[i:i + COPY_CHUNK]
-            out.append((_AUX_MANY, (self.space, [t for t, _, _ in part], [k for _, k, _ in part],
-                                    [v for _, _, v in part])))
-        if gone:
-            out.append((_AUX_DELETE, ([t for t, _ in gone], [k for _, k in gone], self.space)))
-        return out
-
-    def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-        self.aux(table)                         # the table name is checked
-        items = dict(pairs)
-        if not items:
-            return
-        # Checked (and copied to bytes) with C-level loops when they are all bytes already,
-        # as a bulk load's hundreds of thousands of index keys are.
-        if set(map(type, items)) == _BYTES and set(map(type, items.values())) == _BYTES:
-            if min(map(len, items)) < 1 or max(map(len, items)) > codec.MAX_KEY:
-                raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
-        else:
-            for k in items:
-                if not isinstance(k, (bytes, bytearray)) or not k or len(k) > codec.MAX_KEY:
-                    raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes")
-            items = {bytes(k): bytes(v) for k, v in items.items()}
-        if self.conn is None:
-            used_after_end()
-        # pend_aux for each, without a call per pair (a bulk load's name and forward keys)
-        self._aux_pending.setdefault(table, {}).update(items)
-        self._aux_count += len(items)
-        self.aux_writes += 1
-        self.aux_table_writes[table] = self.aux_table_writes.get(table, 0) + 1
-        values = self.aux_values
-        if len(values) + len(items) < LOCAL_AUX:
-            values.update(((table, k), v) for k, v in items.items())
-        else:
-            # Not kept (a bulk load's name and forward keys are not read again: the
-            # pending map, then the database, answers for them), and an older value kept
-            # for one of them dropped. Emptying the cache instead threw away what the
-            # caller had just prefetched (a load's document counts): each then cost a
-            # statement of its own (48,709 of a 120k-item load's 48,854).
-            for k in items:
-                values.pop((table, k), None)
-        if self.aux_last_lens.get(table):
-            # Only the keys that may fall under a prefix whose last pair is cached (the
-            # first byte of one): a load's name and forward keys never do, and a check of
-            # every cached prefix length for each of them was a tenth of its flush.
-            firsts = {p[:1] for t, p in (*self.aux_last, *self.aux_first) if t == table}
-            note = self.note_aux_write
-            if b"" in firsts:
-                for k, v in items.items():
-                    note(table, k, v)
-            elif firsts:
-                for k, v in items.items():
-                    if k[:1] in firsts:
-                        note(table, k, v)
-        if self._aux_count >= COPY_CHUNK:
-            self._write_aux(self._aux_statements(*self._aux_pending))
-
-    def aux_put_new(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-        """`aux_put_many` of keys the caller knows have no row (a bulk load's new
-        documents: their forward entries, name keys, and the posting lists and document
-        counts of terms that had none), written at once by one COPY instead of an upsert
-        (~2.5x less server CPU a row, and no array parameters to build on the client). A
-        key that is pending in this transaction, or a call with few keys (a command's:
-        the upsert rides in its pipeline), goes through `aux_put_many`. A key that has a
-        row after all is a broken promise of the caller: KIP_5001 (internal), the
-        transaction aborted."""
-        self.aux(table)                         # the table name is checked
-        items = dict(pairs)
-        pending = self._aux_pending.get(table)
-        if len(items) < COPY_NEW_MIN or (pending and not pending.keys().isdisjoint(items)):
-            self.aux_put_many(table, items.items())
-            return
-        if set(map(type, items)) != _BYTES or set(map(type, items.values())) != _BYTES \
-                or min(map(len, items)) < 1 or max(map(len, items)) > codec.MAX_KEY:
-            raise internal(f"aux key must be 1..{codec.MAX_KEY} bytes (and values bytes)")
-        self.flush_writes()
-        conn = self.conn
-        if conn is None:
-            used_after_end()
-        self.aux_writes += 1
-        values = self.aux_values
-        if len(values) + len(items) < LOCAL_AUX:
-            values.update(((table, k), v) for k, v in items.items())
-        else:                                   # (as `aux_put_many`)
-            for k in items:
-                values.pop((table, k), None)
-        if self.aux_last_lens.get(table):
-            # (only keys that may fall under a cached prefix: as `aux_put_many`)
-            firsts = {p[:1] for t, p in self.aux_last if t == table}
-            note = self.note_aux_write
-            for k, v in items.items():
-                if b"" in firsts or k[:1] in firsts:
-                    note(table, k, v)
-        # The rows as COPY's text format spells them, written by us (a row a
-        # `write_row` was most of the client's cost of this COPY): bytea in hex.
-        head = f"{_copy_text(self.space)}\t{_copy_text(table)}\t\\\\x"
-        keys = sorted(items)                    # in key order: the index is appended to
-
-        def run() -> None:
-            assert conn is not None
-            with conn.cursor() as cur, cur.copy(_AUX_COPY) as copy:
-                for i in range(0, len(keys), COPY_CHUNK):
-                    copy.write("".join([f"{head}{k.hex()}\t\\\\x{items[k].hex()}\n"
-                                        for k in keys[i:i + COPY_CHUNK]]))
-        try:
-            run()
-        except psycopg.Error as exc:
-            raise self._translate(exc) or internal(str(exc)) from None
-        self._bulk_rows += len(items)
-
     # --- bulk path -------------------------------------------------------------------------
     def create_concepts(self, rows: Iterable[tuple[int, int, str, JsonMap | None,
                                                    JsonMap | None]]) -> int:
@@ -901,12 +731,6 @@ class PgWriteTxn(PgPipelined):
             raise duplicate from None
         except psycopg.Error as exc:
             raise self._translate(exc) or internal(str(exc)) from None
-
-
-def _copy_text(value: str) -> str:
-    """`value` as a column of COPY's text format (backslash, tab, newline, CR escaped)."""
-    return (value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-            .replace("\r", "\\r"))
 
 
 def _analyze(conn: psycopg.Connection[Any]) -> None:

@@ -105,12 +105,12 @@ def _upsert_one_by_one(nx: Nexus, concepts: list[dict], links: list[dict]) -> No
 def test_a_bulk_load_searches_like_the_same_data_upserted_one_by_one(pg_server, tmp_path,
                                                                      monkeypatch):
     from nexus.search import pg_vectors
-    from nexus.store import pg_txn, pg_write
+    from nexus.store import pg_aux, pg_aux_write, pg_pipeline
     # Caches far smaller than the load: every overflow path of a big load runs here.
-    monkeypatch.setattr(pg_txn, "LOCAL_AUX", 300)
-    monkeypatch.setattr(pg_write, "LOCAL_AUX", 300)
+    for module in (pg_aux, pg_aux_write, pg_pipeline):
+        monkeypatch.setattr(module, "LOCAL_AUX", 300)
     # A chunk's new documents' index keys go in by COPY (as a big load's do).
-    monkeypatch.setattr(pg_write, "COPY_NEW_MIN", 10)
+    monkeypatch.setattr(pg_aux_write, "COPY_NEW_MIN", 10)
     # Big enough for an HNSW index, built while the links load (`bulk_loading`).
     monkeypatch.setattr(pg_vectors, "INDEX_AT", 100)
     monkeypatch.setattr(pg_vectors, "INDEX_CHECK", 50)
