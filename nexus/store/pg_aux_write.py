@@ -10,6 +10,7 @@ count of the table, when many are pending, and at commit; keys the caller knows 
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from typing import Any, Iterable
 
 import psycopg
@@ -182,7 +183,7 @@ class PgAuxWriter(PgPipelined):
                 values.pop(key, None)
         lens = self.aux_last_lens.get(table)
         if lens:
-            _note_new(self.aux_last, self.aux_first, table, keys, items, lens)
+            _note_new(self.aux_last, self.aux_first, table, keys, items)
         # The rows in COPY's binary format, spelled here: each a field count, then each
         # field's length and bytes — the space and table the same prefix for every row,
         # key and value their raw bytes (the text format's hex doubled them, and the
@@ -210,30 +211,26 @@ class PgAuxWriter(PgPipelined):
         self._bulk_rows += len(items)
 
 
+
 def _note_new(last: dict[tuple[str, bytes], tuple[bytes, bytes] | None],
               first: dict[tuple[str, bytes], tuple[bytes, bytes] | None], table: str,
-              keys: list[bytes], items: dict[bytes, bytes], lens: set[int]) -> None:
-    """`note_aux_write` of the puts of `keys` (in order, values in `items`) at once: per
-    cached prefix length, only the greatest and the least key under each prefix can become
-    its cached last or first pair, and only the prefixes cached at all are looked at (a
-    bulk load's hundreds of thousands of keys against the terms whose last posting block
-    the write prefetched: a call per key, per length, was a tenth of the load's aux
-    writing)."""
-    for n in lens:
-        cached_last = {p for t, p in last if t == table and len(p) == n}
-        cached_first = {p for t, p in first if t == table and len(p) == n}
-        if not cached_last and not cached_first:
-            continue
-        under = [k for k in keys if len(k) >= n]
-        if cached_last:
-            top = {k[:n]: k for k in under}             # (the last key wins: the greatest)
-            for p in cached_last.intersection(top):
-                k, cur = top[p], last[(table, p)]
+              keys: list[bytes], items: dict[bytes, bytes]) -> None:
+    """`note_aux_write` of the puts of `keys` (sorted; values in `items`) at once: only the
+    greatest and the least of them under a cached prefix can become its last or first
+    pair, found by bisection per cached prefix of `table` — not a call per key and per
+    cached prefix length (a bulk load puts hundreds of thousands of keys)."""
+    count = len(keys)
+    for cache, greatest in ((last, True), (first, False)):
+        for (t, p), cur in [(slot, cur) for slot, cur in cache.items() if slot[0] == table]:
+            lo = bisect_left(keys, p)
+            if lo == count or not keys[lo].startswith(p):
+                continue                        # (none of the keys under it)
+            if greatest:
+                end = codec.prefix_end(p)
+                k = keys[(bisect_left(keys, end, lo) if end else count) - 1]
                 if cur is None or k >= cur[0]:
-                    last[(table, p)] = (k, items[k])
-        if cached_first:
-            low = {k[:n]: k for k in reversed(under)}   # (the least)
-            for p in cached_first.intersection(low):
-                k, cur = low[p], first[(table, p)]
+                    cache[(t, p)] = (k, items[k])
+            else:
+                k = keys[lo]
                 if cur is None or k <= cur[0]:
-                    first[(table, p)] = (k, items[k])
+                    cache[(t, p)] = (k, items[k])
