@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Sequence
 
 from nexus.store import codec
-from nexus.store.pg_conn import MISSING, internal, pages
+from nexus.store.pg_conn import MISSING, Byteas, internal, pages
 
 LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
 # AuxTable.prefetch: the values of keys, and the last pair under each prefix, in one
@@ -115,7 +115,8 @@ class PgAuxCache:
             ends = [codec.prefix_end(p) or _AFTER_ALL for p in heads]
             found: dict[bytes, bytes] = {}
             last: dict[bytes, tuple[bytes, bytes]] = {}
-            for kind, k, k2, v in self.rows(_PREFETCH, (part, self.space, table, heads, ends,
+            for kind, k, k2, v in self.rows(_PREFETCH, (Byteas(part), self.space, table,
+                                                        Byteas(heads), Byteas(ends),
                                                         self.space, table)):
                 if kind == 0:
                     found[bytes(k)] = bytes(v)

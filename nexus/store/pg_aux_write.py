@@ -15,7 +15,7 @@ import psycopg
 
 from nexus.store import codec
 from nexus.store.pg_aux import LOCAL_AUX, PgAux, PgWriteAux
-from nexus.store.pg_conn import internal
+from nexus.store.pg_conn import Byteas, Texts, internal
 from nexus.store.pg_pipeline import PgPipelined
 from nexus.store.pg_txn import used_after_end
 
@@ -87,10 +87,12 @@ class PgAuxWriter(PgPipelined):
         out: list[tuple[str, tuple[Any, ...]]] = []
         for i in range(0, len(puts), COPY_CHUNK):
             part = puts[i:i + COPY_CHUNK]
-            out.append((_AUX_MANY, (self.space, [t for t, _, _ in part], [k for _, k, _ in part],
-                                    [v for _, _, v in part])))
+            out.append((_AUX_MANY, (self.space, Texts([t for t, _, _ in part]),
+                                    Byteas([k for _, k, _ in part]),
+                                    Byteas([v for _, _, v in part]))))
         if gone:
-            out.append((_AUX_DELETE, ([t for t, _ in gone], [k for _, k in gone], self.space)))
+            out.append((_AUX_DELETE, (Texts([t for t, _ in gone]), Byteas([k for _, k in gone]),
+                                      self.space)))
         return out
 
     def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:

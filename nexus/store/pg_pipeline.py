@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 import psycopg
 
 from nexus.store import codec
-from nexus.store.pg_conn import call
+from nexus.store.pg_conn import Byteas, Texts, call
 from nexus.store.pg_aux import LOCAL_AUX, PREFETCH_CHUNK
 from nexus.store.pg_txn import PgReadTxn, used_after_end
 
@@ -187,11 +187,11 @@ class PgPipelined(PgReadTxn):
         step = PREFETCH_CHUNK
         for i in range(0, max(len(keys), len(prefixes), len(firsts)), step):
             part, heads, low = keys[i:i + step], prefixes[i:i + step], firsts[i:i + step]
-            params = ([t for t, _ in part], [k for _, k in part], self.space,
-                      [t for t, _ in heads], [p for _, p in heads],
-                      [codec.prefix_end(p) or _AFTER_ALL for _, p in heads], self.space,
-                      [t for t, _ in low], [p for _, p in low],
-                      [codec.prefix_end(p) or _AFTER_ALL for _, p in low], self.space)
+            params = (Texts([t for t, _ in part]), Byteas([k for _, k in part]), self.space,
+                      Texts([t for t, _ in heads]), Byteas([p for _, p in heads]),
+                      Byteas([codec.prefix_end(p) or _AFTER_ALL for _, p in heads]), self.space,
+                      Texts([t for t, _ in low]), Byteas([p for _, p in low]),
+                      Byteas([codec.prefix_end(p) or _AFTER_ALL for _, p in low]), self.space)
             # Held back like a write: it goes with the next statement (a hint read ahead).
             self.defer(_PREFETCH_MANY, params, self._prefetched(part, heads, low))
             self._prefetch_held = True
