@@ -27,12 +27,14 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 import psycopg
+from psycopg.pq import ExecStatus
 
 from nexus.store import codec
 from nexus.store.pg_conn import Byteas, Texts, call
 from nexus.store.pg_aux import LOCAL_AUX, PREFETCH_CHUNK
 from nexus.store.pg_txn import PgReadTxn, used_after_end
 
+TUPLES_OK = ExecStatus.TUPLES_OK
 DEFER_MAX = 256                 # element writes held back at most (then sent on their own)
 
 Check = Callable[[Any], None]   # a held-back write's check of its result
@@ -123,8 +125,10 @@ class PgPipelined(PgReadTxn):
             else:
                 with conn.pipeline():
                     cursors = [conn.execute(sql, params) for sql, params in todo]
-            return [cur.fetchall() if cur.description is not None else cur.rowcount
-                    for cur in cursors]
+            # (a result with rows: TUPLES_OK — what `description` says, without building
+            # its Column objects)
+            return [cur.fetchall() if (res := cur.pgresult) is not None
+                    and res.status == TUPLES_OK else cur.rowcount for cur in cursors]
 
         def run() -> list[Any]:
             assert conn is not None
