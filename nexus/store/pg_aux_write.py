@@ -28,6 +28,7 @@ _AUX_COPY = "COPY nexus_aux (space, tbl, k, v) FROM STDIN"
 COPY_NEW_MIN = 1_000             # `aux_put_new`: fewer new keys go by upsert (in a pipeline)
 _AUX_DELETE = ("DELETE FROM nexus_aux a USING unnest(%b::text[], %b::bytea[]) AS x(t, k) "
                "WHERE a.space = %s AND a.tbl = x.t AND a.k = x.k")
+AUX_WRITES = frozenset((_AUX_MANY, _AUX_DELETE))     # (pg_write: the commit's folding)
 
 
 class PgAuxWriter(PgPipelined):
@@ -59,8 +60,15 @@ class PgAuxWriter(PgPipelined):
     def aux_pending(self, table: str) -> dict[bytes, bytes | None]:
         return self._aux_pending.get(table, {})
 
-    def flush_aux(self, table: str) -> None:
-        self._write_aux(self._aux_statements(table))
+    def flush_aux(self, table: str, hold: bool = False) -> None:
+        """Write the table's pending changes now; with `hold`, held back instead (a caller
+        about to read the table: they go in that read's round trip, before it)."""
+        statements = self._aux_statements(table)
+        if not hold:
+            self._write_aux(statements)
+            return
+        for sql, params in statements:
+            self.defer(sql, params)
 
     def _write_aux(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Run `_aux_statements` (with any held-back writes: one round trip)."""

@@ -179,7 +179,7 @@ class PgPipelined(PgReadTxn):
             low = [(table, p) for p in dict.fromkeys(first_under)
                    if len(p) <= codec.MAX_KEY and (table, p) not in self.aux_first]
             if (heads or low) and pending:
-                self.flush_aux(table)       # (the database's pairs must include them)
+                self.flush_aux(table, hold=True)    # (the pairs read must include them)
             prefixes += heads
             firsts += low
         if not keys and not prefixes and not firsts:

@@ -20,7 +20,7 @@ import psycopg
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, pg_schema
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
-from nexus.store.pg_aux_write import PgAuxWriter
+from nexus.store.pg_aux_write import AUX_WRITES, PgAuxWriter
 from nexus.store.pg_conn import MISSING, Byteas, Int8s, PgHost, Texts, call, internal
 from nexus.store.pg_txn import MAX_ID, ST_CONCEPTS, ST_LINKS, is_id, pred_key, type_key
 
@@ -70,6 +70,7 @@ _FLUSH = ("WITH m AS (UPDATE nexus_meta SET max_id = %s, max_sym = %s WHERE spac
 # The commit's writes folded into _FLUSH as data-modifying CTEs (`_folded`): statements of
 # these kinds only (a WITH cannot nest one that modifies).
 _FOLDABLE = ("INSERT ", "DELETE ", "UPDATE ")
+_AUX_WRITES = AUX_WRITES
 _TAKEN = ("SELECT l.subject, l.predicate, l.object FROM nexus_links l JOIN "
           "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS t(s, p, o) "
           "ON l.subject = t.s AND l.predicate = t.p AND l.object = t.o "
@@ -230,11 +231,12 @@ class PgWriteTxn(PgAuxWriter):
         pipelined (one round trip, with the held-back writes that need no check; those that
         do are sent and checked first: `unchecked_writes`);
         the connection goes back to the pool."""
-        writes = self.unchecked_writes() + self._aux_statements(*self._aux_pending)
+        held = self.unchecked_writes()
+        writes = held + self._aux_statements(*self._aux_pending)
         stats = [(k, d) for k, d in self._dstats.items() if d]
         statements = _folded(writes, (_FLUSH, (
             self._max_id, self._max_sym, self.space, self.space,
-            Texts([k for k, _ in stats]), Int8s([d for _, d in stats]))))
+            Texts([k for k, _ in stats]), Int8s([d for _, d in stats]))), len(held))
 
         def run() -> None:
             with conn.pipeline():
@@ -752,7 +754,8 @@ def repeat_(value: Any, count: int) -> list[Any]:
     return [value] * count
 
 
-def _folded(writes: list[tuple[str, Any]], flush: tuple[str, Any]) -> list[tuple[str, Any]]:
+def _folded(writes: list[tuple[str, Any]], flush: tuple[str, Any], held: int
+            ) -> list[tuple[str, Any]]:
     """The commit's statements: `writes` (the vector rows, the aux upserts and deletes) and
     `flush` (the counters and statistics, a WITH statement) as one statement, each write a
     data-modifying CTE of it — one statement to plan, bind and send instead of several.
@@ -760,9 +763,12 @@ def _folded(writes: list[tuple[str, Any]], flush: tuple[str, Any]) -> list[tuple
     twice): the aux puts and deletes are of different keys (one pending value per key),
     the vector upserts and deletes of different (id, slot) rows (a delete takes the slots
     at and above the ones the upsert writes), the counters and statistics other tables.
-    A write of another shape keeps its own statement."""
+    A write of another shape keeps its own statement, and so does each write when the
+    first `held` (the held-back ones) include aux writes, which the commit's own aux
+    statements might write again."""
     sql, params = flush
-    if not writes or not all(w[0].startswith(_FOLDABLE) for w in writes):
+    if not writes or not all(w[0].startswith(_FOLDABLE) for w in writes) or any(
+            w[0] in _AUX_WRITES for w in writes[:held]):
         return [*writes, flush]
     ctes = ", ".join(f"w{i} AS ({w[0]})" for i, w in enumerate(writes))
     folded = [p for w in writes for p in w[1]]
