@@ -263,6 +263,7 @@ class PgVectorTable:
         an index insert is most of the server's work in a single write), and one DELETE of
         the slots an element no longer has (all of those of `gone`), only for elements
         that existed before this transaction (one it created has no rows)."""
+        from nexus.store.pg_conn import Int2s, Int8s     # (the postgres extra)
         first_new = getattr(txn, "first_new_id", None)
         fresh = first_new() if first_new is not None else None
         out: list[tuple[str, tuple[Any, ...]]] = []
@@ -270,10 +271,10 @@ class PgVectorTable:
         kept = {n: len(texts) for n, _, _, texts in docs}
         old = [n for n in dict.fromkeys([*changed, *gone]) if fresh is None or n < fresh]
         if old:
-            out.append((f"DELETE FROM {self.table} AS d USING unnest(%s::bigint[], "
-                        f"%s::smallint[]) AS u(i, n) WHERE d.space = %s AND d.id = u.i "
+            out.append((f"DELETE FROM {self.table} AS d USING unnest(%b::bigint[], "
+                        f"%b::smallint[]) AS u(i, n) WHERE d.space = %s AND d.id = u.i "
                         f"AND d.slot >= u.n",
-                        ([*old], [kept.get(n, 0) for n in old], self.space)))
+                        (Int8s(old), Int2s([kept.get(n, 0) for n in old]), self.space)))
         for i in range(0, len(docs), WRITE_CHUNK):
             upsert = self.upsert(docs[i:i + WRITE_CHUNK])
             if upsert is not None:
@@ -307,19 +308,21 @@ class PgVectorTable:
         columns = _columns(docs)
         if columns is None:
             return None
+        from nexus.store.pg_conn import Int2s, Int8s, Texts     # (the postgres extra)
         ids, slots, kinds, groups, texts = columns
         vecs = self.embedder.embed(texts)
         self.added += len(texts)
         lits = vector_literals(vecs)
         t = self.table
         return (f"INSERT INTO {t} AS o (space, id, slot, kind, grp, embedding) "
-                f"SELECT %s, i, s, k, g, e::vector FROM unnest(%s::bigint[], "
-                f"%s::smallint[], %s::smallint[], %s::bigint[], %s::text[]) "
+                f"SELECT %s, i, s, k, g, e::vector FROM unnest(%b::bigint[], "
+                f"%b::smallint[], %b::smallint[], %b::bigint[], %b::text[]) "
                 f"AS u(i, s, k, g, e) ON CONFLICT (space, id, slot) DO UPDATE SET "
                 f"kind = EXCLUDED.kind, grp = EXCLUDED.grp, embedding = EXCLUDED.embedding "
                 f"WHERE (o.kind, o.grp, o.embedding) IS DISTINCT FROM "
                 f"(EXCLUDED.kind, EXCLUDED.grp, EXCLUDED.embedding)",
-                (self.space, ids, slots, kinds, groups, lits))
+                (self.space, Int8s(ids), Int2s(slots), Int2s(kinds), Int8s(groups),
+                 Texts(lits)))
 
     def clear(self, txn: Any) -> None:
         txn.run(f"DELETE FROM {self.table} WHERE space = %s", (self.space,))

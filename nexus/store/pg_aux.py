@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator, Sequence
 
 from nexus.store import codec
-from nexus.store.pg_conn import MISSING, internal, pages
+from nexus.store.pg_conn import MISSING, Byteas, internal, pages
 
 LOCAL_AUX = 100_000             # aux values a transaction keeps (emptied when full)
 # AuxTable.prefetch: the values of keys, and the last pair under each prefix, in one
@@ -73,8 +73,9 @@ class PgAuxCache:
         """Send a held-back aux prefetch before a read its caches miss (a write
         transaction's: `PgPipelined`; none here)."""
 
-    def flush_aux(self, table: str) -> None:
-        """Write the table's pending aux changes (a write transaction's; none here)."""
+    def flush_aux(self, table: str, hold: bool = False) -> None:
+        """Write the table's pending aux changes (a write transaction's; none here); with
+        `hold`, held back until the caller's next statement, a read of the table."""
 
     def aux_pending(self, table: str) -> dict[bytes, bytes | None]:
         """The table's aux changes not yet written (a write transaction's; none here)."""
@@ -98,7 +99,7 @@ class PgAuxCache:
         if not want and not prefixes:
             return
         if prefixes and pending:
-            self.flush_aux(table)
+            self.flush_aux(table, hold=True)        # (they go with the read below)
         if len(self.aux_last) + len(prefixes) > LOCAL_AUX:     # bounded (the rest: scans)
             self.clear_aux_heads()
             prefixes = prefixes[:LOCAL_AUX]
@@ -115,7 +116,8 @@ class PgAuxCache:
             ends = [codec.prefix_end(p) or _AFTER_ALL for p in heads]
             found: dict[bytes, bytes] = {}
             last: dict[bytes, tuple[bytes, bytes]] = {}
-            for kind, k, k2, v in self.rows(_PREFETCH, (part, self.space, table, heads, ends,
+            for kind, k, k2, v in self.rows(_PREFETCH, (Byteas(part), self.space, table,
+                                                        Byteas(heads), Byteas(ends),
                                                         self.space, table)):
                 if kind == 0:
                     found[bytes(k)] = bytes(v)
@@ -215,7 +217,7 @@ class PgAux:
 
     def _scan(self, prefix: bytes, reverse: bool, start: bytes | None
               ) -> Iterator[tuple[bytes, bytes]]:
-        self.txn.flush_aux(self.table)
+        self.txn.flush_aux(self.table, hold=True)  # (they go with the first page's read)
         where = "space = %s AND tbl = %s"
         params: list[Any] = [self.txn.space, self.table]
         if prefix:
@@ -247,7 +249,7 @@ class PgAux:
         raise internal("aux tables are read-only in a read transaction")
 
     def count(self, prefix: bytes = b"") -> int:
-        self.txn.flush_aux(self.table)
+        self.txn.flush_aux(self.table, hold=True)  # (they go with the count)
         where = "space = %s AND tbl = %s"
         params: list[Any] = [self.txn.space, self.table]
         if prefix:

@@ -17,7 +17,7 @@ import psycopg
 
 from nexus.store import codec
 from nexus.store.pg_aux import LOCAL_AUX, PgAux, PgWriteAux
-from nexus.store.pg_conn import internal
+from nexus.store.pg_conn import Byteas, Texts, internal
 from nexus.store.pg_pipeline import PgPipelined
 from nexus.store.pg_txn import used_after_end
 
@@ -36,6 +36,7 @@ _U32 = struct.Struct(">i").pack
 COPY_NEW_MIN = 1_000             # `aux_put_new`: fewer new keys go by upsert (in a pipeline)
 _AUX_DELETE = ("DELETE FROM nexus_aux a USING unnest(%b::text[], %b::bytea[]) AS x(t, k) "
                "WHERE a.space = %s AND a.tbl = x.t AND a.k = x.k")
+AUX_WRITES = frozenset((_AUX_MANY, _AUX_DELETE))     # (pg_write: the commit's folding)
 
 
 class PgAuxWriter(PgPipelined):
@@ -67,8 +68,15 @@ class PgAuxWriter(PgPipelined):
     def aux_pending(self, table: str) -> dict[bytes, bytes | None]:
         return self._aux_pending.get(table, {})
 
-    def flush_aux(self, table: str) -> None:
-        self._write_aux(self._aux_statements(table))
+    def flush_aux(self, table: str, hold: bool = False) -> None:
+        """Write the table's pending changes now; with `hold`, held back instead (a caller
+        about to read the table: they go in that read's round trip, before it)."""
+        statements = self._aux_statements(table)
+        if not hold:
+            self._write_aux(statements)
+            return
+        for sql, params in statements:
+            self.defer(sql, params)
 
     def _write_aux(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
         """Run `_aux_statements` (with any held-back writes: one round trip)."""
@@ -95,10 +103,12 @@ class PgAuxWriter(PgPipelined):
         out: list[tuple[str, tuple[Any, ...]]] = []
         for i in range(0, len(puts), COPY_CHUNK):
             part = puts[i:i + COPY_CHUNK]
-            out.append((_AUX_MANY, (self.space, [t for t, _, _ in part], [k for _, k, _ in part],
-                                    [v for _, _, v in part])))
+            out.append((_AUX_MANY, (self.space, Texts([t for t, _, _ in part]),
+                                    Byteas([k for _, k, _ in part]),
+                                    Byteas([v for _, _, v in part]))))
         if gone:
-            out.append((_AUX_DELETE, ([t for t, _ in gone], [k for _, k in gone], self.space)))
+            out.append((_AUX_DELETE, (Texts([t for t, _ in gone]), Byteas([k for _, k in gone]),
+                                      self.space)))
         return out
 
     def aux_put_many(self, table: str, pairs: Iterable[tuple[bytes, bytes]]) -> None:

@@ -27,12 +27,14 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 import psycopg
+from psycopg.pq import ExecStatus
 
 from nexus.store import codec
-from nexus.store.pg_conn import call
+from nexus.store.pg_conn import Byteas, Texts, call
 from nexus.store.pg_aux import LOCAL_AUX, PREFETCH_CHUNK
 from nexus.store.pg_txn import PgReadTxn, used_after_end
 
+TUPLES_OK = ExecStatus.TUPLES_OK
 DEFER_MAX = 256                 # element writes held back at most (then sent on their own)
 
 Check = Callable[[Any], None]   # a held-back write's check of its result
@@ -123,8 +125,10 @@ class PgPipelined(PgReadTxn):
             else:
                 with conn.pipeline():
                     cursors = [conn.execute(sql, params) for sql, params in todo]
-            return [cur.fetchall() if cur.description is not None else cur.rowcount
-                    for cur in cursors]
+            # (a result with rows: TUPLES_OK — what `description` says, without building
+            # its Column objects)
+            return [cur.fetchall() if (res := cur.pgresult) is not None
+                    and res.status == TUPLES_OK else cur.rowcount for cur in cursors]
 
         def run() -> list[Any]:
             assert conn is not None
@@ -175,7 +179,7 @@ class PgPipelined(PgReadTxn):
             low = [(table, p) for p in dict.fromkeys(first_under)
                    if len(p) <= codec.MAX_KEY and (table, p) not in self.aux_first]
             if (heads or low) and pending:
-                self.flush_aux(table)       # (the database's pairs must include them)
+                self.flush_aux(table, hold=True)    # (the pairs read must include them)
             prefixes += heads
             firsts += low
         if not keys and not prefixes and not firsts:
@@ -187,11 +191,11 @@ class PgPipelined(PgReadTxn):
         step = PREFETCH_CHUNK
         for i in range(0, max(len(keys), len(prefixes), len(firsts)), step):
             part, heads, low = keys[i:i + step], prefixes[i:i + step], firsts[i:i + step]
-            params = ([t for t, _ in part], [k for _, k in part], self.space,
-                      [t for t, _ in heads], [p for _, p in heads],
-                      [codec.prefix_end(p) or _AFTER_ALL for _, p in heads], self.space,
-                      [t for t, _ in low], [p for _, p in low],
-                      [codec.prefix_end(p) or _AFTER_ALL for _, p in low], self.space)
+            params = (Texts([t for t, _ in part]), Byteas([k for _, k in part]), self.space,
+                      Texts([t for t, _ in heads]), Byteas([p for _, p in heads]),
+                      Byteas([codec.prefix_end(p) or _AFTER_ALL for _, p in heads]), self.space,
+                      Texts([t for t, _ in low]), Byteas([p for _, p in low]),
+                      Byteas([codec.prefix_end(p) or _AFTER_ALL for _, p in low]), self.space)
             # Held back like a write: it goes with the next statement (a hint read ahead).
             self.defer(_PREFETCH_MANY, params, self._prefetched(part, heads, low))
             self._prefetch_held = True

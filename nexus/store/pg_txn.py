@@ -22,7 +22,7 @@ from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
 from nexus.store.pattern import Matcher, Pattern
 from nexus.store.pg_cancel import WATCHDOG
 from nexus.store.pg_aux import PREFETCH_CHUNK, PgAux, PgAuxCache
-from nexus.store.pg_conn import PgHost, call, internal, pages, translate
+from nexus.store.pg_conn import Byteas, Int8s, PgHost, call, internal, pages, translate
 from nexus.store.pg_match import WANT_WIDTH, compile_pattern
 from nexus.store.protocol import AUX_TABLES
 
@@ -40,14 +40,14 @@ _MAPS = ("SELECT attributes, metadata FROM nexus_concepts WHERE space = %s AND i
          "UNION ALL SELECT attributes, metadata FROM nexus_links WHERE space = %s AND id = %s")
 # The batched reads (protocol: "batched reads"): one statement for a chunk of ids.
 _HEADS = ("SELECT id, type_id, name, NULL::bigint, NULL::bigint, NULL::bigint "
-          "FROM nexus_concepts WHERE space = %s AND id = ANY(%s::bigint[]) UNION ALL "
+          "FROM nexus_concepts WHERE space = %s AND id = ANY(%b::bigint[]) UNION ALL "
           "SELECT id, NULL, NULL, subject, predicate, object FROM nexus_links "
-          "WHERE space = %s AND id = ANY(%s::bigint[])")
+          "WHERE space = %s AND id = ANY(%b::bigint[])")
 _MAPS_OF = ("SELECT id, attributes, metadata FROM nexus_concepts WHERE space = %s AND "
-            "id = ANY(%s::bigint[]) UNION ALL SELECT id, attributes, metadata FROM nexus_links "
-            "WHERE space = %s AND id = ANY(%s::bigint[])")
+            "id = ANY(%b::bigint[]) UNION ALL SELECT id, attributes, metadata FROM nexus_links "
+            "WHERE space = %s AND id = ANY(%b::bigint[])")
 _LINK_IDS = ("SELECT l.subject, l.predicate, l.object, l.id FROM nexus_links l JOIN "
-             "unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS t(s, p, o) ON "
+             "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS t(s, p, o) ON "
              "l.subject = t.s AND l.predicate = t.p AND l.object = t.o WHERE l.space = %s")
 _LINK_IDS_MAPS = _LINK_IDS.replace("l.id FROM", "l.id, l.attributes, l.metadata FROM")
 # concept_ids: `{type, name}` pairs, a probe of the (space, type_id, name_key) key each.
@@ -235,7 +235,7 @@ class PgReadTxn(PgAuxCache):
         for i in range(0, len(want), PREFETCH_CHUNK):
             part = want[i:i + PREFETCH_CHUNK]
             for n, t, name, s, p, o, a, m in self.rows(
-                    _PREFETCH_HEADS, (part, self.space, part, self.space)):
+                    _PREFETCH_HEADS, (Int8s(part), self.space, Int8s(part), self.space)):
                 self._keep_maps(n, a, m)
                 if name is not None:
                     self._keep(ConceptHead(n, t, bytes(name).decode()))
@@ -304,7 +304,8 @@ class PgReadTxn(PgAuxCache):
         missing = [n for n in dict.fromkeys(ns) if n not in found and is_id(n)]
         fresh: dict[int, ConceptHead] = {}
         for part in _chunks(missing):
-            for n, t, name, s, p, o in self.rows(_HEADS, (self.space, part, self.space, part)):
+            for n, t, name, s, p, o in self.rows(_HEADS, (self.space, Int8s(part), self.space,
+                                                          Int8s(part))):
                 if name is not None:
                     h = fresh[n] = ConceptHead(n, t, bytes(name).decode())
                 else:
@@ -333,7 +334,8 @@ class PgReadTxn(PgAuxCache):
                 raw[n] = None
                 missing.append(n)
         for part in _chunks(missing):
-            for n, a, m in self.rows(_MAPS_OF, (self.space, part, self.space, part)):
+            for n, a, m in self.rows(_MAPS_OF, (self.space, Int8s(part), self.space,
+                                                Int8s(part))):
                 self._keep_maps(n, a, m)
                 value = a if which == 0 else m
                 raw[n] = None if value is None else bytes(value)
@@ -354,7 +356,8 @@ class PgReadTxn(PgAuxCache):
         sql = _LINK_IDS_MAPS if maps else _LINK_IDS
         for start in range(0, len(wanted), BATCH_IDS):
             part = wanted[start:start + BATCH_IDS]
-            cols = ([t[0] for t in part], [t[1] for t in part], [t[2] for t in part])
+            cols = (Int8s([t[0] for t in part]), Int8s([t[1] for t in part]),
+                    Int8s([t[2] for t in part]))
             for row in self.rows(sql, (*cols, self.space)):
                 s, p, o, n = row[:4]
                 found[(s, p, o)] = n
@@ -384,8 +387,8 @@ class PgReadTxn(PgAuxCache):
         keys = list(wanted)
         for start in range(0, len(keys), BATCH_IDS):
             part = keys[start:start + BATCH_IDS]
-            rows = self.rows(_CONCEPT_IDS, ([t for t, _ in part], [k for _, k in part],
-                                            self.space))
+            rows = self.rows(_CONCEPT_IDS, (Int8s([t for t, _ in part]),
+                                            Byteas([k for _, k in part]), self.space))
             by_name = {(t, bytes(name)): (n, a, m) for t, n, name, a, m in rows}
             for t, k in part:
                 pair = wanted[(t, k)]
@@ -411,14 +414,15 @@ class PgReadTxn(PgAuxCache):
         if p is not None and not _is_sid(p):
             return result
         wanted = sorted({n for n in ns if is_id(n)})
-        where = f"space = %s AND {end} = ANY(%s::bigint[])"
+        where = f"space = %s AND {end} = ANY(%b::bigint[])"
         if p is not None:
             where += " AND predicate = %s"
         sql = (f"SELECT {end}, predicate, {other}, id FROM nexus_links WHERE {where} "
                f"ORDER BY {end}, predicate, {other}, id")
         keep = self._keep
         for part in _chunks(wanted):
-            params: tuple[Any, ...] = (self.space, part) if p is None else (self.space, part, p)
+            ids = Int8s(part)
+            params: tuple[Any, ...] = (self.space, ids) if p is None else (self.space, ids, p)
             for n, q, m, k in self.rows(sql, params):
                 keep(LinkHead(k, n, q, m) if out else LinkHead(k, m, q, n))
                 found = result.get(n)

@@ -20,8 +20,8 @@ import psycopg
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, pg_schema
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
-from nexus.store.pg_aux_write import PgAuxWriter
-from nexus.store.pg_conn import MISSING, PgHost, call, internal
+from nexus.store.pg_aux_write import AUX_WRITES, PgAuxWriter
+from nexus.store.pg_conn import MISSING, Byteas, Int8s, PgHost, Texts, call, internal
 from nexus.store.pg_txn import MAX_ID, ST_CONCEPTS, ST_LINKS, is_id, pred_key, type_key
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,10 @@ _FLUSH = ("WITH m AS (UPDATE nexus_meta SET max_id = %s, max_sym = %s WHERE spac
           "RETURNING 1) INSERT INTO nexus_stats (space, key, n) "
           "SELECT %s, k, d FROM unnest(%b::text[], %b::bigint[]) AS t(k, d) "
           "ON CONFLICT (space, key) DO UPDATE SET n = nexus_stats.n + EXCLUDED.n")
+# The commit's writes folded into _FLUSH as data-modifying CTEs (`_folded`): statements of
+# these kinds only (a WITH cannot nest one that modifies).
+_FOLDABLE = ("INSERT ", "DELETE ", "UPDATE ")
+_AUX_WRITES = AUX_WRITES
 _TAKEN = ("SELECT l.subject, l.predicate, l.object FROM nexus_links l JOIN "
           "unnest(%b::bigint[], %b::bigint[], %b::bigint[]) AS t(s, p, o) "
           "ON l.subject = t.s AND l.predicate = t.p AND l.object = t.o "
@@ -227,10 +231,12 @@ class PgWriteTxn(PgAuxWriter):
         pipelined (one round trip, with the held-back writes that need no check; those that
         do are sent and checked first: `unchecked_writes`);
         the connection goes back to the pool."""
-        statements = self.unchecked_writes() + self._aux_statements(*self._aux_pending)
+        held = self.unchecked_writes()
+        writes = held + self._aux_statements(*self._aux_pending)
         stats = [(k, d) for k, d in self._dstats.items() if d]
-        statements.append((_FLUSH, (self._max_id, self._max_sym, self.space, self.space,
-                                    [k for k, _ in stats], [d for _, d in stats])))
+        statements = _folded(writes, (_FLUSH, (
+            self._max_id, self._max_sym, self.space, self.space,
+            Texts([k for k, _ in stats]), Int8s([d for _, d in stats]))), len(held))
 
         def run() -> None:
             with conn.pipeline():
@@ -472,7 +478,7 @@ class PgWriteTxn(PgAuxWriter):
         for n in ids:
             if n not in found:
                 raise KipError(ErrorCode.KIP_3002, f"element {n!r} does not exist")
-        self.one(_SET_METADATA_MANY, (ids, [final[n] for n in ids], sp, sp))
+        self.one(_SET_METADATA_MANY, (Int8s(ids), Byteas([final[n] for n in ids]), sp, sp))
         for n in ids:
             self.maps.pop(n, None)
 
@@ -666,7 +672,7 @@ class PgWriteTxn(PgAuxWriter):
                     break
                 seen.add(t)
         if taken is None and not known_new:
-            taken = self.one(_TAKEN, (ss, ps, os_, self.space))
+            taken = self.one(_TAKEN, (Int8s(ss), Int8s(ps), Int8s(os_), self.space))
         if taken is not None:
             s, p, o = taken
             raise KipError(ErrorCode.KIP_3003,
@@ -682,7 +688,8 @@ class PgWriteTxn(PgAuxWriter):
             def check(rows: list[Any]) -> None:
                 if len(rows) != count:
                     raise repeated
-            self.defer(_INSERT_LINKS, (sp, nids, ss, ps, os_, a, m), check)
+            self.defer(_INSERT_LINKS, (sp, Int8s(nids), Int8s(ss), Int8s(ps), Int8s(os_),
+                                       Byteas(a), Byteas(m)), check)
         else:
             self._copy("COPY nexus_links (space, id, subject, predicate, object, attributes, "
                        "metadata) FROM STDIN",
@@ -745,3 +752,24 @@ def _analyze(conn: psycopg.Connection[Any]) -> None:
 
 def repeat_(value: Any, count: int) -> list[Any]:
     return [value] * count
+
+
+def _folded(writes: list[tuple[str, Any]], flush: tuple[str, Any], held: int
+            ) -> list[tuple[str, Any]]:
+    """The commit's statements: `writes` (the vector rows, the aux upserts and deletes) and
+    `flush` (the counters and statistics, a WITH statement) as one statement, each write a
+    data-modifying CTE of it — one statement to plan, bind and send instead of several.
+    Safe because no two of them touch the same row (a statement must not modify a row
+    twice): the aux puts and deletes are of different keys (one pending value per key),
+    the vector upserts and deletes of different (id, slot) rows (a delete takes the slots
+    at and above the ones the upsert writes), the counters and statistics other tables.
+    A write of another shape keeps its own statement, and so does each write when the
+    first `held` (the held-back ones) include aux writes, which the commit's own aux
+    statements might write again."""
+    sql, params = flush
+    if not writes or not all(w[0].startswith(_FOLDABLE) for w in writes) or any(
+            w[0] in _AUX_WRITES for w in writes[:held]):
+        return [*writes, flush]
+    ctes = ", ".join(f"w{i} AS ({w[0]})" for i, w in enumerate(writes))
+    folded = [p for w in writes for p in w[1]]
+    return [(f"WITH {ctes}, {sql[len('WITH '):]}", (*folded, *params))]
