@@ -722,10 +722,18 @@ class Indexer(threading.Thread):
             # In one process the indexer shares the GIL with the writers: run right after
             # each commit, its Python work made the next write wait for the GIL (W2 with
             # SEARCH attached: begin() of the next write took ~4 ms).
+            # A write still open is not a pause either: a command that takes longer than
+            # QUIET_SECONDS (a slow disk's flush, a loaded machine) must not let the
+            # catch-up start in the middle of a burst — the first one after an open loads
+            # the embedder's model (~0.4 s of CPU holding the GIL) while the writer, whose
+            # every LMDB call releases the GIL, waits to get it back each time.
+            store = v.store
             while not self._stopping and not v.waiters and v.backlog < QUIET_BACKLOG:
                 left = self._last_commit + QUIET_SECONDS - time.monotonic()
                 if left <= 0:
-                    break
+                    if store is None or not store.writing:
+                        break
+                    left = QUIET_SECONDS
                 if self._wake.wait(left):       # a reader, a stop, a large backlog
                     self._wake.clear()
             if self._stopping:

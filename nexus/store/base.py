@@ -196,6 +196,11 @@ class StoreBase(Generic[Db]):
         if self._closed:
             raise internal("the store is closed")
 
+    @property
+    def writing(self) -> bool:
+        """Whether a write transaction is open in this process now (`GraphStore.writing`)."""
+        return self._wlock.locked()
+
     def close(self) -> None:
         """Close the store (waits for an open write transaction to finish)."""
         if self._writer == threading.get_ident():

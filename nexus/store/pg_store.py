@@ -143,6 +143,11 @@ class PgGraphStore:
             pass
 
     @property
+    def writing(self) -> bool:
+        """Whether a write transaction is open in this process now (`GraphStore.writing`)."""
+        return self._wlock.locked()
+
+    @property
     def path(self) -> None:
         """None: no directory holds this store (what keeps files beside a store, the
         vector index, keeps it in memory as for memory://)."""

@@ -379,6 +379,11 @@ class GraphStore(Protocol):
     def close(self) -> None: ...
     @property
     def path(self) -> str | None: ...
+    @property
+    def writing(self) -> bool:
+        """Whether a write transaction is open in this process now (a hint for background
+        work that should wait for writes to pause: it may change at once)."""
+        ...
     def check_tables(self, txn: ReadTxn, *, examples: int = 5,
                      repair: bool = False) -> TableCheck:
         """Verify the backend's own tables in `txn` (one of this store's transactions):
