@@ -353,6 +353,32 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         if puts:
             self.kv.putmulti(metas, puts, False, True)
 
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        """See the protocol: each stored metadata value in the engine's fixed layout gets
+        its header patched (`codec.bump_compact`: no decode, no re-encode of the rest),
+        then one sorted insert."""
+        now_ms = codec.ms_of(now)
+        if now_ms is None:
+            return [None] * len(ids)
+        get, metas, bump = self._get, self.tables.metas, codec.bump_compact
+        answers: list[tuple[int, str] | None] = []
+        puts: dict[bytes, bytes] = {}
+        for n in ids:
+            try:
+                nk = pack_n(n)
+            except struct.error:
+                answers.append(None)
+                continue
+            done = None if nk in puts else bump(get(nk, None, metas), now_ms)
+            if done is None:
+                answers.append(None)
+                continue
+            puts[nk] = done[0]
+            answers.append((done[1], codec.text_of_ms(done[2])))
+        if puts:
+            self.kv.putmulti(metas, sorted(puts.items()), False, True)
+        return answers
+
     def _set_map(self, n: int, value: bytes | None, db: Db) -> None:
         try:
             nk = pack_n(n)

@@ -469,6 +469,11 @@ class PgWriteTxn(PgPipelined):
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
         self._set_map(n, codec.encode_map(metadata, "metadata"), "metadata")
 
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        """See the protocol: not patched in place here (the caller's `set_metadata_many`
+        is one statement for all of them)."""
+        return [None] * len(ids)
+
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
         """set_metadata over many elements (see the protocol): every map encoded and every id
         checked before anything is written (a missing one is KIP_3002), then one statement;

@@ -291,6 +291,14 @@ class WriteTxn(ReadTxn, Protocol):
         move is not made (the caller resolves the collision). A missing link is KIP_3002
         and a link id repeated in `moves` KIP_4003, both before anything is written."""
         ...
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        """`_version` +1 and `_updated_at` = `now` on each element's metadata, every other
+        key as it is, without the caller reading the maps (MERGE's links it moved and
+        changed in no other way). Answers, per id, the `_version` and `_updated_at` the
+        element had — or None where this store did not bump it (its map not in a form it
+        patches in place, an id repeated, a store without the fast path): the caller then
+        bumps that one through `set_metadata_many`."""
+        ...
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         """Replace the whole attribute map of an existing element ({} removes it).
         A missing element is KIP_3002."""
