@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from nexus.store.protocol import AuxTable, Head, JsonMap, ReadTxn, WriteTxn
+from nexus.store.protocol import AuxTable, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
     from nexus.store.columns import StoreColumns, TxnColumns
@@ -193,28 +193,30 @@ class RecordingTxn:
         self._forget(n)
         self.inner.repoint_link(n, subject, object)
 
-    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]],
+                      heads: Sequence[LinkHead] | None = None) -> list[int | None]:
         before = self.before
         new = {n for n, _, _ in moves if n not in before}
         # `_keep` and `_moved` of each link, inline (a MERGE moves thousands): the old
-        # heads, for the log to keep where the links were.
-        fresh, heads, head_of = self.fresh, self._read_heads, self.inner.head
-        for n, _, _ in moves:
+        # heads, for the log to keep where the links were (the caller's, when given).
+        fresh, read, head_of = self.fresh, self._read_heads, self.inner.head
+        given = heads if heads is not None and len(heads) == len(moves) else None
+        for i, (n, _, _) in enumerate(moves):
             if n in before:
                 entry = before[n]
             elif fresh and any(n in r for r in fresh):
                 entry = before[n] = None
             else:
-                head = heads.pop(n, None)
+                head = read.pop(n, None)
                 if head is None:
-                    head = head_of(n)
+                    head = given[i] if given is not None and given[i].n == n else head_of(n)
                 entry = before[n] = None if head is None else Before(head)
             if entry is not None:
                 if entry.head is None:
                     entry.head = head_of(n)
                 entry.moved = True
         self._read_n = -1
-        answers = self.inner.repoint_links(moves)
+        answers = self.inner.repoint_links(moves, given)
         for (n, _, _), holder in zip(moves, answers):
             if holder is not None and n in new:
                 del before[n]           # a refused move changed nothing

@@ -458,18 +458,22 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         self._new_heads[n] = LinkHead(n, subject, p, object)
         self._repointed.append(n)
 
-    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]],
+                      heads: Sequence[LinkHead] | None = None) -> list[int | None]:
         """repoint_link for each move `(n, subject, object)`, in order, in one call (see the
-        protocol): the heads are read and the triples checked first, then each index's
-        entries are deleted and inserted sorted, one table at a time. A move whose triple
-        is taken is not made: its answer is the id of the link holding that triple."""
+        protocol): the heads are read (unless given) and the triples checked first, then
+        each index's entries are deleted and inserted sorted, one table at a time. A move
+        whose triple is taken is not made: its answer is the id of the link holding that
+        triple."""
         self._flush_links()
-        heads: list[LinkHead] = []
-        for n, _, _ in moves:
-            h = self.head(n)
-            if not isinstance(h, LinkHead):
-                raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
-            heads.append(h)
+        if heads is None or len(heads) != len(moves):
+            read: list[LinkHead] = []
+            for n, _, _ in moves:
+                h = self.head(n)
+                if not isinstance(h, LinkHead):
+                    raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+                read.append(h)
+            heads = read
         if len({n for n, _, _ in moves}) != len(moves):
             raise internal("repoint_links: a link id is repeated in the batch")
         answers: list[int | None] = []
@@ -478,6 +482,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         made: list[tuple[LinkHead, int, int]] = []
         holder_of = self._holders(moves, heads)
         for (n, subject, object), h in zip(moves, heads):
+            if h.n != n:
+                raise internal("repoint_links: the heads given are not the moves' links")
             p = h.predicate_id
             if (h.subject, h.object) == (subject, object):
                 answers.append(None)
