@@ -277,14 +277,15 @@ class RecordingTxn:
         # Each bumped element keeps what the bump replaced (`Before.bumped`) instead of its
         # whole metadata map: the log rebuilds the pre-image from it (MERGE's moved links).
         answers = self.inner.bump_versions(ids, now)
-        created, read_metadata = self.created_versions, self._read_metadata
+        before, created, read_metadata = self.before, self.created_versions, self._read_metadata
         for n, answer in zip(ids, answers):
             if answer is None:
                 continue
             if created:
                 created.pop(n, None)
-            read_metadata.pop(n, None)
-            entry = self._entry(n)
+            if read_metadata:
+                read_metadata.pop(n, None)
+            entry = before[n] if n in before else self._entry(n)   # moved: kept already
             if entry is None:
                 continue                # created by the session: nothing to keep
             if entry.bumped is not None:
