@@ -503,7 +503,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             self._write_moves(made)
         return answers
 
-    def _holders(self, moves: Sequence[tuple[int, int, int]], heads: list[LinkHead]
+    def _holders(self, moves: Sequence[tuple[int, int, int]], heads: Sequence[LinkHead]
                  ) -> Callable[[tuple[int, int, int]], int | None]:
         """`link_id` for the batch's new triples. A MERGE moves every link onto one node:
         that node's own links, read once (one index scan each way), answer for the triples
