@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import ErrorCode, KipError
 from ..search.text import endpoint_text
 from ..store.bulk import gc_paused
-from ..store.protocol import ConceptHead, WriteTxn
+from ..store.protocol import ConceptHead, LinkHead, WriteTxn
 from ..syntax import ast as A
 from . import protect, writes
 from .context import WriteContext
@@ -175,13 +175,13 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
     work = [(source, target)]
     while work:
         old, new = work.pop()
-        moves = _moves(txn, old, new)
+        moves, heads = _moves(txn, old, new)
         if not moves:
             continue
         ends = (endpoint_text(txn, old), endpoint_text(txn, new))
         ctx.check_deadline()
         made: list[int] = []
-        for (link, _, _), holder in zip(moves, txn.repoint_links(moves)):
+        for (link, _, _), holder in zip(moves, txn.repoint_links(moves, heads)):
             if holder is None:
                 made.append(link)
                 repointed[link] = None
@@ -197,16 +197,21 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
     return repointed, len(doomed)
 
 
-def _moves(txn: WriteTxn, old: int, new: int) -> list[tuple[int, int, int]]:
+def _moves(txn: WriteTxn, old: int, new: int
+           ) -> tuple[list[tuple[int, int, int]], list[LinkHead]]:
     """`(link, subject, object)` moving each link that touches `old` onto `new`, in index
-    order (leaving, then entering); the heads come from the indexes."""
+    order (leaving, then entering), and each link's head as it is: both from the link
+    indexes (the store need not read the heads again)."""
     moves: dict[int, tuple[int, int, int]] = {}
-    for _, o, link in txn.out_links(old):
+    heads: dict[int, LinkHead] = {}
+    for p, o, link in txn.out_links(old):
         moves[link] = (link, new, new if o == old else o)
-    for _, s, link in txn.in_links(old):
+        heads[link] = LinkHead(link, old, p, o)
+    for p, s, link in txn.in_links(old):
         if link not in moves:
             moves[link] = (link, s, new)
-    return list(moves.values())
+            heads[link] = LinkHead(link, s, p, old)
+    return list(moves.values()), list(heads.values())
 
 
 def _fill_link(ctx: WriteContext, survivor: int, duplicate: int) -> None:

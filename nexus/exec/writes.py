@@ -132,15 +132,24 @@ def touch(ctx: WriteContext, ids: list[int], ends: tuple[str, str] | None = None
     only: the search index may then rewrite their documents from the stored ones
     (`ctx.moved`)."""
     txn = ctx.txn
-    maps = txn.metadata_of(ids)         # one batched read
     versioned, now = ctx.versioned, ctx.now
-    for n, meta in zip(ids, maps):      # `advance`, inline: this runs per link
-        if n in versioned:
-            meta["_updated_at"] = now
-        else:
-            versioned.add(n)
-            bump(meta, now)
-    txn.set_metadata_many(list(zip(ids, maps)))
+    # First bump of each by this command: patched in the store (`bump_versions`: no map
+    # read, decoded or encoded); the rest — bumped before, or not patched — as maps.
+    unique = dict.fromkeys(ids)
+    rest = [n for n in unique if n in versioned]
+    first = [n for n in unique if n not in versioned]
+    done = txn.bump_versions(first, now) if first else []
+    versioned.update(n for n, answer in zip(first, done) if answer is not None)
+    rest += [n for n, answer in zip(first, done) if answer is None]
+    if rest:
+        maps = txn.metadata_of(rest)    # one batched read
+        for n, meta in zip(rest, maps):     # `advance`, inline: this runs per link
+            if n in versioned:
+                meta["_updated_at"] = now
+            else:
+                versioned.add(n)
+                bump(meta, now)
+        txn.set_metadata_many(list(zip(rest, maps)))
     touched, moved = ctx.touched, ctx.moved
     if ends is None:
         for n in ids:

@@ -254,6 +254,31 @@ class _Moves:
         self.t.append(t)
         return True
 
+    def add_bumped(self, inner: ReadTxn, n: int, pre: Before, now: str) -> bool:
+        """`add` for a link whose metadata the session changed only by `bump_versions`
+        (`pre.bumped`: its `_version` and `_updated_at` before; the rest as it was, not
+        read): the same row, from what the bump answered (`now`: the session's time — an
+        `_updated_at` that did not change is left to `_change`, as in `add`)."""
+        bumped, was = pre.bumped, pre.head
+        if bumped is None or pre.metadata is not None or type(was) is not LinkHead:
+            return False
+        version, updated = bumped
+        if type(version) is not int or type(updated) is not str or updated == now:
+            return False
+        head = inner.head(n)
+        if type(head) is not LinkHead or head == was:
+            return False
+        self.n.append(n)
+        self.s.append(was.subject)
+        self.p.append(was.predicate_id)
+        self.o.append(was.object)
+        self.v.append(version + 1)
+        t = self.tv.get(updated)
+        if t is None:
+            t = self.tv[updated] = len(self.tv)
+        self.t.append(t)
+        return True
+
     def columns(self) -> dict[str, list[Any]]:
         return {"n": self.n, "s": self.s, "p": self.p, "o": self.o, "v": self.v,
                 "t": self.t, "tv": list(self.tv)}
@@ -364,6 +389,10 @@ def append(ctx: "WriteContext") -> int | None:
             elif pre.moved and pre.attributes is None and pre.metadata_now is not None \
                     and moves.add(inner, n, pre):
                 continue        # a link MERGE moved, and nothing else: one row of `moves`
+            elif pre.bumped is not None:
+                if pre.moved and pre.attributes is None and moves.add_bumped(inner, n, pre, at):
+                    continue    # the same, its `_version` bumped in place (`bump_versions`)
+                pre.metadata = txn.pre_metadata(n, pre)     # the map before, for `_change`
             change = _change(inner, n, pre)
             if change is not None:
                 changes.append(change)

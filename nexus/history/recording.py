@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
-from nexus.store.protocol import AuxTable, Head, JsonMap, ReadTxn, WriteTxn
+from nexus.store.protocol import AuxTable, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
 
 if TYPE_CHECKING:
     from nexus.store.columns import StoreColumns, TxnColumns
@@ -45,7 +45,8 @@ class Before:
     its maps once the session was about to write that map (None: never written, so
     unchanged — a metadata-only sweep reads no attributes)."""
 
-    __slots__ = ("head", "attributes", "metadata", "attributes_now", "metadata_now", "moved")
+    __slots__ = ("head", "attributes", "metadata", "attributes_now", "metadata_now", "moved",
+                 "bumped")
 
     def __init__(self, head: Head | None) -> None:
         # None: not read — a batch writer of maps (`set_metadata_many`) does not read the
@@ -60,6 +61,10 @@ class Before:
         # that does not say — then the log reads them back at commit).
         self.attributes_now: JsonMap | None = None
         self.metadata_now: JsonMap | None = None
+        # `(_version, _updated_at)` before a `bump_versions` that changed nothing else of
+        # the metadata (while `metadata` is None): the pre-image of the map is the current
+        # one with those two put back (`RecordingTxn.pre_metadata`), read only if needed.
+        self.bumped: tuple[int, str] | None = None
 
 
 class RecordingTxn:
@@ -139,7 +144,19 @@ class RecordingTxn:
         entry = self._entry(n)
         read = self._read_metadata.pop(n, None)      # about to change
         if entry is not None and entry.metadata is None:
-            entry.metadata = self.inner.metadata(n) if read is None else read
+            entry.metadata = self.pre_metadata(n, entry, read)
+
+    def pre_metadata(self, n: int, entry: Before, read: JsonMap | None = None) -> JsonMap:
+        """The metadata `n` had before the session (its entry's `metadata` not yet kept):
+        `read` (a copy read before any write of it), or the stored map — with the
+        `_version` / `_updated_at` a `bump_versions` replaced put back."""
+        bumped = entry.bumped
+        if bumped is None:
+            return self.inner.metadata(n) if read is None else read
+        entry.bumped = None
+        meta = self.inner.metadata(n)
+        meta["_version"], meta["_updated_at"] = bumped
+        return meta
 
     def _fresh(self, ids: Sequence[int]) -> None:
         self._read_n = -1
@@ -176,28 +193,30 @@ class RecordingTxn:
         self._forget(n)
         self.inner.repoint_link(n, subject, object)
 
-    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]],
+                      heads: Sequence[LinkHead] | None = None) -> list[int | None]:
         before = self.before
         new = {n for n, _, _ in moves if n not in before}
         # `_keep` and `_moved` of each link, inline (a MERGE moves thousands): the old
-        # heads, for the log to keep where the links were.
-        fresh, heads, head_of = self.fresh, self._read_heads, self.inner.head
-        for n, _, _ in moves:
+        # heads, for the log to keep where the links were (the caller's, when given).
+        fresh, read, head_of = self.fresh, self._read_heads, self.inner.head
+        given = heads if heads is not None and len(heads) == len(moves) else None
+        for i, (n, _, _) in enumerate(moves):
             if n in before:
                 entry = before[n]
             elif fresh and any(n in r for r in fresh):
                 entry = before[n] = None
             else:
-                head = heads.pop(n, None)
+                head = read.pop(n, None)
                 if head is None:
-                    head = head_of(n)
+                    head = given[i] if given is not None and given[i].n == n else head_of(n)
                 entry = before[n] = None if head is None else Before(head)
             if entry is not None:
                 if entry.head is None:
                     entry.head = head_of(n)
                 entry.moved = True
         self._read_n = -1
-        answers = self.inner.repoint_links(moves)
+        answers = self.inner.repoint_links(moves, given)
         for (n, _, _), holder in zip(moves, answers):
             if holder is not None and n in new:
                 del before[n]           # a refused move changed nothing
@@ -239,7 +258,7 @@ class RecordingTxn:
                 added.append(n)
             read = read_metadata.pop(n, None)           # about to change
             if entry is not None and entry.metadata is None:
-                entry.metadata = self.inner.metadata(n) if read is None else read
+                entry.metadata = self.pre_metadata(n, entry, read)
         try:
             self.inner.set_metadata_many(items)
         except BaseException:
@@ -253,6 +272,30 @@ class RecordingTxn:
                 entry = before.get(n)
                 if entry is not None:
                     entry.metadata_now = metadata
+
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        # Each bumped element keeps what the bump replaced (`Before.bumped`) instead of its
+        # whole metadata map: the log rebuilds the pre-image from it (MERGE's moved links).
+        answers = self.inner.bump_versions(ids, now)
+        before, created, read_metadata = self.before, self.created_versions, self._read_metadata
+        for n, answer in zip(ids, answers):
+            if answer is None:
+                continue
+            if created:
+                created.pop(n, None)
+            if read_metadata:
+                read_metadata.pop(n, None)
+            entry = before[n] if n in before else self._entry(n)   # moved: kept already
+            if entry is None:
+                continue                # created by the session: nothing to keep
+            if entry.bumped is not None:
+                # Bumped again: the map before the session, rebuilt now (the log's row
+                # would name the first bump's `_version`), then compared at commit.
+                entry.metadata = self.pre_metadata(n, entry)
+            elif entry.metadata is None:
+                entry.bumped = answer
+            entry.metadata_now = None   # as bumped in the store: read back if needed
+        return answers
 
     def delete(self, n: int) -> bool:
         self.created_versions.pop(n, None)

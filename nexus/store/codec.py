@@ -368,6 +368,39 @@ def engine_header(m: JsonMap) -> bytes | None:
     return _ENGINE.pack(COMPACT_TAG, 1, version, created) + _MS.pack(updated)
 
 
+def bump_compact(data: bytes | None, now_ms: int) -> tuple[bytes, int, int] | None:
+    """A stored map in the fixed layout (module doc) with `_version` +1 and `_updated_at`
+    set to `now_ms`, patched in its header — the other items' bytes are not decoded —
+    with the `_version` and `_updated_at` (ms) it had; None when `data` is not in that
+    layout or the version would leave its 32 bits (the caller decodes and re-encodes)."""
+    if data is None or data[:1] != b"\xc1" or len(data) < 14:
+        return None
+    _, flag, version, created = _ENGINE.unpack_from(data)
+    if flag & 1:
+        if len(data) < 22:
+            return None
+        updated, rest = _MS.unpack_from(data, 14)[0], data[22:]
+    else:
+        updated, rest = created, data[14:]
+    if version + 1 >= 1 << 32:
+        return None
+    if now_ms == created:
+        head = _ENGINE.pack(COMPACT_TAG, 0, version + 1, created)
+    else:
+        head = _ENGINE.pack(COMPACT_TAG, 1, version + 1, created) + _MS.pack(now_ms)
+    return head + rest, version, updated
+
+
+def ms_of(text: object) -> int | None:
+    """Epoch ms of an engine timestamp (YYYY-MM-DDTHH:MM:SS.mmmZ), None for another text."""
+    return _to_ms(text)
+
+
+def text_of_ms(ms: int) -> str:
+    """The engine timestamp of epoch ms (`ms_of`'s inverse)."""
+    return _from_ms(ms)
+
+
 def _without_engine_tail(packed: bytes, m: JsonMap) -> bytes:
     """msgpack of `m` without its three engine items, cut from `packed` (msgpack of `m`):
     the items are packed in order, and the last three take a known number of bytes (the

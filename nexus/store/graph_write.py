@@ -353,6 +353,32 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         if puts:
             self.kv.putmulti(metas, puts, False, True)
 
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        """See the protocol: each stored metadata value in the engine's fixed layout gets
+        its header patched (`codec.bump_compact`: no decode, no re-encode of the rest),
+        then one sorted insert."""
+        now_ms = codec.ms_of(now)
+        if now_ms is None:
+            return [None] * len(ids)
+        get, metas, bump = self._get, self.tables.metas, codec.bump_compact
+        answers: list[tuple[int, str] | None] = []
+        puts: dict[bytes, bytes] = {}
+        for n in ids:
+            try:
+                nk = pack_n(n)
+            except struct.error:
+                answers.append(None)
+                continue
+            done = None if nk in puts else bump(get(nk, None, metas), now_ms)
+            if done is None:
+                answers.append(None)
+                continue
+            puts[nk] = done[0]
+            answers.append((done[1], codec.text_of_ms(done[2])))
+        if puts:
+            self.kv.putmulti(metas, sorted(puts.items()), False, True)
+        return answers
+
     def _set_map(self, n: int, value: bytes | None, db: Db) -> None:
         try:
             nk = pack_n(n)
@@ -432,18 +458,22 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         self._new_heads[n] = LinkHead(n, subject, p, object)
         self._repointed.append(n)
 
-    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]],
+                      heads: Sequence[LinkHead] | None = None) -> list[int | None]:
         """repoint_link for each move `(n, subject, object)`, in order, in one call (see the
-        protocol): the heads are read and the triples checked first, then each index's
-        entries are deleted and inserted sorted, one table at a time. A move whose triple
-        is taken is not made: its answer is the id of the link holding that triple."""
+        protocol): the heads are read (unless given) and the triples checked first, then
+        each index's entries are deleted and inserted sorted, one table at a time. A move
+        whose triple is taken is not made: its answer is the id of the link holding that
+        triple."""
         self._flush_links()
-        heads: list[LinkHead] = []
-        for n, _, _ in moves:
-            h = self.head(n)
-            if not isinstance(h, LinkHead):
-                raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
-            heads.append(h)
+        if heads is None or len(heads) != len(moves):
+            read: list[LinkHead] = []
+            for n, _, _ in moves:
+                h = self.head(n)
+                if not isinstance(h, LinkHead):
+                    raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+                read.append(h)
+            heads = read
         if len({n for n, _, _ in moves}) != len(moves):
             raise internal("repoint_links: a link id is repeated in the batch")
         answers: list[int | None] = []
@@ -452,6 +482,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         made: list[tuple[LinkHead, int, int]] = []
         holder_of = self._holders(moves, heads)
         for (n, subject, object), h in zip(moves, heads):
+            if h.n != n:
+                raise internal("repoint_links: the heads given are not the moves' links")
             p = h.predicate_id
             if (h.subject, h.object) == (subject, object):
                 answers.append(None)
@@ -471,7 +503,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             self._write_moves(made)
         return answers
 
-    def _holders(self, moves: Sequence[tuple[int, int, int]], heads: list[LinkHead]
+    def _holders(self, moves: Sequence[tuple[int, int, int]], heads: Sequence[LinkHead]
                  ) -> Callable[[tuple[int, int, int]], int | None]:
         """`link_id` for the batch's new triples. A MERGE moves every link onto one node:
         that node's own links, read once (one index scan each way), answer for the triples

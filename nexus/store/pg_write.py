@@ -462,6 +462,11 @@ class PgWriteTxn(PgAuxWriter):
     def set_metadata(self, n: int, metadata: JsonMap) -> None:
         self._set_map(n, codec.encode_map(metadata, "metadata"), "metadata")
 
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        """See the protocol: not patched in place here (the caller's `set_metadata_many`
+        is one statement for all of them)."""
+        return [None] * len(ids)
+
     def set_metadata_many(self, items: Sequence[tuple[int, JsonMap]]) -> None:
         """set_metadata over many elements (see the protocol): every map encoded and every id
         checked before anything is written (a missing one is KIP_3002), then one statement;
@@ -537,22 +542,24 @@ class PgWriteTxn(PgAuxWriter):
         self._keep(LinkHead(n, subject, p, object))
         self._link_moved((h.subject, p, h.object), (subject, p, object), n)
 
-    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
-        """repoint_link for each move `(n, subject, object)`, in order (see the protocol):
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]],
+                      heads: Sequence[LinkHead] | None = None) -> list[int | None]:
+        """repoint_link for each move `(n, subject, object)`, in order (see the protocol;
+        `heads` is not used: this store's `head` is served by its prefetched rows):
         the heads are read and the batch checked first, then the moves are made one
         statement each, in batch order — so a triple freed by an earlier move is free for
         a later one, and the unique (s, p, o) index never sees two holders."""
-        heads: list[LinkHead] = []
+        read: list[LinkHead] = []
         for n, _, _ in moves:
             h = self.head(n)
             if not isinstance(h, LinkHead):
                 raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
-            heads.append(h)
+            read.append(h)
         if len({n for n, _, _ in moves}) != len(moves):
             raise internal("repoint_links: a link id is repeated in the batch")
         answers: list[int | None] = []
         claimed: dict[tuple[int, int, int], int] = {}     # triple -> the link now holding it
-        for (n, subject, object), h in zip(moves, heads):
+        for (n, subject, object), h in zip(moves, read):
             if (h.subject, h.object) == (subject, object):
                 answers.append(None)
                 continue

@@ -282,14 +282,26 @@ class WriteTxn(ReadTxn, Protocol):
         a taken (subject, predicate, object) KIP_3003. Snapshots older than the commit
         still see the old ends."""
         ...
-    def repoint_links(self, moves: Sequence[tuple[int, int, int]]) -> list[int | None]:
+    def repoint_links(self, moves: Sequence[tuple[int, int, int]],
+                      heads: Sequence[LinkHead] | None = None) -> list[int | None]:
         """`repoint_link(n, subject, object)` for each move, in order, in one call (MERGE
         moves all the links of a concept at once; the store sorts each index's writes).
         Answers one entry per move: None when it was made (or changed nothing), else the
         id of the link that holds its (subject, predicate, object) — a stored link not
         moved away by an earlier move of the batch, or an earlier move's link — and that
         move is not made (the caller resolves the collision). A missing link is KIP_3002
-        and a link id repeated in `moves` KIP_4003, both before anything is written."""
+        and a link id repeated in `moves` KIP_4003, both before anything is written.
+        `heads`, when given, are the moved links' current heads, one per move, as the
+        caller read them in this transaction (MERGE: from the link indexes): the store
+        need not read them again (one that does not hold them may still read them)."""
+        ...
+    def bump_versions(self, ids: Sequence[int], now: str) -> list[tuple[int, str] | None]:
+        """`_version` +1 and `_updated_at` = `now` on each element's metadata, every other
+        key as it is, without the caller reading the maps (MERGE's links it moved and
+        changed in no other way). Answers, per id, the `_version` and `_updated_at` the
+        element had — or None where this store did not bump it (its map not in a form it
+        patches in place, an id repeated, a store without the fast path): the caller then
+        bumps that one through `set_metadata_many`."""
         ...
     def set_attributes(self, n: int, attributes: JsonMap) -> None:
         """Replace the whole attribute map of an existing element ({} removes it).

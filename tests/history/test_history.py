@@ -314,3 +314,69 @@ def test_merge_is_in_the_log_time_travel_sees_the_old_ends_and_revert_undoes_it(
         {"dose": 1}]
     assert nx.check()["ok"]
     assert links_now(nx, f" AS OF VERSION {merge}") == after
+
+
+def test_a_link_merge_moves_twice_is_bumped_once_and_reverts_to_its_exact_metadata(nx):
+    # x leaves the source and points at t1; t1 collapses into t2, so x moves again (onto
+    # t2) within the one MERGE: one `_version` step, and its whole metadata back on REVERT.
+    ok(nx, 'UPSERT { CONCEPT ?p { {type: "$PropositionType", name: "about"} '
+           'SET ATTRIBUTES { description: "a note on a claim" } } }')
+    ok(nx, '''UPSERT {
+      CONCEPT ?h { {type: "Symptom", name: "Headache"} }
+      CONCEPT ?a { {type: "Drug", name: "Aspirin"} SET PROPOSITIONS { ("treats", ?h) } }
+      CONCEPT ?s { {type: "Drug", name: "ASA"} }
+      PROPOSITION ?t1 { (?s, "treats", ?h) }
+      PROPOSITION ?x { (?s, "about", ?t1) SET ATTRIBUTES { note: "n" } }
+    } WITH METADATA { source: "a test" }''')
+    time.sleep(0.005)
+    x_query = 'FIND(?x) WHERE { ?x (?d, "about", ?l) }'
+    [x_before] = ok(nx, x_query)
+    created = last_seq(nx)
+    merged = ok(nx, 'MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Drug", name: "ASA"} '
+                    '?t {type: "Drug", name: "Aspirin"} }')
+    assert merged["links_repointed"] == 1 and merged["links_deduplicated"] == 1
+    merge = last_seq(nx)
+    [x_after] = ok(nx, x_query)
+    assert x_after["id"] == x_before["id"] and x_after["subject"] != x_before["subject"]
+    meta = x_after["metadata"]
+    assert meta["_version"] == x_before["metadata"]["_version"] + 1
+    assert meta["_updated_at"] > x_before["metadata"]["_updated_at"]
+    assert without_stamps(x_after)["metadata"] == without_stamps(x_before)["metadata"]
+    log = ok(nx, "DESCRIBE HISTORY (id: :id)", id=x_after["id"])["versions"]
+    assert log[0]["version"] == meta["_version"]
+    assert ok(nx, x_query + f" AS OF VERSION {created}") == [x_before]
+    assert nx.check()["ok"]
+    ok(nx, 'REVERT COMMAND :s REASON "two drugs"', s=merge)
+    [x_reverted] = ok(nx, x_query)     # REVERT is itself a write: one more `_version`
+    assert without_stamps(x_reverted) == without_stamps(x_before)
+    assert x_reverted["metadata"]["_version"] == meta["_version"] + 1
+    assert nx.check()["ok"]
+
+
+def test_links_merge_moved_read_as_bumped_and_revert_to_their_exact_metadata(nx):
+    ok(nx, MERGE_PAIR)
+    time.sleep(0.005)
+    query = 'FIND(?l) WHERE { ?l (?d, "treats", ?s) ?d {type: "Drug"} }'
+    before = {link["id"]: link for link in ok(nx, query)}
+    created = last_seq(nx)
+    ok(nx, 'MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Drug", name: "ASA"} '
+           '?t {type: "Drug", name: "Aspirin"} }')
+    merge = last_seq(nx)
+    for link in ok(nx, query):
+        was = before[link["id"]]["metadata"]
+        if link["subject"] == before[link["id"]]["subject"]:
+            assert link["metadata"] == was             # not moved: untouched
+            continue
+        assert link["metadata"]["_version"] == was["_version"] + 1
+        assert link["metadata"]["_created_at"] == was["_created_at"]
+        assert link["metadata"]["_updated_at"] > was["_updated_at"]
+    assert {link["id"]: link for link in ok(nx, query + f" AS OF VERSION {created}")} == before
+    ok(nx, 'REVERT COMMAND :s REASON "two drugs"', s=merge)
+    assert {link["id"]: without_stamps(link) for link in ok(nx, query)} == \
+        {n: without_stamps(link) for n, link in before.items()}
+
+
+def without_stamps(element):
+    """An element as FIND returns it, its `_version` and `_updated_at` left out."""
+    meta = {k: v for k, v in element["metadata"].items() if k not in ("_version", "_updated_at")}
+    return {**element, "metadata": meta}

@@ -94,3 +94,34 @@ def test_a_database_of_the_previous_layout_opens_reads_checks_and_updates(tmp_pa
         assert meta["_created_at"] != "" and nx.check(deep=True)["ok"] is True
     finally:
         nx.close()
+
+
+NOW = "2026-11-28T20:00:00.125Z"
+
+
+@pytest.mark.parametrize("i", range(len(MAPS)))
+def test_a_bump_in_place_reads_as_the_map_bumped(i):
+    # `codec.bump_compact` (MERGE's moved links): `_version` +1 and `_updated_at` now on a
+    # value in the fixed layout, every other item as it was; None for any other form.
+    m = MAPS[i]
+    stored = codec.encode_map(m)
+    assert stored is not None
+    done = codec.bump_compact(stored, codec.ms_of(NOW))
+    if stored[:1] != b"\xc1" or m["_version"] == 2**32 - 1:
+        assert done is None
+        return
+    assert done is not None
+    value, version, updated = done
+    assert (version, codec.text_of_ms(updated)) == (m["_version"], m["_updated_at"])
+    assert list(codec.decode_map(value).items()) == \
+        list({**m, "_version": m["_version"] + 1, "_updated_at": NOW}.items())
+    # the same bytes as encoding the bumped map
+    assert value == codec.encode_map({**m, "_version": m["_version"] + 1, "_updated_at": NOW})
+
+
+def test_a_bump_to_the_creation_time_keeps_the_short_header():
+    m = {"a": 1, "_version": 4, "_created_at": TS, "_updated_at": NOW}
+    done = codec.bump_compact(codec.encode_map(m), codec.ms_of(TS))
+    assert done is not None
+    assert done[0] == codec.encode_map({"a": 1, "_version": 5, "_created_at": TS,
+                                        "_updated_at": TS})

@@ -153,3 +153,26 @@ def test_a_batch_with_a_missing_link_or_a_repeated_id_writes_nothing(graph, snap
         with g.store.read() as r:
             assert r.head(g.l2) == LinkHead(g.l2, g.aspirin, g.treats, g.fever)
     assert snapshot_of(g.store) == before
+
+
+def test_bump_versions_answers_what_it_replaced_and_the_rest_stays(graph):
+    # `WriteTxn.bump_versions` (MERGE's moved links): `_version` +1, `_updated_at` now, the
+    # other keys as they were; a store may decline (None), then the caller bumps the map.
+    g = graph
+    now = "2026-11-28T20:00:00.125Z"
+    with g.store.write() as w:
+        w.set_metadata(g.l2, {"source": "trial", "_version": 3,
+                              "_created_at": "2026-11-28T11:24:17.402Z",
+                              "_updated_at": "2026-11-28T11:24:17.402Z"})
+    with g.store.write() as w:
+        before = w.metadata(g.l2)
+        [answer] = w.bump_versions([g.l2], now)
+        if answer is None:          # not patched in place by this store (PostgreSQL)
+            assert "Pg" in type(w).__name__
+            return
+        assert answer == (before["_version"], before["_updated_at"])
+        assert w.metadata(g.l2) == {**before, "_version": before["_version"] + 1,
+                                    "_updated_at": now}
+    with g.store.read() as r:
+        assert r.metadata(g.l2) == {**before, "_version": before["_version"] + 1,
+                                    "_updated_at": now}
