@@ -337,6 +337,11 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     versioned.update(new_c)
     touched.update(new_l)
     versioned.update(new_l)
+    # The new heads, for the commit hooks that would read them back (PRIMER).
+    if new_c:
+        ctx.created_heads.append((new_c, new_c_types))
+    if new_l:
+        ctx.created_heads.append((new_l, new_l_s, new_l_p, new_l_o))
     _update(ctx, old_c + [(n, None, m) for n, m in old_l])
     return {"blocks": statements, "upsert_concept_nodes": [f"C:{n}" for n in concept_of],
             "upsert_proposition_links": []}
@@ -457,6 +462,8 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
                                 extra_metadata=writes.new_metadata(None, ctx.now))
         ctx.touched.update(new_n)
         ctx.versioned.update(new_n)
+        ctx.created_heads.append((new_n, [t[0] for t in new_t], [t[1] for t in new_t],
+                                  [t[2] for t in new_t]))
     _update(ctx, olds)
     return {"blocks": statements, "upsert_concept_nodes": [],
             "upsert_proposition_links": made}
