@@ -34,7 +34,7 @@ element's domains are a superset of those at its write: only a delete takes one 
 a delete invalidates everything. Each domain found is marked with the newest commit id of
 the writes settled together (a ranking is then recomputed a little more often, never
 reused stale). A durable upsert no longer pays its own lookups (~4% of its CPU). The
-elements a columnar writer created (a KIP load's UPSERT: `WriteContext.created_heads`) are
+elements a columnar writer created (a KIP load's UPSERT: `WriteContext.known_heads`) are
 queued with what their heads say (`_Known`: members, types, predicates, new
 `belongs_to_domain` targets) rather than as ids whose heads would be read back at settle.
 """
@@ -133,8 +133,8 @@ class PrimerCache:
                 self.invalidate(ctx.txn, self._pending, True, ctx.txn.commit_id())
             elif self._pending:
                 known = None
-                if ctx.created_heads and not self._moved:
-                    known = _Known(ctx.created_heads, self._pending)
+                if ctx.known_heads and not self._moved:
+                    known = _Known(ctx.known_heads, self._pending)
                 self._enqueue(ctx.txn, self._pending, ctx.txn.commit_id(), known)
         finally:
             self._pending = set()
@@ -211,7 +211,7 @@ class PrimerCache:
 
 class _Known:
     """What the heads of a write's created elements say for `_affected_domains`, taken
-    from the columns the writer kept (`WriteContext.created_heads`) instead of reading
+    from the columns the writer kept (`WriteContext.known_heads`) instead of reading
     each head back: the concepts and link ends (members), the types and predicates whose
     definitions matter, and the domains of new `belongs_to_domain` links or new Domain
     concepts. The ids it covers are taken out of `touched`."""

@@ -364,6 +364,7 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     new_l_o: list[int] = []
     new_l_m: list[dict | None] = []
     old_l: list[tuple[int, dict | None]] = []
+    old_l_heads: list[tuple[int, int, int, int]] = []
     concept_of: list[int] = [0] * count
     for i in range(count):
         n = found[i]
@@ -395,6 +396,7 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
                 new_l_m.append(m)
             else:
                 old_l.append((link, m))
+                old_l_heads.append((link, n, pid, o))
     now = ctx.now
     extra = writes.new_metadata(None, now)
     if new_c:
@@ -409,11 +411,12 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     versioned.update(new_c)
     touched.update(new_l)
     versioned.update(new_l)
-    # The new heads, for the commit hooks that would read them back (PRIMER).
-    if new_c:
-        ctx.created_heads.append((new_c, new_c_types))
+    # The heads written, for the commit hooks that would read them back (PRIMER).
+    ctx.known_heads.append((concept_of, [type_ids[t] for t in types]))
     if new_l:
-        ctx.created_heads.append((new_l, new_l_s, new_l_p, new_l_o))
+        ctx.known_heads.append((new_l, new_l_s, new_l_p, new_l_o))
+    if old_l_heads:
+        ctx.known_heads.append(tuple(map(list, zip(*old_l_heads))))
     _update(ctx, old_c + [(n, None, m) for n, m in old_l])
     return {"blocks": statements, "upsert_concept_nodes": [f"C:{n}" for n in concept_of],
             "upsert_proposition_links": []}
@@ -518,6 +521,9 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
     new_m: list[dict | None] = []
     olds: list[tuple[int, dict | None, dict | None]] = []
     made: list[str] = []
+    old_heads = [(n, *t) for t, n in zip(triples, found) if n is not None]
+    if old_heads:                       # (the heads written, for PRIMER: as in `_write`)
+        ctx.known_heads.append(tuple(map(list, zip(*old_heads))))
     for triple, n, (_s, p, _o, a, m) in zip(triples, found, blocks):
         if n is None:
             n = txn.new_id()
@@ -534,7 +540,7 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
                                 extra_metadata=writes.new_metadata(None, ctx.now))
         ctx.touched.update(new_n)
         ctx.versioned.update(new_n)
-        ctx.created_heads.append((new_n, [t[0] for t in new_t], [t[1] for t in new_t],
+        ctx.known_heads.append((new_n, [t[0] for t in new_t], [t[1] for t in new_t],
                                   [t[2] for t in new_t]))
     _update(ctx, olds)
     return {"blocks": statements, "upsert_concept_nodes": [],
