@@ -11,7 +11,7 @@ Naming mirrors `grammar/kip.lark`: rule `concept_match` → `ConceptMatch`, and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from .statements import StatementKind, kind_of, statement
 
@@ -365,22 +365,24 @@ class ColumnUpsert(Upsert):
     base: `kind_of` and the executors look a subclass up by its bases."""
 
     __slots__ = ("columns", "_build")
+    columns: UpsertColumns
+    _build: Callable[[], tuple[UpsertStatement, ...]]
     built_as = Upsert               # what binding rebuilds it as (nexus/syntax/bind.py)
 
     def __init__(self, columns: UpsertColumns, pos: Pos | None,
-                 build: Any) -> None:
+                 build: Callable[[], tuple[UpsertStatement, ...]]) -> None:
         object.__setattr__(self, "columns", columns)
         object.__setattr__(self, "_build", build)
         _UPSERT_POS.__set__(self, pos)
 
-    @property  # type: ignore[override]
+    @property
     def statements(self) -> tuple[UpsertStatement, ...]:
         try:
             return _UPSERT_STATEMENTS.__get__(self)  # type: ignore[no-any-return]
         except AttributeError:
             built = self._build()
             _UPSERT_STATEMENTS.__set__(self, built)
-            return built  # type: ignore[no-any-return]
+            return built
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Upsert):

@@ -311,8 +311,9 @@ def clause_columns(text: str, max_nesting: int, deadline: float | None = None
     start = _START.match(text)
     if start is None:
         return None
-    head, links_end, block_meta, scanner = (_HEAD.match, _LINKS_END.match, _BLOCK_META.match,
-                                            _LINK.scanner)
+    head, links_end, block_meta = _HEAD.match, _LINKS_END.match, _BLOCK_META.match
+    # (a scanner matches at its position and moves past the match: the links in a row)
+    scanner = _LINK.scanner  # type: ignore[attr-defined]
     types: list[A.Slot] = []
     names: list[A.Slot] = []
     attributes: list[str | None] = []
