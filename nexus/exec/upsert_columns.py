@@ -9,7 +9,10 @@ checked once per distinct type and predicate, the concepts and the links that al
 looked up in one batched call each, the new concepts and the new links written with one
 columnar call each (`create_concept_columns` / `create_link_columns`, the bulk loader's
 path, the engine metadata encoded once per command as `extra_metadata`), the existing
-elements' metadata read and written in batches.
+elements' metadata read and written in batches. A command the parser read as columns
+(`ast.ColumnUpsert`, nexus/syntax/fastclause.py) is planned from its columns directly
+(`_plan_columns`): no tree is built unless the command declines. The heads it writes are
+handed to the commit hooks (`WriteContext.known_heads`: PRIMER) so none is read back.
 
 It takes a command only when it can prove the result is the block-by-block one, and
 *declines* (returns None, having written nothing) otherwise — `run_upsert` then runs the

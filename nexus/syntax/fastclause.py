@@ -13,6 +13,12 @@ None for anything else — a handle, an id match, a literal map, an escape in a 
 second statement, statement metadata, a comment where the tokens would differ... — and the
 token reader then reads the text (and declines in turn to the LALR parser, the only source
 of errors). It never raises. tests/syntax/test_fastparse.py compares it with the grammar.
+
+`clause_columns(text)` reads the same shape by the same matches into columns instead of
+nodes (`ast.ColumnUpsert`: one entry per block and per link, what the UPSERT executor of a
+load consumes, nexus/exec/upsert_columns.py), about 3-4 times faster; the tree of such a
+command is built by `clause_upsert` only when something asks for it. The fast path tries it
+first.
 """
 from __future__ import annotations
 
