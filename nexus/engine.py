@@ -451,8 +451,10 @@ def _collector_paused(text: Any) -> bool:
     """Pause the cyclic collector for a write command, from its parse to its commit (True:
     paused here, to resume after). A KIP load's UPSERT makes tens of thousands of acyclic
     objects (columns, maps, keys, log records); each time allocations pass the collector's
-    threshold it would walk all those still alive, several times per command. Writes are
-    serialized, so at most one is paused at a time; reads are not paused."""
+    threshold it would walk all those still alive, several times per command. The switch is
+    the process's: the command that turned it off turns it back on when it ends (another
+    write meanwhile neither pauses nor resumes it), so the collector is off at most while
+    some write command runs; read commands do not pause it."""
     if gc.isenabled() and syntax.kind_of_text(text) is StatementKind.WRITE:
         gc.disable()
         return True
