@@ -24,6 +24,7 @@ statement the registry does not know), dry runs. Nothing but a KIP response leav
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -381,6 +382,7 @@ class Engine:
         if isinstance(text, _BadItem):
             return {"error": text.error().to_dict()}, False
         writes: bool | None = None      # known once the command parsed
+        paused = _collector_paused(text)
         try:
             limits = self.config.limits
             parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
@@ -440,6 +442,23 @@ class Engine:
         except Exception as exc:  # noqa: BLE001 - the API boundary: nothing else escapes
             log.exception("internal error running a KIP command")
             return {"error": internal_error(exc).to_dict()}, bool(writes)
+        finally:
+            if paused:
+                gc.enable()
+
+
+def _collector_paused(text: Any) -> bool:
+    """Pause the cyclic collector for a write command, from its parse to its commit (True:
+    paused here, to resume after). A KIP load's UPSERT makes tens of thousands of acyclic
+    objects (columns, maps, keys, log records); each time allocations pass the collector's
+    threshold it would walk all those still alive, several times per command. The switch is
+    the process's: the command that turned it off turns it back on when it ends (another
+    write meanwhile neither pauses nor resumes it), so the collector is off at most while
+    some write command runs; read commands do not pause it."""
+    if gc.isenabled() and syntax.kind_of_text(text) is StatementKind.WRITE:
+        gc.disable()
+        return True
+    return False
 
 
 def _no_reads(ctx: WriteContext) -> list[Any]:

@@ -15,7 +15,7 @@ bundled capsules and trusted operator loads (they may write protected definition
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 from ..config import Limits
 from ..errors import ErrorCode, KipError
@@ -133,7 +133,8 @@ class WriteContext(ExecContext):
     the PRIMER cache) consume them.
     """
 
-    __slots__ = ("touched", "removed", "versioned", "unsearched", "moved", "store_txn")
+    __slots__ = ("touched", "removed", "versioned", "unsearched", "moved", "store_txn",
+                 "known_heads")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, *,
@@ -154,3 +155,10 @@ class WriteContext(ExecContext):
         # (MERGE): id → (the old end's endpoint text, the new one's). The lexical index
         # rewrites their documents from the stored ones (`nexus.search.lexical.write`).
         self.moved: dict[int, tuple[str, str]] = {}
+        # The heads of elements a columnar writer created or wrote in this session, as
+        # columns: `(ids, type_ids)` for concepts, `(ids, subjects, predicate_ids,
+        # objects)` for links (nexus.exec.upsert_columns). A commit hook that wants a
+        # written element's head (the PRIMER cache) takes it from here instead of reading
+        # it back. Kept for the whole session (a head does not change unless a MERGE moves
+        # or a DELETE removes its element, and those set `moved` / `removed`).
+        self.known_heads: list[tuple[Sequence[int], ...]] = []

@@ -33,7 +33,10 @@ the queue holds more than QUEUE_IDS ids — in a write transaction). Looked up l
 element's domains are a superset of those at its write: only a delete takes one away, and
 a delete invalidates everything. Each domain found is marked with the newest commit id of
 the writes settled together (a ranking is then recomputed a little more often, never
-reused stale). A durable upsert no longer pays its own lookups (~4% of its CPU).
+reused stale). A durable upsert no longer pays its own lookups (~4% of its CPU). The
+elements a columnar writer created (a KIP load's UPSERT: `WriteContext.known_heads`) are
+queued with what their heads say (`_Known`: members, types, predicates, new
+`belongs_to_domain` targets) rather than as ids whose heads would be read back at settle.
 """
 from __future__ import annotations
 
@@ -74,9 +77,11 @@ class PrimerCache:
         # What the current write transaction touched so far (writes are serialized).
         self._pending: set[int] = set()
         self._pending_all = False
-        # Committed writes whose domains are not looked up yet: (commit id, touched ids),
-        # in commit order, and how many ids they hold (module doc).
-        self._queue: list[tuple[int, set[int]]] = []
+        self._moved = False         # it moved links: created heads may be stale
+        # Committed writes whose domains are not looked up yet, in commit order, and how
+        # many ids they hold (module doc): (commit id, touched ids whose heads are to be
+        # read, what the heads of the others already said — `_Known`).
+        self._queue: list[tuple[int, set[int], _Known | None]] = []
         self._queued = 0
 
     def clear(self) -> None:
@@ -112,6 +117,8 @@ class PrimerCache:
     # --- the commit hook ---------------------------------------------------------------
     def stage(self, ctx: WriteContext) -> None:
         """Part way through a big write: remember what it touched (while that stays small)."""
+        if ctx.moved:
+            self._moved = True
         if ctx.removed or self._pending_all or \
                 len(self._pending) + len(ctx.touched) > BULK_INVALIDATE:
             self._pending_all = True
@@ -125,19 +132,25 @@ class PrimerCache:
             if self._pending_all or len(self._pending) > BULK_INVALIDATE:
                 self.invalidate(ctx.txn, self._pending, True, ctx.txn.commit_id())
             elif self._pending:
-                self._enqueue(ctx.txn, self._pending, ctx.txn.commit_id())
+                known = None
+                if ctx.known_heads and not self._moved:
+                    known = _Known(ctx.known_heads, self._pending)
+                self._enqueue(ctx.txn, self._pending, ctx.txn.commit_id(), known)
         finally:
             self._pending = set()
             self._pending_all = False
+            self._moved = False
 
-    def _enqueue(self, txn: ReadTxn, touched: set[int], seq: int) -> None:
-        """Queue a write's touched ids (module doc); past QUEUE_IDS, settle the queue in
-        this write transaction, which sees every queued write. (A write that rolls back
-        after this leaves an entry whose ids are not there or unchanged: it can only
-        invalidate more.)"""
+    def _enqueue(self, txn: ReadTxn, touched: set[int], seq: int,
+                 known: "_Known | None" = None) -> None:
+        """Queue a write's touched ids (module doc), those whose heads `known` holds
+        already taken out of `touched`; past QUEUE_IDS, settle the queue in this write
+        transaction, which sees every queued write. (A write that rolls back after this
+        leaves an entry whose ids are not there or unchanged: it can only invalidate
+        more.)"""
         with self.lock:
-            self._queue.append((seq, touched))
-            self._queued += len(touched)
+            self._queue.append((seq, touched, known))
+            self._queued += len(touched) + (known.size if known is not None else 0)
             if self._queued > QUEUE_IDS:
                 self._settle(txn, seq)
 
@@ -157,12 +170,14 @@ class PrimerCache:
         if not k:
             return
         done, self._queue = queue[:k], queue[k:]
-        self._queued -= sum(len(ids) for _, ids in done)
+        self._queued -= sum(len(ids) + (known.size if known is not None else 0)
+                            for _, ids, known in done)
         newest = done[-1][0]
         if newest <= self.all_dirty:
             return                          # everything was invalidated since
-        touched: set[int] = set().union(*(ids for _, ids in done))
-        self._mark(_affected_domains(txn, touched), newest)
+        touched: set[int] = set().union(*(ids for _, ids, _ in done))
+        self._mark(_affected_domains(txn, touched, [kn for _, _, kn in done if kn]),
+                   newest)
 
     def after_commit(self, ctx: WriteContext) -> None:
         pass
@@ -170,6 +185,7 @@ class PrimerCache:
     def rolled_back(self, ctx: WriteContext) -> None:
         self._pending = set()
         self._pending_all = False
+        self._moved = False
 
     def invalidate(self, txn: ReadTxn, touched: set[int], everything: bool, seq: int) -> None:
         """Inside a write txn whose commit will be snapshot `seq`: mark the domains the
@@ -193,7 +209,55 @@ class PrimerCache:
             self.dirty.clear()
 
 
-def _affected_domains(txn: Any, touched: set) -> set[int]:
+class _Known:
+    """What the heads of a write's created elements say for `_affected_domains`, taken
+    from the columns the writer kept (`WriteContext.known_heads`) instead of reading
+    each head back: the concepts and link ends (members), the types and predicates whose
+    definitions matter, and the domains of new `belongs_to_domain` links or new Domain
+    concepts. The ids it covers are taken out of `touched`."""
+
+    __slots__ = ("members", "type_ids", "concepts", "links", "size")
+
+    def __init__(self, columns: list, touched: set[int]) -> None:
+        members: set[int] = set()
+        type_ids: set[int] = set()
+        concepts: list[tuple[Any, Any]] = []         # (ids, type_ids) columns
+        links: list[tuple[Any, Any, Any]] = []       # (subjects, predicates, objects)
+        size = 0
+        for column in columns:
+            ids = column[0]
+            touched.difference_update(ids)
+            size += len(ids)
+            if len(column) == 2:
+                members.update(ids)
+                type_ids.update(column[1])
+                concepts.append((ids, column[1]))
+            else:
+                members.update(column[1])
+                members.update(column[3])
+                links.append((column[1], column[2], column[3]))
+        self.members, self.type_ids, self.concepts, self.links, self.size = \
+            members, type_ids, concepts, links, size
+
+    def apply(self, members: set[int], defs: set[tuple[int | None, int]], out: set[int],
+              domain_t: int | None, ct: int | None, pt: int | None, bd: int) -> None:
+        """Add to `_affected_domains`' sets what reading the heads would have added."""
+        members |= self.members
+        for t in self.type_ids:
+            defs.add((ct, t))
+        if domain_t in self.type_ids:
+            for ids, types in self.concepts:
+                out.update(n for n, t in zip(ids, types) if t == domain_t)
+        for _subjects, predicates, objects in self.links:
+            kinds = set(predicates)
+            for p in kinds:
+                defs.add((pt, p))
+            if bd in kinds:
+                out.update(o for p, o in zip(predicates, objects) if p == bd)
+
+
+def _affected_domains(txn: Any, touched: set, known: "list[_Known] | None" = None
+                      ) -> set[int]:
     bd = txn.symbol_id(BELONGS)
     if bd is None:
         return set()
@@ -205,6 +269,8 @@ def _affected_domains(txn: Any, touched: set) -> set[int]:
     # share their ends and predicates).
     members: set[int] = set()
     defs: set[tuple[int | None, int]] = set()
+    for kn in known or ():
+        kn.apply(members, defs, out, domain_t, ct, pt, bd)
     prefetch = getattr(txn, "prefetch_elements", None)
     if prefetch is not None and txn.prefers_batches():
         # (PostgreSQL: the heads of a settled queue — up to QUEUE_IDS ids of earlier

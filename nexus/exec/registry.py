@@ -46,7 +46,8 @@ def executor_for(cls: type) -> Executor:
     fn = _EXECUTORS.get(cls)
     if fn is None:
         load_executors()
-        fn = _EXECUTORS.get(cls)
+        # (a subclass of a statement class runs as that statement: ast.ColumnUpsert)
+        fn = next(filter(None, map(_EXECUTORS.get, cls.__mro__)), None)
         if fn is None:
             raise KipError(ErrorCode.KIP_4003, f"No executor for {cls.__name__} statements")
     return fn

@@ -9,7 +9,10 @@ checked once per distinct type and predicate, the concepts and the links that al
 looked up in one batched call each, the new concepts and the new links written with one
 columnar call each (`create_concept_columns` / `create_link_columns`, the bulk loader's
 path, the engine metadata encoded once per command as `extra_metadata`), the existing
-elements' metadata read and written in batches.
+elements' metadata read and written in batches. A command the parser read as columns
+(`ast.ColumnUpsert`, nexus/syntax/fastclause.py) is planned from its columns directly
+(`_plan_columns`): no tree is built unless the command declines. The heads it writes are
+handed to the commit hooks (`WriteContext.known_heads`: PRIMER) so none is read back.
 
 It takes a command only when it can prove the result is the block-by-block one, and
 *declines* (returns None, having written nothing) otherwise — `run_upsert` then runs the
@@ -132,7 +135,10 @@ def run_columns(ctx: WriteContext, command: A.Upsert, params: Any
     if ctx.dry_run or txn.prefers_batches():
         return None
     try:
-        if type(command.statements[0].blocks[0]) is A.PropositionBlock:
+        if type(command) is A.ColumnUpsert:
+            # Read as columns by the parser (no tree: nexus/syntax/fastclause.py).
+            plan = _plan_columns(command.columns, params)
+        elif type(command.statements[0].blocks[0]) is A.PropositionBlock:
             statements, links = _plan_links(command, params)
             plan = None
         else:
@@ -197,6 +203,75 @@ def _plan(command: A.Upsert, params: Any) -> tuple:
     if not types:
         raise Decline
     return len(command.statements), types, names, attrs, metas, entries
+
+
+def _named_map(name: str | None, params: dict, keys_ok: set[str]) -> dict | None:
+    """`_map` of a placeholder given by its name (None: absent)."""
+    if name is None:
+        return None
+    value = params.get(name, _MISSING)
+    if type(value) is not dict:
+        raise Decline
+    for key, item in value.items():
+        if key not in keys_ok:
+            if type(key) is not str or key.startswith("_") or not _IDENT.match(key):
+                raise Decline
+            keys_ok.add(key)
+        k = type(item)
+        if k not in _SCALAR and not (k is int and _INT_MIN <= item < _INT_END) \
+                and not (k is float and math.isfinite(item)):
+            raise Decline
+    return value
+
+
+def _slot_text(slot: A.Slot, params: dict) -> str:
+    """`_text` of a slot of the columnar form (a placeholder's name or a 1-tuple)."""
+    value = params.get(slot, _MISSING) if type(slot) is str else slot[0]
+    if type(value) is not str:
+        raise Decline
+    return value
+
+
+def _plan_columns(columns: A.UpsertColumns, params: Any) -> tuple:
+    """`_plan` of a command the parser read as columns (one statement of CONCEPT blocks
+    by `{type, name}`, no handle, id, EXPECT VERSION or statement metadata: the shape
+    guarantees them), reading the same values in the same order."""
+    if not isinstance(params, dict):
+        raise Decline
+    keys_ok: set[str] = set()
+    get = params.get
+    types = [_slot_text(s, params) for s in columns.types]
+    names = [_slot_text(s, params) for s in columns.names]
+    attrs = [_named_map(a, params, keys_ok) for a in columns.attributes]
+    metas = [_named_map(m, params, keys_ok) for m in columns.metadata]
+    seen: set[tuple[str, str]] = set()
+    for key in zip(types, names):
+        if key[0].startswith("$") or key in _PROTECTED or key in seen or \
+                not key[1].strip():
+            raise Decline
+        seen.add(key)
+    # The links, a column at a time (placeholders, the common case, by one lookup each).
+    predicates, target_types, target_names = (
+        [get(s, _MISSING) if type(s) is str else s[0] for s in column]
+        for column in (columns.predicates, columns.target_types, columns.target_names))
+    for column in (predicates, target_types, target_names):
+        for value in column:
+            if type(value) is not str:
+                raise Decline
+    link_metas = [None if m is None else _named_map(m, params, keys_ok)
+                  for m in columns.link_metadata]
+    entries: list[list[_Entry] | None] = []
+    begin = 0
+    for effective, end in zip(metas, columns.ends):
+        if effective is None:
+            entries.append(list(zip(predicates[begin:end], target_types[begin:end],
+                                    target_names[begin:end], link_metas[begin:end])))
+        else:
+            entries.append([(p, t, n, _merge(effective, m)) for p, t, n, m in zip(
+                predicates[begin:end], target_types[begin:end], target_names[begin:end],
+                link_metas[begin:end])])
+        begin = end
+    return 1, types, names, attrs, metas, entries
 
 
 def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str], attrs: list[dict | None],
@@ -292,6 +367,7 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     new_l_o: list[int] = []
     new_l_m: list[dict | None] = []
     old_l: list[tuple[int, dict | None]] = []
+    old_l_heads: list[tuple[int, int, int, int]] = []
     concept_of: list[int] = [0] * count
     for i in range(count):
         n = found[i]
@@ -323,6 +399,7 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
                 new_l_m.append(m)
             else:
                 old_l.append((link, m))
+                old_l_heads.append((link, n, pid, o))
     now = ctx.now
     extra = writes.new_metadata(None, now)
     if new_c:
@@ -337,6 +414,12 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     versioned.update(new_c)
     touched.update(new_l)
     versioned.update(new_l)
+    # The heads written, for the commit hooks that would read them back (PRIMER).
+    ctx.known_heads.append((concept_of, [type_ids[t] for t in types]))
+    if new_l:
+        ctx.known_heads.append((new_l, new_l_s, new_l_p, new_l_o))
+    if old_l_heads:
+        ctx.known_heads.append(tuple(map(list, zip(*old_l_heads))))
     _update(ctx, old_c + [(n, None, m) for n, m in old_l])
     return {"blocks": statements, "upsert_concept_nodes": [f"C:{n}" for n in concept_of],
             "upsert_proposition_links": []}
@@ -441,6 +524,9 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
     new_m: list[dict | None] = []
     olds: list[tuple[int, dict | None, dict | None]] = []
     made: list[str] = []
+    old_heads = [(n, *t) for t, n in zip(triples, found) if n is not None]
+    if old_heads:                       # (the heads written, for PRIMER: as in `_write`)
+        ctx.known_heads.append(tuple(map(list, zip(*old_heads))))
     for triple, n, (_s, p, _o, a, m) in zip(triples, found, blocks):
         if n is None:
             n = txn.new_id()
@@ -457,6 +543,8 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
                                 extra_metadata=writes.new_metadata(None, ctx.now))
         ctx.touched.update(new_n)
         ctx.versioned.update(new_n)
+        ctx.known_heads.append((new_n, [t[0] for t in new_t], [t[1] for t in new_t],
+                                  [t[2] for t in new_t]))
     _update(ctx, olds)
     return {"blocks": statements, "upsert_concept_nodes": [],
             "upsert_proposition_links": made}

@@ -372,8 +372,10 @@ def append(ctx: "WriteContext") -> int | None:
                     loose_created.append(n)
                     continue
                 if n in created:        # `_change`, with the `_version` it was created with
-                    if inner.head(n) is not None:
-                        changes.append([n, "c", created[n]])
+                    # No head read: the recorder keeps `n` in `created_versions` only
+                    # while it exists (its `delete`, the only way an element goes, drops
+                    # it), so a created element is known to be there.
+                    changes.append([n, "c", created[n]])
                     continue
             elif (pre.attributes is None and pre.metadata is not None and not pre.moved
                   and pre.metadata_now is not None):

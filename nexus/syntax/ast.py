@@ -11,7 +11,7 @@ Naming mirrors `grammar/kip.lark`: rule `concept_match` → `ConceptMatch`, and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from .statements import StatementKind, kind_of, statement
 
@@ -327,6 +327,73 @@ class Upsert:
     """One or more `UPSERT {...}` statements (capsules chain several)."""
     statements: tuple[UpsertStatement, ...]
     pos: Pos | None = _pos()
+
+
+# A value of the columnar form: a placeholder's name, or a string literal as a 1-tuple.
+Slot = Union[str, tuple[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertColumns:
+    """A loader-shaped UPSERT (nexus/syntax/fastclause.py: one statement of CONCEPT blocks
+    `{type: T, name: N}` with optional `SET ATTRIBUTES :a`, `SET PROPOSITIONS { (P,
+    {type: T, name: N}) [WITH METADATA :m], ... }` and `WITH METADATA :m`) as columns, one
+    entry per block and one per link, without a node per value. T, N and P are `Slot`s;
+    attributes and metadata are placeholder names (None: absent). Block i's links are
+    entries `ends[i-1]` (0 for the first) to `ends[i]`."""
+    types: tuple[Slot, ...]
+    names: tuple[Slot, ...]
+    attributes: tuple[str | None, ...]
+    metadata: tuple[str | None, ...]
+    ends: tuple[int, ...]
+    predicates: tuple[Slot, ...]
+    target_types: tuple[Slot, ...]
+    target_names: tuple[Slot, ...]
+    link_metadata: tuple[str | None, ...]
+
+
+_UPSERT_STATEMENTS = Upsert.__dict__["statements"]     # the slot under the property below
+_UPSERT_POS = Upsert.__dict__["pos"]
+
+
+class ColumnUpsert(Upsert):
+    """An `Upsert` the parser read as columns (`columns`: what the UPSERT executor of a
+    load consumes, nexus/exec/upsert_columns.py). It is the same command: its
+    `statements` — the AST the grammar builds, positions included — are built from the
+    text when first asked for (`build`, the clause reader: the block-by-block executor, a
+    printer, binding), and it compares and hashes as that `Upsert`. Registered through its
+    base: `kind_of` and the executors look a subclass up by its bases."""
+
+    __slots__ = ("columns", "_build")
+    columns: UpsertColumns
+    _build: Callable[[], tuple[UpsertStatement, ...]]
+    built_as = Upsert               # what binding rebuilds it as (nexus/syntax/bind.py)
+
+    def __init__(self, columns: UpsertColumns, pos: Pos | None,
+                 build: Callable[[], tuple[UpsertStatement, ...]]) -> None:
+        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "_build", build)
+        _UPSERT_POS.__set__(self, pos)
+
+    @property
+    def statements(self) -> tuple[UpsertStatement, ...]:
+        try:
+            return _UPSERT_STATEMENTS.__get__(self)  # type: ignore[no-any-return]
+        except AttributeError:
+            built = self._build()
+            _UPSERT_STATEMENTS.__set__(self, built)
+            return built
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Upsert):
+            return self.statements == other.statements
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.statements,))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Upsert, (self.statements, self.pos))     # a copy is the plain command
 
 
 @statement(StatementKind.WRITE, "DELETE")

@@ -266,7 +266,7 @@ def _compile(node: object) -> Binder | None:
         return lambda params: A.Literal([v.value for v in items(params)], pos)
     if not is_dataclass(node) or isinstance(node, type):
         return None
-    cls = type(node)
+    cls = getattr(type(node), "built_as", type(node))     # (ast.ColumnUpsert: an Upsert)
     build = _compile_sequence([getattr(node, f.name) for f in fields(node)])
     return None if build is None else (lambda params: cls(*build(params)))
 

@@ -24,7 +24,8 @@ import re
 from itertools import accumulate, repeat
 from operator import add
 from . import ast as A
-from .fastclause import BLANKS, Lines, clause_upsert, encodable, out_of_time
+from .fastclause import (BLANKS, Lines, clause_columns, clause_upsert, encodable,
+                         out_of_time)
 from .transform_common import IDENTIFIER
 
 # One token per match, after the blanks and comments before it (WS and COMMENT, ignored by
@@ -93,8 +94,12 @@ def fast_upsert(text: str, max_nesting: int, deadline: float | None = None
     """The AST of an UPSERT command and its placeholder names, or None (declined)."""
     if len(text) > MAX_CHARS or not _UPSERT_START.match(text):
         return None
-    # The loader's shape, a match per block or link (nexus/syntax/fastclause.py); any other
-    # text token by token.
+    # The loader's shape, a match per block or link, read as columns (an ast.ColumnUpsert,
+    # its tree built when asked for) or, if not, as a tree (nexus/syntax/fastclause.py);
+    # any other text token by token.
+    columns = clause_columns(text, max_nesting, deadline)
+    if columns is not None:
+        return columns
     read = clause_upsert(text, max_nesting, deadline)
     if read is not None:
         return read

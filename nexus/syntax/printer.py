@@ -232,6 +232,8 @@ class _Printer:
     def cmd_Upsert(self, c: A.Upsert) -> str:
         return "\n\n".join(self.upsert_statement(s) for s in c.statements)
 
+    cmd_ColumnUpsert = cmd_Upsert       # (an Upsert read as columns: the same command)
+
     def upsert_statement(self, s: A.UpsertStatement) -> str:
         out = ["UPSERT {"]
         for block in s.blocks:

@@ -85,7 +85,15 @@ def statement(kind: StatementKind, *keywords: str, late_binding: bool = False
 def info(command: object) -> StatementInfo | None:
     """The registration of a command (instance or class), or None."""
     cls = command if isinstance(command, type) else type(command)
-    return _BY_CLASS.get(cls)
+    found = _BY_CLASS.get(cls)
+    if found is None:
+        # A subclass of a statement class is that statement (ast.ColumnUpsert: an Upsert
+        # read as columns).
+        for base in cls.__mro__[1:-1]:
+            found = _BY_CLASS.get(base)
+            if found is not None:
+                break
+    return found
 
 
 def kind_of(command: object) -> StatementKind:

@@ -8,6 +8,11 @@ concepts and links, bad types, unknown predicates, missing targets, `_` keys, em
 nested values — to two databases, one with the column path and one without, and requires
 the same answers (result or error code and message), the same graph (ids, heads, attributes,
 metadata with `_version` / `_created_at` / `_updated_at`) and the same version-log record.
+
+The column side is the whole columnar path: the parser reads a loader-shaped text into
+columns (`ast.ColumnUpsert`, nexus/syntax/fastclause.py) and the executor consumes them.
+The normal side parses every text into a tree (the columnar reader switched off, the parse
+cache emptied) and runs it block by block.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from nexus import engine
 from nexus.api import Nexus
 from nexus.exec import upsert_columns
 from nexus import history
+from nexus.syntax import ast as A
+from nexus.syntax import fastparse, parse, parser
 
 SCHEMA = """
 UPSERT {
@@ -162,12 +169,24 @@ def _last_log(nx: Nexus) -> Any:
         return None if entry is None else (entry.changes, entry.fresh)
 
 
+def _declined(*args: Any) -> None:
+    return None
+
+
 def _run(nx: Nexus, column_path: bool, text: str, params: dict) -> dict:
+    """Run a command on the column path (columns read by the parser, run column-wise) or
+    on the normal one (a tree from the parser, run block by block)."""
     upsert_columns.ENABLED = column_path
+    reader = fastparse.clause_columns
+    parser._PARSED.clear()
+    if not column_path:
+        fastparse.clause_columns = _declined      # type: ignore[assignment]
     try:
         response = nx.execute_kip({"command": text, "parameters": params})
     finally:
         upsert_columns.ENABLED = True
+        fastparse.clause_columns = reader       # type: ignore[assignment]
+        parser._PARSED.clear()
     response.pop("metrics", None)
     return response
 
@@ -233,6 +252,9 @@ def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -
         {"st0": "Drug", "sn0": "e3", "p0": "treats", "ot0": "Symptom", "on0": "e2",
          "m0": {"source": "load"}, "st1": "Drug", "sn1": "e1", "p1": "treats",
          "ot1": "Symptom", "on1": "e0", "m1": {"source": "again"}})
+    # The concept commands and the grouped links are read as columns by the parser.
+    assert type(parse(concepts[0]).command) is A.ColumnUpsert
+    assert type(parse(links[0]).command) is A.ColumnUpsert
     dumps = []
     for column_path in (True, False):
         nx = Nexus.open(str(tmp_path / f"db{column_path}"))
@@ -254,3 +276,60 @@ def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -
     link = [meta for _, head, _, meta in dumps[0] if getattr(head, "object", None) ==
             next(n for n, h, _, _ in dumps[0] if getattr(h, "name", None) == "e0")]
     assert [m["source"] for m in link] == ["again"] and link[0]["_version"] == 4
+
+
+@st.composite
+def loader_commands(draw: Any) -> tuple[str, dict]:
+    """Texts the parser reads as columns (one statement of `{type, name}` CONCEPT blocks,
+    object placeholders for the maps), with values good and bad: undefined types and
+    predicates, missing targets, protected names, repeated concepts and links, `_` keys,
+    nested or out-of-range values, a number where a string goes, a missing parameter."""
+    clean = draw(st.integers(0, 2)) > 0
+    w = Writer(draw, clean)
+
+    def obj() -> str:
+        name = f"v{len(w.params)}"
+        w.params[name] = draw(CLEAN["maps"] if clean else st.one_of(MAPS, st.integers()))
+        return ":" + name
+
+    def text(pool: list[str], kind: str) -> str:
+        if not clean and draw(st.integers(0, 20)) == 0:
+            return w.value(draw(st.sampled_from([5, None, ["a"]])), literal_ok=False)
+        return w.pick(pool, kind)
+    blocks = []
+    for _ in range(draw(st.integers(1, 6))):
+        parts = [f"CONCEPT {{ {{type: {text(TYPES, 'types')}, name: {text(NAMES, 'names')}}}"]
+        if draw(st.booleans()):
+            parts.append(f"SET ATTRIBUTES {obj()}")
+        if draw(st.booleans()):
+            entries = []
+            for _ in range(draw(st.integers(0, 4))):
+                entry = (f"({text(PREDICATES, 'predicates')}, {{type: {text(TYPES, 'types')}, "
+                         f"name: {text(NAMES, 'names')}}})")
+                if draw(st.booleans()):
+                    entry += f" WITH METADATA {obj()}"
+                entries.append(entry)
+            parts.append("SET PROPOSITIONS { " + ",\n ".join(entries) + " }")
+        parts.append("}")
+        if draw(st.booleans()):
+            parts.append(f"WITH METADATA {obj()}")
+        blocks.append(" ".join(parts))
+    if not clean and w.params and draw(st.integers(0, 10)) == 0:
+        w.params.pop(draw(st.sampled_from(sorted(w.params))))
+    return "UPSERT {\n" + "\n".join(blocks) + "\n}", w.params
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(command=loader_commands())
+def test_columns_from_the_parser_equal_the_tree(pair: tuple[Nexus, Nexus],
+                                                command: tuple[str, dict]) -> None:
+    """The parser reads these texts as columns; run from them, they answer, write and log
+    what the tree run block by block does (errors included: codes, messages, positions)."""
+    fast, normal = pair
+    text, params = command
+    assert type(parse(text).command) is A.ColumnUpsert, text
+    answer = _run(fast, True, text, params)
+    expected = _run(normal, False, text, params)
+    assert answer == expected, text
+    assert _dump(fast) == _dump(normal), text
+    assert _last_log(fast) == _last_log(normal), text

@@ -132,6 +132,37 @@ def test_a_long_queue_of_writes_is_settled_by_a_write(medical, ok, counted, monk
     assert counted == ["Medical"]
 
 
+# Loader-shaped commands: the parser reads them as columns and the UPSERT executor writes
+# them column-wise, handing the commit hooks the heads it wrote (no read-back): the domains
+# they touch are invalidated all the same, whether the queue settles now or later.
+LOADED = [
+    # a new instance of a type whose definition belongs to Medical
+    ('UPSERT { CONCEPT { {type: "Drug", name: "Orphan"} } }', {}),
+    # a new concept of a type of no domain, linked into Medical
+    ('UPSERT { CONCEPT { {type: :t, name: "Loose"} SET PROPOSITIONS { '
+     '("belongs_to_domain", {type: "Domain", name: "Medical"}) } } }', {"t": "Domain"}),
+    # an existing member's attributes
+    ('UPSERT { CONCEPT { {type: "Symptom", name: "Headache"} SET ATTRIBUTES :a } }',
+     {"a": {"severity": 3}}),
+]
+
+
+@pytest.mark.parametrize("queue_ids", [primer.QUEUE_IDS, 0])
+@pytest.mark.parametrize("command", range(len(LOADED)))
+def test_loader_shaped_writes_invalidate_their_domains(medical, ok, counted, monkeypatch,
+                                                       queue_ids, command):
+    from nexus.syntax import ast as A, parse
+    text, params = LOADED[command]
+    assert type(parse(text).command) is A.ColumnUpsert
+    monkeypatch.setattr(primer, "QUEUE_IDS", queue_ids)
+    ok(medical, "DESCRIBE PRIMER")
+    counted.clear()
+    r = medical.execute_kip({"command": text, "parameters": params})
+    assert "result" in r, r
+    ok(medical, "DESCRIBE PRIMER")
+    assert "Medical" in counted
+
+
 def test_a_delete_invalidates_everything(medical, ok, counted):
     first = ok(medical, "DESCRIBE PRIMER")
     counted.clear()

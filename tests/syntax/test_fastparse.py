@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from nexus.errors import KipError
 from nexus.syntax import MAX_NESTING, parse
 from nexus.syntax import fastparse
-from nexus.syntax.fastclause import clause_upsert
+from nexus.syntax import ast as A
+from nexus.syntax.fastclause import clause_columns, clause_upsert
 from nexus.syntax.fastparse import fast_upsert
 from nexus.syntax.parser import parse_lalr
 
@@ -41,7 +42,12 @@ SCALE = int(os.environ.get("NEXUS_FUZZ_EXAMPLES", "0")) or None
 
 def exactly(a: Any, b: Any, path: str = "$") -> str | None:
     """None when `a` and `b` are equal with positions and exact types (AST equality leaves
-    positions out); else where they differ."""
+    positions out); else where they differ. An UPSERT read as columns (`ColumnUpsert`) is
+    compared as the `Upsert` its tree makes."""
+    if isinstance(a, A.ColumnUpsert):
+        a = A.Upsert(a.statements, a.pos)
+    if isinstance(b, A.ColumnUpsert):
+        b = A.Upsert(b.statements, b.pos)
     if type(a) is not type(b):
         return f"{path}: {type(a).__name__} != {type(b).__name__}"
     if dataclasses.is_dataclass(a):
@@ -75,11 +81,50 @@ def _error(exc: KipError) -> tuple[Any, ...]:
     return (exc.code, exc.message, exc.hint, exc.line, exc.column, exc.snippet, exc.data)
 
 
+def columns_of(command: A.Upsert) -> A.UpsertColumns:
+    """The columnar form of a loader-shaped UPSERT, derived from its tree."""
+    def slot(v: Any) -> A.Slot:
+        return v.name if type(v) is A.Param else (v.value,)
+
+    def name(v: Any) -> str | None:
+        return None if v is None else v.name
+    blocks = command.statements[0].blocks
+    links = [e for b in blocks for e in (b.propositions or ())]
+    ends, n = [], 0
+    for b in blocks:
+        n += len(b.propositions or ())
+        ends.append(n)
+    return A.UpsertColumns(
+        tuple(slot(b.match.type) for b in blocks), tuple(slot(b.match.name) for b in blocks),
+        tuple(name(b.attributes) for b in blocks), tuple(name(b.metadata) for b in blocks),
+        tuple(ends), tuple(slot(e.predicate) for e in links),
+        tuple(slot(e.target.type) for e in links), tuple(slot(e.target.name) for e in links),
+        tuple(name(e.metadata) for e in links))
+
+
+def check_columns(text: str, max_nesting: int, clause: Any) -> None:
+    """The columnar reader reads what the clause reader reads (a statement with blocks),
+    into the columns of that tree, and builds that tree when asked for it."""
+    read = clause_columns(text, max_nesting)
+    if clause is None or not clause[0].statements[0].blocks:
+        assert read is None, f"the columnar reader read what the clause reader did not\n{text}"
+        return
+    assert read is not None, f"the columnar reader declined what the clause reader read\n{text}"
+    command, names = read
+    assert type(command) is A.ColumnUpsert and names == clause[1]
+    assert command.columns == columns_of(clause[0])
+    assert command.pos == clause[0].pos
+    assert exactly(command, clause[0]) is None
+    assert command == clause[0] and clause[0] == command and hash(command) == hash(clause[0])
+
+
 def check(text: str, max_nesting: int = MAX_NESTING) -> bool:
     """The property; True when the fast path read the text. The clause reader (tried first
-    by the fast path) is held to the same property on its own."""
+    by the fast path) is held to the same property on its own, and the columnar reader to
+    the clause reader."""
     fast = fast_upsert(text, max_nesting)
     clause = clause_upsert(text, max_nesting)
+    check_columns(text, max_nesting, clause)
     try:
         reference = parse_lalr(text, max_nesting=max_nesting)
     except KipError as exc:
