@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from bisect import bisect_left, bisect_right
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -142,13 +143,12 @@ def _norm_name(name: str) -> str:
 
 
 def drop_caches() -> None:
-    """Empty the caches of field terms, names and endpoint weights. Each holds up to
+    """Empty the caches of field terms and names. Each holds up to
     CACHE_LIMIT entries of its texts (~1 KB an entry with its terms): a bulk load of 100k
     concepts fills them with texts that will not recur soon, and the process kept ~100 MB
     of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
     _FIELD_CACHE.clear()
     _NAME_CACHE.clear()
-    _FIELD_WEIGHTS.clear()
 
 
 def doc_names(doc: Doc) -> list[str]:
@@ -168,21 +168,60 @@ def idf(n_docs: int, df: int) -> float:
 
 def _entry_kind(raw: bytes) -> int:
     """The kind of a forward entry, without decoding the rest (a msgpack array of 5 whose
-    first item is a small int)."""
+    first item is a small int, or a link's array of 4)."""
     if raw[:1] == b"\x95" and raw[1] in (0, 1):
         return raw[1]
+    if raw[:1] == _LINK_HEADER:
+        return KIND_LINK
     kind: int = Entry(raw).kind
     return kind
 
 
+# A link's forward entry, when its document is its predicate and end names alone (every
+# link without attribute text): msgpack [predicate id, predicate, subject text, object
+# text] — the texts its document was derived from, ~40 bytes instead of ~100 for its terms
+# and weights, which are derived again from them (`Entry`) with the same function, so the
+# same weights. The texts are what a delete, a rename or a merge of an end needs to know
+# which postings the link has. Told apart from the full layout (an array of 5) by the
+# array header.
+_LINK_HEADER = b"\x94"
+
+
+def _link_texts(doc: Doc) -> tuple[str, str, str] | None:
+    """(predicate, subject, object) of a link document that holds those fields alone."""
+    if doc.kind != KIND_LINK or len(doc.fields) != 3:
+        return None
+    (fp, pred), (fs, subj), (fo, obj) = doc.fields
+    if fp != F_PREDICATE or fs != F_ENDPOINT or fo != F_ENDPOINT or doc.names != [pred]:
+        return None
+    return pred, subj, obj
+
+
+def _link_doc(group: int, pred: str, subj: str, obj: str) -> Doc:
+    """The document of a link with those texts (as `element_doc` makes it)."""
+    return Doc(0, KIND_LINK, group, [pred],
+               [(F_PREDICATE, pred), (F_ENDPOINT, subj), (F_ENDPOINT, obj)])
+
+
 class Entry:
-    """A decoded forward-index entry."""
-    __slots__ = ("kind", "group", "terms", "names", "vcrc")
+    """A decoded forward-index entry. `texts`: a link entry's (predicate, subject, object)
+    in the link layout (see `_LINK_HEADER`), else None."""
+    __slots__ = ("kind", "group", "terms", "names", "vcrc", "texts")
 
     def __init__(self, raw: bytes) -> None:
+        if raw[:1] == _LINK_HEADER:
+            group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+            doc = _link_doc(group, pred, subj, obj)
+            self.kind, self.group, self.vcrc = KIND_LINK, group, 0
+            self.names = doc_names(doc)
+            # as stored in the full layout: single floats
+            self.terms = {t: _single(v) for t, v in doc_terms(doc).items()}
+            self.texts: tuple[str, str, str] | None = (pred, subj, obj)
+            return
         kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
         self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
         self.terms = dict(zip(flat[0::2], flat[1::2]))
+        self.texts = None
 
 
 def _vcrc(doc: Doc) -> int:
@@ -196,6 +235,16 @@ def _vcrc(doc: Doc) -> int:
 
 def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
                  vcrc: int | None = None) -> bytes:
+    texts = _link_texts(doc)
+    if texts is not None:
+        return msgpack.packb([doc.group, *texts], use_bin_type=True)
+    return _full_bytes(doc, terms, names, vcrc)
+
+
+def _full_bytes(doc: Doc, terms: dict[str, float], names: list[str],
+                vcrc: int | None = None) -> bytes:
+    """A forward entry in the full layout (every concept's; a link's with attribute
+    text; every link's before the link layout)."""
     flat: list[Any] = []
     for t in sorted(terms):
         flat.append(t)
@@ -435,6 +484,7 @@ def _put_columns(lex: Any, cols: Mapping[bytes, tuple[postings.Columns, int, int
 
 
 DEFER_RUN = 400_000         # postings written per sorted insert by `finish`
+MOVE_MAX = 20_000           # keys after a kind's lists that `finish` moves (see there)
 
 
 class Deferred:
@@ -486,6 +536,10 @@ class Deferred:
             self.low = low if not self.size else min(self.low, low)
             self.high = max(self.high, high)
             self.size += len(terms) or 1
+
+    def holds(self, kind: int) -> bool:
+        """Whether postings of `kind` are held."""
+        return bool(self.kinds[kind][1])
 
     def touches(self, ids: list[int]) -> bool:
         """Whether any of `ids` is a document held here."""
@@ -552,16 +606,106 @@ def finish(txn: Any, deferred: Deferred) -> None:
     lex = txn.aux("lex")
     put_new = getattr(txn, "aux_put_new", None)
     for kind in range(len(KIND_BYTES)):
+        if not deferred.holds(kind):
+            continue
+        # LMDB fills its pages only when keys are appended (MDB_APPEND, which
+        # `aux_put_many` uses when every key follows the table's last one): a sorted run
+        # inserted before other keys splits each page it fills in half. So when few keys
+        # follow the first of this kind's lists (a first load: the bootstrap's postings,
+        # then the concepts' when the links are loaded), they are taken out (`_Tail`) and
+        # written again in order with the new lists, all appended.
+        tail = _Tail.take(lex, b"t" + KIND_BYTES[kind]) if put_new is None else None
+        aux: Any = tail if tail is not None else lex
         for cols in deferred.runs(kind):
             lex.prefetch([b"d" + tb for tb in cols], [b"t" + tb + b"\x00" for tb in cols])
-            buf = _Buffered(lex)
-            fresh = _Buffered(lex) if put_new is not None else buf
-            _put_columns(lex, cols, buf, fresh)
+            buf = _Buffered(aux)
+            fresh = _Buffered(aux) if put_new is not None else buf
+            _put_columns(aux, cols, buf, fresh)
+            if tail is not None:
+                tail.write(txn, buf.puts)
+                continue
             if buf.puts:
                 txn.aux_put_many("lex", buf.puts.items())
             if put_new is not None and fresh.puts:
                 put_new("lex", fresh.puts.items())
+        if tail is not None:
+            tail.write(txn, {}, last=True)
     deferred.low, deferred.high, deferred.size = 0, -1, 0
+
+
+class _Tail:
+    """The `lex` table with its keys from `start` on taken out (at most MOVE_MAX of
+    them), as `postings` reads it: those keys are read, changed and deleted here, and
+    `write` puts them back, merged with the new ones, by appends (`finish`)."""
+
+    __slots__ = ("lex", "start", "keys", "values")
+
+    def __init__(self, lex: Any, start: bytes, items: list[tuple[bytes, bytes]]) -> None:
+        self.lex, self.start = lex, start
+        self.keys = [k for k, _ in items]           # sorted; those not written back yet
+        self.values = dict(items)                   # (None: deleted)
+
+    @classmethod
+    def take(cls, lex: Any, start: bytes) -> "_Tail | None":
+        """The tail of `lex` from `start`, taken out; None when it has more than MOVE_MAX
+        keys (then nothing is taken)."""
+        items = list(islice(lex.scan(start=start), MOVE_MAX + 1))
+        if len(items) > MOVE_MAX:
+            return None
+        for key, _ in items:
+            lex.delete(key)
+        return cls(lex, start, items)
+
+    def get(self, key: bytes) -> bytes | None:
+        if key in self.values:
+            return self.values[key]
+        got: bytes | None = self.lex.get(key)
+        return got
+
+    def scan(self, prefix: bytes = b"", *, reverse: bool = False,
+             start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        merged = dict(self.lex.scan(prefix))
+        i = bisect_left(self.keys, prefix)
+        while i < len(self.keys) and self.keys[i].startswith(prefix):
+            value = self.values[self.keys[i]]
+            if value is not None:
+                merged[self.keys[i]] = value
+            i += 1
+        items = sorted(merged.items(), reverse=reverse)
+        if start is not None:
+            items = [kv for kv in items if (kv[0] <= start if reverse else kv[0] >= start)]
+        return iter(items)
+
+    def delete(self, key: bytes) -> bool:
+        if key in self.values:
+            was = self.values[key] is not None
+            self.values[key] = None
+            return was
+        done: bool = self.lex.delete(key)
+        return done
+
+    def prefetch(self, keys: Iterable[bytes] = (), last_under: Iterable[bytes] = ()) -> None:
+        self.lex.prefetch(keys, last_under)
+
+    def write(self, txn: Any, puts: dict[bytes, bytes], last: bool = False) -> None:
+        """Put `puts`: the keys before `start` as usual, the others merged with the taken
+        keys up to the greatest of them (all of them when `last`), appended."""
+        start = self.start
+        head = [(k, v) for k, v in puts.items() if k < start]
+        if head:
+            txn.aux_put_many("lex", head)
+        new = {k: v for k, v in puts.items() if k >= start}
+        top = max(new) if new else b""
+        upto = len(self.keys) if last else bisect_right(self.keys, top)
+        for key in self.keys[:upto]:
+            value = self.values.pop(key)
+            if value is not None and key not in new:
+                new[key] = value
+        del self.keys[:upto]
+        for key in new:
+            self.values.pop(key, None)
+        if new:
+            txn.aux_put_many("lex", new.items())
 
 
 def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
@@ -728,97 +872,42 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
 
 class _Move:
     """What moving a link end from an element shown as `texts[0]` to one shown as
-    `texts[1]` does to any link's entry (computed once per pair: a MERGE moves all of
-    its links the same way): the old end's field terms with their weights (`out`), the new
-    end's (`into`), the new end's terms the stored entry must not have (`clash`: their
-    weights would need the whole document), and the posting changes."""
+    `texts[1]` does (a MERGE moves all of its links the same way)."""
 
-    __slots__ = ("w", "same", "out", "into", "clash", "_pers", "pack")
+    __slots__ = ("w", "texts", "same")
 
     def __init__(self, w: _Writer, texts: tuple[str, str]) -> None:
         self.w = w
+        self.texts = texts
         self.same = texts[0] == texts[1]
-        out = _field_weights(texts[0])
-        self.into = _field_weights(texts[1])
-        self.out = tuple(out.items())
-        self.clash = tuple(t for t in self.into if t not in out)
-        self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
-        # `_pack`'s encoding with one packer for the plan's links (msgpack.packb makes a
-        # packer per call); a plan lives in one `write`, on one thread.
-        self.pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
-
-    def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
-        """The writer's per-term op maps: the old end's terms the new one lacks (to
-        delete), and the new end's terms with their weights (to set when they differ from
-        the stored weight). Made on first use: an empty op map must not reach `flush`."""
-        if self._pers is None:
-            ops, kb = self.w.ops, KIND_BYTES[KIND_LINK]
-            into = self.into
-            gone = [ops.setdefault(kb + t.encode(), {}) for t, _ in self.out if t not in into]
-            added = [(v, ops.setdefault(kb + t.encode(), {})) for t, v in into.items()]
-            self._pers = (gone, added)
-        return self._pers
 
 
 def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
-    stored entry `raw`: the old end's field terms out, the new one's in, the rest as
-    stored. Returns whether it did; not (derive it in full) when the stored entry does not
-    show the old end's terms coming from that field alone, or the new end's terms also
-    come from another field — the weights of shared terms would need the whole document.
-    A link has no vector text (its checksum is 0: `_vcrc`), so nothing else is read; nor
-    is its head (a link entry's group is its predicate, and a link stays a link)."""
+    stored entry `raw` in the link layout (`_LINK_HEADER`): its texts with the old end's
+    replaced by the new one's, and the postings of the terms that change — nothing of the
+    store is read. Returns whether it did; not (derive it in full) for an entry in the full
+    layout, or when neither end shows the old text."""
     if plan.same:
         return True                     # the same document (e.g. a higher-order end)
-    kind, group, names, _, flat = msgpack.unpackb(raw, raw=False)
-    if kind != KIND_LINK:
+    if raw[:1] != _LINK_HEADER:
         return False
-    terms = dict(zip(flat[0::2], flat[1::2]))
-    get = terms.get
-    for t, v in plan.out:
-        if get(t) != v:
-            return False
-    for t in plan.clash:
-        if t in terms:
-            return False
-    into = plan.into
-    before = [get(t) for t in into]
-    for t, _ in plan.out:
-        del terms[t]
-    terms.update(into)
-    flat = []
-    for t in sorted(terms):
-        flat += (t, terms[t])
-    plan.w.doc_puts.append((_U64.pack(n), plan.pack([KIND_LINK, group, names, 0, flat])))
-    gone, added = plan.postings()
-    for per in gone:
-        per.setdefault(n, None)
-    for was, (v, per) in zip(before, added):
-        if was != v:
-            per[n] = (v, group)
+    group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+    old_text, new_text = plan.texts
+    if subj != old_text and obj != old_text:
+        return False
+    old = Entry(raw)
+    texts = (pred, new_text if subj == old_text else subj,
+             new_text if obj == old_text else obj)
+    doc = _link_doc(group, *texts)
+    terms = doc_terms(doc)
+    keep = _unchanged(old, doc, terms)
+    w = plan.w
+    w.remove(n, old, keep, False)
+    w.add(n, KIND_BYTES[KIND_LINK], group, {t: v for t, v in terms.items() if t not in keep},
+          [])
+    w.doc_puts.append((_U64.pack(n), msgpack.packb([group, *texts], use_bin_type=True)))
     return True
-
-
-_FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
-
-
-def _field_weights(text: str) -> dict[str, float]:
-    """The stored weights (single floats) of an endpoint field's terms, as `doc_terms`
-    computes them for a document where no other field has those terms."""
-    hit = _FIELD_WEIGHTS.get(text)
-    if hit is None:
-        norm, counts = _field_terms(F_ENDPOINT, text)
-        hit = {}
-        for t, c in counts:
-            v = 0.0 + norm
-            while c > 1:
-                v += norm
-                c -= 1
-            hit[t] = _single(saturate(v))
-        if len(_FIELD_WEIGHTS) >= CACHE_LIMIT:
-            _FIELD_WEIGHTS.clear()
-        _FIELD_WEIGHTS[text] = hit
-    return hit
 
 
 _F32 = struct.Struct("<f")
@@ -980,6 +1069,9 @@ def names(txn: Any, n: int) -> list[str]:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if raw is None:
         return []
+    if raw[:1] == _LINK_HEADER:         # the predicate's name
+        pred = msgpack.unpackb(raw, raw=False)[1]
+        return doc_names(Doc(n, KIND_LINK, 0, [pred]))
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(raw)
     unpacker.read_array_header()
@@ -1008,15 +1100,17 @@ def stale(txn: Any, n: int) -> bool:
     terms, names = doc_terms(doc), doc_names(doc)
     if raw == _entry_bytes(doc, terms, names):
         return False
-    if doc.kind != KIND_LINK:
+    if doc.kind != KIND_LINK or raw[:1] == _LINK_HEADER:
         return True
-    # A link's entry written before FORMAT 2 of the vector files has its text's checksum
-    # where 0 is written now (`_vcrc`): as good, since nothing reads it.
+    # A link's entry written before the link layout is in the full layout (as good: it
+    # has the same terms, weights and names), and one written before FORMAT 2 of the
+    # vector files has its text's checksum where 0 is written now (`_vcrc`): as good,
+    # since nothing reads it.
     try:
         vcrc = msgpack.unpackb(raw, raw=False)[3]
     except Exception:  # noqa: BLE001 - a damaged entry is stale
         return True
-    return not isinstance(vcrc, int) or raw != _entry_bytes(doc, terms, names, vcrc)
+    return not isinstance(vcrc, int) or raw != _full_bytes(doc, terms, names, vcrc)
 
 
 __all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
