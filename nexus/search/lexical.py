@@ -215,7 +215,7 @@ class Entry:
             self.kind, self.group, self.vcrc = KIND_LINK, group, 0
             self.names = doc_names(doc)
             # as stored in the full layout: single floats
-            self.terms = {t: _single(v) for t, v in doc_terms(doc).items()}
+            self.terms: dict[Any, float] = {t: _single(v) for t, v in doc_terms(doc).items()}
             self.texts: tuple[str, str, str] | None = (pred, subj, obj)
             return
         kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
@@ -643,7 +643,7 @@ class _Tail:
     def __init__(self, lex: Any, start: bytes, items: list[tuple[bytes, bytes]]) -> None:
         self.lex, self.start = lex, start
         self.keys = [k for k, _ in items]           # sorted; those not written back yet
-        self.values = dict(items)                   # (None: deleted)
+        self.values: dict[bytes, bytes | None] = dict(items)     # (None: deleted)
 
     @classmethod
     def take(cls, lex: Any, start: bytes) -> "_Tail | None":
