@@ -17,6 +17,12 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
                                                         list and no df yet (SMALL_WRITE)
     lexdoc  id                                      → msgpack [kind, group, [normname...],
                                                         vector-text crc, [term, w, ...]]
+                                                      (the full layout: concepts, links
+                                                      with attribute text, and links
+                                                      written before the link layout), or
+                                                      msgpack [predicate id, predicate,
+                                                      subject text, object text] (a link:
+                                                      its terms derived from those texts)
 
 Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
 decodes. Weights are BM25F's saturated term frequency with per-field weights and length
@@ -24,7 +30,8 @@ norms (FIELDS) over fixed reference lengths, so a document's weights never depen
 rest of the corpus and never need rewriting; only IDF (from N and df) is corpus-wide, and
 it is read at query time.
 `lexdoc` is the forward index: it tells a delete which keys to remove and lets the ranker
-rescore a candidate exactly. The group (type or predicate id) rides in every value so that
+rescore a candidate exactly. A bulk load's (and a reindex's) new postings are held
+(`Deferred`) and written once per list at the end of its transaction (`finish`). The group (type or predicate id) rides in every value so that
 WITH TYPE filters without touching the graph.
 """
 from __future__ import annotations
