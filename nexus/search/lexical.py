@@ -156,6 +156,7 @@ def drop_caches() -> None:
     of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
     _FIELD_CACHE.clear()
     _NAME_CACHE.clear()
+    _FIELD_WEIGHTS.clear()
 
 
 def doc_names(doc: Doc) -> list[str]:
@@ -881,12 +882,30 @@ class _Move:
     """What moving a link end from an element shown as `texts[0]` to one shown as
     `texts[1]` does (a MERGE moves all of its links the same way)."""
 
-    __slots__ = ("w", "texts", "same")
+    __slots__ = ("w", "texts", "same", "out", "into", "_pers")
 
     def __init__(self, w: _Writer, texts: tuple[str, str]) -> None:
         self.w = w
         self.texts = texts
         self.same = texts[0] == texts[1]
+        # the old and the new end's field terms with their weights, where no other field
+        # of the link has them (`_field_weights`)
+        self.out = _field_weights(texts[0])
+        self.into = _field_weights(texts[1])
+        self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
+
+    def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
+        """The writer's per-term op maps: the old end's terms the new one lacks (to
+        delete), and the new end's terms whose weight differs from the old end's (to set).
+        Made on first use: an empty op map must not reach `flush`."""
+        if self._pers is None:
+            ops, kb = self.w.ops, KIND_BYTES[KIND_LINK]
+            out, into = self.out, self.into
+            gone = [ops.setdefault(kb + t.encode(), {}) for t in out if t not in into]
+            added = [(v, ops.setdefault(kb + t.encode(), {})) for t, v in into.items()
+                     if out.get(t) != v]
+            self._pers = (gone, added)
+        return self._pers
 
 
 def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
@@ -903,9 +922,25 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     old_text, new_text = plan.texts
     if subj != old_text and obj != old_text:
         return False
-    old = Entry(raw)
     texts = (pred, new_text if subj == old_text else subj,
              new_text if obj == old_text else obj)
+    if (subj == old_text) != (obj == old_text):
+        # One end moved, and neither end's terms are in the fields that stay: the change
+        # is the end field's alone (the weights of a term in two fields would need both).
+        out, into = plan.out, plan.into
+        if not any(t in out or t in into
+                   for field, text in ((F_PREDICATE, pred),
+                                       (F_ENDPOINT, obj if subj == old_text else subj))
+                   for t, _ in _field_terms(field, text)[1]):
+            gone, added = plan.postings()
+            for per in gone:
+                per.setdefault(n, None)
+            for v, per in added:
+                per[n] = (v, group)
+            plan.w.doc_puts.append((_U64.pack(n), msgpack.packb([group, *texts],
+                                                                use_bin_type=True)))
+            return True
+    old = Entry(raw)
     doc = _link_doc(group, *texts)
     terms = doc_terms(doc)
     keep = _unchanged(old, doc, terms)
@@ -930,6 +965,28 @@ def _single(v: float) -> float:
             _SINGLE.clear()
         s = _SINGLE[v] = _F32.unpack(_F32.pack(v))[0]
     return s
+
+
+_FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
+
+
+def _field_weights(text: str) -> dict[str, float]:
+    """The stored weights (single floats) of an endpoint field's terms, as `doc_terms`
+    computes them for a document where no other field has those terms."""
+    hit = _FIELD_WEIGHTS.get(text)
+    if hit is None:
+        norm, counts = _field_terms(F_ENDPOINT, text)
+        hit = {}
+        for t, c in counts:
+            v = 0.0 + norm
+            while c > 1:
+                v += norm
+                c -= 1
+            hit[t] = _single(saturate(v))
+        if len(_FIELD_WEIGHTS) >= CACHE_LIMIT:
+            _FIELD_WEIGHTS.clear()
+        _FIELD_WEIGHTS[text] = hit
+    return hit
 
 
 def _unchanged(old: Entry, doc: Doc, terms: dict[str, float]) -> frozenset[str]:

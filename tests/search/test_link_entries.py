@@ -107,6 +107,7 @@ def test_merge_moves_link_entries_as_a_reindex_writes_them(nexus, kip):
     merged = _entries(nexus)
     answers = _answers(nexus, kip)
     assert nexus.search.check(deep=True)["ok"]
+    assert nexus.check(deep=True)["ok"] is True          # the postings match the entries
     nexus.reindex()
     nexus.search.drain()
     assert _entries(nexus) == merged
