@@ -17,6 +17,12 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
                                                         list and no df yet (SMALL_WRITE)
     lexdoc  id                                      → msgpack [kind, group, [normname...],
                                                         vector-text crc, [term, w, ...]]
+                                                      (the full layout: concepts, links
+                                                      with attribute text, and links
+                                                      written before the link layout), or
+                                                      msgpack [predicate id, predicate,
+                                                      subject text, object text] (a link:
+                                                      its terms derived from those texts)
 
 Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
 decodes. Weights are BM25F's saturated term frequency with per-field weights and length
@@ -24,7 +30,8 @@ norms (FIELDS) over fixed reference lengths, so a document's weights never depen
 rest of the corpus and never need rewriting; only IDF (from N and df) is corpus-wide, and
 it is read at query time.
 `lexdoc` is the forward index: it tells a delete which keys to remove and lets the ranker
-rescore a candidate exactly. The group (type or predicate id) rides in every value so that
+rescore a candidate exactly. A bulk load's (and a reindex's) new postings are held
+(`Deferred`) and written once per list at the end of its transaction (`finish`). The group (type or predicate id) rides in every value so that
 WITH TYPE filters without touching the graph.
 """
 from __future__ import annotations
@@ -42,10 +49,10 @@ from nexus.errors import KipError
 from nexus.store.bulk import gc_paused
 
 from . import postings
+from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
                    KIND_LINK, Doc, element_doc, norm_name, tokens)
 
-KIND_BYTES = (b"c", b"p")
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _NAMEV = struct.Struct("<IB")
@@ -142,7 +149,7 @@ def _norm_name(name: str) -> str:
 
 
 def drop_caches() -> None:
-    """Empty the caches of field terms, names and endpoint weights. Each holds up to
+    """Empty the caches of field terms and names. Each holds up to
     CACHE_LIMIT entries of its texts (~1 KB an entry with its terms): a bulk load of 100k
     concepts fills them with texts that will not recur soon, and the process kept ~100 MB
     of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
@@ -168,21 +175,60 @@ def idf(n_docs: int, df: int) -> float:
 
 def _entry_kind(raw: bytes) -> int:
     """The kind of a forward entry, without decoding the rest (a msgpack array of 5 whose
-    first item is a small int)."""
+    first item is a small int, or a link's array of 4)."""
     if raw[:1] == b"\x95" and raw[1] in (0, 1):
         return raw[1]
+    if raw[:1] == _LINK_HEADER:
+        return KIND_LINK
     kind: int = Entry(raw).kind
     return kind
 
 
+# A link's forward entry, when its document is its predicate and end names alone (every
+# link without attribute text): msgpack [predicate id, predicate, subject text, object
+# text] — the texts its document was derived from, ~40 bytes instead of ~100 for its terms
+# and weights, which are derived again from them (`Entry`) with the same function, so the
+# same weights. The texts are what a delete, a rename or a merge of an end needs to know
+# which postings the link has. Told apart from the full layout (an array of 5) by the
+# array header.
+_LINK_HEADER = b"\x94"
+
+
+def _link_texts(doc: Doc) -> tuple[str, str, str] | None:
+    """(predicate, subject, object) of a link document that holds those fields alone."""
+    if doc.kind != KIND_LINK or len(doc.fields) != 3:
+        return None
+    (fp, pred), (fs, subj), (fo, obj) = doc.fields
+    if fp != F_PREDICATE or fs != F_ENDPOINT or fo != F_ENDPOINT or doc.names != [pred]:
+        return None
+    return pred, subj, obj
+
+
+def _link_doc(group: int, pred: str, subj: str, obj: str) -> Doc:
+    """The document of a link with those texts (as `element_doc` makes it)."""
+    return Doc(0, KIND_LINK, group, [pred],
+               [(F_PREDICATE, pred), (F_ENDPOINT, subj), (F_ENDPOINT, obj)])
+
+
 class Entry:
-    """A decoded forward-index entry."""
-    __slots__ = ("kind", "group", "terms", "names", "vcrc")
+    """A decoded forward-index entry. `texts`: a link entry's (predicate, subject, object)
+    in the link layout (see `_LINK_HEADER`), else None."""
+    __slots__ = ("kind", "group", "terms", "names", "vcrc", "texts")
 
     def __init__(self, raw: bytes) -> None:
+        if raw[:1] == _LINK_HEADER:
+            group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+            doc = _link_doc(group, pred, subj, obj)
+            self.kind, self.group, self.vcrc = KIND_LINK, group, 0
+            self.names = doc_names(doc)
+            # as stored in the full layout: single floats
+            self.terms: dict[Any, float] = {t: _single(v) for t, v in doc_terms(doc).items()}
+            self.texts: tuple[str, str, str] | None = (pred, subj, obj)
+            return
         kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
         self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
         self.terms = dict(zip(flat[0::2], flat[1::2]))
+        self.texts = None
 
 
 def _vcrc(doc: Doc) -> int:
@@ -196,6 +242,16 @@ def _vcrc(doc: Doc) -> int:
 
 def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
                  vcrc: int | None = None) -> bytes:
+    texts = _link_texts(doc)
+    if texts is not None:
+        return msgpack.packb([doc.group, *texts], use_bin_type=True)
+    return _full_bytes(doc, terms, names, vcrc)
+
+
+def _full_bytes(doc: Doc, terms: dict[str, float], names: list[str],
+                vcrc: int | None = None) -> bytes:
+    """A forward entry in the full layout (every concept's; a link's with attribute
+    text; every link's before the link layout)."""
     flat: list[Any] = []
     for t in sorted(terms):
         flat.append(t)
@@ -212,28 +268,13 @@ def _pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) -
                          use_single_float=True)
 
 
-class _Buffered:
-    """The `lex` table as `_Writer.flush` hands it to `postings`: reads and deletes go
-    through, puts are collected for one sorted insert at the end (a fold writes a block
-    and a df per term: one C call instead of two checked Python calls per term). Safe
-    because each key is read before the flush writes it, and written at most once."""
-
-    __slots__ = ("get", "scan", "delete", "puts")
-
-    def __init__(self, aux: Any) -> None:
-        self.get, self.scan, self.delete = aux.get, aux.scan, aux.delete
-        self.puts: dict[bytes, bytes] = {}
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self.puts[key] = value
-
-
 class _Writer:
     """Collects a transaction's posting changes per term, so that each term's list (and
     each counter) is rewritten once however many documents touch it."""
 
-    def __init__(self, txn: Any) -> None:
+    def __init__(self, txn: Any, deferred: "Deferred | None" = None) -> None:
         self.txn = txn
+        self.deferred = deferred
         self.lex = txn.aux("lex")
         self.fwd = txn.aux("lexdoc")
         self.ops: dict[bytes, dict[int, Any]] = {}
@@ -350,6 +391,11 @@ class _Writer:
 
     def flush(self) -> None:
         lex = self.lex
+        if self.deferred is not None:
+            # The new documents' postings wait for `finish` (see `Deferred`); the lists
+            # of the terms `ops` changes are brought up to date now, as the df keys.
+            self.deferred.take(self.cols)
+            self.cols = tuple(([], [], [], [], []) for _ in KIND_BYTES)
         cols = self._columns()
         # What the loops below read, asked for at once (a round trip per read on
         # PostgreSQL, nothing on LMDB): each term's df and the last block of each list an
@@ -379,8 +425,8 @@ class _Writer:
         if self.doc_new:
             put_new("lexdoc", self.doc_new)
             self.doc_new = []
-        buf = _Buffered(lex)
-        fresh = _Buffered(lex) if apart else buf
+        buf = Buffered(lex)
+        fresh = Buffered(lex) if apart else buf
         for tb, ops in self.ops.items():
             key = b"d" + tb
             raw = lex.get(key)
@@ -395,20 +441,7 @@ class _Writer:
                     buf.put(key, _U32.pack(value))
                 elif raw:
                     lex.delete(key)
-        for tb, (columns, start, end) in cols.items():
-            key = b"d" + tb
-            prefix = b"t" + tb + b"\x00"
-            raw = lex.get(key)
-            if raw is None:         # a term without postings gets its first list
-                fresh.put(key, _U32.pack(columns.create(fresh, prefix, start, end)))
-                continue
-            ids = columns.ids[start:end]
-            weights, groups = columns.weights[start:end], columns.groups[start:end]
-            got = postings.append_columns(buf, prefix, ids, weights, groups)
-            if got is None:         # (ids not all after the list's: the general path)
-                got = postings.apply(buf, prefix, dict(zip(
-                    ids.tolist(), zip(weights.tolist(), groups.tolist()))))
-            buf.put(key, _U32.pack(_U32.unpack(raw)[0] + got))
+        put_columns(lex, cols, buf, fresh)
         if buf.puts:
             self.txn.aux_put_many("lex", buf.puts.items())
         if apart and fresh.puts:
@@ -422,8 +455,8 @@ class _Writer:
 
 
 def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
-          moved: Mapping[int, tuple[str, str]] | None = None
-          ) -> tuple[list[int], list[int]]:
+          moved: Mapping[int, tuple[str, str]] | None = None,
+          deferred: Deferred | None = None) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
@@ -434,14 +467,22 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     written is an end moved to another element (MERGE): id → (the endpoint text of the old
     end, of the new one). Their new entries are computed from the stored ones (`_moved`)
     instead of being derived again; the result is the same bytes.
+
+    `deferred`: the new documents' postings are held there instead of written (see
+    `Deferred`); the caller writes them with `finish` before the transaction commits.
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
-        return _write(txn, touched, removed, moved or {})
+        return _write(txn, touched, removed, moved or {}, deferred)
 
 
 def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
-           moved: Mapping[int, tuple[str, str]]) -> tuple[list[int], list[int]]:
-    w = _Writer(txn)
+           moved: Mapping[int, tuple[str, str]], deferred: Deferred | None = None
+           ) -> tuple[list[int], list[int]]:
+    removed = list(removed)
+    order = sorted(touched)
+    if deferred and deferred.touches(order + removed):
+        finish(txn, deferred)           # a held document changes: the lists first
+    w = _Writer(txn, deferred)
     fwd = w.fwd
     lex = w.lex
     changed: list[int] = []
@@ -485,8 +526,6 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             if entry.kind == KIND_CONCEPT:
                 gone.append(n)
 
-    removed = list(removed)
-    order = sorted(touched)
     # A small write (an agent's UPSERT) leaves its new documents pending instead of
     # appending to the posting list of each of their terms.
     small = len(order) + len(removed) <= SMALL_WRITE
@@ -579,75 +618,91 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
 
 class _Move:
     """What moving a link end from an element shown as `texts[0]` to one shown as
-    `texts[1]` does to any link's entry (computed once per pair: a MERGE moves all of
-    its links the same way): the old end's field terms with their weights (`out`), the new
-    end's (`into`), the new end's terms the stored entry must not have (`clash`: their
-    weights would need the whole document), and the posting changes."""
+    `texts[1]` does (a MERGE moves all of its links the same way)."""
 
-    __slots__ = ("w", "same", "out", "into", "clash", "_pers", "pack")
+    __slots__ = ("w", "texts", "same", "out", "into", "_pers")
 
     def __init__(self, w: _Writer, texts: tuple[str, str]) -> None:
         self.w = w
+        self.texts = texts
         self.same = texts[0] == texts[1]
-        out = _field_weights(texts[0])
+        # the old and the new end's field terms with their weights, where no other field
+        # of the link has them (`_field_weights`)
+        self.out = _field_weights(texts[0])
         self.into = _field_weights(texts[1])
-        self.out = tuple(out.items())
-        self.clash = tuple(t for t in self.into if t not in out)
         self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
-        # `_pack`'s encoding with one packer for the plan's links (msgpack.packb makes a
-        # packer per call); a plan lives in one `write`, on one thread.
-        self.pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
 
     def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
         """The writer's per-term op maps: the old end's terms the new one lacks (to
-        delete), and the new end's terms with their weights (to set when they differ from
-        the stored weight). Made on first use: an empty op map must not reach `flush`."""
+        delete), and the new end's terms whose weight differs from the old end's (to set).
+        Made on first use: an empty op map must not reach `flush`."""
         if self._pers is None:
             ops, kb = self.w.ops, KIND_BYTES[KIND_LINK]
-            into = self.into
-            gone = [ops.setdefault(kb + t.encode(), {}) for t, _ in self.out if t not in into]
-            added = [(v, ops.setdefault(kb + t.encode(), {})) for t, v in into.items()]
+            out, into = self.out, self.into
+            gone = [ops.setdefault(kb + t.encode(), {}) for t in out if t not in into]
+            added = [(v, ops.setdefault(kb + t.encode(), {})) for t, v in into.items()
+                     if out.get(t) != v]
             self._pers = (gone, added)
         return self._pers
 
 
 def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
-    stored entry `raw`: the old end's field terms out, the new one's in, the rest as
-    stored. Returns whether it did; not (derive it in full) when the stored entry does not
-    show the old end's terms coming from that field alone, or the new end's terms also
-    come from another field — the weights of shared terms would need the whole document.
-    A link has no vector text (its checksum is 0: `_vcrc`), so nothing else is read; nor
-    is its head (a link entry's group is its predicate, and a link stays a link)."""
+    stored entry `raw` in the link layout (`_LINK_HEADER`): its texts with the old end's
+    replaced by the new one's, and the postings of the terms that change — nothing of the
+    store is read. Returns whether it did; not (derive it in full) for an entry in the full
+    layout, or when neither end shows the old text."""
     if plan.same:
         return True                     # the same document (e.g. a higher-order end)
-    kind, group, names, _, flat = msgpack.unpackb(raw, raw=False)
-    if kind != KIND_LINK:
+    if raw[:1] != _LINK_HEADER:
         return False
-    terms = dict(zip(flat[0::2], flat[1::2]))
-    get = terms.get
-    for t, v in plan.out:
-        if get(t) != v:
-            return False
-    for t in plan.clash:
-        if t in terms:
-            return False
-    into = plan.into
-    before = [get(t) for t in into]
-    for t, _ in plan.out:
-        del terms[t]
-    terms.update(into)
-    flat = []
-    for t in sorted(terms):
-        flat += (t, terms[t])
-    plan.w.doc_puts.append((_U64.pack(n), plan.pack([KIND_LINK, group, names, 0, flat])))
-    gone, added = plan.postings()
-    for per in gone:
-        per.setdefault(n, None)
-    for was, (v, per) in zip(before, added):
-        if was != v:
-            per[n] = (v, group)
+    group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+    old_text, new_text = plan.texts
+    if subj != old_text and obj != old_text:
+        return False
+    texts = (pred, new_text if subj == old_text else subj,
+             new_text if obj == old_text else obj)
+    if (subj == old_text) != (obj == old_text):
+        # One end moved, and neither end's terms are in the fields that stay: the change
+        # is the end field's alone (the weights of a term in two fields would need both).
+        out, into = plan.out, plan.into
+        if not any(t in out or t in into
+                   for field, text in ((F_PREDICATE, pred),
+                                       (F_ENDPOINT, obj if subj == old_text else subj))
+                   for t, _ in _field_terms(field, text)[1]):
+            gone, added = plan.postings()
+            for per in gone:
+                per.setdefault(n, None)
+            for v, per in added:
+                per[n] = (v, group)
+            plan.w.doc_puts.append((_U64.pack(n), msgpack.packb([group, *texts],
+                                                                use_bin_type=True)))
+            return True
+    old = Entry(raw)
+    doc = _link_doc(group, *texts)
+    terms = doc_terms(doc)
+    keep = _unchanged(old, doc, terms)
+    w = plan.w
+    w.remove(n, old, keep, False)
+    w.add(n, KIND_BYTES[KIND_LINK], group, {t: v for t, v in terms.items() if t not in keep},
+          [])
+    w.doc_puts.append((_U64.pack(n), msgpack.packb([group, *texts], use_bin_type=True)))
     return True
+
+
+_F32 = struct.Struct("<f")
+
+
+_SINGLE: dict[float, float] = {}       # weight -> as stored (a single float); weights recur
+
+
+def _single(v: float) -> float:
+    s = _SINGLE.get(v)
+    if s is None:
+        if len(_SINGLE) >= CACHE_LIMIT:
+            _SINGLE.clear()
+        s = _SINGLE[v] = _F32.unpack(_F32.pack(v))[0]
+    return s
 
 
 _FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
@@ -670,21 +725,6 @@ def _field_weights(text: str) -> dict[str, float]:
             _FIELD_WEIGHTS.clear()
         _FIELD_WEIGHTS[text] = hit
     return hit
-
-
-_F32 = struct.Struct("<f")
-
-
-_SINGLE: dict[float, float] = {}       # weight -> as stored (a single float); weights recur
-
-
-def _single(v: float) -> float:
-    s = _SINGLE.get(v)
-    if s is None:
-        if len(_SINGLE) >= CACHE_LIMIT:
-            _SINGLE.clear()
-        s = _SINGLE[v] = _F32.unpack(_F32.pack(v))[0]
-    return s
 
 
 def _unchanged(old: Entry, doc: Doc, terms: dict[str, float]) -> frozenset[str]:
@@ -831,6 +871,9 @@ def names(txn: Any, n: int) -> list[str]:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if raw is None:
         return []
+    if raw[:1] == _LINK_HEADER:         # the predicate's name
+        pred = msgpack.unpackb(raw, raw=False)[1]
+        return doc_names(Doc(n, KIND_LINK, 0, [pred]))
     unpacker = msgpack.Unpacker(raw=False)
     unpacker.feed(raw)
     unpacker.read_array_header()
@@ -859,18 +902,20 @@ def stale(txn: Any, n: int) -> bool:
     terms, names = doc_terms(doc), doc_names(doc)
     if raw == _entry_bytes(doc, terms, names):
         return False
-    if doc.kind != KIND_LINK:
+    if doc.kind != KIND_LINK or raw[:1] == _LINK_HEADER:
         return True
-    # A link's entry written before FORMAT 2 of the vector files has its text's checksum
-    # where 0 is written now (`_vcrc`): as good, since nothing reads it.
+    # A link's entry written before the link layout is in the full layout (as good: it
+    # has the same terms, weights and names), and one written before FORMAT 2 of the
+    # vector files has its text's checksum where 0 is written now (`_vcrc`): as good,
+    # since nothing reads it.
     try:
         vcrc = msgpack.unpackb(raw, raw=False)[3]
     except Exception:  # noqa: BLE001 - a damaged entry is stale
         return True
-    return not isinstance(vcrc, int) or raw != _entry_bytes(doc, terms, names, vcrc)
+    return not isinstance(vcrc, int) or raw != _full_bytes(doc, terms, names, vcrc)
 
 
-__all__ = ["write", "write_reads", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
+__all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
            "prefetch_counts",
            "names_from", "entry",
            "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry"]

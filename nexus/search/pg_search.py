@@ -200,6 +200,7 @@ class PgSearchService(SearchService):
             self._stages[id(ctx)] = st
             self.stage(ctx)
             del self._stages[id(ctx)]
+            lexical.finish(txn, st.postings)    # the staged new postings
             changed, gone = st.changed, st.gone
         if not changed and not gone:
             return

@@ -222,7 +222,7 @@ class SearchService:
         if not ctx.touched and not ctx.removed:
             return
         changed, gone = lexical.write(_index_txn(ctx), _searchable(ctx), ctx.removed,
-                                          getattr(ctx, "moved", None))
+                                      getattr(ctx, "moved", None), st.postings)
         st.changed.extend(changed)
         st.gone.extend(gone)
 
@@ -241,6 +241,7 @@ class SearchService:
             self._stages[id(ctx)] = st
             self.stage(ctx)
             del self._stages[id(ctx)]
+            lexical.finish(_index_txn(ctx), st.postings)   # the staged new postings
             changed, gone = st.changed, st.gone
         if not changed and not gone:
             return
@@ -438,10 +439,12 @@ class SearchService:
 
 class _Stage:
     """What the `stage` calls of one write transaction indexed so far."""
-    __slots__ = ("txn", "changed", "gone")
+    __slots__ = ("txn", "changed", "gone", "postings")
 
     def __init__(self, txn: Any) -> None:
         self.txn = txn
+        # The new documents' postings, written once at the end (`lexical.Deferred`)
+        self.postings = lexical.Deferred()
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
 
@@ -482,10 +485,12 @@ def rebuild_lexical(txn: Any, progress: Progress | None, chunk: int) -> list[int
     lexical.clear(txn)
     ids = list(txn.elements())
     total = len(ids)
+    held = lexical.Deferred()       # each list written once, at the end
     for i in range(0, total, chunk):
-        lexical.write(txn, ids[i:i + chunk], ())
+        lexical.write(txn, ids[i:i + chunk], (), deferred=held)
         if progress:
             progress("lexical", min(total, i + chunk), total)
+    lexical.finish(txn, held)
     if progress and not total:
         progress("lexical", 0, 0)
     return ids
