@@ -199,7 +199,7 @@ def rss_child(n: int, data: str, with_search: bool) -> dict:
         if with_search:
             # What SEARCH holds once the vectors are built: the usearch indexes (their own
             # accounting) and the lexical module's bounded token caches.
-            from nexus.search import lexical
+            from nexus.search import lexical_terms
             t1 = time.perf_counter()
             nx.search.drain()
             gc.collect()
@@ -208,8 +208,8 @@ def rss_child(n: int, data: str, with_search: bool) -> dict:
                        usearch_mb=sum(ix.memory_usage for ix in nx.search.vectors.indexes)
                        / 2**20,
                        vectors=sum(len(ix) for ix in nx.search.vectors.indexes),
-                       lexical_cache_entries=len(lexical._FIELD_CACHE)
-                       + len(lexical._NAME_CACHE))
+                       lexical_cache_entries=len(lexical_terms.FIELD_CACHE)
+                       + len(lexical_terms.NAME_CACHE))
         nx.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

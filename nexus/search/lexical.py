@@ -26,17 +26,17 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
 
 Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
 decodes. Weights are BM25F's saturated term frequency with per-field weights and length
-norms (FIELDS) over fixed reference lengths, so a document's weights never depend on the
-rest of the corpus and never need rewriting; only IDF (from N and df) is corpus-wide, and
-it is read at query time.
+norms (FIELDS, `lexical_terms`) over fixed reference lengths, so a document's weights
+never depend on the rest of the corpus and never need rewriting; only IDF (from N and df)
+is corpus-wide, and it is read at query time.
 `lexdoc` is the forward index: it tells a delete which keys to remove and lets the ranker
 rescore a candidate exactly. A bulk load's (and a reindex's) new postings are held
-(`Deferred`) and written once per list at the end of its transaction (`finish`). The group (type or predicate id) rides in every value so that
+(`Deferred`) and written once per list at the end of its transaction (`finish`). The group
+(type or predicate id) rides in every value so that
 WITH TYPE filters without touching the graph.
 """
 from __future__ import annotations
 
-import math
 import struct
 import zlib
 from itertools import islice
@@ -50,61 +50,14 @@ from nexus.store.bulk import gc_paused
 
 from . import postings
 from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
-from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   KIND_LINK, Doc, element_doc, norm_name, tokens)
+from .lexical_terms import (FIELDS, REF_WEIGHT, SINGLES, doc_names, doc_terms, drop_caches,
+                            field_terms, field_weights, idf, single)
+from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, element_doc
 
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _NAMEV = struct.Struct("<IB")
 
-K1 = 1.2
-MAX_TOKENS_PER_FIELD = 400
-# field kind → (weight, b, reference length, split camelCase). A word in the name says much
-# more about what a node *is* than the same word deep in its description.
-FIELDS = {
-    F_NAME: (3.0, 0.5, 3.0, True),
-    F_ALIAS: (2.5, 0.5, 3.0, True),
-    F_TYPE: (0.5, 0.0, 1.0, True),
-    F_TEXT: (1.0, 0.75, 40.0, False),
-    F_PREDICATE: (2.5, 0.5, 2.0, True),
-    F_ENDPOINT: (1.5, 0.5, 3.0, True),
-}
-
-
-def saturate(tf: float) -> float:
-    return tf * (K1 + 1.0) / (tf + K1)
-
-
-def _ref_weight(field: int) -> float:
-    w, b, avg, _ = FIELDS[field]
-    return saturate(w / (1.0 - b + b / avg))
-
-
-# The weight of a term that is the whole name: a match "as strong as it gets", used to
-# express a query's lexical score as a fraction in [0, 1].
-REF_WEIGHT = (_ref_weight(F_NAME), _ref_weight(F_PREDICATE))
-
-
-def doc_terms(doc: Doc) -> dict[str, float]:
-    """term → BM25F weight in (0, K1+1) for one document."""
-    tfn: dict[str, float] = {}
-    get = tfn.get
-    for field, text in doc.fields:
-        norm, counts = _field_terms(field, text)
-        for t, c in counts:
-            v = get(t, 0.0) + norm
-            while c > 1:            # the same additions, in the same order, as one per token
-                v += norm
-                c -= 1
-            tfn[t] = v
-    return {t: saturate(v) for t, v in tfn.items()}
-
-
-# Field texts recur (a link's predicate and end names, type names): their tokens and length
-# norm are computed once. Bounded: emptied when full.
-_FIELD_CACHE: dict[tuple[int, str], tuple[float, tuple]] = {}
-_NAME_CACHE: dict[str, str] = {}
-CACHE_LIMIT = 100_000
 END_NAMES = 100_000     # link-end names remembered by one `write` (bounded in a big one)
 # A write of at most SMALL_WRITE elements leaves its new documents *pending*: their forward
 # entry is also written under a `q` key, and their terms reach the posting lists only when
@@ -119,58 +72,6 @@ SMALL_WRITE = 16
 WRITE_READS_MAX = 256       # ids of a write whose reads `write_reads` names (see there)
 PENDING_MAX = 32
 
-
-def _field_terms(field: int, text: str) -> tuple[float, tuple]:
-    """(norm, ((term, occurrences), ...)) of one field's text, terms in first-seen order."""
-    key = (field, text)
-    hit = _FIELD_CACHE.get(key)
-    if hit is None:
-        w, b, avg, camel = FIELDS[field]
-        toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
-        counts: dict[str, int] = {}
-        for t in toks:
-            counts[t] = counts.get(t, 0) + 1
-        norm = w / (1.0 - b + b * len(toks) / avg) if toks else 0.0
-        hit = (norm, tuple(counts.items()))
-        if len(_FIELD_CACHE) >= CACHE_LIMIT:
-            _FIELD_CACHE.clear()
-        _FIELD_CACHE[key] = hit
-    return hit
-
-
-def _norm_name(name: str) -> str:
-    nn = _NAME_CACHE.get(name)
-    if nn is None:
-        nn = norm_name(name)
-        if len(_NAME_CACHE) >= CACHE_LIMIT:
-            _NAME_CACHE.clear()
-        _NAME_CACHE[name] = nn
-    return nn
-
-
-def drop_caches() -> None:
-    """Empty the caches of field terms and names. Each holds up to
-    CACHE_LIMIT entries of its texts (~1 KB an entry with its terms): a bulk load of 100k
-    concepts fills them with texts that will not recur soon, and the process kept ~100 MB
-    of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
-    _FIELD_CACHE.clear()
-    _NAME_CACHE.clear()
-    _FIELD_WEIGHTS.clear()
-
-
-def doc_names(doc: Doc) -> list[str]:
-    out: list[str] = []
-    for name in doc.names:
-        nn = _norm_name(name)
-        if nn and nn not in out:
-            out.append(nn)
-        elif not out:
-            out.append(nn)      # keep index 0 = the name, even when it normalises to ""
-    return out
-
-
-def idf(n_docs: int, df: int) -> float:
-    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
 
 
 def _entry_kind(raw: bytes) -> int:
@@ -222,7 +123,7 @@ class Entry:
             self.kind, self.group, self.vcrc = KIND_LINK, group, 0
             self.names = doc_names(doc)
             # as stored in the full layout: single floats
-            self.terms: dict[Any, float] = {t: _single(v) for t, v in doc_terms(doc).items()}
+            self.terms: dict[Any, float] = {t: single(v) for t, v in doc_terms(doc).items()}
             self.texts: tuple[str, str, str] | None = (pred, subj, obj)
             return
         kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
@@ -460,8 +361,9 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
-    must go: concepts only (links have no vectors: `vectors.doc_texts`). A rewrite that changes nothing searchable (a metadata-only update) costs one
-    forward-index read and writes nothing.
+    must go: concepts only (links have no vectors: `vectors.doc_texts`). A rewrite that
+    changes nothing searchable (a metadata-only update) costs one forward-index read and
+    writes nothing.
 
     `moved` names touched links whose only searchable change since their documents were
     written is an end moved to another element (MERGE): id → (the endpoint text of the old
@@ -627,9 +529,9 @@ class _Move:
         self.texts = texts
         self.same = texts[0] == texts[1]
         # the old and the new end's field terms with their weights, where no other field
-        # of the link has them (`_field_weights`)
-        self.out = _field_weights(texts[0])
-        self.into = _field_weights(texts[1])
+        # of the link has them (`field_weights`)
+        self.out = field_weights(texts[0])
+        self.into = field_weights(texts[1])
         self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
 
     def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
@@ -669,7 +571,7 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
         if not any(t in out or t in into
                    for field, text in ((F_PREDICATE, pred),
                                        (F_ENDPOINT, obj if subj == old_text else subj))
-                   for t, _ in _field_terms(field, text)[1]):
+                   for t, _ in field_terms(field, text)[1]):
             gone, added = plan.postings()
             for per in gone:
                 per.setdefault(n, None)
@@ -690,51 +592,14 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     return True
 
 
-_F32 = struct.Struct("<f")
-
-
-_SINGLE: dict[float, float] = {}       # weight -> as stored (a single float); weights recur
-
-
-def _single(v: float) -> float:
-    s = _SINGLE.get(v)
-    if s is None:
-        if len(_SINGLE) >= CACHE_LIMIT:
-            _SINGLE.clear()
-        s = _SINGLE[v] = _F32.unpack(_F32.pack(v))[0]
-    return s
-
-
-_FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
-
-
-def _field_weights(text: str) -> dict[str, float]:
-    """The stored weights (single floats) of an endpoint field's terms, as `doc_terms`
-    computes them for a document where no other field has those terms."""
-    hit = _FIELD_WEIGHTS.get(text)
-    if hit is None:
-        norm, counts = _field_terms(F_ENDPOINT, text)
-        hit = {}
-        for t, c in counts:
-            v = 0.0 + norm
-            while c > 1:
-                v += norm
-                c -= 1
-            hit[t] = _single(saturate(v))
-        if len(_FIELD_WEIGHTS) >= CACHE_LIMIT:
-            _FIELD_WEIGHTS.clear()
-        _FIELD_WEIGHTS[text] = hit
-    return hit
-
-
 def _unchanged(old: Entry, doc: Doc, terms: dict[str, float]) -> frozenset[str]:
     """The terms whose stored posting (weight as a single float, group) would not change."""
     if old.kind != doc.kind or old.group != doc.group:
         return frozenset()
     before = old.terms
-    single = _SINGLE.get
+    single = SINGLES.get
     return frozenset(t for t, v in terms.items()
-                     if t in before and before[t] == (single(v) or _single(v)))
+                     if t in before and before[t] == (single(v) or single(v)))
 
 
 def clear(txn: Any, progress: Callable[[int], None] | None = None) -> None:
@@ -915,7 +780,7 @@ def stale(txn: Any, n: int) -> bool:
     return not isinstance(vcrc, int) or raw != _full_bytes(doc, terms, names, vcrc)
 
 
-__all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq", "term_postings", "pending_postings",
-           "prefetch_counts",
-           "names_from", "entry",
-           "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry"]
+__all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq",
+           "term_postings", "pending_postings", "prefetch_counts", "names_from", "entry",
+           "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry", "FIELDS",
+           "doc_terms", "doc_names", "drop_caches"]

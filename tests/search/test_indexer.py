@@ -69,8 +69,8 @@ def test_a_bulk_import_returns_with_its_vectors_saved_and_mapped(disk_nexus, kip
     for index in nx.search.vector_indexes():
         assert index.saved_seq == seq and not index.unsaved
         assert all(ix.is_mapped and not len(ix.delta) for ix in index.indexes)
-    from nexus.search import lexical               # the load's texts are not kept either
-    assert not lexical._FIELD_CACHE and not lexical._NAME_CACHE
+    from nexus.search import lexical_terms         # the load's texts are not kept either
+    assert not lexical_terms.FIELD_CACHE and not lexical_terms.NAME_CACHE
     nx.search.wait_backlog = 0
     assert names(kip(nx, 'SEARCH CONCEPT "oxaprozin 417" LIMIT 1')) == ["Oxaprozine 417"]
 

@@ -1,0 +1,153 @@
+"""Term weights of the lexical index: a document's BM25F terms and weights (`doc_terms`),
+its normalised names (`doc_names`), IDF, and the single-float form weights are stored in.
+
+Owns the field weights and length norms (FIELDS) and the bounded caches of field texts and
+names that make deriving a document cheap when its texts recur (a link's predicate and end
+names); `lexical` writes and reads the postings these weights go into.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, Doc, norm_name,
+                   tokens)
+
+K1 = 1.2
+MAX_TOKENS_PER_FIELD = 400
+# field kind → (weight, b, reference length, split camelCase). A word in the name says much
+# more about what a node *is* than the same word deep in its description.
+FIELDS = {
+    F_NAME: (3.0, 0.5, 3.0, True),
+    F_ALIAS: (2.5, 0.5, 3.0, True),
+    F_TYPE: (0.5, 0.0, 1.0, True),
+    F_TEXT: (1.0, 0.75, 40.0, False),
+    F_PREDICATE: (2.5, 0.5, 2.0, True),
+    F_ENDPOINT: (1.5, 0.5, 3.0, True),
+}
+
+
+def saturate(tf: float) -> float:
+    return tf * (K1 + 1.0) / (tf + K1)
+
+
+def _ref_weight(field: int) -> float:
+    w, b, avg, _ = FIELDS[field]
+    return saturate(w / (1.0 - b + b / avg))
+
+
+# The weight of a term that is the whole name: a match "as strong as it gets", used to
+# express a query's lexical score as a fraction in [0, 1].
+REF_WEIGHT = (_ref_weight(F_NAME), _ref_weight(F_PREDICATE))
+
+
+def doc_terms(doc: Doc) -> dict[str, float]:
+    """term → BM25F weight in (0, K1+1) for one document."""
+    tfn: dict[str, float] = {}
+    get = tfn.get
+    for field, text in doc.fields:
+        norm, counts = field_terms(field, text)
+        for t, c in counts:
+            v = get(t, 0.0) + norm
+            while c > 1:            # the same additions, in the same order, as one per token
+                v += norm
+                c -= 1
+            tfn[t] = v
+    return {t: saturate(v) for t, v in tfn.items()}
+
+
+# Field texts recur (a link's predicate and end names, type names): their tokens and length
+# norm are computed once. Bounded: emptied when full.
+FIELD_CACHE: dict[tuple[int, str], tuple[float, tuple]] = {}
+NAME_CACHE: dict[str, str] = {}
+CACHE_LIMIT = 100_000
+
+
+def field_terms(field: int, text: str) -> tuple[float, tuple]:
+    """(norm, ((term, occurrences), ...)) of one field's text, terms in first-seen order."""
+    key = (field, text)
+    hit = FIELD_CACHE.get(key)
+    if hit is None:
+        w, b, avg, camel = FIELDS[field]
+        toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
+        counts: dict[str, int] = {}
+        for t in toks:
+            counts[t] = counts.get(t, 0) + 1
+        norm = w / (1.0 - b + b * len(toks) / avg) if toks else 0.0
+        hit = (norm, tuple(counts.items()))
+        if len(FIELD_CACHE) >= CACHE_LIMIT:
+            FIELD_CACHE.clear()
+        FIELD_CACHE[key] = hit
+    return hit
+
+
+def cached_norm_name(name: str) -> str:
+    nn = NAME_CACHE.get(name)
+    if nn is None:
+        nn = norm_name(name)
+        if len(NAME_CACHE) >= CACHE_LIMIT:
+            NAME_CACHE.clear()
+        NAME_CACHE[name] = nn
+    return nn
+
+
+def drop_caches() -> None:
+    """Empty the caches of field terms and names. Each holds up to
+    CACHE_LIMIT entries of its texts (~1 KB an entry with its terms): a bulk load of 100k
+    concepts fills them with texts that will not recur soon, and the process kept ~100 MB
+    of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
+    FIELD_CACHE.clear()
+    NAME_CACHE.clear()
+    FIELD_WEIGHTS.clear()
+
+
+def doc_names(doc: Doc) -> list[str]:
+    out: list[str] = []
+    for name in doc.names:
+        nn = cached_norm_name(name)
+        if nn and nn not in out:
+            out.append(nn)
+        elif not out:
+            out.append(nn)      # keep index 0 = the name, even when it normalises to ""
+    return out
+
+
+def idf(n_docs: int, df: int) -> float:
+    return math.log(1.0 + (n_docs - df + 0.5) / (df + 0.5))
+
+
+_F32 = struct.Struct("<f")
+
+
+SINGLES: dict[float, float] = {}       # weight -> as stored (a single float); weights recur
+
+
+def single(v: float) -> float:
+    s = SINGLES.get(v)
+    if s is None:
+        if len(SINGLES) >= CACHE_LIMIT:
+            SINGLES.clear()
+        s = SINGLES[v] = _F32.unpack(_F32.pack(v))[0]
+    return s
+
+
+FIELD_WEIGHTS: dict[str, dict[str, float]] = {}
+
+
+def field_weights(text: str) -> dict[str, float]:
+    """The stored weights (single floats) of an endpoint field's terms, as `doc_terms`
+    computes them for a document where no other field has those terms."""
+    hit = FIELD_WEIGHTS.get(text)
+    if hit is None:
+        norm, counts = field_terms(F_ENDPOINT, text)
+        hit = {}
+        for t, c in counts:
+            v = 0.0 + norm
+            while c > 1:
+                v += norm
+                c -= 1
+            hit[t] = single(saturate(v))
+        if len(FIELD_WEIGHTS) >= CACHE_LIMIT:
+            FIELD_WEIGHTS.clear()
+        FIELD_WEIGHTS[text] = hit
+    return hit
