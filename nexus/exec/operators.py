@@ -10,11 +10,10 @@ instead, which asks once per chunk of rows (`_pick`). Budgets: scans and walks t
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from ..errors import ErrorCode, KipError
 from ..plan import physical as P
-from ..store.protocol import ConceptHead, LinkHead, ReadTxn
+from ..store.protocol import ConceptHead, LinkHead
 from ..syntax import ast as A
 from . import anti_link as AL
 from . import chunked as C

@@ -370,7 +370,6 @@ class _Reader:
         """`{type: ..., name: ...}` or `{id: ...}`, complete (KML names one concept)."""
         start = self.expect("{")
         fields: dict[str, A.Value] = {}
-        kinds = self.kinds
         while True:
             key = self.key()
             if key not in _CONCEPT_FIELDS or key in fields:
