@@ -53,7 +53,7 @@ def kmeans(x: np.ndarray, nlist: int, iters: int = 8, sample: int = 64, seed: in
     s = x[pick]
     c = s[rng.choice(len(s), nlist, replace=False)].copy()
     for _ in range(iters):
-        a = assign(s, c)
+        a: np.ndarray = assign(s, c)
         sums = np.zeros_like(c)
         np.add.at(sums, a, s)
         empty = ~np.any(sums, axis=1)
@@ -91,7 +91,7 @@ class IVFFlat:
         def take(dtype: type, n: int) -> np.ndarray:
             nonlocal off
             size = np.dtype(dtype).itemsize * n
-            a = mm[off:off + size].view(dtype)
+            a: np.ndarray = mm[off:off + size].view(dtype)
             off = _align(off + size)
             return a
 
@@ -213,11 +213,11 @@ def _row(db: str, data: str, files: dict[str, str], nprobe: int) -> dict:
     targets = [names[rng.randrange(len(names))] for _ in range(100)]
     queries = [(t, n, n if i % 2 == 0 else typo(rng, n)) for i, (t, n) in enumerate(targets)]
     nx = Nexus.open(db)
+    svc: Any = nx.search            # (a SearchService: the database opens with SEARCH)
     out = {}
     try:
         for label in ("hnsw", "ivf"):
             if label == "ivf":
-                svc = nx.search
                 svc.vectors.indexes[0] = Adapter(IVFFlat(files["ngram"]), nprobe)
                 if svc.semantic is not None and "semantic" in files:
                     svc.semantic.indexes[0] = Adapter(IVFFlat(files["semantic"]), nprobe)
@@ -238,12 +238,12 @@ def _row(db: str, data: str, files: dict[str, str], nprobe: int) -> dict:
                           "cpu_median_ms": round(cpu[len(cpu) // 2] * 1e3, 3),
                           "cpu_p95_ms": round(cpu[int(len(cpu) * 0.95)] * 1e3, 3)}
     finally:
-        nx.search.vectors.indexes[0] = nx.search.vectors._new()
-        if nx.search.semantic is not None:
-            nx.search.semantic.indexes[0] = nx.search.semantic._new()
-        nx.search.vectors.saving = False
-        if nx.search.semantic is not None:
-            nx.search.semantic.saving = False
+        svc.vectors.indexes[0] = svc.vectors._new()       # (the saved files stay as
+        if svc.semantic is not None:                      #  they were: nothing saved)
+            svc.semantic.indexes[0] = svc.semantic._new()
+        svc.vectors.saving = False
+        if svc.semantic is not None:
+            svc.semantic.saving = False
         nx.close()
     return out
 
