@@ -90,15 +90,7 @@ def _map(node: Any, params: Any, keys_ok: set[str]) -> dict | None:
                 raise Decline
     else:
         raise Decline
-    for key, item in value.items():
-        if key not in keys_ok:
-            if type(key) is not str or key.startswith("_") or not _IDENT.match(key):
-                raise Decline
-            keys_ok.add(key)
-        k = type(item)
-        if k not in _SCALAR and not (k is int and _INT_MIN <= item < _INT_END) \
-                and not (k is float and math.isfinite(item)):
-            raise Decline
+    _check_items(value, keys_ok)
     return value
 
 
@@ -205,13 +197,9 @@ def _plan(command: A.Upsert, params: Any) -> tuple:
     return len(command.statements), types, names, attrs, metas, entries
 
 
-def _named_map(name: str | None, params: dict, keys_ok: set[str]) -> dict | None:
-    """`_map` of a placeholder given by its name (None: absent)."""
-    if name is None:
-        return None
-    value = params.get(name, _MISSING)
-    if type(value) is not dict:
-        raise Decline
+def _check_items(value: dict, keys_ok: set[str]) -> None:
+    """Decline a map with a key that is not a plain identifier (`keys_ok`: the keys already
+    seen so, added to) or a value that is not a plain scalar in range."""
     for key, item in value.items():
         if key not in keys_ok:
             if type(key) is not str or key.startswith("_") or not _IDENT.match(key):
@@ -221,6 +209,16 @@ def _named_map(name: str | None, params: dict, keys_ok: set[str]) -> dict | None
         if k not in _SCALAR and not (k is int and _INT_MIN <= item < _INT_END) \
                 and not (k is float and math.isfinite(item)):
             raise Decline
+
+
+def _named_map(name: str | None, params: dict, keys_ok: set[str]) -> dict | None:
+    """`_map` of a placeholder given by its name (None: absent)."""
+    if name is None:
+        return None
+    value = params.get(name, _MISSING)
+    if type(value) is not dict:
+        raise Decline
+    _check_items(value, keys_ok)
     return value
 
 

@@ -240,19 +240,7 @@ class _Moves:
         for k, v in old.items():        # every other key as it was
             if k != VERSION and k != UPDATED_AT and (k not in meta or meta[k] != v):
                 return False
-        head = inner.head(n)
-        if type(head) is not LinkHead or head == was:
-            return False
-        self.n.append(n)
-        self.s.append(was.subject)
-        self.p.append(was.predicate_id)
-        self.o.append(was.object)
-        self.v.append(version)
-        t = self.tv.get(updated)
-        if t is None:
-            t = self.tv[updated] = len(self.tv)
-        self.t.append(t)
-        return True
+        return self._row(inner, n, was, version, updated)
 
     def add_bumped(self, inner: ReadTxn, n: int, pre: Before, now: str) -> bool:
         """`add` for a link whose metadata the session changed only by `bump_versions`
@@ -265,6 +253,11 @@ class _Moves:
         version, updated = bumped
         if type(version) is not int or type(updated) is not str or updated == now:
             return False
+        return self._row(inner, n, was, version + 1, updated)
+
+    def _row(self, inner: ReadTxn, n: int, was: LinkHead, version: int, updated: str) -> bool:
+        """Append the row of link `n` (its head before the move `was`; `version` after it,
+        `updated` its `_updated_at` before), unless its head did not move after all."""
         head = inner.head(n)
         if type(head) is not LinkHead or head == was:
             return False
@@ -272,7 +265,7 @@ class _Moves:
         self.s.append(was.subject)
         self.p.append(was.predicate_id)
         self.o.append(was.object)
-        self.v.append(version + 1)
+        self.v.append(version)
         t = self.tv.get(updated)
         if t is None:
             t = self.tv[updated] = len(self.tv)

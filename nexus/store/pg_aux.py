@@ -218,15 +218,7 @@ class PgAux:
     def _scan(self, prefix: bytes, reverse: bool, start: bytes | None
               ) -> Iterator[tuple[bytes, bytes]]:
         self.txn.flush_aux(self.table, hold=True)  # (they go with the first page's read)
-        where = "space = %s AND tbl = %s"
-        params: list[Any] = [self.txn.space, self.table]
-        if prefix:
-            where += " AND k >= %s"
-            params.append(prefix)
-            end = codec.prefix_end(prefix)
-            if end is not None:
-                where += " AND k < %s"
-                params.append(end)
+        where, params = self._under(prefix)
         if start is not None:
             where += " AND k <= %s" if reverse else " AND k >= %s"
             params.append(start)
@@ -242,14 +234,8 @@ class PgAux:
             return txn.rows(later, (*params, after[0], limit))
         return ((bytes(k), bytes(v)) for k, v in pages(fetch, lambda row: (row[0],)))
 
-    def put(self, key: bytes, value: bytes) -> None:
-        raise internal("aux tables are read-only in a read transaction")
-
-    def delete(self, key: bytes) -> bool:
-        raise internal("aux tables are read-only in a read transaction")
-
-    def count(self, prefix: bytes = b"") -> int:
-        self.txn.flush_aux(self.table, hold=True)  # (they go with the count)
+    def _under(self, prefix: bytes) -> tuple[str, list[Any]]:
+        """The WHERE clause (and its parameters) of this table's rows under `prefix`."""
         where = "space = %s AND tbl = %s"
         params: list[Any] = [self.txn.space, self.table]
         if prefix:
@@ -259,6 +245,17 @@ class PgAux:
             if end is not None:
                 where += " AND k < %s"
                 params.append(end)
+        return where, params
+
+    def put(self, key: bytes, value: bytes) -> None:
+        raise internal("aux tables are read-only in a read transaction")
+
+    def delete(self, key: bytes) -> bool:
+        raise internal("aux tables are read-only in a read transaction")
+
+    def count(self, prefix: bytes = b"") -> int:
+        self.txn.flush_aux(self.table, hold=True)  # (they go with the count)
+        where, params = self._under(prefix)
         row = self.txn.one(f"SELECT count(*) FROM nexus_aux WHERE {where}", params)
         return 0 if row is None else int(row[0])
 
