@@ -197,6 +197,22 @@ def _plan(command: A.Upsert, params: Any) -> tuple:
     return len(command.statements), types, names, attrs, metas, entries
 
 
+def _concept_ids(txn: Any, keys: list[tuple[str, str]], type_ids: dict[str, int | None]
+                 ) -> list[int] | None:
+    """The ids of the concepts `keys` ((type, name) pairs) name, in one batched lookup; None
+    when a type or a concept does not exist (declined: the normal path raises KIP_3002)."""
+    pairs = []
+    for t, name in keys:
+        tid = type_ids[t]
+        if tid is None:
+            return None                 # no concept of that type
+        pairs.append((tid, name))
+    found = txn.concept_ids(pairs)
+    if any(n is None for n in found):
+        return None
+    return found
+
+
 def _check_items(value: dict, keys_ok: set[str]) -> None:
     """Decline a map with a key that is not a plain identifier (`keys_ok`: the keys already
     seen so, added to) or a value that is not a plain scalar in range."""
@@ -313,16 +329,10 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
                     ends[k] = 0
                     other.append(k)
     if other:
-        pairs = []
-        for ot, on in other:
-            tid = target_types[ot]
-            if tid is None:
-                return None             # no concept of that type: KIP_3002, the normal way
-            pairs.append((tid, on))
-        for k, n in zip(other, txn.concept_ids(pairs)):
-            if n is None:
-                return None             # KIP_3002, the normal way
-            ends[k] = n
+        got = _concept_ids(txn, other, target_types)
+        if got is None:
+            return None
+        ends.update(zip(other, got))
     # A target created by a later block is not there yet for the normal path: KIP_3002.
     for i, es in enumerate(entries):
         if es:
@@ -500,17 +510,10 @@ def _write_links(ctx: WriteContext, statements: int, blocks: list[_Link]
     except KipError:
         return None
     keys = list(dict.fromkeys(k for b in blocks for k in (b[0], b[2])))
-    pairs = []
-    for t, name in keys:
-        tid = types[t]
-        if tid is None:
-            return None                 # no concept of that type: KIP_3002, the normal way
-        pairs.append((tid, name))
-    ids: dict[tuple[str, str], int] = {}
-    for k, n in zip(keys, txn.concept_ids(pairs)):
-        if n is None:
-            return None                 # KIP_3002, the normal way
-        ids[k] = n
+    got = _concept_ids(txn, keys, types)
+    if got is None:
+        return None
+    ids = dict(zip(keys, got))
     triples = [(ids[s], pids[p], ids[o]) for s, p, o, _a, _m in blocks]
     if len(set(triples)) != len(triples):
         return None                     # a link stated twice: the normal way
