@@ -21,7 +21,7 @@ from nexus.store import bulk, codec
 from nexus.store.codec import OPS, PSO, SPO, SPO3, decode_count, pack_n, pack_sid
 from nexus.store.graph import Aux, GraphReadTxn, TxnHost, internal, used_after_end
 from nexus.store.kv import DeleteFn, KvWrite, PutFn
-from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn, link_heads
 from nexus.store.tables import Db
 
 
@@ -467,13 +467,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         triple."""
         self._flush_links()
         if heads is None or len(heads) != len(moves):
-            read: list[LinkHead] = []
-            for n, _, _ in moves:
-                h = self.head(n)
-                if not isinstance(h, LinkHead):
-                    raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
-                read.append(h)
-            heads = read
+            heads = link_heads(self.head, (n for n, _, _ in moves))
         if len({n for n, _, _ in moves}) != len(moves):
             raise internal("repoint_links: a link id is repeated in the batch")
         answers: list[int | None] = []

@@ -7,7 +7,9 @@ which itself refers to the column views' types.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence, TypeAlias
+from typing import Any, Callable, Iterable, Sequence, TypeAlias
+
+from nexus.errors import ErrorCode, KipError
 
 # An element's attributes or metadata: str keys, JSON values (None, bool, int, float, str,
 # and lists and maps of them). Values are not typed further: they are the user's data.
@@ -32,3 +34,15 @@ class LinkHead:
 
 
 Head: TypeAlias = ConceptHead | LinkHead
+
+
+def link_heads(head: Callable[[int], Head | None], ids: Iterable[int]) -> list[LinkHead]:
+    """The heads of the links `ids`, read by `head` (a transaction's); KIP_3002 for an id
+    that is no proposition (a batch of moves checks its links before making any)."""
+    out: list[LinkHead] = []
+    for n in ids:
+        h = head(n)
+        if not isinstance(h, LinkHead):
+            raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
+        out.append(h)
+    return out

@@ -19,7 +19,7 @@ import psycopg
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec, pg_schema
-from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn
+from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn, link_heads
 from nexus.store.pg_aux_write import AUX_WRITES, PgAuxWriter
 from nexus.store.pg_conn import MISSING, Byteas, Int8s, PgHost, Texts, call, internal
 from nexus.store.pg_txn import MAX_ID, ST_CONCEPTS, ST_LINKS, is_id, pred_key, type_key
@@ -549,12 +549,7 @@ class PgWriteTxn(PgAuxWriter):
         the heads are read and the batch checked first, then the moves are made one
         statement each, in batch order — so a triple freed by an earlier move is free for
         a later one, and the unique (s, p, o) index never sees two holders."""
-        read: list[LinkHead] = []
-        for n, _, _ in moves:
-            h = self.head(n)
-            if not isinstance(h, LinkHead):
-                raise KipError(ErrorCode.KIP_3002, f"proposition {n!r} does not exist")
-            read.append(h)
+        read = link_heads(self.head, (n for n, _, _ in moves))
         if len({n for n, _, _ in moves}) != len(moves):
             raise internal("repoint_links: a link id is repeated in the batch")
         answers: list[int | None] = []
