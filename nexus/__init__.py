@@ -38,6 +38,22 @@ def _checkout_venv() -> bool:
     return True
 
 
+def _other_venvs() -> list[str]:
+    """The Python versions of the checkout's `.venv` when it is not for this interpreter
+    (its `lib/pythonX.Y` folders: a `python3` of another version started in the repository
+    root cannot use its compiled dependencies)."""
+    import os
+    import sys
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv",
+                       "lib")
+    mine = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    try:
+        names = sorted(os.listdir(lib))
+    except OSError:
+        return []
+    return [f"Python {n[6:]}" for n in names if n.startswith("python") and n != mine]
+
+
 def __getattr__(name: str) -> Any:
     if name == "Nexus":
         try:
@@ -51,10 +67,14 @@ def __getattr__(name: str) -> Any:
             # Run from a checkout that was never installed: say what to do, not only what
             # is missing (the README's first command installs the dependencies).
             if exc.name and exc.name.split(".")[0] != "nexus":
+                other = _other_venvs()
+                hint = (f"the checkout's .venv is for {', '.join(other)}, not this "
+                        f"interpreter: run `.venv/bin/python`, or `. .venv/bin/activate` "
+                        f"first" if other else
+                        "install nexus with its dependencies first (the README's first "
+                        "command: `pip install .` in a virtualenv)")
                 raise ModuleNotFoundError(
-                    f"nexus needs the package {exc.name!r}, which is not installed: install "
-                    f"nexus with its dependencies first (the README's first command: "
-                    f"`pip install .` in a virtualenv)",
+                    f"nexus needs the package {exc.name!r}, which is not installed: {hint}",
                     name=exc.name) from exc
             raise
         return Nexus

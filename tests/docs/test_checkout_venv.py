@@ -27,3 +27,16 @@ def test_a_bare_interpreter_in_the_checkout_finds_the_dependencies_in_its_venv(t
     found = subprocess.run(bare, cwd=checkout, capture_output=True, text=True, timeout=120)
     assert found.returncode == 0, found.stderr
     assert found.stdout.strip() == "nexus.api"
+
+
+def test_a_venv_of_another_python_version_is_named_in_the_error(tmp_path):
+    checkout = tmp_path / "checkout"
+    shutil.copytree(os.path.dirname(nexus.__file__), checkout / "nexus",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    # a .venv made by another Python: its compiled dependencies are not this one's
+    (checkout / ".venv" / "lib" / "python2.7" / "site-packages").mkdir(parents=True)
+    bare = [sys.executable, "-S", "-E", "-c", "from nexus import Nexus"]
+    run = subprocess.run(bare, cwd=checkout, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "is not installed" in run.stderr and "Python 2.7" in run.stderr
+    assert ".venv/bin/python" in run.stderr
