@@ -37,11 +37,12 @@ from . import syntax
 from .config import Config
 from .errors import ErrorCode, KipError, internal_error
 from .exec.admission import Admission
-from .exec.context import ExecContext, WriteContext, now_iso
+from .exec.context import ExecContext, WriteContext
 from .exec.primer import PrimerCache
 from .exec.registry import executor_for
 from .store.protocol import GraphStore, WriteTxn
 from .syntax import StatementKind
+from .timestamps import now_iso
 
 if TYPE_CHECKING:
     from .search import SearchService

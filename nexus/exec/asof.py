@@ -8,6 +8,7 @@ from .. import history
 from ..bounded import WeightedLRU
 from ..errors import ErrorCode, KipError
 from ..syntax import ast as A
+from ..timestamps import iso_ms
 from .context import ExecContext
 from .env import Env
 
@@ -48,7 +49,7 @@ def as_of_context(ctx: ExecContext, as_of: A.AsOf, params: Params) -> ExecContex
         past = _past(txn, "seq", seq)
     else:
         try:
-            ts = history.iso_ms(point)
+            ts = iso_ms(point)
         except (ValueError, TypeError, IndexError):
             raise KipError(ErrorCode.KIP_1001, f"AS OF {point!r} is not an ISO 8601 time",
                            'Write it like "2026-11-20T10:00:00Z" (UTC) or with an offset, '

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 from ..config import Limits
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ReadTxn, WriteTxn
+from ..timestamps import now_iso
 
 if TYPE_CHECKING:
     from ..search import SearchService
@@ -34,22 +35,6 @@ class RankingCache(Protocol):
     def settle(self, txn: ReadTxn, seq: int) -> None: ...
     def get(self, domain: int) -> dict[str, Any] | None: ...
     def put(self, domain: int, seq: int, ranking: dict[str, Any]) -> None: ...
-
-
-def now_iso() -> str:
-    """Current UTC time as ISO 8601 with milliseconds and `Z` (CONTRACT §3).
-
-    The text up to the second is formatted once per second: formatting a datetime took
-    ~8 µs, a measurable part of a durable upsert (every write stamps `_updated_at`)."""
-    global _SECOND
-    seconds, ns = divmod(time.time_ns(), 1_000_000_000)
-    last = _SECOND              # one read of an immutable pair: safe across threads
-    if last[0] != seconds:
-        last = _SECOND = (seconds, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(seconds)))
-    return f"{last[1]}{ns // 1_000_000:03d}Z"
-
-
-_SECOND: tuple[int, str] = (-1, "")     # (epoch second, its text up to the ".")
 
 
 class ExecContext:

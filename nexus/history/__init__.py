@@ -16,7 +16,7 @@ It sits beside `nexus.search` in the layers: it knows the store protocol only.
 """
 from nexus.history.log import LOG as LOG_TABLE
 from nexus.history.log import (HistoryHook, LogEntry, compact, element_history, entries_after,
-                               horizon, is_enabled, iso_ms, last_change, last_seq, read_entry, retention,
+                               horizon, is_enabled, last_change, last_seq, read_entry, retention,
                                set_enabled, set_retention,
                                undo, undo_keys, version_after, check_log)
 from nexus.history.past import AsOfTxn, PastState, past_state
@@ -24,5 +24,5 @@ from nexus.history.recording import PreImage, RecordingTxn, pre_image
 
 __all__ = ["LOG_TABLE", "AsOfTxn", "HistoryHook", "LogEntry", "PastState", "PreImage",
            "RecordingTxn", "compact", "element_history", "entries_after", "horizon",
-           "is_enabled", "iso_ms", "last_change", "last_seq", "past_state", "pre_image", "read_entry",
+           "is_enabled", "last_change", "last_seq", "past_state", "pre_image", "read_entry",
            "set_enabled", "retention", "set_retention", "undo", "undo_keys", "version_after", "check_log"]

@@ -33,7 +33,6 @@ import time
 from bisect import bisect_left
 from operator import itemgetter
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator
 
 import msgpack
@@ -41,6 +40,7 @@ import msgpack
 from nexus.store.bulk import gc_paused
 from nexus.history.recording import Before, PreImage, RecordingTxn
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
+from nexus.timestamps import iso_ms
 
 if TYPE_CHECKING:
     from nexus.exec.context import WriteContext
@@ -286,38 +286,6 @@ def _expand_moves(moved: dict[str, list[Any]]) -> list[list[Any]]:
 
 
 # --- writing ---------------------------------------------------------------------------------
-
-def iso_ms(iso: str) -> int:
-    """Epoch milliseconds of an ISO 8601 timestamp (`…Z`, an offset, or none: UTC);
-    ValueError when it is not one."""
-    last = _LAST_SECOND         # the engine's own stamps (`now_iso`): one parse a second
-    stamp = len(iso) == 24 and iso[23] == "Z" and iso[20:23].isascii() and \
-        iso[20:23].isdigit()
-    if stamp and iso[:20] == last[0]:
-        return last[1] + int(iso[20:23])
-    ms = _iso_ms(iso)
-    if stamp and iso[19] == ".":
-        _remember_second(iso[:20], ms - int(iso[20:23]))
-    return ms
-
-
-def _remember_second(prefix: str, ms: int) -> None:
-    global _LAST_SECOND
-    _LAST_SECOND = (prefix, ms)
-
-
-_LAST_SECOND: tuple[str, int] = ("", 0)     # ("YYYY-MM-DDTHH:MM:SS.", its epoch ms)
-
-
-def _iso_ms(iso: str) -> int:
-    text = iso.strip()
-    if text[-1:] in ("Z", "z"):
-        text = text[:-1] + "+00:00"
-    when = datetime.fromisoformat(text)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(round(when.timestamp() * 1000))
-
 
 def last_seq(txn: ReadTxn) -> int:
     """The newest record's seq (after retention dropped them all: the last dropped one's,

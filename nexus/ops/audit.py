@@ -38,6 +38,7 @@ import orjson
 
 from ..engine import Engine
 from ..errors import ErrorCode, KipError
+from ..timestamps import stamp_text
 
 TABLE = "audit"
 DEFAULT_PAGE = 50
@@ -47,16 +48,8 @@ _CURSOR_PREFIX = "log1."
 
 
 def iso_time(ts: float) -> str:
-    """A UNIX time as ISO 8601 UTC with milliseconds and `Z` (like the engine's stamps)."""
-    global _second
-    whole = int(ts)
-    cached = _second
-    if cached[0] != whole:                  # formatting the seconds is the costly part
-        cached = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{cached[1]}.{int((ts - whole) * 1000):03d}Z"
-
-
-_second: tuple = (None, "")
+    """A UNIX time as the engine's stamp (ISO 8601 UTC with milliseconds and `Z`)."""
+    return stamp_text(int(ts * 1000))
 
 
 def summarize(response: Mapping[str, Any]) -> dict[str, Any]:

@@ -45,12 +45,9 @@ gives back the same items in the same order.
 """
 from __future__ import annotations
 
-import calendar
 import hashlib
-import re
 import struct
 import threading
-import time
 from itertools import repeat
 from operator import itemgetter
 from typing import Callable, Literal, Sequence, cast
@@ -59,6 +56,7 @@ import msgpack
 from orjson import dumps as _json
 
 from nexus.errors import ErrorCode, KipError
+from nexus.timestamps import stamp_ms, stamp_text
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead
 
 MAX_INLINE_TEXT = 400        # longest text kept verbatim inside a key, in UTF-8 bytes
@@ -293,61 +291,6 @@ _EMPTY_MAP: JsonMap = {}
 COMPACT_TAG = 0xC1
 _ENGINE = struct.Struct(">BBIq")            # tag, flag, _version, _created_at ms
 _MS = struct.Struct(">q")
-_TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
-_TS_MS: dict[str, int] = {}                 # bounded caches: a load stamps one time on all
-_MS_TS: dict[int, str] = {}
-_CACHE_MAX = 4096
-
-
-def _to_ms(text: object) -> int | None:
-    """Milliseconds since the epoch of an engine timestamp, None when `text` is not one
-    that `_from_ms` gives back exactly."""
-    ms = _TS_MS.get(text) if type(text) is str else None
-    if ms is not None:
-        return ms
-    if type(text) is not str or not _TIMESTAMP.match(text):
-        return None
-    # Every write stamps a new millisecond, so the cache above misses for each one; the
-    # second it falls in was usually checked by the previous write (`time.strptime` and the
-    # round trip were ~5% of a durable upsert's CPU). Any three digits of milliseconds after
-    # a second that round-trips give back exactly this text.
-    second, base = _LAST_SECOND
-    if text[:19] == second:
-        ms = base + int(text[20:23])
-    else:
-        try:
-            t = time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")
-        except ValueError:
-            return None
-        ms = (calendar.timegm(t) * 1000) + int(text[20:23])
-        if _from_ms(ms) != text:
-            return None
-        _set_last_second(text[:19], ms - int(text[20:23]))
-    if len(_TS_MS) >= _CACHE_MAX:
-        _TS_MS.clear()
-    _TS_MS[text] = ms
-    return ms
-
-
-def _set_last_second(second: str, base: int) -> None:
-    global _LAST_SECOND
-    _LAST_SECOND = (second, base)       # one store of an immutable pair: safe across threads
-
-
-_LAST_SECOND: tuple[str, int] = ("", 0)     # the last second `_to_ms` checked, its ms
-
-
-def _from_ms(ms: int) -> str:
-    text = _MS_TS.get(ms)
-    if text is None:
-        seconds, milli = divmod(ms, 1000)
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{milli:03d}Z"
-        if len(_MS_TS) >= _CACHE_MAX:
-            _MS_TS.clear()
-        _MS_TS[ms] = text
-    return text
-
-
 def engine_header(m: JsonMap) -> bytes | None:
     """The fixed-layout header of a map whose last items are the engine's metadata (module
     doc), None when it has no such tail."""
@@ -359,8 +302,8 @@ def engine_header(m: JsonMap) -> bytes | None:
     version = m["_version"]
     if type(version) is not int or not 0 <= version < 1 << 32:
         return None
-    created = _to_ms(m["_created_at"])
-    updated = _to_ms(m["_updated_at"])
+    created = stamp_ms(m["_created_at"])
+    updated = stamp_ms(m["_updated_at"])
     if created is None or updated is None:
         return None
     if updated == created:
@@ -391,16 +334,6 @@ def bump_compact(data: bytes | None, now_ms: int) -> tuple[bytes, int, int] | No
     return head + rest, version, updated
 
 
-def ms_of(text: object) -> int | None:
-    """Epoch ms of an engine timestamp (YYYY-MM-DDTHH:MM:SS.mmmZ), None for another text."""
-    return _to_ms(text)
-
-
-def text_of_ms(ms: int) -> str:
-    """The engine timestamp of epoch ms (`ms_of`'s inverse)."""
-    return _from_ms(ms)
-
-
 def _without_engine_tail(packed: bytes, m: JsonMap) -> bytes:
     """msgpack of `m` without its three engine items, cut from `packed` (msgpack of `m`):
     the items are packed in order, and the last three take a known number of bytes (the
@@ -426,8 +359,8 @@ def _decode_compact(data: bytes) -> JsonMap:
     if type(value) is not dict or "_version" in value:
         raise ValueError("not a map with the engine's metadata after its header")
     value["_version"] = version
-    value["_created_at"] = _from_ms(created)
-    value["_updated_at"] = _from_ms(updated)
+    value["_created_at"] = stamp_text(created)
+    value["_updated_at"] = stamp_text(updated)
     return value
 
 

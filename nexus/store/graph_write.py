@@ -23,6 +23,7 @@ from nexus.store.graph import Aux, GraphReadTxn, TxnHost, internal, used_after_e
 from nexus.store.kv import DeleteFn, KvWrite, PutFn
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn, link_heads
 from nexus.store.tables import Db
+from nexus.timestamps import stamp_ms, stamp_text
 
 
 class WriteHost(TxnHost[Db], Protocol[Db]):
@@ -357,7 +358,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         """See the protocol: each stored metadata value in the engine's fixed layout gets
         its header patched (`codec.bump_compact`: no decode, no re-encode of the rest),
         then one sorted insert."""
-        now_ms = codec.ms_of(now)
+        now_ms = stamp_ms(now)
         if now_ms is None:
             return [None] * len(ids)
         get, metas, bump = self._get, self.tables.metas, codec.bump_compact
@@ -374,7 +375,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
                 answers.append(None)
                 continue
             puts[nk] = done[0]
-            answers.append((done[1], codec.text_of_ms(done[2])))
+            answers.append((done[1], stamp_text(done[2])))
         if puts:
             self.kv.putmulti(metas, sorted(puts.items()), False, True)
         return answers

@@ -10,6 +10,7 @@ import pytest
 
 from nexus.api import Nexus
 from nexus.store import codec
+from nexus.timestamps import stamp_ms, stamp_text
 
 TS = "2026-11-28T11:24:17.402Z"
 ENGINE = {"_version": 1, "_created_at": TS, "_updated_at": TS}
@@ -106,13 +107,13 @@ def test_a_bump_in_place_reads_as_the_map_bumped(i):
     m = MAPS[i]
     stored = codec.encode_map(m)
     assert stored is not None
-    done = codec.bump_compact(stored, codec.ms_of(NOW))
+    done = codec.bump_compact(stored, stamp_ms(NOW))
     if stored[:1] != b"\xc1" or m["_version"] == 2**32 - 1:
         assert done is None
         return
     assert done is not None
     value, version, updated = done
-    assert (version, codec.text_of_ms(updated)) == (m["_version"], m["_updated_at"])
+    assert (version, stamp_text(updated)) == (m["_version"], m["_updated_at"])
     assert list(codec.decode_map(value).items()) == \
         list({**m, "_version": m["_version"] + 1, "_updated_at": NOW}.items())
     # the same bytes as encoding the bumped map
@@ -121,7 +122,7 @@ def test_a_bump_in_place_reads_as_the_map_bumped(i):
 
 def test_a_bump_to_the_creation_time_keeps_the_short_header():
     m = {"a": 1, "_version": 4, "_created_at": TS, "_updated_at": NOW}
-    done = codec.bump_compact(codec.encode_map(m), codec.ms_of(TS))
+    done = codec.bump_compact(codec.encode_map(m), stamp_ms(TS))
     assert done is not None
     assert done[0] == codec.encode_map({"a": 1, "_version": 5, "_created_at": TS,
                                         "_updated_at": TS})
