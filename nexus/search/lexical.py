@@ -522,7 +522,7 @@ class _Move:
     """What moving a link end from an element shown as `texts[0]` to one shown as
     `texts[1]` does (a MERGE moves all of its links the same way)."""
 
-    __slots__ = ("w", "texts", "same", "out", "into", "_pers")
+    __slots__ = ("w", "texts", "same", "out", "into", "_pers", "pack", "clash")
 
     def __init__(self, w: _Writer, texts: tuple[str, str]) -> None:
         self.w = w
@@ -533,6 +533,17 @@ class _Move:
         self.out = field_weights(texts[0])
         self.into = field_weights(texts[1])
         self._pers: tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]] | None = None
+        # one packer for the ~900 entries (`packb` makes one a call; the same bytes)
+        self.pack = msgpack.Packer(use_bin_type=True).pack
+        self.clash: dict[str, bool] = {}    # predicate text -> shares a term with an end
+
+    def shares(self, field: int, text: str) -> bool:
+        """Whether a term of `text` in `field` is among the old or the new end's terms."""
+        out, into = self.out, self.into
+        for t, _ in field_terms(field, text)[1]:
+            if t in out or t in into:
+                return True
+        return False
 
     def postings(self) -> tuple[list[dict[int, Any]], list[tuple[float, dict[int, Any]]]]:
         """The writer's per-term op maps: the old end's terms the new one lacks (to
@@ -567,18 +578,16 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     if (subj == old_text) != (obj == old_text):
         # One end moved, and neither end's terms are in the fields that stay: the change
         # is the end field's alone (the weights of a term in two fields would need both).
-        out, into = plan.out, plan.into
-        if not any(t in out or t in into
-                   for field, text in ((F_PREDICATE, pred),
-                                       (F_ENDPOINT, obj if subj == old_text else subj))
-                   for t, _ in field_terms(field, text)[1]):
+        clash = plan.clash.get(pred)
+        if clash is None:
+            clash = plan.clash[pred] = plan.shares(F_PREDICATE, pred)
+        if not clash and not plan.shares(F_ENDPOINT, obj if subj == old_text else subj):
             gone, added = plan.postings()
             for per in gone:
                 per.setdefault(n, None)
             for v, per in added:
                 per[n] = (v, group)
-            plan.w.doc_puts.append((_U64.pack(n), msgpack.packb([group, *texts],
-                                                                use_bin_type=True)))
+            plan.w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
             return True
     old = Entry(raw)
     doc = _link_doc(group, *texts)
@@ -588,7 +597,7 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     w.remove(n, old, keep, False)
     w.add(n, KIND_BYTES[KIND_LINK], group, {t: v for t, v in terms.items() if t not in keep},
           [])
-    w.doc_puts.append((_U64.pack(n), msgpack.packb([group, *texts], use_bin_type=True)))
+    w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
     return True
 
 

@@ -160,3 +160,126 @@ def test_writes_around_a_merge_in_one_session_leave_no_stale_document(nx):
     song = find(nx, 'FIND(?x.id) WHERE { ?x {type: "Thing", name: "Rorqual Song"} }')[0]
     hits = find(nx, 'SEARCH PROPOSITION "Rorqual" MODE "keyword" LIMIT 10')
     assert hits and all(song in (h["subject"], h["object"]) for h in hits)
+
+
+# --- SEARCH after a MERGE = SEARCH of the merged shape built directly ----------------------
+
+def _whales(nx, merged: bool) -> None:
+    """Blue Whale (the source) and Rorqual (the target) with links to 40 items: 13 of the
+    source's links collide with the target's (their documents are deleted, each leaving the
+    small lists of its item's name, and 13 postings of the `rel` list), the rest move; a
+    few share words with their other field or carry attribute text. `merged`: the graph
+    the MERGE leaves, written directly (no source; the target aliased by its name)."""
+    run(nx, THINGS)
+    items = " ".join(f'CONCEPT ?i{i} {{ {{type: "Thing", name: "krill{i}"}} }}'
+                     for i in range(40))
+    src = "?t" if merged else "?s"
+    links = [f'PROPOSITION ?c{i} {{ (?i{i}, "rel", ?i{i + 1}) }}' for i in range(39)]
+    links += [f'PROPOSITION ?a{i} {{ ({src}, "rel", ?i{i}) }}' for i in range(25)]
+    links += [f'PROPOSITION ?b{i} {{ (?i{i}, "rel", {src}) }}' for i in range(15, 40)]
+    links += [f'PROPOSITION ?x{i} {{ (?t, "rel", ?i{i}) }}' for i in range(8)]
+    links += [f'PROPOSITION ?y{i} {{ (?i{i}, "rel", ?t) }}' for i in range(35, 40)]
+    links += ['PROPOSITION ?u { (?sky, "rel", ' + src + ') }',
+              'PROPOSITION ?v { (' + src + ', "whale_of", ?song) }',
+              'PROPOSITION ?w { (' + src + ', "rel", ?i39) SET ATTRIBUTES '
+              '{ note: "eats krill by the ton" } }']
+    if merged:
+        source = 'CONCEPT ?t { {type: "Thing", name: "Rorqual"} SET ATTRIBUTES ' \
+                 '{ aliases: ["Blue Whale"] } }'
+    else:
+        source = ('CONCEPT ?s { {type: "Thing", name: "Blue Whale"} } '
+                  'CONCEPT ?t { {type: "Thing", name: "Rorqual"} }')
+    run(nx, f"""UPSERT {{ {source}
+      CONCEPT ?sky {{ {{type: "Thing", name: "Blue Sky"}} }}
+      CONCEPT ?song {{ {{type: "Thing", name: "Rorqual Song"}} }}
+      {items} {" ".join(links)} }}""")
+
+
+WHALE_QUERIES = [
+    ("CONCEPT", "Rorqual"), ("CONCEPT", "Blue Whale"), ("CONCEPT", "whale"),
+    ("CONCEPT", "krill7"), ("PROPOSITION", "Rorqual"), ("PROPOSITION", "Blue Whale"),
+    ("PROPOSITION", "krill7"), ("PROPOSITION", "krill3 Rorqual"),
+    ("PROPOSITION", "krill36"), ("PROPOSITION", "krill25 whale"), ("PROPOSITION", "blue sky"),
+    ("PROPOSITION", "whale song"), ("PROPOSITION", "krill ton"),
+]
+
+
+def _labels(nx, txn) -> dict[int, tuple]:
+    """Every element's id -> a label by names (ids differ between the databases)."""
+    from nexus.store.protocol import ConceptHead
+    out: dict[int, tuple] = {}
+    heads = {n: txn.head(n) for n in txn.elements()}
+
+    def label(n: int) -> tuple:
+        if n not in out:
+            h = heads[n]
+            out[n] = (h.name,) if isinstance(h, ConceptHead) else \
+                (label(h.subject), txn.symbol_text(h.predicate_id), label(h.object))
+        return out[n]
+    for n in heads:
+        label(n)
+    return out
+
+
+def _lexical_index(nx) -> dict:
+    """What keyword SEARCH reads of the lexical index, by names: per kind the document
+    count, and per term its df and postings (weight, group) — pending documents included."""
+    from nexus.search import lexical
+    with nx.store.read() as txn:
+        labels = _labels(nx, txn)
+        lex = txn.aux("lex")
+        out: dict = {}
+        for kind, kb in enumerate(lexical.KIND_BYTES):
+            pending = lexical.pending_postings(txn, kind)
+            terms = {k[2:].decode() for k, _ in lex.scan(b"d" + kb)} | set(pending)
+            index = {"N": lexical.doc_count(txn, kind)}
+            for t in terms:
+                ids, weights, groups, _ = lexical.term_postings(txn, kind, t, 10**6, pending)
+                index[t] = (lexical.doc_freq(txn, kind, t, pending), sorted(
+                    (labels[n], w, txn.symbol_text(g)) for n, w, g in
+                    zip(ids.tolist(), weights.tolist(), groups.tolist())))
+            out[kind] = index
+        return out
+
+
+def _search_answers(nx) -> list[list[tuple]]:
+    """Each WHALE_QUERIES keyword SEARCH's hits, by names, with their scores, in score
+    order (ties by name). Each query matches fewer documents than SEARCH keeps as BM25F
+    candidates, so which tied documents are kept does not depend on ids. The vector side
+    of a keyword SEARCH (n-gram vectors, embedded in the background) is caught up first."""
+    assert nx.search.drain(None)
+    with nx.store.read() as txn:
+        labels = _labels(nx, txn)
+    out = []
+    for kind, term in WHALE_QUERIES:
+        hits = find(nx, f'SEARCH {kind} :q MODE "keyword" LIMIT 100', q=term)
+        out.append(sorted(((labels[int(h["id"].split(":")[1])], h["metadata"]["_score"])
+                           for h in hits), key=lambda r: (-r[1], r[0])))
+    return out
+
+
+def test_search_after_a_merge_answers_as_the_merged_shape_built_directly(open_nexus):
+    merged, built = open_nexus(), open_nexus()
+    _whales(merged, merged=False)
+    result = run(merged, THING_MERGE, s="Blue Whale", t="Rorqual")
+    assert result["links_repointed"] == 40 and result["links_deduplicated"] == 13
+    _whales(built, merged=True)
+    assert merged.search.check(deep=True)["ok"]
+    got, want = _lexical_index(merged), _lexical_index(built)
+    assert want[1]["rorqual"][0] == 53          # the links' index (kind 1): 50 + u, v, w
+    assert got == want
+    answers = _search_answers(built)
+    assert all(answers), answers        # every query finds something
+    assert _search_answers(merged) == answers
+
+
+def test_search_after_a_reverted_merge_answers_as_before_it(nx):
+    _whales(nx, merged=False)
+    index, answers = _lexical_index(nx), _search_answers(nx)
+    run(nx, THING_MERGE, s="Blue Whale", t="Rorqual")
+    assert _lexical_index(nx) != index
+    seq = run(nx, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
+    run(nx, 'REVERT COMMAND :s REASON "not the same animal"', s=seq)
+    assert nx.search.check(deep=True)["ok"]
+    assert _lexical_index(nx) == index
+    assert _search_answers(nx) == answers

@@ -132,3 +132,42 @@ def test_the_append_splice_is_byte_identical_to_encode_in_both_layouts():
                                    np.asarray(w, dtype=np.float32),
                                    np.asarray(g, dtype=np.uint32))
             assert postings._spliced(raw, c, ids[c:], ops) == want
+
+
+def test_a_few_deletes_cut_from_a_narrow_block_write_what_the_array_path_writes():
+    """`_delete_few` (a MERGE's deleted duplicates: one posting out of many small lists)
+    leaves the same keys and bytes as the numpy path, whichever positions go (first, last,
+    all, ids the block does not hold), and the postings read back are the others."""
+    rng = random.Random(11)
+    for _ in range(400):
+        c = rng.randint(1, 128)
+        ids = sorted(rng.sample(range(1, 10**6), c))
+        w = np.asarray([rng.random() * 2.2 for _ in ids], dtype=np.float32)
+        g = np.asarray([rng.randrange(300) for _ in ids], dtype=np.uint32)
+        raw = postings.encode(np.asarray(ids, dtype=np.uint64), w, g)
+        k = rng.randint(1, min(c, postings.FEW_DELETES))
+        gone = set(rng.sample(ids, k))
+        if rng.random() < 0.3:
+            gone.add(rng.randrange(1, 10**6))       # maybe not in the block
+        if rng.random() < 0.05:
+            gone = set(ids) if c <= postings.FEW_DELETES else gone
+        gone_ids = sorted(gone)[:postings.FEW_DELETES]
+        prefix = b"tpx\x00"
+        key = prefix + postings._U64.pack(ids[0])
+        few, arrays = _Aux(), _Aux()
+        few.put(key, raw)
+        arrays.put(key, raw)
+        got = postings._delete_few(few, prefix, key, raw, gone_ids)
+        # the array path, as `_delete` took it before the byte cut
+        b_ids, b_w, b_g = postings.decode(raw)
+        keep = ~np.isin(b_ids, np.asarray(gone_ids, dtype=np.uint64))
+        want = int(keep.sum()) - c
+        if want:
+            arrays.delete(key)
+            if keep.any():
+                arrays.put(prefix + postings._U64.pack(int(b_ids[keep][0])),
+                           postings.encode(b_ids[keep], b_w[keep], b_g[keep]))
+        assert got == want
+        assert few.d == arrays.d
+        left = [n for n in ids if n not in gone_ids]
+        assert [n for v in few.d.values() for n in postings.decode(v)[0].tolist()] == left
