@@ -193,12 +193,13 @@ class Nexus(Engine):
         """Stop maintaining the search indexes (benchmarks of the store alone): the service
         is closed (its in-memory vectors freed; SEARCH on it answers KIP_4003) and later
         writes are not indexed; `reindex` on a later open rebuilds. `attach_search` opens
-        a new one."""
+        a new one. Vectors still queued (a new database's capsules) are not waited for:
+        they stay in the durable queue for the next open."""
         search = self.search
         if search is not None:
             self.search = None
             self.commit_hooks.remove(search)
-            search.close()
+            search.close(drain=False)
 
     def attach_search(self) -> None:
         """Maintain and serve the search indexes again after `detach_search`: a new service

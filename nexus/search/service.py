@@ -411,15 +411,18 @@ class SearchService:
             index.save()
 
     @kip_only
-    def close(self) -> None:
-        """Drain the vector queue, stop the indexer and save the vector index."""
+    def close(self, drain: bool = True) -> None:
+        """Drain the vector queue (unless `drain` is false), stop the indexer and save the
+        vector index. Not draining loses nothing: what the indexer has not applied stays in
+        the durable queue, and the next open applies it."""
         self.closed = True
         for index in self.vector_indexes():
             try:
                 # Bounded, so a failing indexer cannot hang shutdown; whatever is not
                 # applied stays in the durable queue and is applied after the next open.
                 # (Nothing to wait for when the files are not saved: a check's process.)
-                index.drain(timeout=CLOSE_DRAIN_SECONDS if index.saving else 0)
+                if drain:
+                    index.drain(timeout=CLOSE_DRAIN_SECONDS if index.saving else 0)
             finally:
                 index.stop()
             try:

@@ -109,3 +109,18 @@ def test_a_closed_search_service_answers_no_search(drugs, kip):
     assert err.value.code.value == "KIP_4003"
     response = nx.execute_kip({"command": SEARCH, "parameters": {"q": queries[1][1]}})
     assert response["error"]["code"] == "KIP_4003"      # no search service attached
+
+
+def test_vectors_queued_when_detached_are_applied_by_the_next_open(tmp_path, kip):
+    """`detach_search` does not wait for the vector indexer (a new database's capsules
+    would cost a store-only load the embedder's start-up): what it has not applied stays
+    in the durable queue, and the next open applies it — a one-letter typo, which the
+    lexical index alone does not find, finds the name written just before the detach."""
+    from nexus.api import Nexus
+    db = str(tmp_path / "db")
+    with Nexus.open(db) as nx:
+        kip(nx, SCHEMA)
+        kip(nx, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Kalomipril"} } }')
+        nx.detach_search()
+    with Nexus.open(db) as nx:
+        assert kip(nx, SEARCH, q="Kalomiprl")[0]["name"] == "Kalomipril"
