@@ -121,6 +121,7 @@ _SUBJECT, _OBJECT = itemgetter("subject"), itemgetter("object")
 # non-dict item raises TypeError, which sends the chunk to the item-by-item path)
 _ATTRS, _META = repeat("attributes"), repeat("metadata")
 _MAP_TYPES = {dict, type(None)}
+_SLICE = 2048       # items per slice of the fast paths' column passes (see _links_fast)
 
 
 def _plain_maps(*columns: list) -> bool:
@@ -357,11 +358,17 @@ class _Import:
     def _concepts_fast(self, ctx: WriteContext, chunk: list, type_names: KeysView[str],
                        tids: dict,
                        engine: dict) -> bool:
+        types: list[Any] = []
+        names: list[Any] = []
+        attrs: list[Any] = []
+        metas: list[Any] = []
         try:
-            types = list(map(_TYPE, chunk))
-            names = list(map(_NAME, chunk))
-            attrs = list(map(dict.get, chunk, _ATTRS))
-            metas = list(map(dict.get, chunk, _META))
+            for i in range(0, len(chunk), _SLICE):      # a slice at a time: see _links_fast
+                part = chunk[i:i + _SLICE]
+                types += map(_TYPE, part)
+                names += map(_NAME, part)
+                attrs += map(dict.get, part, _ATTRS)
+                metas += map(dict.get, part, _META)
         except (TypeError, KeyError, AttributeError):
             return False
         if set(map(type, names)) != {str} or not _plain_maps(attrs, metas):
@@ -402,19 +409,25 @@ class _Import:
 
     def _links_fast(self, ctx: WriteContext, chunk: list, pids: dict, engine: dict) -> bool:
         by_type = self.ids.__getitem__
-        get = dict.get
+        get, pid = dict.get, pids.__getitem__
+        ss: list[Any] = []          # ids, or None for an end this import has not met
+        os_: list[Any] = []         # (checked below)
+        ps: list[int] = []
+        attrs: list[Any] = []
+        metas: list[Any] = []
         try:
-            subjects = list(map(_SUBJECT, chunk))
-            objects = list(map(_OBJECT, chunk))
-            # ids, or None for an end this import has not met (checked below)
-            ss: list[Any] = list(map(get, map(by_type, map(_TYPE, subjects)),
-                                     map(_NAME, subjects)))
-            os_: list[Any] = list(map(get, map(by_type, map(_TYPE, objects)),
-                                      map(_NAME, objects)))
-            del subjects, objects
-            ps = list(map(pids.__getitem__, map(_PREDICATE, chunk)))
-            attrs = list(map(dict.get, chunk, _ATTRS))
-            metas = list(map(dict.get, chunk, _META))
+            # The passes run a slice at a time: each pass reads every item's dicts again,
+            # and a slice's dicts stay in the CPU's caches between its passes where a
+            # whole chunk's (tens of MB) do not (N=100k: ~25% of these passes' time).
+            for i in range(0, len(chunk), _SLICE):
+                part = chunk[i:i + _SLICE]
+                subjects = list(map(_SUBJECT, part))
+                objects = list(map(_OBJECT, part))
+                ss += map(get, map(by_type, map(_TYPE, subjects)), map(_NAME, subjects))
+                os_ += map(get, map(by_type, map(_TYPE, objects)), map(_NAME, objects))
+                ps += map(pid, map(_PREDICATE, part))
+                attrs += map(dict.get, part, _ATTRS)
+                metas += map(dict.get, part, _META)
         except (TypeError, KeyError, AttributeError):
             return False
         if None in ss or None in os_:        # an end this import has not met: resolve it
