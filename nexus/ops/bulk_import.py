@@ -366,14 +366,18 @@ class _Import:
             for i in range(0, len(chunk), _SLICE):      # a slice at a time: see _links_fast
                 part = chunk[i:i + _SLICE]
                 types += map(_TYPE, part)
-                names += map(_NAME, part)
-                attrs += map(dict.get, part, _ATTRS)
-                metas += map(dict.get, part, _META)
+                nm = list(map(_NAME, part))
+                a = list(map(dict.get, part, _ATTRS))
+                m = list(map(dict.get, part, _META))
+                if set(map(type, nm)) != {str} or not _plain_maps(a, m) or \
+                        not all(map(str.strip, nm)):    # (blank: check_definition_name's)
+                    return False
+                names += nm
+                attrs += a
+                metas += m
         except (TypeError, KeyError, AttributeError):
             return False
-        if set(map(type, names)) != {str} or not _plain_maps(attrs, metas):
-            return False
-        if not all(map(str.strip, names)) or not type_names.isdisjoint(_META_TYPES):
+        if not type_names.isdisjoint(_META_TYPES):
             return False            # names the slow path checks (check_definition_name)
         txn = ctx.txn
         single = len(type_names) == 1
@@ -426,13 +430,15 @@ class _Import:
                 ss += map(get, map(by_type, map(_TYPE, subjects)), map(_NAME, subjects))
                 os_ += map(get, map(by_type, map(_TYPE, objects)), map(_NAME, objects))
                 ps += map(pid, map(_PREDICATE, part))
-                attrs += map(dict.get, part, _ATTRS)
-                metas += map(dict.get, part, _META)
+                a = list(map(dict.get, part, _ATTRS))
+                m = list(map(dict.get, part, _META))
+                if not _plain_maps(a, m):
+                    return False
+                attrs += a
+                metas += m
         except (TypeError, KeyError, AttributeError):
             return False
         if None in ss or None in os_:        # an end this import has not met: resolve it
-            return False
-        if not _plain_maps(attrs, metas):
             return False
         txn = ctx.txn
         # Which links could exist already (see the item-by-item path): probe only those.

@@ -185,9 +185,11 @@ def concept_entries(ns: Sequence[int], types: Sequence[int], names: Sequence[str
         tn_keys = list(map(bytes.__add__, tbs, tkeys))
         tid = sorted(map(bytes.__add__, tbs, head_keys))
     by_name = sorted(map(bytes.__add__, map(bytes.__add__, tkeys, repeat(b"\x00")), head_keys))
-    tn = sorted(zip(tn_keys, head_keys))
+    # (sorting the positions by key, not (key, id) tuples: half the time; stable, so a
+    # repeated key keeps its ids in order, as the tuples did)
+    tn = sorted(range(count), key=tn_keys.__getitem__)
     return {"head": (head_keys, head_values),
-            "tn": (list(map(itemgetter(0), tn)), list(map(itemgetter(1), tn))),
+            "tn": (list(map(tn_keys.__getitem__, tn)), list(map(head_keys.__getitem__, tn))),
             "tid": (tid, None), "name": (by_name, None),
             "attrs": map_entries(head_keys, attrs, "attributes"),
             "metas": map_entries(head_keys, metas, "metadata", extra),
