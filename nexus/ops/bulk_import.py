@@ -286,9 +286,9 @@ class _Import:
         try:
             pnames = (columns[3].keys() if columns is not None else             # as
                       dict.fromkeys(map(_PREDICATE, chunk)).keys())         # type_names
-        except (TypeError, KeyError):
-            i = next(i for i, x in enumerate(chunk)
-                     if type(x) is not dict or "predicate" not in x)
+        except (TypeError, KeyError):           # (or a predicate that cannot be hashed)
+            i = next(i for i, x in enumerate(chunk) if type(x) is not dict
+                     or type(x.get("predicate")) is not str)
             raise _bad_item("link", base + i, chunk[i]) from None
         pids = {}
         for p in pnames:

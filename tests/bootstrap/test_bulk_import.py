@@ -122,6 +122,10 @@ def test_same_result_as_upsert(open_nexus, batch, chunk):
     ([C("Domain", "CoreSchema", {"description": "mine"})], [], "KIP_3004"),
     ([{"type": "Drug"}], [], "KIP_1001"),
     ([C("Drug", "X", {"big": 2 ** 70})], [], "KIP_2003"),
+    ([C("Drug", "X")], [{**L(("Drug", "X"), "treats", ("Drug", "X")), "predicate": 7}],
+     "KIP_1001"),
+    ([C("Drug", "X")], [{**L(("Drug", "X"), "treats", ("Drug", "X")), "predicate": ["t"]}],
+     "KIP_1001"),
 ])
 def test_errors_leave_the_batch_out(schema_nx, concepts, links, code):
     nx = schema_nx
