@@ -333,3 +333,41 @@ def test_columns_from_the_parser_equal_the_tree(pair: tuple[Nexus, Nexus],
     assert answer == expected, text
     assert _dump(fast) == _dump(normal), text
     assert _last_log(fast) == _last_log(normal), text
+
+
+def test_subjects_bumped_in_place_or_as_maps(tmp_path: Any, monkeypatch: Any) -> None:
+    """A links command bumps each subject's `_version` once: patched in the stored bytes
+    when they are in the engine's fixed layout, as a map when not (here: a `_version` the
+    patch cannot hold in 32 bits) — the same graph and version-log record as the block
+    path, for both subjects of one command."""
+    monkeypatch.setattr(engine, "now_iso", lambda: "2026-11-28T12:00:00Z")
+    text = ("UPSERT { CONCEPT { {type: :s0t, name: :s0} SET PROPOSITIONS { "
+            "(:p, {type: :ot, name: :on}) WITH METADATA :m } } "
+            "CONCEPT { {type: :s1t, name: :s1} SET PROPOSITIONS { "
+            "(:p, {type: :ot, name: :on}) } } }")
+    params = {"s0t": "Drug", "s0": "a", "s1t": "Drug", "s1": "b", "p": "causes",
+              "ot": "Symptom", "on": "s", "m": {"source": "x"}}
+    assert type(parse(text).command) is A.ColumnUpsert
+    seen = []
+    for column_path in (True, False):
+        nx = Nexus.open(str(tmp_path / f"db{column_path}"))
+        try:
+            for t in (SCHEMA, SEED):
+                assert "error" not in nx.execute_kip({"command": t})
+            with nx.store.write() as w:
+                drug = w.intern("Drug")
+                n = w.concept_id(drug, "a")
+                meta = w.metadata(n)
+                meta["_version"] = 2 ** 32 - 1
+                w.set_metadata(n, meta)
+            for _ in range(2):
+                answer = _run(nx, column_path, text, params)
+                assert "error" not in answer, answer
+            seen.append((answer, _dump(nx), _last_log(nx)))
+            with nx.store.read() as r:
+                versions = [r.metadata(r.concept_id(drug, name))["_version"]
+                            for name in ("a", "b")]
+        finally:
+            nx.close()
+        assert versions == [2 ** 32 + 1, 3], versions
+    assert seen[0] == seen[1]
