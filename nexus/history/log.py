@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgpack
 
+from nexus.store import codec
 from nexus.store.bulk import gc_paused
 from nexus.history.recording import Before, PreImage, RecordingTxn
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
@@ -325,6 +326,8 @@ def append(ctx: "WriteContext") -> int | None:
     before = txn.before
     created = txn.created_versions
     moves = _Moves()
+    at_ms = codec.ms_of(at)         # the `_updated_at` a `bump_versions` of this session wrote
+    bumped_at = None if at_ms is None else codec.text_of_ms(at_ms)
     with gc_paused():           # a change per element, no cycle: no full collection walks them
         for n in sorted(before):
             pre = before[n]
@@ -352,6 +355,18 @@ def append(ctx: "WriteContext") -> int | None:
             elif pre.moved and pre.attributes is None and pre.metadata_now is not None \
                     and moves.add(inner, n, pre):
                 continue        # a link MERGE moved, and nothing else: one row of `moves`
+            elif (pre.bumped is not None and not pre.moved and pre.attributes is None
+                  and pre.metadata is None and bumped_at is not None):
+                # `_version` and `_updated_at` bumped in place, nothing else (a links
+                # command's subjects): `_change`'s answer from the two values the bump
+                # replaced, without reading the map back — the fixed layout keeps
+                # `_version` before `_updated_at`, and the bump wrote this session's time.
+                version, updated = pre.bumped
+                replaced: dict[str, Any] = {"_version": version}
+                if updated != bumped_at:
+                    replaced["_updated_at"] = updated
+                changes.append([n, "u", None, None, [replaced, []], version + 1])
+                continue
             elif pre.bumped is not None:
                 if pre.moved and pre.attributes is None and moves.add_bumped(inner, n, pre, at):
                     continue    # the same, its `_version` bumped in place (`bump_versions`)

@@ -122,6 +122,10 @@ def test_same_result_as_upsert(open_nexus, batch, chunk):
     ([C("Domain", "CoreSchema", {"description": "mine"})], [], "KIP_3004"),
     ([{"type": "Drug"}], [], "KIP_1001"),
     ([C("Drug", "X", {"big": 2 ** 70})], [], "KIP_2003"),
+    ([C("Drug", "X")], [{**L(("Drug", "X"), "treats", ("Drug", "X")), "predicate": 7}],
+     "KIP_1001"),
+    ([C("Drug", "X")], [{**L(("Drug", "X"), "treats", ("Drug", "X")), "predicate": ["t"]}],
+     "KIP_1001"),
 ])
 def test_errors_leave_the_batch_out(schema_nx, concepts, links, code):
     nx = schema_nx
@@ -213,3 +217,36 @@ def test_streams_generators_in_chunks_of_one_transaction(schema_nx):
     counts = bulk_import(nx, (C("Drug", f"G{i}") for i in range(25)), batch_size=100,
                          chunk_size=10)
     assert counts["concepts_created"] == 25 and counts["batches"] == 1
+
+
+def test_chunks_larger_than_a_slice_of_the_column_passes(schema_nx):
+    """The fast paths read their columns a slice at a time (`_SLICE` items): a chunk of
+    several slices loads every item once, in order, and an item in a later slice that the
+    fast path cannot take (a repeat, a malformed item) still sends the whole chunk to the
+    item-by-item path, with the same answer."""
+    from nexus.ops.bulk_import import _SLICE
+    nx = schema_nx
+    n = 2 * _SLICE + 5
+    concepts = [C("Drug", f"D{i}", {"i": i}) for i in range(n)]
+    concepts += [C("Symptom", f"S{i}") for i in range(7)]
+    links = [L(("Drug", f"D{i}"), "treats", ("Symptom", f"S{i % 7}"), {"c": i})
+             for i in range(n)]
+    links.append(L(("Drug", "D1"), "treats", ("Symptom", "S1"), {"again": True}))  # repeat
+    counts = bulk_import(nx, concepts, links)
+    assert counts["concepts_created"] == n + 7 and counts["propositions_created"] == n
+    s = state(nx)
+    assert s[("Drug", f"D{n - 1}")] == ({"i": n - 1}, {"_version": 1})
+    assert s[(("Drug", f"D{n - 1}"), "treats", ("Symptom", f"S{(n - 1) % 7}"))] == (
+        {}, {"c": n - 1, "_version": 1})
+    assert s[(("Drug", "D1"), "treats", ("Symptom", "S1"))] == (
+        {}, {"c": 1, "again": True, "_version": 2})
+    bad = [L(("Drug", f"D{i}"), "has_side_effect", ("Symptom", "S0")) for i in range(n)]
+    bad[-1] = {"subject": {"type": "Drug", "name": "D0"}, "predicate": "has_side_effect",
+               "object": {"type": "Symptom"}}                  # no name: in the last slice
+    with nx.store.read() as t:
+        links_before = t.count_links()
+    with pytest.raises(KipError) as info:
+        bulk_import(nx, [], bad)
+    assert info.value.code.value == "KIP_1001" and f"link #{n - 1} " in info.value.message
+    with nx.store.read() as t:
+        assert t.count_links() == links_before

@@ -27,6 +27,7 @@ from nexus.api import Nexus
 from nexus.exec import upsert_columns
 from nexus import history
 from nexus.syntax import ast as A
+from nexus.store import codec
 from nexus.syntax import fastparse, parse, parser
 
 SCHEMA = """
@@ -191,10 +192,15 @@ def _run(nx: Nexus, column_path: bool, text: str, params: dict) -> dict:
     return response
 
 
+# The pair's clock: the engine's format (milliseconds), moved on by each example, the same
+# for both databases (so `_updated_at` both equals and differs from the time of a write).
+_CLOCK = [codec.ms_of("2026-11-28T12:00:00.000Z") or 0]
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Nexus]]:
     mp = pytest.MonkeyPatch()
-    mp.setattr(engine, "now_iso", lambda: "2026-11-28T12:00:00Z")
+    mp.setattr(engine, "now_iso", lambda: codec.text_of_ms(_CLOCK[0]))
     base = tmp_path_factory.mktemp("columns")
     fast, normal = Nexus.open(str(base / "fast")), Nexus.open(str(base / "normal"))
     for nx in (fast, normal):
@@ -212,6 +218,7 @@ def test_column_path_equals_block_path(pair: tuple[Nexus, Nexus],
                                        command: tuple[str, dict]) -> None:
     fast, normal = pair
     text, params = command
+    _CLOCK[0] += 250
     answer = _run(fast, True, text, params)
     expected = _run(normal, False, text, params)
     assert answer == expected, text
@@ -333,3 +340,46 @@ def test_columns_from_the_parser_equal_the_tree(pair: tuple[Nexus, Nexus],
     assert answer == expected, text
     assert _dump(fast) == _dump(normal), text
     assert _last_log(fast) == _last_log(normal), text
+
+
+def test_subjects_bumped_in_place_or_as_maps(tmp_path: Any, monkeypatch: Any) -> None:
+    """A links command bumps each subject's `_version` once: patched in the stored bytes
+    when they are in the engine's fixed layout, as a map when not (here: a `_version` the
+    patch cannot hold in 32 bits) — the same graph and version-log record as the block
+    path, for both subjects of one command, at the time they were last written and later."""
+    clock = ["2026-11-28T12:00:00.000Z"]       # (the engine's clock: milliseconds)
+    monkeypatch.setattr(engine, "now_iso", lambda: clock[0])
+    text = ("UPSERT { CONCEPT { {type: :s0t, name: :s0} SET PROPOSITIONS { "
+            "(:p, {type: :ot, name: :on}) WITH METADATA :m } } "
+            "CONCEPT { {type: :s1t, name: :s1} SET PROPOSITIONS { "
+            "(:p, {type: :ot, name: :on}) } } }")
+    params = {"s0t": "Drug", "s0": "a", "s1t": "Drug", "s1": "b", "p": "causes",
+              "ot": "Symptom", "on": "s", "m": {"source": "x"}}
+    assert type(parse(text).command) is A.ColumnUpsert
+    seen = []
+    for column_path in (True, False):
+        nx = Nexus.open(str(tmp_path / f"db{column_path}"))
+        try:
+            for t in (SCHEMA, SEED):
+                assert "error" not in nx.execute_kip({"command": t})
+            with nx.store.write() as w:
+                drug = w.intern("Drug")
+                n = w.concept_id(drug, "a")
+                meta = w.metadata(n)
+                meta["_version"] = 2 ** 32 - 1
+                w.set_metadata(n, meta)
+            logs = []
+            for later in ("2026-11-28T12:00:00.000Z", "2026-11-28T12:00:01.250Z"):
+                clock[0] = later
+                answer = _run(nx, column_path, text, params)
+                assert "error" not in answer, answer
+                logs.append(_last_log(nx))
+            clock[0] = "2026-11-28T12:00:00.000Z"
+            seen.append((answer, _dump(nx), logs))
+            with nx.store.read() as r:
+                versions = [r.metadata(r.concept_id(drug, name))["_version"]
+                            for name in ("a", "b")]
+        finally:
+            nx.close()
+        assert versions == [2 ** 32 + 1, 3], versions
+    assert seen[0] == seen[1]

@@ -243,3 +243,30 @@ def test_encode_maps_refuses_what_encode_map_refuses(bad):
     with pytest.raises(KipError) as e:
         codec.encode_maps([{"ok": 1}, bad], "metadata", {"_version": 1})
     assert e.value.code is ErrorCode.KIP_2003
+
+
+@pytest.mark.parametrize("top", [1, 2**20, 2**40, 2**63])
+def test_sorted_keys_orders_rows_as_their_bytes(top):
+    """`bulk.sorted_keys` (the spo/ops/pso keys of bulk-created links) gives the rows in the
+    order of their big-endian bytes, repeats kept — whether the columns fit one packed
+    64-bit integer (small ids) or not (the byte-string sort)."""
+    import random
+
+    import numpy as np
+
+    from nexus.store import bulk
+    rng = random.Random(top)
+    n = 500
+    cols = [[rng.randrange(1, top + 1) for _ in range(n)],
+            [rng.randrange(1, 9) for _ in range(n)],
+            [rng.randrange(1, top + 1) for _ in range(n)],
+            [rng.randrange(1, 2 * n) for _ in range(n)]]
+    cols[0][:3] = cols[2][:3] = [top] * 3               # the largest id, and a repeated row
+    cols[1][:3] = cols[3][:3] = [8, 8, 8]
+    arrays = [np.array(c, dtype=np.uint64) for c in cols]
+    codes = [bulk.U64, bulk.U32, bulk.U64, bulk.U64]
+    got = bulk.as_bytes(bulk.sorted_keys(list(zip(arrays, codes))))
+    expect = sorted(a.to_bytes(8, "big") + b.to_bytes(4, "big") + c.to_bytes(8, "big")
+                    + d.to_bytes(8, "big") for a, b, c, d in zip(*cols))
+    assert got == expect
+    assert [len(k) for k in got] == [28] * n
