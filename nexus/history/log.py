@@ -37,11 +37,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import msgpack
 
-from nexus.store import codec
 from nexus.store.bulk import gc_paused
 from nexus.history.recording import Before, PreImage, RecordingTxn
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
-from nexus.timestamps import iso_ms
+from nexus.timestamps import iso_ms, stamp_ms, stamp_text
 
 if TYPE_CHECKING:
     from nexus.exec.context import WriteContext
@@ -326,8 +325,8 @@ def append(ctx: "WriteContext") -> int | None:
     before = txn.before
     created = txn.created_versions
     moves = _Moves()
-    at_ms = codec.ms_of(at)         # the `_updated_at` a `bump_versions` of this session wrote
-    bumped_at = None if at_ms is None else codec.text_of_ms(at_ms)
+    at_ms = stamp_ms(at)        # the `_updated_at` a `bump_versions` of this session wrote
+    bumped_at = None if at_ms is None else stamp_text(at_ms)
     with gc_paused():           # a change per element, no cycle: no full collection walks them
         for n in sorted(before):
             pre = before[n]

@@ -27,7 +27,7 @@ from nexus.api import Nexus
 from nexus.exec import upsert_columns
 from nexus import history
 from nexus.syntax import ast as A
-from nexus.store import codec
+from nexus.timestamps import stamp_ms, stamp_text
 from nexus.syntax import fastparse, parse, parser
 
 SCHEMA = """
@@ -194,13 +194,13 @@ def _run(nx: Nexus, column_path: bool, text: str, params: dict) -> dict:
 
 # The pair's clock: the engine's format (milliseconds), moved on by each example, the same
 # for both databases (so `_updated_at` both equals and differs from the time of a write).
-_CLOCK = [codec.ms_of("2026-11-28T12:00:00.000Z") or 0]
+_CLOCK = [stamp_ms("2026-11-28T12:00:00.000Z") or 0]
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Nexus, Nexus]]:
     mp = pytest.MonkeyPatch()
-    mp.setattr(engine, "now_iso", lambda: codec.text_of_ms(_CLOCK[0]))
+    mp.setattr(engine, "now_iso", lambda: stamp_text(_CLOCK[0]))
     base = tmp_path_factory.mktemp("columns")
     fast, normal = Nexus.open(str(base / "fast")), Nexus.open(str(base / "normal"))
     for nx in (fast, normal):
