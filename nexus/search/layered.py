@@ -37,14 +37,17 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 from usearch.index import Index
 
+from ..store import pagemap
 from ..store.bulk import trim_heap
 
 DELTA_MAX = 8192        # delta + hidden keys of a mapped index before it materialises
 # Whether each search of the mapped file ends by dropping its pages from this process's
-# page tables (`release_pages`). An HNSW search touches nodes all over the file and the
-# kernel's fault-around maps 64 KB per fault, so ten searches leave almost the whole file
-# resident in the process (~100 MB of VmRSS at N=100k: clean page cache, shared and
-# reclaimable, but counted). Releasing after every search keeps it out of VmRSS, but the
+# page tables (`release_pages`). An HNSW search touches nodes all over the file: with the
+# kernel's fault-around (64 KB per fault) ten searches left almost the whole file resident
+# in the process (~100 MB of VmRSS at N=100k: clean page cache, shared and reclaimable,
+# but counted); read page by page (`pagemap`) they leave about half of the two files
+# (46 of 108 MB), and more distinct searches map more. Releasing after every search keeps
+# it out of VmRSS, but the
 # next search maps what it touches again by minor faults: +3.3 ms CPU per hybrid SEARCH
 # at N=100k (5.9 -> 9.2 ms), so it is off (bench/RESULTS.md, "File pages and the loader's
 # heap").
@@ -80,10 +83,14 @@ class LayeredIndex:
 
     def remap(self, path: str) -> None:
         """Map the file at `path` (just saved from this index) and drop the in-memory copy."""
-        with open(path, "rb") as f:
-            mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+        with open(path, "rb") as f:     # (private: the kernel lets `pagemap` register it)
+            mapping = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
         base = self._make()
         view = memoryview(mapping)      # (holds the mapping open while it is referenced)
+        # A search reads a few hundred bytes at each of thousands of random nodes: map those
+        # pages, not 64 KB around each (`pagemap`; ten hybrid SEARCHes at N=100k mapped
+        # almost the whole files).
+        pagemap.read_page_by_page(np.frombuffer(view, dtype=np.uint8).ctypes.data, len(view))
         base.view(view)
         # Mapping the file made usearch read every node's header (to find where each node
         # starts): drop those pages from this process's page tables — they stay in the page

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec, lmdb_file, owner
+from nexus.store import codec, lmdb_file, owner, pagemap
 from nexus.store import wal as walog
 from nexus.store.base import StoreBase
 from nexus.store.bulk import trim_heap
@@ -238,6 +238,8 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}",
                            _damage_hint(exc)) from None
+        # Lookups read a few pages at random: map those, not 64 KB around each (`pagemap`).
+        pagemap.read_file_page_by_page(self._data_file)
         if not self._readonly:
             try:        # slots of dead processes (a killed owner's pin) hold pages back
                 env.reader_check()
