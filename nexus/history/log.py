@@ -13,6 +13,10 @@ Tables (aux, declared in `nexus.store.protocol.AUX_TABLES`):
   a MERGE moved and changed in no other way, as columns: `_Moves`; read back as the "u"
   changes they stand for) and `notes` (REVERT's target and reason). Deltas keep the log small: ten edits of one attribute cost ten old
   values, not ten copies of the element.
+  `swept`: the elements whose metadata alone the session changed (an UPDATE sweep), as
+  columns (`_Swept`) instead of a "u" change each; read back as those "u" changes, so
+  every reader sees plain changes. A record written before the block existed has them in
+  `changes`, and reads as it did.
 - `histel`: `n` + `seq` → empty: the records that changed element `n`, for DESCRIBE HISTORY
   and for REVERT's "changed since" check. A session that creates more than `BULK_INDEX`
   elements (a bulk import) keeps its created ids as ranges in `histnew` (`end` + `seq` →
@@ -51,6 +55,7 @@ BULK_CREATED = "histnew"
 SWITCH = b"history.enabled"
 BULK_INDEX = 10_000             # created (or updated) ids per session indexed one by one
 RUN_MIN = 64                    # consecutive updated ids indexed as one range (module doc)
+SWEPT_BLOCK = True              # False: metadata-only changes as plain "u" changes (`_Swept`)
 EXCERPT_CHARS = 300
 
 _SEQ = struct.Struct(">Q")
@@ -285,6 +290,81 @@ def _expand_moves(moved: dict[str, list[Any]]) -> list[list[Any]]:
                                         moved["v"], moved["t"])]
 
 
+# --- elements whose metadata alone changed: one compact block of the record ---------------
+
+class _Swept:
+    """The record's `swept` block: the elements whose only change in the session was to
+    their metadata, the map kept by the recorder (an UPDATE sweep) — as columns instead of
+    a "u" change each: `n` the ids (ascending), `v` the `_version` after, `s` each one's
+    *shape* (an index into `k`), `x` the old values of every row's restored keys, one row
+    after another. A shape is the list of the restored keys (old values in `x`, in this
+    order), a null, then the keys the element lacked before (to unset). A sweep's 100k
+    rows share one or two shapes: the record packs flat lists of scalars. Reading expands
+    each row into the "u" change it stands for (`_expand_swept`), so every reader sees
+    plain changes, exactly as the per-element form gave them."""
+
+    __slots__ = ("n", "s", "v", "x", "shapes")
+
+    def __init__(self) -> None:
+        self.n: list[int] = []
+        self.s: list[int] = []
+        self.v: list[Any] = []
+        self.x: list[Any] = []
+        self.shapes: dict[tuple[Any, ...], int] = {}
+
+    def columns(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"n": self.n, "s": self.s, "v": self.v,
+                               "k": [list(shape) for shape in self.shapes]}
+        x = self.x
+        width = out["k"][0].index(None) if len(self.shapes) == 1 else 0
+        if not width or len(x) < 2 * width:
+            out["x"] = x
+            return out
+        # One shape (a sweep): `x` as a column per restored key, the text columns as
+        # indexes into their distinct values — the old `_updated_at` of 100k links bulk
+        # loaded together is one string, not 100k.
+        columns: list[Any] = []
+        for j in range(width):
+            column: Any = x[j::width]
+            if all(type(v) is str for v in column):
+                distinct = dict.fromkeys(column)
+                if len(distinct) * 2 <= len(column):
+                    index = {v: i for i, v in enumerate(distinct)}
+                    column = {"d": list(distinct), "i": [index[v] for v in column]}
+            columns.append(column)
+        out["c"] = columns
+        return out
+
+
+def _swept_values(swept: dict[str, Any]) -> list[Any]:
+    """The block's `x`, whether kept flat or as columns (`_Swept.columns`)."""
+    if "x" in swept:
+        return list(swept["x"])
+    columns = [c if type(c) is list else [c["d"][i] for i in c["i"]] for c in swept["c"]]
+    return [v for row in zip(*columns) for v in row]
+
+
+def _expand_swept(swept: dict[str, Any]) -> list[list[Any]]:
+    """The "u" changes a record's `swept` block stands for (`_Swept`)."""
+    shapes: list[tuple[list[Any], list[Any]]] = []
+    for shape in swept["k"]:
+        cut = shape.index(None)
+        shapes.append((shape[:cut], shape[cut + 1:]))
+    x = _swept_values(swept)
+    at = 0
+    out: list[list[Any]] = []
+    append = out.append
+    for n, s, v in zip(swept["n"], swept["s"], swept["v"]):
+        keys, unset = shapes[s]
+        if keys:
+            end = at + len(keys)
+            append([n, "u", None, None, [dict(zip(keys, x[at:end])), list(unset)], v])
+            at = end
+        else:
+            append([n, "u", None, None, [{}, list(unset)] if unset else None, v])
+    return out
+
+
 # --- writing ---------------------------------------------------------------------------------
 
 def last_seq(txn: ReadTxn) -> int:
@@ -327,6 +407,9 @@ def append(ctx: "WriteContext") -> int | None:
     moves = _Moves()
     at_ms = stamp_ms(at)        # the `_updated_at` a `bump_versions` of this session wrote
     bumped_at = None if at_ms is None else stamp_text(at_ms)
+    swept = _Swept()
+    columnar = SWEPT_BLOCK
+    shapes, sw_n, sw_s, sw_v, sw_x = swept.shapes, swept.n, swept.s, swept.v, swept.x
     with gc_paused():           # a change per element, no cycle: no full collection walks them
         for n in sorted(before):
             pre = before[n]
@@ -340,16 +423,21 @@ def append(ctx: "WriteContext") -> int | None:
                     # it), so a created element is known to be there.
                     changes.append([n, "c", created[n]])
                     continue
-            elif (pre.attributes is None and pre.metadata is not None and not pre.moved
-                  and pre.metadata_now is not None):
+            elif (columnar and pre.attributes is None and pre.metadata is not None
+                  and not pre.moved and pre.metadata_now is not None):
                 # Metadata written and kept by the recorder, nothing else (an UPDATE
-                # sweep): `_change`, inline — this runs once per element.
+                # sweep): `_change`, inline — this runs once per element — as a row of
+                # the `swept` block (`_Swept`: columns, not a list and a map per element).
                 old, meta = pre.metadata, pre.metadata_now
                 restore = {k: v for k, v in old.items() if k not in meta or meta[k] != v}
-                unset = [k for k in meta if k not in old]
-                changes.append([n, "u", None, None,
-                                [restore, unset] if restore or unset else None,
-                                meta.get("_version")])
+                shape = (*restore, None, *[k for k in meta if k not in old])
+                i = shapes.get(shape)
+                if i is None:
+                    i = shapes[shape] = len(shapes)
+                sw_n.append(n)
+                sw_s.append(i)
+                sw_v.append(meta.get("_version"))
+                sw_x.extend(restore.values())
                 continue
             elif pre.moved and pre.attributes is None and pre.metadata_now is not None \
                     and moves.add(inner, n, pre):
@@ -374,12 +462,12 @@ def append(ctx: "WriteContext") -> int | None:
             if change is not None:
                 changes.append(change)
     fresh.extend(_runs(loose_created))
-    if not changes and not fresh and not moves.n:
+    if not changes and not fresh and not moves.n and not sw_n:
         return None
     ids = [c[0] for c in changes]
-    if moves.n:
-        ids = sorted(ids + moves.n)
-    runs = _update_runs(changes, moves.n) if len(ids) > BULK_INDEX else []
+    if moves.n or sw_n:
+        ids = sorted(ids + moves.n + sw_n) if ids or moves.n else list(sw_n)
+    runs = _update_runs(changes, moves.n + sw_n) if len(ids) > BULK_INDEX else []
     notes = dict(txn.notes)
     record = {"seq": seq, "at": at, "ts": iso_ms(at), "kind": _kind_of(ctx.text, notes),
               "text": (ctx.text or "")[:EXCERPT_CHARS], "changes": changes,
@@ -388,10 +476,18 @@ def append(ctx: "WriteContext") -> int | None:
         record["runs"] = runs
     if moves.n:
         record["moved"] = moves.columns()
+    if sw_n:
+        record["swept"] = swept.columns()
     inner.aux(LOG).put(_SEQ.pack(seq), msgpack.packb(record, use_bin_type=True))
     if runs:
-        ranged = set().union(*(range(a, b) for a, b in runs))
-        single = [n for n in ids if n not in ranged]
+        # The ids outside the runs (`ids` ascending, runs ascending and disjoint): slices.
+        single: list[int] = []
+        pos = 0
+        for a, b in runs:
+            i = bisect_left(ids, a, pos)
+            single.extend(ids[pos:i])
+            pos = bisect_left(ids, b, i)
+        single.extend(ids[pos:])
     else:
         single = ids
     inner.aux_put_many(BY_ELEMENT, ((_PAIR.pack(n, seq), b"") for n in single))
@@ -409,6 +505,10 @@ def _update_runs(changes: list[list[Any]], moved: list[int]) -> list[list[int]]:
 
 
 def _runs(ids: list[int]) -> list[list[int]]:
+    if ids:
+        lo, hi = min(ids), max(ids)
+        if hi - lo + 1 == len(ids) == len(set(ids)):
+            return [[lo, hi + 1]]           # one run (a sweep of one bulk-created chain)
     out: list[list[int]] = []
     for n in sorted(ids):
         if out and out[-1][1] == n:
@@ -478,7 +578,10 @@ class HistoryHook:
 def _decode(raw: bytes) -> LogEntry:
     d = msgpack.unpackb(raw, raw=False, strict_map_key=False)
     changes = d["changes"]
-    moved = d.get("moved")
+    moved, swept = d.get("moved"), d.get("swept")
+    if swept:
+        rows = _expand_swept(swept)
+        changes = sorted(changes + rows, key=itemgetter(0)) if changes else rows
     if moved:
         changes = sorted(changes + _expand_moves(moved), key=itemgetter(0))
     return LogEntry(d["seq"], d["at"], d["ts"], d["kind"], d["text"], changes,
