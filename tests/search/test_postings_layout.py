@@ -171,3 +171,65 @@ def test_a_few_deletes_cut_from_a_narrow_block_write_what_the_array_path_writes(
         assert few.d == arrays.d
         left = [n for n in ids if n not in gone_ids]
         assert [n for v in few.d.values() for n in postings.decode(v)[0].tolist()] == left
+
+
+def _rewritten(raw: bytes | None, ids: list[int], ops: dict) -> list[bytes]:
+    """The blocks an update of one block gives, as a dict of every posting makes them
+    (the code before `postings._rewrite` worked on the block's arrays)."""
+    entries: dict[int, tuple[float, int]] = {}
+    if raw is not None:
+        b_ids, b_w, b_g = postings.decode(raw)
+        entries.update(zip(b_ids.tolist(), zip(b_w.tolist(), b_g.tolist())))
+    for n in ids:
+        if ops[n] is None:
+            entries.pop(n, None)
+        else:
+            entries[n] = ops[n]
+    new_ids = sorted(entries)
+    out = []
+    for i in range(0, len(new_ids), postings.BLOCK):
+        chunk = new_ids[i:i + postings.BLOCK]
+        out.append(postings.encode(
+            np.asarray(chunk, dtype=np.uint64),
+            np.fromiter((entries[n][0] for n in chunk), dtype=np.float32, count=len(chunk)),
+            np.fromiter((entries[n][1] for n in chunk), dtype=np.uint32, count=len(chunk))))
+    return out
+
+
+def test_an_update_inside_a_block_writes_the_blocks_a_posting_map_would():
+    """Sets (new ids and new weights of held ones) and deletes inside a block, in both
+    layouts, splitting it past BLOCK, and sets or deletes alone (spliced into a narrow block): the
+    blocks written are byte for byte those of the block's postings updated one by one."""
+    r = random.Random(11)
+    for trial in range(300):
+        held = sorted(r.sample(range(1, 5000), r.randint(0, postings.BLOCK)))
+        group_top = 70_000 if trial % 5 == 0 else 50
+        raw = None
+        if held:
+            w = [r.random() * 3 for _ in held]
+            g = [r.randrange(group_top) for _ in held]
+            raw = (wide(held, w, g) if trial % 3 == 0 else postings.encode(
+                np.asarray(held, dtype=np.uint64), np.asarray(w, dtype=np.float32),
+                np.asarray(g, dtype=np.uint32)))
+        ops: dict = {}
+        for n in r.sample(held, min(len(held), r.randint(0, 10))):
+            ops[n] = None if r.random() < 0.5 else (r.random() * 3, r.randrange(group_top))
+        for n in r.sample(range(1, 5000), r.randint(0 if ops else 1, 40)):
+            ops.setdefault(n, None if r.random() < 0.2 else (r.random() * 3, r.randrange(50)))
+        if trial % 4 == 1:      # sets only (an updated document's terms): spliced in place
+            ops = {n: op or (0.25, 7) for n, op in ops.items()}
+        if trial % 4 == 2:      # deletes only (an updated document's old terms): `_delete`
+            # a few, one held at least (a block no delete touches is not rewritten)
+            ops = {n: None for n in r.sample(held, min(len(held), r.randint(1, 6)))}
+            ops.update((n, None) for n in r.sample(range(1, 5000), r.randint(0, 3)))
+        ids = sorted(ops)
+        key = None if raw is None else b"t" + postings._U64.pack(held[0])
+        aux = _Aux()
+        if raw is not None:
+            aux.put(key, raw)
+        delta = postings._rewrite(aux, b"t", key, raw, ids, ops)
+        expected = _rewritten(raw, ids, ops)
+        assert [v for _, v in sorted(aux.d.items())] == expected
+        assert sorted(aux.d) == sorted(b"t" + postings._U64.pack(int(postings.decode(b)[0][0]))
+                                       for b in expected)
+        assert delta == sum(postings.count(b) for b in expected) - len(held)
