@@ -30,6 +30,14 @@ from .wire import (ENVELOPE, INVALID_REQUEST, METHOD_NOT_FOUND, METHODS, PARSE_E
 # Worker threads: enough that cheap requests find one free while slow ones run (slow reads
 # wait for a heavy slot asleep, see nexus.exec.admission); `kip serve --threads N`.
 DEFAULT_THREADS = 64
+# A single FIND of a short text is first tried on the event loop with this time budget: a
+# point read (~35 µs of engine work) then costs no hop to a worker thread and back (that hop
+# was most of the server's CPU per request beside the HTTP work); one that is not done within
+# the budget stops at its next deadline check and runs again in the pool as before, so the
+# loop is held about `INLINE_BUDGET` at most (SEARCH, which may embed text without a deadline
+# check, and long texts, whose first parse may take a while, always go to the pool).
+INLINE_BUDGET = 0.002
+INLINE_TEXT = 2048
 _NOT_STARTED = object()
 
 
@@ -388,11 +396,17 @@ class KipApp(SpaceRoutes):
         call.kinds = [command_kind(t) for t in texts]
         call.batch = batch
         nexus = call.nexus if call.nexus is not None else self.nexus
-        fn = (nexus.execute_kip if method == "execute_kip" and not call.read_only
-              else nexus.execute_kip_readonly)
+        writable = method == "execute_kip" and not call.read_only
+        fn = nexus.execute_kip if writable else nexus.execute_kip_readonly
         arg = params if params is not None else {}
         started_wall, started = time.time(), time.perf_counter()
-        response = await self._in_pool(fn, arg, deadline)
+        inline = None
+        if call.kinds == ["KQL"] and not batch and len(texts[0]) <= INLINE_TEXT and \
+                "SEARCH" not in texts[0]:
+            within = getattr(nexus, "execute_kip_within", None)
+            if within is not None:
+                inline = within(arg, INLINE_BUDGET, readonly=not writable)
+        response = inline if inline is not None else await self._in_pool(fn, arg, deadline)
         if response is _NOT_STARTED:
             response = {"error": kip_error(
                 ErrorCode.KIP_4001,
