@@ -1,6 +1,7 @@
 """The ASGI application of `kip serve` (nexus.server): `POST /kip`, `GET /` and `GET /healthz`;
 Bearer auth checked before any body byte is read; the body size limit (413); the plain and
-the JSON-RPC 2.0 framings, batches and notifications; method dispatch to the thread pool;
+the JSON-RPC 2.0 framings, batches and notifications; method dispatch to the thread pool
+(a single short FIND tried on the loop first, `INLINE_BUDGET`);
 the per-request timeout (KIP_4001); 503 while shutting down; the access log and the audit
 records. The `/v1` routes of `--spaces` come from `SpaceRoutes`
 (nexus/server/spaces_routes.py); the framing's building blocks from nexus/server/wire.py.
