@@ -60,3 +60,28 @@ def test_a_write_or_a_batch_never_runs_under_a_budget(nx):
     refused = nx.execute_kip_within({"command": upsert}, 60.0)
     assert refused == nx.execute_kip_readonly({"command": upsert})
     assert refused["error"]["code"] == "KIP_1001"
+
+
+def test_the_server_stops_trying_a_text_on_its_loop_once_it_overran_there(tmp_path):
+    """`KipApp` tries a FIND text on its event loop only while it is marked cheap; one that
+    overruns the budget there is answered from the pool, the same answer, and unmarked."""
+    import asyncio
+
+    from nexus.server.app import KipApp
+    from nexus.server.wire import Call
+    from .conftest import make_slow_db
+    make_slow_db(tmp_path / "slow", items=200)
+    with Nexus.open(str(tmp_path / "slow"), bootstrap=False) as nexus:
+        app = KipApp(nexus, audit=None)
+        try:
+            app.cheap[SLOW_QUERY] = True        # as if it had been answered in 2 ms
+            response = asyncio.run(app._run("execute_kip_readonly",
+                                            {"command": SLOW_QUERY}, Call()))
+            assert response == {"result": 200 * 199 // 2}
+            assert app.cheap[SLOW_QUERY] is False
+            response = asyncio.run(app._run("execute_kip_readonly",
+                                            {"command": SLOW_QUERY}, Call()))
+            assert response == {"result": 200 * 199 // 2}
+            assert app.cheap[SLOW_QUERY] is False   # never marked cheap again
+        finally:
+            app.close()
