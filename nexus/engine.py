@@ -36,7 +36,7 @@ import orjson
 from . import syntax
 from .config import Config
 from .errors import ErrorCode, KipError, internal_error
-from .exec.admission import Admission
+from .exec.admission import Admission, OverBudget
 from .exec.context import ExecContext, WriteContext
 from .exec.primer import PrimerCache
 from .exec.registry import executor_for
@@ -73,17 +73,19 @@ class ReadSession:
     """What `Engine.read_session()` returns: a plain context manager rather than a
     generator one, because every read command opens one (a point FIND takes ~50 µs)."""
 
-    __slots__ = ("engine", "text", "dry_run", "ticket", "reading")
+    __slots__ = ("engine", "text", "dry_run", "budget", "ticket", "reading")
 
-    def __init__(self, engine: Engine, text: str | None, dry_run: bool) -> None:
+    def __init__(self, engine: Engine, text: str | None, dry_run: bool,
+                 budget: float | None = None) -> None:
         self.engine = engine
         self.text = text
         self.dry_run = dry_run
+        self.budget = budget
 
     def __enter__(self) -> ExecContext:
         engine = self.engine
         limits = engine.config.limits
-        self.ticket = engine.admission.ticket()
+        self.ticket = engine.admission.ticket(self.budget)
         try:
             self.reading = engine.store.read()
             txn = self.reading.__enter__()
@@ -203,11 +205,12 @@ class Engine:
     def _context_options(self) -> dict[str, Any]:
         return {"search": self.search, "primer": self.primer, "columnar": self.columnar}
 
-    def read_session(self, *, text: str | None = None, dry_run: bool = False
-                     ) -> "ReadSession":
+    def read_session(self, *, text: str | None = None, dry_run: bool = False,
+                     budget: float | None = None) -> "ReadSession":
         """`with engine.read_session() as ctx:` — a consistent snapshot (`ctx.txn`), in the
-        fast lane of the admission control until it has run `fast_seconds`."""
-        return ReadSession(self, text, dry_run)
+        fast lane of the admission control until it has run `fast_seconds`; with `budget`
+        (seconds), a deadline check past it raises `OverBudget` (nexus.exec.admission)."""
+        return ReadSession(self, text, dry_run, budget)
 
     @contextmanager
     def write_session(self, *, privileged: bool = False, dry_run: bool = False,
@@ -284,6 +287,27 @@ class Engine:
     def execute_kip_readonly(self, request: Mapping[str, Any]) -> Response:
         """Like `execute_kip`, but every statement that writes is refused before it runs."""
         return self._execute(request, readonly=True)
+
+    def execute_kip_within(self, request: Mapping[str, Any], budget: float, *,
+                           readonly: bool = True) -> Response | None:
+        """`execute_kip_readonly` (or `execute_kip` when not `readonly`) of a request of one
+        read command, if it is done within `budget` seconds of execution; None when it is
+        not (or when it writes, or is a batch): then nothing ran that changed anything, and
+        the caller runs the request again as usual. For `kip serve`, which answers cheap
+        reads on its event loop (nexus.server.app)."""
+        try:
+            commands, dry_run, batch = self._validate(request)
+        except KipError as err:
+            return {"error": err.to_dict()}
+        if batch:
+            return None
+        text, params = commands[0]
+        try:
+            response, _ = self.run_command(text, params, readonly=readonly,
+                                           dry_run=dry_run, budget=budget)
+        except OverBudget:
+            return None
+        return response
 
     def _execute(self, request: Any, *, readonly: bool) -> Response:
         try:
@@ -377,9 +401,11 @@ class Engine:
 
     # --- one command ----------------------------------------------------------------------
     def run_command(self, text: Any, parameters: Mapping[str, Any], *, readonly: bool = False,
-                    dry_run: bool = False, privileged: bool = False
-                    ) -> tuple[Response, bool]:
-        """Run one command; returns (response, stop_batch): a failing write stops a batch."""
+                    dry_run: bool = False, privileged: bool = False,
+                    budget: float | None = None) -> tuple[Response, bool]:
+        """Run one command; returns (response, stop_batch): a failing write stops a batch.
+        `budget`: a read's time budget (`read_session`); a write raises `OverBudget` before
+        it starts."""
         if isinstance(text, _BadItem):
             return {"error": text.error().to_dict()}, False
         writes: bool | None = None      # known once the command parsed
@@ -396,6 +422,8 @@ class Engine:
                                "need execute_kip",
                                "Send this command through execute_kip, or use only FIND, "
                                "SEARCH and DESCRIBE here.")
+            if writes and budget is not None:
+                raise OverBudget()
             command = parsed.command
             if parsed.late_binding:
                 # The executor binds parameters itself (FIND caches its prepared plan per
@@ -411,7 +439,7 @@ class Engine:
                                         text=text) as session:
                     result, cursor = execute(session.ctx, command, parameters)
             else:
-                with self.read_session(text=text, dry_run=dry_run) as ctx:
+                with self.read_session(text=text, dry_run=dry_run, budget=budget) as ctx:
                     result, cursor = execute(ctx, command, parameters)
                     hint = ctx.hint
             if json_size(result, limits.max_result_bytes) > limits.max_result_bytes:

@@ -24,6 +24,15 @@ import time
 from collections import deque
 
 
+class OverBudget(BaseException):
+    """Raised at a deadline check of a read command run under a time budget
+    (`Admission.ticket(budget)`) once the budget is used up, and before a command that
+    writes would run under one: its caller runs the command again without one. `kip serve`
+    tries cheap reads inline on its event loop this way and moves those that turn out not
+    to be cheap to its worker threads (nexus.server.app). A BaseException, so that the
+    engine's boundary (`except Exception`: a KIP_4003 answer) lets it through."""
+
+
 class Admission:
     """The heavy slots of one engine: a FIFO semaphore that also says whether anyone waits."""
 
@@ -66,25 +75,32 @@ class Admission:
             else:
                 self._free += 1
 
-    def ticket(self) -> "Ticket":
-        return Ticket(self)
+    def ticket(self, budget: float | None = None) -> "Ticket":
+        """A command's ticket; with `budget` (seconds), its first deadline check past the
+        budget — or past `fast_seconds`, if sooner: it never waits for a slot — raises
+        `OverBudget`."""
+        return Ticket(self, budget)
 
 
 class Ticket:
     """One command's place in the lanes: fast until `fast_seconds`, then a heavy slot."""
 
-    __slots__ = ("admission", "started", "next_check", "holding")
+    __slots__ = ("admission", "started", "next_check", "holding", "budget")
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, budget: float | None = None) -> None:
         self.admission = admission
         self.started = time.monotonic()
-        self.next_check = self.started + admission.fast_seconds
+        self.budget = budget
+        self.next_check = self.started + (admission.fast_seconds if budget is None
+                                          else min(budget, admission.fast_seconds))
         self.holding = False
 
     def checkpoint(self, now: float, deadline: float) -> bool:
         """At a deadline check past `next_check`: take a slot (the fast lane is over), or
         hand it on when others wait and the quantum is used. False when the deadline
         passed while waiting for a slot."""
+        if self.budget is not None:     # never waits: the caller runs it again elsewhere
+            raise OverBudget()
         adm = self.admission
         if self.holding:
             if not adm.waiting:

@@ -15,7 +15,9 @@ both framings. Errors found before a method could run (bad JSON, bad envelope, u
 method) are JSON-RPC error objects `{"code": -32700|-32600|-32601, "message", "data": <KIP
 error object>}`. A JSON array is a JSON-RPC batch. HTTP status is the same in both framings.
 
-Concurrency: the event loop only does I/O; every method runs on a worker thread (`pool`). The engine is
+Concurrency: methods run on worker threads (`pool`), but for a single short FIND seen cheap
+before, which the event loop answers itself if it is done within 2 ms (else it moves to a
+thread, and that text stays there; `app.INLINE_BUDGET`). The engine is
 thread-safe (LMDB snapshots for reads, one write lock), so reads run in parallel with one
 writer. A request that outlives `request_timeout` is answered 408 while its thread runs on:
 threads are never killed, so a write that has started commits or rolls back as a whole (each

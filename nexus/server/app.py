@@ -1,6 +1,7 @@
 """The ASGI application of `kip serve` (nexus.server): `POST /kip`, `GET /` and `GET /healthz`;
 Bearer auth checked before any body byte is read; the body size limit (413); the plain and
-the JSON-RPC 2.0 framings, batches and notifications; method dispatch to the thread pool;
+the JSON-RPC 2.0 framings, batches and notifications; method dispatch to the thread pool
+(a short FIND seen cheap before is tried on the loop first, `INLINE_BUDGET`);
 the per-request timeout (KIP_4001); 503 while shutting down; the access log and the audit
 records. The `/v1` routes of `--spaces` come from `SpaceRoutes`
 (nexus/server/spaces_routes.py); the framing's building blocks from nexus/server/wire.py.
@@ -30,6 +31,18 @@ from .wire import (ENVELOPE, INVALID_REQUEST, METHOD_NOT_FOUND, METHODS, PARSE_E
 # Worker threads: enough that cheap requests find one free while slow ones run (slow reads
 # wait for a heavy slot asleep, see nexus.exec.admission); `kip serve --threads N`.
 DEFAULT_THREADS = 64
+# A single FIND of a short text that was answered within `INLINE_BUDGET` before is run on the
+# event loop under that time budget: a point read (~35 µs of engine work) then costs no hop to
+# a worker thread and back (that hop was most of the server's CPU per request beside the HTTP
+# work). One that is not done within the budget stops at its next deadline check and runs
+# again in the pool as before — but deadline checks can be far apart in a big join (a
+# self-join of 450 items ran ~150-400 ms before its first one), so a text is tried inline
+# only once it has been seen cheap in the pool, and never again once it overran on the loop.
+# SEARCH (which may embed text without a deadline check) and long texts (a first parse may
+# take a while) always go to the pool. `INLINE_TEXTS` bounds the texts remembered.
+INLINE_BUDGET = 0.002
+INLINE_TEXT = 2048
+INLINE_TEXTS = 4096
 _NOT_STARTED = object()
 
 
@@ -66,6 +79,9 @@ class KipApp(SpaceRoutes):
         self.audit: Any = audit or None         # an AuditLog, or a follower's RemoteAudit
         self.audit_chars = config.audit_command_chars
         self.pool = WorkerPool(threads or DEFAULT_THREADS, thread_name_prefix="nexus-kip")
+        # FIND texts: True = answered within INLINE_BUDGET in the pool (tried on the loop
+        # from then on), False = overran its budget on the loop (never tried there again)
+        self.cheap: dict[str, bool] = {}
         self.owns_nexus = owns_nexus
         self.shutting_down = False
         self._closed = False
@@ -388,11 +404,27 @@ class KipApp(SpaceRoutes):
         call.kinds = [command_kind(t) for t in texts]
         call.batch = batch
         nexus = call.nexus if call.nexus is not None else self.nexus
-        fn = (nexus.execute_kip if method == "execute_kip" and not call.read_only
-              else nexus.execute_kip_readonly)
+        writable = method == "execute_kip" and not call.read_only
+        fn = nexus.execute_kip if writable else nexus.execute_kip_readonly
         arg = params if params is not None else {}
         started_wall, started = time.time(), time.perf_counter()
-        response = await self._in_pool(fn, arg, deadline)
+        inline, text = None, None
+        if call.kinds == ["KQL"] and not batch and len(texts[0]) <= INLINE_TEXT and \
+                "SEARCH" not in texts[0]:
+            text = texts[0]
+            within = getattr(nexus, "execute_kip_within", None)
+            if within is not None and self.cheap.get(text):
+                inline = within(arg, INLINE_BUDGET, readonly=not writable)
+                if inline is None:
+                    self.cheap[text] = False        # overran on the loop: never again
+        if inline is not None:
+            response = inline
+        else:
+            response = await self._in_pool(fn, arg, deadline)
+            if text is not None and text not in self.cheap and \
+                    len(self.cheap) < INLINE_TEXTS and \
+                    time.perf_counter() - started <= INLINE_BUDGET:
+                self.cheap[text] = True
         if response is _NOT_STARTED:
             response = {"error": kip_error(
                 ErrorCode.KIP_4001,
