@@ -44,7 +44,7 @@ import msgpack
 from nexus.store.bulk import gc_paused
 from nexus.history.recording import Before, PreImage, RecordingTxn
 from nexus.store.protocol import ConceptHead, Head, JsonMap, LinkHead, ReadTxn, WriteTxn
-from nexus.timestamps import iso_ms, stamp_ms, stamp_text
+from nexus.timestamps import iso_ms, stamp_ms
 
 if TYPE_CHECKING:
     from nexus.exec.context import WriteContext
@@ -405,8 +405,9 @@ def append(ctx: "WriteContext") -> int | None:
     before = txn.before
     created = txn.created_versions
     moves = _Moves()
-    at_ms = stamp_ms(at)        # the `_updated_at` a `bump_versions` of this session wrote
-    bumped_at = None if at_ms is None else stamp_text(at_ms)
+    # the `_updated_at` a `bump_versions` of this session wrote: `at` itself when it packs
+    # (`stamp_ms` answers only for texts that `stamp_text` gives back exactly)
+    bumped_at = at if stamp_ms(at) is not None else None
     swept = _Swept()
     columnar = SWEPT_BLOCK
     shapes, sw_n, sw_s, sw_v, sw_x = swept.shapes, swept.n, swept.s, swept.v, swept.x
