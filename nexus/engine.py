@@ -296,28 +296,26 @@ class Engine:
         the caller runs the request again as usual. For `kip serve`, which answers cheap
         reads on its event loop (nexus.server.app)."""
         try:
-            commands, dry_run, batch = self._validate(request)
-        except KipError as err:
-            return {"error": err.to_dict()}
-        if batch:
-            return None
-        text, params = commands[0]
-        try:
-            response, _ = self.run_command(text, params, readonly=readonly,
-                                           dry_run=dry_run, budget=budget)
+            return self._execute(request, readonly=readonly, budget=budget)
         except OverBudget:
             return None
-        return response
 
-    def _execute(self, request: Any, *, readonly: bool) -> Response:
+    def _execute(self, request: Any, *, readonly: bool,
+                 budget: float | None = None) -> Response:
+        """The request's commands run in order; a failing write stops a batch. Under a
+        `budget` (`execute_kip_within`) only a single read command is tried: a batch, a
+        write or a read past its budget raises `OverBudget` before anything changed."""
         try:
             commands, dry_run, batch = self._validate(request)
         except KipError as err:
             return {"error": err.to_dict()}
         if not batch:
             text, params = commands[0]
-            response, _ = self.run_command(text, params, readonly=readonly, dry_run=dry_run)
+            response, _ = self.run_command(text, params, readonly=readonly, dry_run=dry_run,
+                                           budget=budget)
             return response
+        if budget is not None:
+            raise OverBudget()
         results = []
         for text, params in commands:
             response, stop = self.run_command(text, params, readonly=readonly,
