@@ -92,10 +92,11 @@ class ReadSession:
         except BaseException:
             self.ticket.done()
             raise
-        return ExecContext(txn, limits, time.monotonic() + limits.query_timeout,
-                           text=self.text, dry_run=self.dry_run, ticket=self.ticket,
-                           search=engine.search, primer=engine.primer,
-                           columnar=engine.columnar)
+        # By position (keywords cost more than the rest of this method): now, clock,
+        # privileged, dry_run, text, search, primer, columnar, ticket.
+        return ExecContext(txn, limits, self.ticket.started + limits.query_timeout, None,
+                           now_iso, False, self.dry_run, self.text, engine.search,
+                           engine.primer, engine.columnar, self.ticket)
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -409,12 +410,20 @@ class Engine:
         if isinstance(text, _BadItem):
             return {"error": text.error().to_dict()}, False
         writes: bool | None = None      # known once the command parsed
-        paused = _collector_paused(text)
+        limits = self.config.limits
+        parsed = syntax.parsed_before(text, max_bytes=limits.max_command_bytes,
+                                      max_nesting=limits.max_nesting)
+        if parsed is None:
+            paused = _collector_paused(text)
+        else:                           # parsed before: its kind is known, nothing to parse
+            paused = parsed.kind is StatementKind.WRITE and gc.isenabled()
+            if paused:
+                gc.disable()
         try:
-            limits = self.config.limits
-            parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
-                                  max_nesting=limits.max_nesting,
-                                  timeout=limits.query_timeout)
+            if parsed is None:
+                parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
+                                      max_nesting=limits.max_nesting,
+                                      timeout=limits.query_timeout)
             writes = parsed.writes
             if readonly and writes:
                 raise KipError(ErrorCode.KIP_1001,
