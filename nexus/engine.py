@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nexus")
 
 _REQUEST_KEYS = frozenset(("command", "commands", "parameters", "dry_run"))
+_ABSENT = object()
 _ONE_KEYS = frozenset(("command", "parameters", "dry_run"))
 
 Response = dict[str, Any]
@@ -311,6 +312,15 @@ class Engine:
         return response
 
     def _execute(self, request: Any, *, readonly: bool) -> Response:
+        if type(request) is dict and len(request) <= 2 and type(request.get("command")) is str:
+            # The common request, {command, parameters?} (what `_validate` accepts first),
+            # without packing it into a batch of one.
+            shared = request.get("parameters", _ABSENT)
+            if len(request) == 1 and shared is _ABSENT:
+                return self.run_command(request["command"], {}, readonly=readonly)[0]
+            if type(shared) is dict:
+                return self.run_command(request["command"], dict(shared),
+                                        readonly=readonly)[0]
         try:
             commands, dry_run, batch = self._validate(request)
         except KipError as err:

@@ -197,9 +197,10 @@ def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> An
     if find.as_of is not None:          # the history extension: the graph as it was
         ctx = as_of_context(ctx, find.as_of, params)
     prep = prepare(ctx, find, params)
-    check_hops(ctx, prep)
+    if prep.paths:
+        check_hops(ctx, prep)
     env = Env(ctx, params)
-    _constants(env, prep, dry_run=ctx.dry_run)
+    _constants(env, prep, ctx.dry_run)
     limit = env.value(find.limit) if find.limit is not None else None
     offset = decode_cursor(env.value(find.cursor), prep.shape, params) if find.cursor else 0
     if ctx.dry_run:

@@ -100,7 +100,10 @@ def shape_find(env: Env, shape: FindShape, sols: Solutions, limit: int | None, o
     if limit is None and offset == 0 and not find.order_by:
         # Every solution, in first-found order (no page to cut, no cursor to give).
         unique = sols.first_found(None if shape.distinct else shape.key_idx, None)
-        return one_or_list([unique.column(path) for path in shape.paths]), None
+        paths = shape.paths
+        if len(paths) == 1:
+            return unique.column(paths[0]), None
+        return [unique.column(path) for path in paths], None
     stop = None if (limit is None or find.order_by) else offset + limit + 1
     unique = sols.first_found(None if shape.distinct else shape.key_idx, stop)
     if find.order_by:
