@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nexus")
 
 _REQUEST_KEYS = frozenset(("command", "commands", "parameters", "dry_run"))
+_ABSENT = object()
 _ONE_KEYS = frozenset(("command", "parameters", "dry_run"))
 
 Response = dict[str, Any]
@@ -92,10 +93,11 @@ class ReadSession:
         except BaseException:
             self.ticket.done()
             raise
-        return ExecContext(txn, limits, time.monotonic() + limits.query_timeout,
-                           text=self.text, dry_run=self.dry_run, ticket=self.ticket,
-                           search=engine.search, primer=engine.primer,
-                           columnar=engine.columnar)
+        # By position (keywords cost more than the rest of this method): now, clock,
+        # privileged, dry_run, text, search, primer, columnar, ticket.
+        return ExecContext(txn, limits, self.ticket.started + limits.query_timeout, None,
+                           now_iso, False, self.dry_run, self.text, engine.search,
+                           engine.primer, engine.columnar, self.ticket)
 
     def __exit__(self, *exc: Any) -> None:
         try:
@@ -305,6 +307,16 @@ class Engine:
         """The request's commands run in order; a failing write stops a batch. Under a
         `budget` (`execute_kip_within`) only a single read command is tried: a batch, a
         write or a read past its budget raises `OverBudget` before anything changed."""
+        if type(request) is dict and len(request) <= 2 and type(request.get("command")) is str:
+            # The common request, {command, parameters?} (what `_validate` accepts first),
+            # without packing it into a batch of one.
+            shared = request.get("parameters", _ABSENT)
+            if len(request) == 1 and shared is _ABSENT:
+                return self.run_command(request["command"], {}, readonly=readonly,
+                                        budget=budget)[0]
+            if type(shared) is dict:
+                return self.run_command(request["command"], dict(shared),
+                                        readonly=readonly, budget=budget)[0]
         try:
             commands, dry_run, batch = self._validate(request)
         except KipError as err:
@@ -407,12 +419,20 @@ class Engine:
         if isinstance(text, _BadItem):
             return {"error": text.error().to_dict()}, False
         writes: bool | None = None      # known once the command parsed
-        paused = _collector_paused(text)
+        limits = self.config.limits
+        parsed = syntax.parsed_before(text, max_bytes=limits.max_command_bytes,
+                                      max_nesting=limits.max_nesting)
+        if parsed is None:
+            paused = _collector_paused(text)
+        else:                           # parsed before: its kind is known, nothing to parse
+            paused = parsed.kind is StatementKind.WRITE and gc.isenabled()
+            if paused:
+                gc.disable()
         try:
-            limits = self.config.limits
-            parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
-                                  max_nesting=limits.max_nesting,
-                                  timeout=limits.query_timeout)
+            if parsed is None:
+                parsed = syntax.parse(text, max_bytes=limits.max_command_bytes,
+                                      max_nesting=limits.max_nesting,
+                                      timeout=limits.query_timeout)
             writes = parsed.writes
             if readonly and writes:
                 raise KipError(ErrorCode.KIP_1001,

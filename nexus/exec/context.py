@@ -44,7 +44,8 @@ class ExecContext:
     __slots__ = ("txn", "limits", "deadline", "_now", "clock", "privileged", "dry_run",
                  "text", "search", "primer", "columnar", "ticket", "hint")
 
-    def __init__(self, txn: ReadTxn, limits: Limits, deadline: float, *,
+    # (Not keyword-only: the engine passes them by position, once per read command.)
+    def __init__(self, txn: ReadTxn, limits: Limits, deadline: float,
                  now: str | None = None, clock: Clock = now_iso, privileged: bool = False,
                  dry_run: bool = False, text: str | None = None,
                  search: "SearchService | None" = None, primer: RankingCache | None = None,

@@ -197,9 +197,10 @@ def run_find(ctx: ExecContext, find: A.Find, params: Params | None = None) -> An
     if find.as_of is not None:          # the history extension: the graph as it was
         ctx = as_of_context(ctx, find.as_of, params)
     prep = prepare(ctx, find, params)
-    check_hops(ctx, prep)
+    if prep.paths:
+        check_hops(ctx, prep)
     env = Env(ctx, params)
-    _constants(env, prep, dry_run=ctx.dry_run)
+    _constants(env, prep, ctx.dry_run)
     limit = env.value(find.limit) if find.limit is not None else None
     offset = decode_cursor(env.value(find.cursor), prep.shape, params) if find.cursor else 0
     if ctx.dry_run:
@@ -240,17 +241,18 @@ def _run(env: Env, prep: Prepared) -> Solutions:
     hub = _hub_key(env, prep) if prep.anchored else None
     if hub is not None and prep.hubs is not None \
             and (prep.hubs.work_of(*hub) or HUB_WORK) < HUB_WORK:
-        hub = None              # measured on this snapshot, and no hub: the row path
+        # Measured on this snapshot, and no hub: the row path (`_columns` would say so).
+        return RowSolutions(env, layout, prep.runner(env, ()), uncapped=True)
     cx = _columns(env, prep, hub)
     if cx is not None and prep.program is not None:
         out = columnar.execute(env, cx, prep.program)
         if isinstance(out, Batch):
             return BatchSolutions(env, cx, layout, out)
         return RowSolutions(env, layout, limited(env.ctx, out))
-    solutions = _solutions(env, prep)
     if hub is not None and prep.hubs is not None:
-        solutions = _measured(env, solutions, prep.hubs, *hub)
-    return RowSolutions(env, layout, solutions)
+        return RowSolutions(env, layout, _measured(env, _solutions(env, prep), prep.hubs,
+                                                   *hub))
+    return RowSolutions(env, layout, prep.runner(env, ()), uncapped=True)
 
 
 def _solutions(env: Env, prep: Prepared) -> Rows:
@@ -299,8 +301,7 @@ def _hub_key(env: Env, prep: Prepared) -> tuple[object, object] | None:
     snap = env.txn.snapshot_id()
     if snap is None or getattr(env.txn, "columns", None) is None:
         return None
-    params = env.params
-    values = tuple([params.get(k) for k in prep.shape.fingerprint_params])
+    values = tuple(map(env.params.get, prep.shape.fingerprint_params))
     try:
         hash(values)
     except TypeError:                   # a parameter value that is not hashable: no memo

@@ -166,7 +166,11 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
     tests: list[Test] = []
     paths: list[A.Path] = []
     raises = False
-    for step, layout in zip(plan.steps, step_layouts(plan)):
+    steps, layouts = plan.steps, step_layouts(plan)
+    absorbed: P.Step | None = None      # a CheckConcept run inside the expand before it
+    for k, (step, layout) in enumerate(zip(steps, layouts)):
+        if step is absorbed:
+            continue
         if isinstance(step, P.Filter):
             tests.append(compile_filter(step.expr, layout))
             paths += paths_read(step.expr)
@@ -183,6 +187,16 @@ def _compile_steps(plan: P.GroupPlan) -> list[Stage]:
                 continue
             stages.append(filters)
             tests, paths, raises = [], [], False
+        after = steps[k + 1] if k + 1 < len(steps) else None
+        if type(step) is P.Expand and type(after) is P.CheckConcept \
+                and after.var == step.end != step.start:
+            # `(?s, "p", ?x)` then `?x {type: …}`: the test of each end in the expand's loop
+            # (the row path's commonest pair: a generator frame less per row).
+            absorbed = after
+            stages.append(_pick(_c_expand_checked(step, after, layout),
+                                _chained(compile_step(step, layout),
+                                         compile_step(after, layouts[k + 1]))))
+            continue
         stages.append(_COMPILERS[type(step)](step, layout))
     if tests:
         stages.append(_prefetching_filter(tests, paths, layout))
@@ -331,6 +345,44 @@ def _c_expand(step: P.Expand, layout: list[str]) -> Stage:
                         if not k & 1023:
                             tick(1024)
                         yield row + (end,)
+            tick((k & 1023) + 1)
+    return expand
+
+
+def _c_expand_checked(step: P.Expand, check: P.CheckConcept, layout: list[str]) -> Stage:
+    """`_c_expand` then `_c_check_concept` of its new end variable, as one stage: the same
+    rows, reads and work ticks (the check's values are read first, as the chain's outer
+    stage reads them before it pulls a row)."""
+    i = layout.index(step.start)
+    with_link = step.link is not None
+
+    def expand(env: Env, rows: Rows) -> Rows:
+        tid = env.sid(check.type) if check.type is not None else None
+        if check.type is not None and tid is None:
+            return
+        name = env.value(check.name) if check.name is not None else None
+        pids = env.pids(step.predicates)
+        if not pids:
+            return
+        txn = env.txn
+        links = txn.out_links if step.direction == "out" else txn.in_links
+        head = txn.known_head          # the ends were read from this snapshot
+        tick = env.tick
+        for row in rows:
+            start = row[i]
+            if start is None:
+                continue
+            k = 0
+            for pid in pids:
+                for _, end, link in links(start, pid):
+                    k += 1
+                    if not k & 1023:
+                        tick(1024)
+                    h = head(end)
+                    if type(h) is not ConceptHead or (tid is not None and h.type_id != tid) \
+                            or (name is not None and h.name != name):
+                        continue
+                    yield row + (end, link) if with_link else row + (end,)
             tick((k & 1023) + 1)
     return expand
 

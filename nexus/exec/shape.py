@@ -97,6 +97,13 @@ def shape_find(env: Env, shape: FindShape, sols: Solutions, limit: int | None, o
     find = shape.find
     # Without ORDER BY a page needs only the first solutions (one more tells whether a
     # next page exists); with it, all of them.
+    if limit is None and offset == 0 and not find.order_by:
+        # Every solution, in first-found order (no page to cut, no cursor to give).
+        unique = sols.first_found(None if shape.distinct else shape.key_idx, None)
+        paths = shape.paths
+        if len(paths) == 1:
+            return unique.column(paths[0]), None
+        return [unique.column(path) for path in paths], None
     stop = None if (limit is None or find.order_by) else offset + limit + 1
     unique = sols.first_found(None if shape.distinct else shape.key_idx, stop)
     if find.order_by:
@@ -223,6 +230,31 @@ def first_distinct(rows: Iterable[Row], key_idx: tuple[int, ...], stop: int | No
     return out
 
 
+def first_distinct_capped(ctx: ExecContext, rows: Iterable[Row], k: int, stop: int | None
+                          ) -> list[Row]:
+    """`first_distinct(limited(ctx, rows), (k,), stop)` in one loop: the same rows, and
+    the row cap and deadline checked at the same rows (a generator frame less per row)."""
+    limit = ctx.limits.max_rows
+    count = 0
+    seen: set[Any] = set()
+    out: list[Row] = []
+    for row in rows:
+        count += 1
+        if not count & 4095:
+            ctx.check_deadline()
+            if count > limit:
+                raise ctx.too_many_rows()
+        value = row[k]
+        if value not in seen:
+            seen.add(value)
+            out.append(row)
+            if stop is not None and len(out) >= stop:
+                return out          # not read to the end: `limited` checks no more
+    if count > limit:
+        raise ctx.too_many_rows()
+    return out
+
+
 def _take(rows: Iterable[Row], n: int) -> Iterator[Row]:
     """The first `n` rows. It reads the row after them too (so that a stream of exactly `n`
     rows is seen to end): the batch path's row cap counts the same (`stop + 1`)."""
@@ -235,14 +267,22 @@ def _take(rows: Iterable[Row], n: int) -> Iterator[Row]:
 @dataclass(slots=True)
 class RowSolutions:
     """The row path's solutions: row tuples, read once (a stream from the operators, the
-    row cap applied as it is read — or a list, from a point lookup)."""
+    row cap applied as it is read — or a list, from a point lookup). `uncapped`: the
+    stream's row cap is applied here, as it is read (`limited`), rather than by a stage
+    of its own."""
     env: Env
     layout: list[str]
     rows: Iterable[Row]
+    uncapped: bool = False
 
     def first_found(self, key_idx: tuple[int, ...] | None, stop: int | None
                     ) -> RowSelection:
         rows = self.rows
+        if self.uncapped:
+            if key_idx is not None and len(key_idx) == 1:
+                return RowSelection(self.env, self.layout, first_distinct_capped(
+                    self.env.ctx, rows, key_idx[0], stop))
+            rows = limited(self.env.ctx, rows)
         if key_idx is None:
             picked = list(rows if stop is None else _take(rows, stop))
         else:
@@ -251,7 +291,9 @@ class RowSolutions:
 
     def aggregate(self, agg: Aggregator, repeat_key: tuple[int, ...] | None,
                   by_columns: bool) -> None:
-        rows = self.rows if repeat_key is None else distinct(self.rows, repeat_key)
+        rows = limited(self.env.ctx, self.rows) if self.uncapped else self.rows
+        if repeat_key is not None:
+            rows = distinct(rows, repeat_key)
         add = agg.add
         if not agg.row_spec or not self.env.batched:
             for row in rows:

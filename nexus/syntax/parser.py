@@ -172,6 +172,16 @@ def parse(text: str, *, max_bytes: int = MAX_COMMAND_BYTES,
     return parsed
 
 
+def parsed_before(text: object, *, max_bytes: int = MAX_COMMAND_BYTES,
+                  max_nesting: int = MAX_NESTING) -> ParsedCommand | None:
+    """What `parse` answers from its cache for `text` under these limits, or None when it
+    would parse (not seen yet, too big to cache, or not a string): a cheap look before the
+    caller decides how to run the parse (the engine pauses the collector for a write's)."""
+    if type(text) is not str or len(text) > CACHE_MAX_CHARS:
+        return None
+    return _PARSED.get((text, max_bytes, max_nesting))
+
+
 # Only commands up to this size are cached, in a cache bounded by bytes (nexus.bounded): a
 # syntax tree weighs 15-30 times its text, so at most 4096 entries and about 128 MiB.
 CACHE_MAX_CHARS = 64 * 1024

@@ -143,3 +143,29 @@ def test_dry_run_of_a_whole_capsule_writes_nothing(nx):
     result = ok(nx, CAPSULE, dry_run=True)
     assert result == {"blocks": 0, "upsert_concept_nodes": [], "upsert_proposition_links": []}
     assert raw_dump(nx) == before
+
+
+def test_a_write_pauses_the_collector_also_when_its_text_was_parsed_before(nx):
+    """A write command runs with the cyclic collector paused until it commits, and the
+    collector is back on after — the first time its text is sent (parsed now) and when
+    it is sent again (its parse cached: the engine reads the kind from it); a read
+    leaves the collector on."""
+    import gc
+    ok(nx, MEDICAL_SCHEMA)
+    during = []
+
+    class Probe:        # a commit hook: whether the collector runs while the write commits
+        def stage(self, ctx): pass
+        def before_commit(self, ctx): during.append(gc.isenabled())
+        def after_commit(self, ctx): pass
+        def rolled_back(self, ctx): pass
+    nx.add_commit_hook(Probe())
+    assert gc.isenabled()
+    text = 'UPSERT { CONCEPT ?h { {type: "Symptom", name: "Cough"} SET ATTRIBUTES { n: :n } } }'
+    for n in range(3):
+        ok(nx, text, {"n": n})
+        assert gc.isenabled()
+    assert during == [False, False, False]
+    find = 'FIND(?h.attributes.n) WHERE { ?h {type: "Symptom", name: "Cough"} }'
+    for _ in range(2):
+        assert ok(nx, find) == [2] and gc.isenabled()
