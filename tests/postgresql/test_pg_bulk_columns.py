@@ -53,3 +53,20 @@ def test_rows_derived_from_columns_are_the_per_document_rows(pg_server, monkeypa
     assert per_doc[2] == 0 and by_cols[2] > len(data[0])
     assert by_cols[0]["lexdoc"] and by_cols[0] == per_doc[0]
     assert all(scores for scores, _ in by_cols[1]) and by_cols[1] == per_doc[1]
+
+
+def test_detach_search_stops_indexing_on_postgresql(pg_server):
+    """`Nexus.detach_search` (what `bench.pg --load-only` does for its store-only loads)
+    closes the PostgreSQL search service too: later writes are not indexed."""
+    with Nexus.open(pg_server.fresh_database("detach"), semantic="none") as nx:
+        _kip(nx, cases.SCHEMA)
+        with nx.store.read() as txn:
+            indexed = lexical.doc_count(txn, lexical.KIND_CONCEPT)
+            before = txn.count_concepts()
+        assert indexed == before
+        nx.detach_search()
+        assert nx.search is None
+        bulk_import(nx, *cases._data(7, 40))
+        with nx.store.read() as txn:
+            assert txn.count_concepts() >= before + 40
+            assert lexical.doc_count(txn, lexical.KIND_CONCEPT) == indexed
