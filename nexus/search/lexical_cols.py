@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 import zlib
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 import msgpack
@@ -202,34 +203,25 @@ def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
     order, a document's terms sorted —, per document its number of postings) of `docs`
     documents whose fields, in field order, are the field texts `slots[k][d]` of `fts`
     (-1: document d has no k-th field)."""
-    index: dict[str, int] = {}
-    setd = index.setdefault
+    got = [field_terms(field, text) for field, text in fts]
+    lens = np.fromiter(map(len, map(itemgetter(1), got)), dtype=np.int64, count=len(got))
     off = np.zeros(len(fts) + 1, dtype=np.int64)
-    e_term: list[int] = []
-    e_reps: list[int] = []
-    e_norm: list[float] = []
-    e_val: list[float] = []
-    for f, (field, text) in enumerate(fts):
-        norm, tcounts = field_terms(field, text)
-        for t, c in tcounts:
-            e_term.append(setd(t, len(index)))
-            e_reps.append(c)
-            e_norm.append(norm)
-            v = 0.0 + norm          # as `doc_terms` adds them: one occurrence at a time
-            while c > 1:
-                v += norm
-                c -= 1
-            e_val.append(v)
-        off[f + 1] = len(e_term)
+    np.cumsum(lens, out=off[1:])
+    pairs = [pair for _, counted in got for pair in counted]
+    e_terms = list(map(itemgetter(0), pairs))
+    reps = np.fromiter(map(itemgetter(1), pairs), dtype=np.int64, count=len(pairs))
+    norms = np.repeat(np.fromiter(map(itemgetter(0), got), dtype=np.float64,
+                                  count=len(got)), lens)
+    # a term's weight in one field: its occurrences added to 0.0 one at a time, as
+    # `doc_terms` adds them (0.0 + norm is norm)
+    vals = norms.copy()
+    for j in range(1, int(reps.max()) if len(reps) else 0):
+        more = reps > j
+        vals[more] += norms[more]
+    index = dict.fromkeys(e_terms)
     terms = sorted(index)
-    rank = np.empty(len(index), dtype=np.int64)
-    rank[np.fromiter(map(index.__getitem__, terms), dtype=np.int64, count=len(terms))] = \
-        np.arange(len(terms), dtype=np.int64)
-    term_of = rank[np.array(e_term, dtype=np.int64)] if e_term else np.zeros(0, np.int64)
-    reps = np.array(e_reps, dtype=np.int64)
-    norms = np.array(e_norm, dtype=np.float64)
-    vals = np.array(e_val, dtype=np.float64)
-    lens = np.diff(off)
+    rank = dict(zip(terms, range(len(terms))))
+    term_of = np.fromiter(map(rank.__getitem__, e_terms), dtype=np.int64, count=len(e_terms))
     p_doc, p_entry, p_slot = [], [], []
     for k, column in enumerate(slots):
         ft = np.asarray(column, dtype=np.int64)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import Counter
 
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, Doc, norm_name,
                    tokens)
@@ -89,10 +90,7 @@ def _counted(text: str, camel: bool) -> tuple[int, tuple]:
     hit = COUNT_CACHE.get(key)
     if hit is None:
         toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
-        counts: dict[str, int] = {}
-        for t in toks:
-            counts[t] = counts.get(t, 0) + 1
-        hit = (len(toks), tuple(counts.items()))
+        hit = (len(toks), tuple(Counter(toks).items()))     # (first-seen order)
         if len(COUNT_CACHE) >= CACHE_LIMIT:
             COUNT_CACHE.clear()
         COUNT_CACHE[key] = hit
