@@ -165,6 +165,7 @@ class WriteSession:
             ctx.removed = set()
             ctx.unsearched = set()
             ctx.moved = {}
+            ctx.new_docs = []
 
     def abort(self) -> None:
         """Roll the session back when it ends (nothing it wrote is kept)."""

@@ -120,7 +120,7 @@ class WriteContext(ExecContext):
     """
 
     __slots__ = ("touched", "removed", "versioned", "unsearched", "moved", "store_txn",
-                 "known_heads")
+                 "known_heads", "new_docs")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, *,
@@ -148,3 +148,8 @@ class WriteContext(ExecContext):
         # it back. Kept for the whole session (a head does not change unless a MERGE moves
         # or a DELETE removes its element, and those set `moved` / `removed`).
         self.known_heads: list[tuple[Sequence[int], ...]] = []
+        # The searchable texts of touched elements a bulk load created, as the columns it
+        # wrote (`nexus.search.lexical_cols.NewConcepts` / `NewLinks`): the lexical index
+        # derives their documents from these instead of reading them back. Emptied with
+        # `touched` when a session stages.
+        self.new_docs: list[Any] = []

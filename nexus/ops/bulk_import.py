@@ -55,6 +55,7 @@ from ..errors import ErrorCode, KipError
 from ..exec import protect, writes
 from ..exec.context import WriteContext
 from ..exec.schema import CONCEPT_TYPE, PROPOSITION_TYPE, Schema, check_definition_name
+from ..search.lexical_cols import NewConcepts, NewLinks
 from ..store.bulk import gc_paused, trim_heap
 
 DEFAULT_BATCH = 1_000_000      # items per write transaction (see the module doc)
@@ -401,6 +402,9 @@ class _Import:
         type_ids = [tids[types[0]]] * len(chunk) if single else list(map(tids.__getitem__,
                                                                            types))
         txn.create_concept_columns(new, type_ids, names, attrs, metas, extra_metadata=engine)
+        # (the search index derives their documents from these columns: none read back)
+        ctx.new_docs.append(NewConcepts(new, type_ids, {tids[t]: t for t in type_names},
+                                        names, attrs))
         ids = self.ids
         if single:
             ids.setdefault(types[0], {}).update(zip(names, new))
@@ -413,10 +417,12 @@ class _Import:
         self.counts["concepts_created"] += len(chunk)
         return True
 
-    def _link_columns(self, chunk: list) -> tuple[list, list, list, dict, list, list] | None:
+    def _link_columns(self, chunk: list) -> tuple[list, list, list, dict, list, list, list,
+                                                  list] | None:
         """The columns of a chunk of links whose ends this import has all met and whose maps
         are plain (else None): subject ids, object ids, predicate codes (an index into the
-        predicate names, kept in first-appearance order), the names, attributes, metadata.
+        predicate names, kept in first-appearance order), the names, attributes, metadata,
+        and the subjects' and objects' names.
         The passes run a slice at a time: each pass reads every item's dicts again, and a
         slice's dicts stay in the CPU's caches between its passes where a whole chunk's
         (tens of MB) do not (N=100k: ~25% of these passes' time)."""
@@ -428,13 +434,18 @@ class _Import:
         pindex: dict[Any, int] = {}     # predicate name -> its code, in order of appearance
         attrs: list[Any] = []
         metas: list[Any] = []
+        sn: list[Any] = []
+        on: list[Any] = []
         try:
             for i in range(0, len(chunk), _SLICE):
                 part = chunk[i:i + _SLICE]
                 subjects = list(map(_SUBJECT, part))
                 objects = list(map(_OBJECT, part))
-                ss += map(get, map(by_type, map(_TYPE, subjects)), map(_NAME, subjects))
-                os_ += map(get, map(by_type, map(_TYPE, objects)), map(_NAME, objects))
+                sn1, on1 = list(map(_NAME, subjects)), list(map(_NAME, objects))
+                ss += map(get, map(by_type, map(_TYPE, subjects)), sn1)
+                os_ += map(get, map(by_type, map(_TYPE, objects)), on1)
+                sn += sn1
+                on += on1
                 pn = list(map(_PREDICATE, part))
                 for p in dict.fromkeys(pn):
                     if p not in pindex:
@@ -450,11 +461,12 @@ class _Import:
             return None
         if None in ss or None in os_:        # an end this import has not met: resolve it
             return None
-        return ss, os_, codes, pindex, attrs, metas
+        return ss, os_, codes, pindex, attrs, metas, sn, on
 
-    def _links_fast(self, ctx: WriteContext, columns: tuple[list, list, list, dict, list, list],
+    def _links_fast(self, ctx: WriteContext, columns: tuple[list, list, list, dict, list, list,
+                                                            list, list],
                     pids: dict, engine: dict) -> bool:
-        ss, os_, codes, pindex, attrs, metas = columns
+        ss, os_, codes, pindex, attrs, metas, sn, on = columns
         ps = list(map([pids[p] for p in pindex].__getitem__, codes))
         txn = ctx.txn
         # Which links could exist already (see the item-by-item path): probe only those.
@@ -478,6 +490,9 @@ class _Import:
             raise
         self.linked.update(ss)
         ctx.touched.update(new)
+        # (their ends are concepts: a link's document shows an end's name)
+        ctx.new_docs.append(NewLinks(new, ss, ps, os_, {pids[p]: p for p in pindex}, sn, on,
+                                     attrs if any(attrs) else None))
         self.counts["propositions_created"] += len(ss)
         return True
 

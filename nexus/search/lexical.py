@@ -50,6 +50,7 @@ from nexus.store.bulk import gc_paused
 
 from . import postings
 from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
+from .lexical_cols import NewConcepts, NewLinks, derive
 from .lexical_terms import (FIELDS, REF_WEIGHT, SINGLES, doc_names, doc_terms, drop_caches,
                             field_terms, field_weights, idf, single)
 from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, element_doc
@@ -357,7 +358,8 @@ class _Writer:
 
 def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
           moved: Mapping[int, tuple[str, str]] | None = None,
-          deferred: Deferred | None = None) -> tuple[list[int], list[int]]:
+          deferred: Deferred | None = None,
+          known: Iterable[NewConcepts | NewLinks] = ()) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
@@ -372,14 +374,16 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
 
     `deferred`: the new documents' postings are held there instead of written (see
     `Deferred`); the caller writes them with `finish` before the transaction commits.
+    With it, the new elements `known` describes (a bulk load's columns) are derived from
+    those columns (`lexical_cols`): the same rows, not read back one at a time.
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
-        return _write(txn, touched, removed, moved or {}, deferred)
+        return _write(txn, touched, removed, moved or {}, deferred, known)
 
 
 def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
-           moved: Mapping[int, tuple[str, str]], deferred: Deferred | None = None
-           ) -> tuple[list[int], list[int]]:
+           moved: Mapping[int, tuple[str, str]], deferred: Deferred | None = None,
+           known: Iterable[NewConcepts | NewLinks] = ()) -> tuple[list[int], list[int]]:
     removed = list(removed)
     order = sorted(touched)
     if deferred and deferred.touches(order + removed):
@@ -431,6 +435,9 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     # A small write (an agent's UPSERT) leaves its new documents pending instead of
     # appending to the posting list of each of their terms.
     small = len(order) + len(removed) <= SMALL_WRITE
+    derived: list = []
+    if known and deferred is not None and not small:
+        order, derived = derive(txn, fwd, known, order, set(removed).union(moved))
     fwd.prefetch([_U64.pack(n) for n in removed] + [_U64.pack(n) for n in order])
     prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: see its doc)
     if prefetch is not None:
@@ -501,6 +508,14 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         (w.doc_new if raw is None else w.doc_puts).append((key, new))
         if vec_changed:
             changed.append(n)
+    for d in derived:                   # (deferred: `derived` is empty without it)
+        deferred.take_derived(d)        # type: ignore[union-attr]
+        w.count[d.kind] += len(d.ids)
+        w.name_new += d.names
+        w.doc_new += d.entries
+        changed += d.vectors
+    if derived:
+        changed.sort()
     # Fold when the pending ids (those stored before this write, bounded below by
     # `lowest`, and this write's) span PENDING_MAX ids or more, or a bigger write runs.
     # The stored ones are read only now, once (their entries as pending, this write's

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 
 from . import postings
+from .lexical_cols import Derived
 
 KIND_BYTES = (b"c", b"p")       # kind byte of concepts, links (see `lexical`)
 _U32 = struct.Struct(">I")
@@ -110,6 +111,24 @@ class Deferred:
             self.low = low if not self.size else min(self.low, low)
             self.high = max(self.high, high)
             self.size += len(terms) or 1
+
+    def take_derived(self, d: Derived) -> None:
+        """Hold a chunk's postings derived from its columns (`lexical_cols.Derived`)."""
+        if not len(d.ids):
+            return
+        index, codes, ws, id_cols, group_cols, count_cols = self.kinds[d.kind]
+        setd = index.setdefault
+        known = np.fromiter([setd(t, len(index)) for t in d.terms], dtype=np.int32,
+                            count=len(d.terms))
+        codes.append(known[d.codes])
+        ws.append(d.weights.astype(np.float32))     # (as `take` rounds them)
+        id_cols.append(d.ids.astype(np.uint64))
+        group_cols.append(d.groups.astype(np.uint32))
+        count_cols.append(d.counts.astype(np.int64))
+        low, high = int(d.ids.min()), int(d.ids.max())
+        self.low = low if not self.size else min(self.low, low)
+        self.high = max(self.high, high)
+        self.size += len(d.codes) or 1
 
     def holds(self, kind: int) -> bool:
         """Whether postings of `kind` are held."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import Counter
 
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, Doc, norm_name,
                    tokens)
@@ -69,15 +70,30 @@ def field_terms(field: int, text: str) -> tuple[float, tuple]:
     hit = FIELD_CACHE.get(key)
     if hit is None:
         w, b, avg, camel = FIELDS[field]
-        toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
-        counts: dict[str, int] = {}
-        for t in toks:
-            counts[t] = counts.get(t, 0) + 1
-        norm = w / (1.0 - b + b * len(toks) / avg) if toks else 0.0
-        hit = (norm, tuple(counts.items()))
+        size, counted = _counted(text, camel)
+        norm = w / (1.0 - b + b * size / avg) if size else 0.0
+        hit = (norm, counted)
         if len(FIELD_CACHE) >= CACHE_LIMIT:
             FIELD_CACHE.clear()
         FIELD_CACHE[key] = hit
+    return hit
+
+
+# A text's tokens counted, by text and camelCase splitting: the same name is a concept's
+# name field and its links' endpoint fields (tokenised once). Bounded as the others.
+COUNT_CACHE: dict[tuple[bool, str], tuple[int, tuple]] = {}
+
+
+def _counted(text: str, camel: bool) -> tuple[int, tuple]:
+    """(number of tokens, ((term, occurrences), ...) in first-seen order) of `text`."""
+    key = (camel, text)
+    hit = COUNT_CACHE.get(key)
+    if hit is None:
+        toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
+        hit = (len(toks), tuple(Counter(toks).items()))     # (first-seen order)
+        if len(COUNT_CACHE) >= CACHE_LIMIT:
+            COUNT_CACHE.clear()
+        COUNT_CACHE[key] = hit
     return hit
 
 
@@ -97,6 +113,7 @@ def drop_caches() -> None:
     concepts fills them with texts that will not recur soon, and the process kept ~100 MB
     of them after the load (`SearchService.bulk_loading` calls this when a load ends)."""
     FIELD_CACHE.clear()
+    COUNT_CACHE.clear()
     NAME_CACHE.clear()
     FIELD_WEIGHTS.clear()
 

@@ -409,7 +409,8 @@ class PgSearchService(SearchService):
         pass
 
     @kip_only
-    def close(self) -> None:
+    def close(self, drain: bool = True) -> None:
+        """(`drain`: nothing is queued here; `Nexus.detach_search` passes False.)"""
         self.vectors.release()      # (the unused in-process index: maps nothing)
 
 

@@ -222,7 +222,8 @@ class SearchService:
         if not ctx.touched and not ctx.removed:
             return
         changed, gone = lexical.write(_index_txn(ctx), _searchable(ctx), ctx.removed,
-                                      getattr(ctx, "moved", None), st.postings)
+                                      getattr(ctx, "moved", None), st.postings,
+                                      getattr(ctx, "new_docs", ()))
         st.changed.extend(changed)
         st.gone.extend(gone)
 

@@ -170,18 +170,16 @@ def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | N
     attrs = txn.attributes(n)
     if type(head) is ConceptHead:
         type_name = txn.symbol_text(head.type_id)
-        aliases = _aliases(attrs)
+        aliases, text, context = concept_texts(head.name, attrs)
         doc = Doc(n, KIND_CONCEPT, head.type_id, [head.name] + aliases)
         doc.fields.append((F_NAME, head.name))
         for alias in aliases:
             doc.fields.append((F_ALIAS, alias))
         doc.fields.append((F_TYPE, type_name))
-        text = _attribute_text(attrs)
         if text:
             doc.fields.append((F_TEXT, text))
         doc.vec_texts = [head.name] + aliases
-        desc = attrs.get("description")
-        doc.context = head.name + (f": {desc}" if isinstance(desc, str) and desc else "")
+        doc.context = context
         return doc
     pred = txn.symbol_text(head.predicate_id)
     subj, obj = end_names(txn, head, ends)
@@ -189,12 +187,20 @@ def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | N
     doc.fields.append((F_PREDICATE, pred))
     doc.fields.append((F_ENDPOINT, subj))
     doc.fields.append((F_ENDPOINT, obj))
-    text = _attribute_text(attrs)
+    text = attribute_text(attrs)
     if text:
         doc.fields.append((F_TEXT, text))
     doc.vec_texts = [link_vec_text(pred, subj, obj)]
     doc.context = doc.vec_texts[0]
     return doc
+
+
+def concept_texts(name: str, attrs: dict) -> tuple[list[str], str, str]:
+    """(aliases, attribute text, context) of the document of a concept named `name` with
+    attributes `attrs` (`element_doc`; a bulk load derives its documents from the same)."""
+    desc = attrs.get("description")
+    return (_aliases(attrs), attribute_text(attrs),
+            name + (f": {desc}" if isinstance(desc, str) and desc else ""))
 
 
 def end_names(txn: Any, head: Any, ends: dict[int, str] | None = None) -> tuple[str, str]:
@@ -239,7 +245,7 @@ def _aliases(attrs: dict) -> list[str]:
     return out[:MAX_ALIASES]
 
 
-def _attribute_text(attrs: dict) -> str:
+def attribute_text(attrs: dict) -> str:
     """The string values of the attributes (not aliases: they are a field of their own),
     `description` first, nested one level into lists and objects, bounded in size."""
     parts: list[str] = []

@@ -190,6 +190,12 @@ class GraphWriteTxn(GraphReadTxn[Db]):
     def max_id(self) -> int:
         return self._max_id
 
+    def first_new_id(self) -> int:
+        """The lowest id this transaction may create: an id at or above it was not in use
+        when the transaction began (ids are never reused: `max_id` only grows), so the
+        search index has no entry of it (`nexus.search.lexical_cols`)."""
+        return self._max_id0 + 1
+
     def commit_id(self) -> int:
         """The snapshot id readers will see once this transaction commits."""
         return self.kv.commit_id()

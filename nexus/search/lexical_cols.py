@@ -1,0 +1,267 @@
+"""A bulk load's lexical rows derived from the columns it wrote (`derive`).
+
+Owns the columns a bulk load hands the lexical index for a chunk of elements it created
+(`NewConcepts`, `NewLinks`: ids, types or predicates, names, the links' end names,
+attributes — what `bulk_import` has just written, so nothing is read back), and deriving
+from them what `lexical.write` derives for each such element one document at a time:
+the BM25F postings (`lexical_terms.doc_terms`' weights, the same doubles), the name keys
+and the forward entries (`Derived`), byte for byte the same rows.
+
+Why: deriving the documents one at a time (read the element back, build its document, sum
+its fields' terms, pack its entry) was ~3/4 of a load's lexical cost. Here each distinct
+field text (an end's name, a predicate, a type) is tokenised once for the chunk, and the
+documents' postings are gathered from those by numpy index arithmetic over the chunk;
+the per-document Python left is packing the forward entries. A link whose attributes have
+text is not derived here (`derive` leaves it to the per-document path).
+
+Exactness: a term in one field of a document has the weight of that field's text alone
+(its occurrences added to 0.0 one by one, as `doc_terms` does); a term in several fields
+has its occurrences added in field order, one rank of fields at a time over all such
+documents at once — the same additions in the same order; saturation is the same float64
+expression. Key layout: `lexical`'s module doc.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any, Iterable, Mapping, Sequence
+
+import msgpack
+import numpy as np
+
+from .lexical_terms import K1, cached_norm_name, doc_names, field_terms
+from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
+                   KIND_LINK, Doc, attribute_text, concept_texts)
+
+_NAMEV = struct.Struct("<IB")
+_KB = (b"c", b"p")
+
+
+@dataclass(frozen=True, slots=True)
+class NewConcepts:
+    """Concepts a bulk load created in this transaction: ids ascending."""
+    ids: Sequence[int]
+    type_ids: Sequence[int]
+    type_names: Mapping[int, str]           # type id -> the type's name
+    names: Sequence[str]
+    attributes: Sequence[dict | None]
+
+
+@dataclass(frozen=True, slots=True)
+class NewLinks:
+    """Links a bulk load created in this transaction between concepts: ids ascending;
+    `subject_names` / `object_names` are the end concepts' names (what a link's document
+    shows for a concept end)."""
+    ids: Sequence[int]
+    subjects: Sequence[int]
+    predicate_ids: Sequence[int]
+    objects: Sequence[int]
+    predicate_names: Mapping[int, str]      # predicate id -> its name
+    subject_names: Sequence[str]
+    object_names: Sequence[str]
+    attributes: Sequence[dict | None] | None
+
+
+@dataclass(slots=True)
+class Derived:
+    """The lexical rows of a chunk's new documents of one kind: per document (ids
+    ascending) its id, group and number of postings; per posting (documents in order) its
+    term (an index into `terms`) and its weight; the name keys and forward entries to
+    write; the ids whose vector texts are new (concepts)."""
+    kind: int
+    ids: np.ndarray
+    groups: np.ndarray
+    counts: np.ndarray
+    terms: list[str]
+    codes: np.ndarray
+    weights: np.ndarray
+    names: list[tuple[bytes, bytes]]
+    entries: list[tuple[bytes, bytes]]
+    vectors: list[int]
+
+
+def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: list[int],
+           skip: set[int]) -> tuple[list[int], list[Derived]]:
+    """The documents of `order` (sorted ids `lexical.write` is to derive) that `known`
+    describes, derived here: (the ids left to derive one at a time, the rows derived).
+    An id in `skip` (removed, or moved, by the same write), one with a forward entry, or a
+    link with attribute text is left."""
+    wanted = set(order)
+    first_new = getattr(txn, "first_new_id", None)
+    fresh = first_new() if first_new is not None else None
+    done: set[int] = set()
+    out: list[Derived] = []
+    for cols in known:
+        ids = list(cols.ids)
+        take = [i for i, n in enumerate(ids) if n in wanted and n not in skip]
+        if fresh is None or (take and ids[take[0]] < fresh):
+            # (a store that cannot tell which ids are new: the entries are read)
+            known_absent = fresh if fresh is not None else 1 << 63
+            take = [i for i in take if ids[i] >= known_absent
+                    or fwd.get(ids[i].to_bytes(8, "big")) is None]
+        if isinstance(cols, NewLinks) and cols.attributes is not None:
+            attrs = cols.attributes
+            take = [i for i in take if not attribute_text(attrs[i] or {})]
+        if not take:
+            continue
+        got = _concepts(cols, take) if isinstance(cols, NewConcepts) else _links(cols, take)
+        out.append(got)
+        done.update(got.ids.tolist())
+    if not done:
+        return order, out
+    return [n for n in order if n not in done], out
+
+
+def _id_bytes(ids: np.ndarray) -> list[bytes]:
+    raw = ids.astype(">u8").tobytes()
+    return [raw[i:i + 8] for i in range(0, len(raw), 8)]
+
+
+def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
+    ids = [cols.ids[i] for i in take]
+    names = [cols.names[i] for i in take]
+    groups = [cols.type_ids[i] for i in take]
+    texts = [concept_texts(name, cols.attributes[i] or {})
+             for i, name in zip(take, names)]
+    fts: dict[tuple[int, str], int] = {}
+    setd = fts.setdefault
+    name_slot = [setd((F_NAME, nm), len(fts)) for nm in names]
+    widest = max(len(t[0]) for t in texts)
+    alias_slots = [[setd((F_ALIAS, t[0][k]), len(fts)) if k < len(t[0]) else -1
+                    for t in texts] for k in range(widest)]
+    type_slot = [setd((F_TYPE, cols.type_names[g]), len(fts)) for g in groups]
+    text_slot = [setd((F_TEXT, t[1]), len(fts)) if t[1] else -1 for t in texts]
+    slots = [name_slot, *alias_slots, type_slot, text_slot]
+    terms, codes, weights, counts = _postings(slots, list(fts), len(ids))
+    id_arr = np.array(ids, dtype=np.uint64)
+    tl = list(map(terms.__getitem__, codes.tolist()))
+    wl = weights.tolist()
+    pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
+    entries: list[tuple[bytes, bytes]] = []
+    name_rows: list[tuple[bytes, bytes]] = []
+    at = 0
+    for n, idb, name, (aliases, _, context), group, k in zip(
+            ids, _id_bytes(id_arr), names, texts, groups, counts.tolist()):
+        flat: list[Any] = [None] * (2 * k)
+        flat[0::2] = tl[at:at + k]
+        flat[1::2] = wl[at:at + k]
+        at += k
+        # (`doc_names`: of a name alone, its normal form even when empty)
+        nms = doc_names(Doc(n, KIND_CONCEPT, group, [name] + aliases)) if aliases else \
+            [cached_norm_name(name)]
+        vcrc = zlib.crc32("\x1f".join([name] + aliases + [context]).encode())
+        entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc, flat])))
+        for i, nn in enumerate(nms):
+            if nn:
+                name_rows.append((b"nc" + nn.encode() + b"\x00" + idb,
+                                  _NAMEV.pack(group, 1 if i else 0)))
+    return Derived(KIND_CONCEPT, id_arr, np.array(groups, dtype=np.uint32), counts,
+                   terms, codes, weights, name_rows, entries, ids)
+
+
+def _links(cols: NewLinks, take: list[int]) -> Derived:
+    idx = np.array(take, dtype=np.int64)
+    ids = np.asarray(cols.ids, dtype=np.uint64)[idx] if not isinstance(cols.ids, range) \
+        else np.arange(cols.ids.start, cols.ids.stop, dtype=np.uint64)[idx]
+    pids = np.asarray(cols.predicate_ids, dtype=np.int64)[idx]
+    ends = np.concatenate([np.asarray(cols.subjects, dtype=np.int64)[idx],
+                           np.asarray(cols.objects, dtype=np.int64)[idx]])
+    end_names = [cols.subject_names[i] for i in take] + [cols.object_names[i] for i in take]
+    # field texts: the predicates (their names), then the distinct ends (their names)
+    upids, pinv = np.unique(pids, return_inverse=True)
+    pnames = [cols.predicate_names[p] for p in upids.tolist()]
+    uends, first, einv = np.unique(ends, return_index=True, return_inverse=True)
+    fts = [(F_PREDICATE, p) for p in pnames] + \
+        [(F_ENDPOINT, end_names[i]) for i in first.tolist()]
+    # (two ends with the same name are two field texts with the same terms: harmless)
+    count = len(take)
+    eslot = einv.astype(np.int64) + len(pnames)
+    slots = [pinv.astype(np.int64), eslot[:count], eslot[count:]]
+    terms, codes, weights, counts = _postings(slots, fts, count)
+    pack = msgpack.Packer(use_bin_type=True).pack
+    idbs = _id_bytes(ids)
+    groups = pids.tolist()
+    pl = [pnames[i] for i in pinv.tolist()]
+    sn, on = end_names[:count], end_names[count:]
+    entries = list(zip(idbs, map(pack, map(list, zip(groups, pl, sn, on)))))
+    # a link's names: its predicate's (`doc_names` of [predicate]), flag 0
+    heads = {}
+    for p, name in zip(upids.tolist(), pnames):
+        nn = cached_norm_name(name)
+        heads[p] = (b"np" + nn.encode() + b"\x00", _NAMEV.pack(p, 0)) if nn else None
+    name_rows = [(h[0] + idb, h[1]) for h, idb in zip(map(heads.__getitem__, groups), idbs)
+                 if h is not None]
+    return Derived(KIND_LINK, ids, pids.astype(np.uint32), counts, terms, codes, weights,
+                   name_rows, entries, [])
+
+
+def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
+              ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(terms in sorted order, per posting its term's index and weight — documents in
+    order, a document's terms sorted —, per document its number of postings) of `docs`
+    documents whose fields, in field order, are the field texts `slots[k][d]` of `fts`
+    (-1: document d has no k-th field)."""
+    got = [field_terms(field, text) for field, text in fts]
+    lens = np.fromiter(map(len, map(itemgetter(1), got)), dtype=np.int64, count=len(got))
+    off = np.zeros(len(fts) + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    pairs = [pair for _, counted in got for pair in counted]
+    e_terms = list(map(itemgetter(0), pairs))
+    reps = np.fromiter(map(itemgetter(1), pairs), dtype=np.int64, count=len(pairs))
+    norms = np.repeat(np.fromiter(map(itemgetter(0), got), dtype=np.float64,
+                                  count=len(got)), lens)
+    # a term's weight in one field: its occurrences added to 0.0 one at a time, as
+    # `doc_terms` adds them (0.0 + norm is norm)
+    vals = norms.copy()
+    for j in range(1, int(reps.max()) if len(reps) else 0):
+        more = reps > j
+        vals[more] += norms[more]
+    index = dict.fromkeys(e_terms)
+    terms = sorted(index)
+    rank = dict(zip(terms, range(len(terms))))
+    term_of = np.fromiter(map(rank.__getitem__, e_terms), dtype=np.int64, count=len(e_terms))
+    p_doc, p_entry, p_slot = [], [], []
+    for k, column in enumerate(slots):
+        ft = np.asarray(column, dtype=np.int64)
+        has = np.flatnonzero(ft >= 0)
+        ft = ft[has]
+        n = lens[ft]
+        total = int(n.sum())
+        if not total:
+            continue
+        starts = np.repeat(off[ft] - (np.cumsum(n) - n), n)
+        p_entry.append(starts + np.arange(total, dtype=np.int64))
+        p_doc.append(np.repeat(has, n))
+        p_slot.append(np.full(total, k, dtype=np.int64))
+    if not p_doc:
+        return terms, np.zeros(0, np.int32), np.zeros(0, np.float64), \
+            np.zeros(docs, np.int64)
+    doc = np.concatenate(p_doc)
+    entry = np.concatenate(p_entry)
+    slot = np.concatenate(p_slot)
+    term = term_of[entry]
+    order = np.lexsort((slot, term, doc))       # by document, term, then field order
+    doc, term, entry = doc[order], term[order], entry[order]
+    first = np.ones(len(doc), dtype=bool)
+    first[1:] = (doc[1:] != doc[:-1]) | (term[1:] != term[:-1])
+    group = np.cumsum(first) - 1
+    acc = vals[entry[first]]
+    if not first.all():
+        # A term in several fields of a document: its later fields' occurrences added
+        # to what the earlier ones summed, one addition at a time, in field order.
+        starts_at = np.flatnonzero(first)
+        pos = np.arange(len(doc)) - starts_at[group]    # rank of the field in its group
+        for r in range(1, int(pos.max()) + 1):
+            sel = np.flatnonzero(pos == r)
+            g, e = group[sel], entry[sel]
+            for j in range(int(reps[e].max())):
+                live = reps[e] > j
+                acc[g[live]] += norms[e[live]]
+    weights = acc * (K1 + 1.0) / (acc + K1)         # `saturate`, over the array
+    counts = np.bincount(doc[first], minlength=docs).astype(np.int64)
+    return terms, term[first].astype(np.int32), weights, counts
+
+
+__all__ = ["NewConcepts", "NewLinks", "Derived", "derive"]
