@@ -240,7 +240,7 @@ class WordLlamaEmbedder:
     contextual = True
     # One vector per concept, of "name: description" (the name alone without a
     # description; `vectors.doc_texts`): names, aliases and typos are the n-gram index's,
-    # and hybrid embeds its keyword hits' names (`query._name_similarity`).
+    # and rankings embed their candidates' names (`query._name_similarity`).
     context_only = True
     dim = 256
 

@@ -32,7 +32,8 @@ That is `MODE "keyword"` (spec §5.2.1; CONTRACT §10: the n-gram vectors carry 
 With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
 
 * `semantic`: the nearest neighbours of the query's meaning vector among the concepts'
-  "name: description" vectors (one per concept: `vectors.doc_texts`); the cosine is
+  "name: description" vectors (one per concept: `vectors.doc_texts`), each one's
+  similarity raised to its name's, embedded when ranked (`_name_similarity`); the cosine is
   mapped linearly from [SEM_LO, SEM_HI] onto [0, 1] (measured on the paraphrase set of
   bench/paraphrases.json: an unrelated element's best cosine rarely passes SEM_LO, a
   paraphrase's target is usually above SEM_HI / 2), so THRESHOLD means the same for every
@@ -358,6 +359,9 @@ def _link_candidates(txn: Any, vectors: VectorSource, qvec: np.ndarray, group: i
         sims = _link_similarity(txn, vectors, qvec, members, seen)
         return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
     ends = vectors.knn(KIND_CONCEPT, qvec, max(TOP_VECTOR, count), expansion)
+    for n, sim in _name_similarity(txn, vectors, KIND_CONCEPT, qvec, list(ends)).items():
+        if sim > ends[n]:
+            ends[n] = sim
     near: dict[int, float] = {}
     for end, sim in heapq.nlargest(LINK_ENDS, ends.items(), key=lambda kv: kv[1]):
         for _, other, link in islice(txn.out_links(end, group), LINK_FANOUT):
@@ -436,19 +440,25 @@ def semantic(txn: Any, vectors: VectorSource, kind: int, text: str, group: int |
         return []
     check()
     return _semantic_ranked(txn, vectors, kind, vectors.query_vector(text), group, limit,
-                            check, expansion)
+                            check, expansion, names=True)
 
 
 def _semantic_ranked(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarray,
                      group: int | None, limit: int, check: Callable[[], None],
-                     expansion: int | None, seen: dict[int, float] | None = None
-                     ) -> list[tuple[int, float]]:
+                     expansion: int | None, seen: dict[int, float] | None = None,
+                     names: bool = False) -> list[tuple[int, float]]:
+    """`names`: each candidate's similarity is raised to its name's (`_name_similarity`:
+    MODE "semantic"; hybrid does it for its keyword hits instead)."""
     cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
                               expansion, seen)
     if group is not None and len(cand) and _unfiltered(vectors) \
             and _needs_group_check(txn, kind, group):
         cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
     check()
+    if names:
+        for n, sim in _name_similarity(txn, vectors, kind, qvec, list(cand)).items():
+            if sim > cand[n]:
+                cand[n] = sim
     out: list[tuple[int, float]] = []
     # Best first (the score grows with the cosine), so only the hits returned are checked
     # against the snapshot.
@@ -471,12 +481,13 @@ def _name_similarity(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarra
                      ids: list[int]) -> dict[int, float]:
     """For an index of one "name: description" vector per concept (`context_only`,
     `vectors.doc_texts`): the cosine of `qvec` and each concept's name of `ids`, embedded
-    now — the name slot such an index no longer holds, for hybrid's keyword hits (a few
-    dozen at most: ~0.2 ms of WordLlama). Without it a mistyped name's own concept lost
-    to neighbours whose descriptions happened to be nearer: at 100k, hybrid's recall@5 on
-    names with two typos fell 0.93 → 0.65 (bench/RESULTS.md, "One semantic vector per
-    concept"). Ids that are no concept of this snapshot are absent; so is everything for
-    another index."""
+    now — the name slot such an index no longer holds, for the few dozen candidates a
+    ranking scores (hybrid's keyword hits, MODE "semantic"'s nearest concepts, the link
+    ends SEARCH PROPOSITION starts from: ~0.2 ms of WordLlama for 20–40 names). Without it
+    a mistyped name's own concept lost to neighbours whose descriptions happened to be
+    nearer: at 100k, hybrid's recall@5 on names with two typos fell 0.86 → 0.65
+    (bench/RESULTS.md, "One semantic vector per concept"). Ids that are no concept of
+    this snapshot are absent; so is everything for another index."""
     if kind != KIND_CONCEPT or not ids or not getattr(vectors.embedder, "context_only",
                                                       False):
         return {}
@@ -502,7 +513,7 @@ def _name_similarity(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarra
 def _semantic_score(cos: float) -> float:
     """A cosine of the semantic index as a score: 1.0 only for the same meaning vector (a
     concept without a description: its name as typed, give or take the int8 rounding of the
-    index; in hybrid also a keyword hit's name, `_name_similarity`); anything else is mapped
+    index, or a candidate's name embedded by `_name_similarity`); anything else is mapped
     from [SEM_LO, SEM_HI] onto [0, 0.99], as in keyword mode."""
     if cos >= SEM_SAME:
         return 1.0

@@ -101,8 +101,8 @@ def doc_texts(doc: Doc, embedder: Embedder) -> list[str]:
     WordLlama) gets one text per concept, "name: description" (the name alone without a
     description): the n-gram index and the lexical one serve names, aliases and typos,
     the name and alias vectors crowded the paraphrases' neighbours out (bench/RESULTS.md,
-    "One semantic vector per concept"), and hybrid embeds its keyword hits' names itself
-    (`nexus.search.query._name_similarity`). Links get none: SEARCH PROPOSITION ranks
+    "One semantic vector per concept"), and a ranking embeds its few candidates' names
+    itself (`nexus.search.query._name_similarity`). Links get none: SEARCH PROPOSITION ranks
     them from their ends' vectors and their text (`nexus.search.query._link_candidates`)."""
     if doc.kind != KIND_CONCEPT:
         return []

@@ -185,3 +185,22 @@ def test_hybrid_scores_its_keyword_hits_names_with_the_semantic_embedder(kip, mo
         assert found[0]["name"] == "Quinamiparin"
     finally:
         nx.close()
+
+
+@needs_extra
+def test_semantic_mode_scores_its_candidates_names(kip, monkeypatch):
+    """MODE "semantic" embeds its nearest concepts' names too: a name typed exactly (one
+    WordNet does not expand) is the same meaning vector, 1.0, though the index holds only
+    "name: description"."""
+    monkeypatch.delenv("NEXUS_SEMANTIC", raising=False)
+    nx = Nexus.open(None, semantic="wordllama")
+    try:
+        kip(nx, SCHEMA)
+        kip(nx, DATA)
+        kip(nx, 'UPSERT { CONCEPT ?q { {type: "Drug", name: "Quinamiparin"} SET ATTRIBUTES '
+                '{description: "an anticoagulant given after surgery"} } }')
+        found = kip(nx, 'SEARCH CONCEPT "Quinamiparin" MODE "semantic" LIMIT 3')
+        assert found[0]["name"] == "Quinamiparin"
+        assert found[0]["metadata"]["_score"] == 1.0
+    finally:
+        nx.close()
