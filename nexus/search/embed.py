@@ -238,9 +238,9 @@ class WordLlamaEmbedder:
     folder with `disable_download=True`, so it never touches the network."""
 
     contextual = True
-    # One vector per concept, of "name: description" (the name alone without a
-    # description; `vectors.doc_texts`): names, aliases and typos are the n-gram index's,
-    # and rankings embed their candidates' names (`query._name_similarity`).
+    # A vector of "name: description" (the name alone without a description) and one per
+    # alias, none of the bare name (`vectors.doc_texts`): names and typos are the n-gram
+    # index's, and rankings embed their candidates' names (`query._name_similarity`).
     context_only = True
     dim = 256
 

@@ -32,7 +32,7 @@ That is `MODE "keyword"` (spec §5.2.1; CONTRACT §10: the n-gram vectors carry 
 With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
 
 * `semantic`: the nearest neighbours of the query's meaning vector among the concepts'
-  "name: description" vectors (one per concept: `vectors.doc_texts`), each one's
+  "name: description" and alias vectors (`vectors.doc_texts`), each one's
   similarity raised to its name's, embedded when ranked (`_name_similarity`); the cosine is
   mapped linearly from [SEM_LO, SEM_HI] onto [0, 1] (measured on the paraphrase set of
   bench/paraphrases.json: an unrelated element's best cosine rarely passes SEM_LO, a

@@ -1,6 +1,7 @@
-"""What the semantic index embeds: one vector per concept, "name: description" (the name
-alone without a description). Names, aliases and typos are the lexical and n-gram indexes'
-job, and they keep their vectors; a semantic index saved by the previous layout (a vector
+"""What the semantic index embeds: per concept "name: description" (the name alone without a
+description) and each alias, no vector of the bare name. Names and typos are the lexical and
+n-gram indexes' job, and they keep their vectors; an alias is a grounding field that every
+mode must find (KIP §5.2.2); a semantic index saved by the previous layout (a vector
 for the name, each alias and "name: description", under the embedder name without "/c1")
 is rebuilt on open."""
 from __future__ import annotations
@@ -58,7 +59,7 @@ def test_a_context_only_embedder_gets_one_text_per_concept(disk_nexus, kip):
     docs = _docs(nx)
     one = ContextOnly()
     assert vectors.doc_texts(docs["Aspirin"], one) == [
-        "Aspirin: an analgesic medicine that reduces pain and fever"]
+        "Aspirin: an analgesic medicine that reduces pain and fever", "ASA"]
     assert vectors.doc_texts(docs["Headache"], one) == ["Headache"]    # no description
     assert vectors.doc_texts(docs["treats"], one) == []                # a link: none
     # The other embedders keep every distinct text: the name and the aliases (and, when
@@ -70,6 +71,14 @@ def test_a_context_only_embedder_gets_one_text_per_concept(disk_nexus, kip):
 
 def _keys(index) -> list[int]:
     return sorted(int(k) for k in index.indexes[KIND_CONCEPT].keys)
+
+
+def _semantic_keys(nx) -> list[int]:
+    """Slot 0 ("name: description") of every concept, slot 1 (the alias) of the drugs."""
+    docs = _docs(nx)
+    drugs = {docs[name].n for name in ("Aspirin", "Zolpidem")}
+    return sorted([n * vectors.SLOTS for n in _concepts(nx)]
+                  + [n * vectors.SLOTS + 1 for n in drugs])
 
 
 def _concepts(nx) -> list[int]:
@@ -88,8 +97,9 @@ def test_the_semantic_index_holds_one_vector_per_concept_and_names_still_find(
         kip(nx, DATA)
         nx.search.drain()
         concepts = _concepts(nx)
-        # Slot 0 of every concept, nothing else (links have none).
-        assert _keys(nx.search.semantic) == [n * vectors.SLOTS for n in concepts]
+        # Slot 0 of every concept, slot 1 of the aliased ones (links have none).
+        assert _keys(nx.search.semantic) == _semantic_keys(nx)
+        assert len(concepts) < len(_semantic_keys(nx)) < 2 * len(concepts)
         # The n-gram index still has a name and an alias vector for the drugs.
         ngram = set(_keys(nx.search.vectors))
         docs = _docs(nx)
@@ -104,6 +114,10 @@ def test_the_semantic_index_holds_one_vector_per_concept_and_names_still_find(
         found = kip(nx, 'SEARCH CONCEPT :q WITH TYPE "Drug" MODE "semantic" LIMIT 1',
                     q="pill to help me fall asleep")
         assert found[0]["name"] == "Zolpidem"
+        # An alias alone, in semantic mode too (a grounding field, KIP §5.2.2).
+        for q, name in (("Ambien", "Zolpidem"), ("ASA", "Aspirin")):
+            found = kip(nx, 'SEARCH CONCEPT :q MODE "semantic" LIMIT 1', q=q)
+            assert found[0]["name"] == name, q
     finally:
         nx.close()
 
@@ -139,7 +153,7 @@ def test_a_semantic_index_saved_by_the_previous_layout_is_rebuilt_on_open(
     try:
         assert nx.search.opened in ("loaded", "caught-up")      # (the n-gram index's)
         nx.search.drain()
-        assert _keys(nx.search.semantic) == [n * vectors.SLOTS for n in concepts]
+        assert _keys(nx.search.semantic) == _semantic_keys(nx)
         found = kip(nx, 'SEARCH CONCEPT :q WITH TYPE "Drug" MODE "semantic" LIMIT 1',
                     q="pill to help me fall asleep")
         assert found[0]["name"] == "Zolpidem"
@@ -151,7 +165,7 @@ def test_a_semantic_index_saved_by_the_previous_layout_is_rebuilt_on_open(
     assert meta["embedder"].endswith("/c1")
     nx = Nexus.open(str(db), durable=False, semantic="wordllama")
     try:
-        assert _keys(nx.search.semantic) == [n * vectors.SLOTS for n in concepts]
+        assert _keys(nx.search.semantic) == _semantic_keys(nx)
     finally:
         nx.close()
 
