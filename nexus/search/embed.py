@@ -238,12 +238,18 @@ class WordLlamaEmbedder:
     folder with `disable_download=True`, so it never touches the network."""
 
     contextual = True
+    # A vector of "name: description" (the name alone without a description) and one per
+    # alias, none of the bare name (`vectors.doc_texts`): names and typos are the n-gram
+    # index's, and rankings embed their candidates' names (`query._name_similarity`).
+    context_only = True
     dim = 256
 
     def __init__(self, expansion: bool = True) -> None:
-        # "/sw1": documents are embedded without English function words (below). Query
+        # "/sw1": documents are embedded without English function words (below); "/c1":
+        # one document per concept, its context (before, also its name and each alias: an
+        # index saved that way is foreign to this name, so it is rebuilt on open). Query
         # expansion changes no indexed vector, so it is not part of the name.
-        self.name = f"wordllama/l2_supercat/{self.dim}/sw1"
+        self.name = f"wordllama/l2_supercat/{self.dim}/sw1/c1"
         # The model (its tokenizer, ~25 MB, and its token table, a memory-mapped 16 MB file:
         # `_mapped_table`) and WordNet's lemma table are loaded by the first text embedded, once per process: a serving process that
         # answers no semantic SEARCH and indexes nothing new never holds them. WordNet (the
@@ -261,7 +267,7 @@ class WordLlamaEmbedder:
         return model
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Documents (names, aliases, "name: description"): WordLlama averages its token
+        """Documents ("name: description", or the name alone): WordLlama averages its token
         vectors, so the function words of a description dilute its meaning; they are left
         out (recall@5 on bench/data/paraphrases.json: 0.75 → 0.80)."""
         return self._embed([_content_words(t) for t in texts])

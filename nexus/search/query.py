@@ -31,8 +31,9 @@ returns an element that snapshot does not hold, whatever the vector index contai
 That is `MODE "keyword"` (spec §5.2.1; CONTRACT §10: the n-gram vectors carry no meaning).
 With a semantic index (`nexus.search.embed.WordLlamaEmbedder`):
 
-* `semantic`: the nearest neighbours of the query's meaning vector among the elements'
-  name, alias and "name: description" vectors (best slot per element); the cosine is
+* `semantic`: the nearest neighbours of the query's meaning vector among the concepts'
+  "name: description" and alias vectors (`vectors.doc_texts`), each one's
+  similarity raised to its name's, embedded when ranked (`_name_similarity`); the cosine is
   mapped linearly from [SEM_LO, SEM_HI] onto [0, 1] (measured on the paraphrase set of
   bench/paraphrases.json: an unrelated element's best cosine rarely passes SEM_LO, a
   paraphrase's target is usually above SEM_HI / 2), so THRESHOLD means the same for every
@@ -358,6 +359,9 @@ def _link_candidates(txn: Any, vectors: VectorSource, qvec: np.ndarray, group: i
         sims = _link_similarity(txn, vectors, qvec, members, seen)
         return dict(heapq.nlargest(count, sims.items(), key=lambda kv: kv[1]))
     ends = vectors.knn(KIND_CONCEPT, qvec, max(TOP_VECTOR, count), expansion)
+    for n, sim in _name_similarity(txn, vectors, KIND_CONCEPT, qvec, list(ends)).items():
+        if sim > ends[n]:
+            ends[n] = sim
     near: dict[int, float] = {}
     for end, sim in heapq.nlargest(LINK_ENDS, ends.items(), key=lambda kv: kv[1]):
         for _, other, link in islice(txn.out_links(end, group), LINK_FANOUT):
@@ -436,19 +440,25 @@ def semantic(txn: Any, vectors: VectorSource, kind: int, text: str, group: int |
         return []
     check()
     return _semantic_ranked(txn, vectors, kind, vectors.query_vector(text), group, limit,
-                            check, expansion)
+                            check, expansion, names=True)
 
 
 def _semantic_ranked(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarray,
                      group: int | None, limit: int, check: Callable[[], None],
-                     expansion: int | None, seen: dict[int, float] | None = None
-                     ) -> list[tuple[int, float]]:
+                     expansion: int | None, seen: dict[int, float] | None = None,
+                     names: bool = False) -> list[tuple[int, float]]:
+    """`names`: each candidate's similarity is raised to its name's (`_name_similarity`:
+    MODE "semantic"; hybrid does it for its keyword hits instead)."""
     cand = _vector_candidates(txn, vectors, kind, qvec, group, max(TOP_VECTOR, 2 * limit),
                               expansion, seen)
     if group is not None and len(cand) and _unfiltered(vectors) \
             and _needs_group_check(txn, kind, group):
         cand = {n: s for n, s in cand.items() if _group_of(txn, n, kind) == group}
     check()
+    if names:
+        for n, sim in _name_similarity(txn, vectors, kind, qvec, list(cand)).items():
+            if sim > cand[n]:
+                cand[n] = sim
     out: list[tuple[int, float]] = []
     # Best first (the score grows with the cosine), so only the hits returned are checked
     # against the snapshot.
@@ -467,9 +477,43 @@ def _semantic_ranked(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarra
     return out
 
 
+def _name_similarity(txn: Any, vectors: VectorSource, kind: int, qvec: np.ndarray,
+                     ids: list[int]) -> dict[int, float]:
+    """For an index of one "name: description" vector per concept (`context_only`,
+    `vectors.doc_texts`): the cosine of `qvec` and each concept's name of `ids`, embedded
+    now — the name slot such an index no longer holds, for the few dozen candidates a
+    ranking scores (hybrid's keyword hits, MODE "semantic"'s nearest concepts, the link
+    ends SEARCH PROPOSITION starts from: ~0.2 ms of WordLlama for 20–40 names). Without it
+    a mistyped name's own concept lost to neighbours whose descriptions happened to be
+    nearer: at 100k, hybrid's recall@5 on names with two typos fell 0.86 → 0.65
+    (bench/RESULTS.md, "One semantic vector per concept"). Ids that are no concept of
+    this snapshot are absent; so is everything for another index."""
+    if kind != KIND_CONCEPT or not ids or not getattr(vectors.embedder, "context_only",
+                                                      False):
+        return {}
+    prefetch = getattr(txn, "prefetch_elements", None)
+    if prefetch is not None:        # (PostgreSQL: the heads read below, at once)
+        prefetch(ids, ends=False)
+    owners: list[int] = []
+    texts: list[str] = []
+    for n in ids:
+        head = txn.head(n)
+        if type(head) is ConceptHead and head.name:
+            owners.append(n)
+            texts.append(head.name)
+    if not texts:
+        return {}
+    vecs = np.asarray(vectors.embedder.embed(texts), dtype=np.float32)
+    q = np.asarray(qvec, dtype=np.float32)
+    norms = np.linalg.norm(vecs, axis=1) * (float(np.linalg.norm(q)) or 1.0)
+    cos = vecs @ q / np.where(norms > 0, norms, 1.0)
+    return {n: min(1.0, max(0.0, c)) for n, c in zip(owners, cos.tolist())}
+
+
 def _semantic_score(cos: float) -> float:
-    """A cosine of the semantic index as a score: 1.0 only for the same meaning vector (the
-    name as typed, give or take the int8 rounding of the index); anything else is mapped
+    """A cosine of the semantic index as a score: 1.0 only for the same meaning vector (a
+    concept without a description: its name as typed, give or take the int8 rounding of the
+    index, or a candidate's name embedded by `_name_similarity`); anything else is mapped
     from [SEM_LO, SEM_HI] onto [0, 0.99], as in keyword mode."""
     if cos >= SEM_SAME:
         return 1.0
@@ -496,6 +540,11 @@ def hybrid(txn: Any, lexical_vectors: VectorSource, semantic_vectors: VectorSour
     if missing:
         for n, cos in _similarity(txn, semantic_vectors, kind, qvec, missing, seen).items():
             sm[n] = round(_semantic_score(cos), 6)
+    # ... and their names' (an index of "name: description" vectors alone holds none).
+    for n, cos in _name_similarity(txn, semantic_vectors, kind, qvec, list(kw)).items():
+        score = round(_semantic_score(cos), 6)
+        if score > sm.get(n, 0.0):
+            sm[n] = score
     w = min(W_SEM_MAX, max(W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))
     scored: list[tuple[float, int]] = []
     for n in kw.keys() | sm.keys():

@@ -29,7 +29,8 @@ keeps it in step with the data:
   are pruned by later writes. A crash at any point loses no vector for good.
 
 Each concept has up to SLOTS vectors (its name, its aliases, and for contextual embedders
-"name: description", each distinct text once: `doc_texts`), under usearch keys
+"name: description", each distinct text once; the semantic index's one, "name:
+description", only: `doc_texts`), under usearch keys
 `id * SLOTS + slot`; a document's similarity is its best slot's. Links have no vectors
 (FORMAT 2; files of FORMAT 1, which had one per link, are rebuilt on open): SEARCH
 PROPOSITION takes its vector candidates from the links of the query's nearest concepts and
@@ -96,10 +97,23 @@ def doc_texts(doc: Doc, embedder: Embedder) -> list[str]:
     """The texts an element gets a vector for, one per slot: a concept's name and aliases
     and, for contextual embedders, "name: description" — each distinct text once (a
     concept without a description, or an alias equal to its name, gave two identical
-    vectors before FORMAT 2). Links get none: SEARCH PROPOSITION ranks them from their
-    ends' vectors and their text (`nexus.search.query._link_candidates`)."""
+    vectors before FORMAT 2). An embedder that is `context_only` (the semantic index's
+    WordLlama) gets "name: description" (the name alone without a description) and each
+    alias: no vector of the bare name, which the n-gram index and the lexical one serve
+    (with typos) and which crowded the paraphrases' neighbours out (bench/RESULTS.md, "One
+    semantic vector per concept"), and a ranking embeds its few candidates' names
+    itself (`nexus.search.query._name_similarity`). Links get none: SEARCH PROPOSITION ranks
+    them from their ends' vectors and their text (`nexus.search.query._link_candidates`)."""
     if doc.kind != KIND_CONCEPT:
         return []
+    if getattr(embedder, "context_only", False):
+        # Aliases keep a vector each: an alias is a grounding field every mode must find
+        # (KIP §5.2.2), and no description is written around it (the bench's 100k set
+        # has none; agents add a few per concept).
+        name = doc.vec_texts[0] if doc.vec_texts else ""
+        first = [doc.context] if doc.context else []
+        return list(dict.fromkeys(
+            first + [t for t in doc.vec_texts[1:] if t and t != name]))[:SLOTS]
     texts = list(dict.fromkeys(t for t in doc.vec_texts if t))[
         : SLOTS - (1 if embedder.contextual else 0)]
     if embedder.contextual and doc.context and doc.context not in texts:
