@@ -84,3 +84,22 @@ def test_the_same_contents_and_counts_as_putmulti(env, overwrite, seed):
         with env.begin() as txn:
             got.append((added, list(txn.cursor(db))))
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("tail", [0, 1, 7, 300])
+def test_a_run_before_the_tables_last_few_keys(env, tail):
+    # The keys taken out of the run's way reach the end of the table (fewer than 8 KB).
+    items = [(key(b"b", i), b"y" * 7) for i in range(500)]
+    got = []
+    for name, put in ((b"p%d" % tail, lambda cur: cur.putmulti(items, overwrite=False)[1]),
+                      (b"f%d" % tail, lambda cur: kv.put_filled(cur, items, False))):
+        db = env.open_db(name)
+        with env.begin(write=True) as txn:
+            txn.cursor(db).putmulti([(key(b"a", i), b"x") for i in range(3000)] +
+                                    [(key(b"c", i), b"z" * i) for i in range(tail)],
+                                    append=True)
+        with env.begin(write=True) as txn:
+            added = put(txn.cursor(db))
+        with env.begin() as txn:
+            got.append((added, list(txn.cursor(db))))
+    assert got[0] == got[1] and got[0][0] == len(items)
