@@ -6,8 +6,9 @@
 Loads the peers data set (`bench/load.py`'s, generated into --data when missing) into a
 fresh LMDB nexus with SEARCH attached (`bulk_import`, `durable=False`, the schema UPSERT
 first), closes it, and prints JSON: the load's wall and CPU seconds, every file's allocated
-size, and per LMDB table its size (`txn.stat`: pages x page size, as `kip check` reports),
-entries and raw bytes (keys + values). `--sorted` also writes each table in key order with
+size, the LMDB file's free pages, and per LMDB table its size (`txn.stat`: pages x page
+size, as `kip check` reports), entries, raw bytes (keys + values) and the fill of its
+leaf pages. `--sorted` also writes each table in key order with
 MDB_APPEND into a scratch environment and reports those sizes: what the same data takes
 with full pages (a bulk load's interleaved inserts leave the lexical tables' pages about
 half full). Nothing is written to bench/RESULTS.md.
@@ -35,8 +36,10 @@ from nexus.ops.bulk_import import bulk_import  # noqa: E402
 from bench import load as L  # noqa: E402
 
 
-def tables(path: str) -> dict[str, tuple[float, int, float]]:
-    """name -> (MB of pages, entries, MB of keys + values)."""
+def tables(path: str) -> dict[str, tuple[float, int, float, float]]:
+    """name -> (MB of pages, entries, MB of keys + values, fill of its leaf pages: the
+    bytes its leaf nodes take — keys, values, LMDB's 8-byte node header and 2-byte slot —
+    over the room of its leaf and overflow pages)."""
     env = lmdb.open(path, readonly=True, lock=False, max_dbs=64)
     out = {}
     try:
@@ -46,11 +49,29 @@ def tables(path: str) -> dict[str, tuple[float, int, float]]:
                 st = txn.stat(db)
                 raw = sum(len(k) + len(v) for k, v in txn.cursor(db))
                 pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+                room = (st["leaf_pages"] + st["overflow_pages"]) * (st["psize"] - 16)
                 out[name.decode()] = (round(pages * st["psize"] / 1e6, 1), st["entries"],
-                                      round(raw / 1e6, 1))
+                                      round(raw / 1e6, 1),
+                                      round((raw + 10 * st["entries"]) / room, 3) if room
+                                      else 0.0)
     finally:
         env.close()
     return dict(sorted(out.items(), key=lambda kv: -kv[1][0]))
+
+
+def free_mb(path: str) -> float:
+    """MB of the file's pages that no table holds (LMDB's free list, and its own tree)."""
+    env = lmdb.open(path, readonly=True, lock=False, max_dbs=64)
+    try:
+        with env.begin() as txn:
+            st = env.stat()
+            held = 2 + st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            for name in [k for k, _ in txn.cursor()]:
+                t = txn.stat(env.open_db(name, txn=txn, create=False))
+                held += t["branch_pages"] + t["leaf_pages"] + t["overflow_pages"]
+            return round((env.info()["last_pgno"] + 1 - held) * st["psize"] / 1e6, 1)
+    finally:
+        env.close()
 
 
 def sorted_sizes(path: str) -> dict[str, float]:
@@ -100,7 +121,8 @@ def main() -> None:
     report = {"n": args.n, "items": len(concepts) + len(links), "load_s": round(t1 - t0, 1),
               "load_cpu_s": round(c1 - c0, 1), "loadavg": [load0, os.getloadavg()[0]],
               "files_mb": files, "total_mb": round(sum(files.values()), 1),
-              "tables_mb_entries_raw": tables(args.db)}
+              "free_pages_mb": free_mb(args.db),
+              "tables_mb_entries_raw_fill": tables(args.db)}
     if args.sorted:
         report["tables_sorted_mb"] = sorted_sizes(args.db)
     print(json.dumps(report, indent=1))
