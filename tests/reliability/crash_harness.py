@@ -74,9 +74,18 @@ def _spawn(path: str, model_file: str, seed: int, start: int, big: int, durable:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if wal is not None:
         env["NEXUS_WAL"] = "1" if wal else "0"
-    return subprocess.Popen([sys.executable, WRITER, path, model_file, str(seed), str(start),
-                             str(big)] + ([] if durable else ["nosync"]),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return _popen([sys.executable, WRITER, path, model_file, str(seed), str(start),
+                   str(big)] + ([] if durable else ["nosync"]), env)
+
+
+def _popen(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    """The writer's process, its stdout unbuffered on our side (`bufsize=0`): `_kill_cycle`
+    reads lines with `readline()` and then the rest with `communicate()`, which reads the
+    pipe's file descriptor directly — bytes a buffered reader had read ahead of the line it
+    returned (a second "ack" written right after the first, on a busy machine) would be
+    lost, and the harness would count an acknowledged request as a later one in flight."""
+    return subprocess.Popen(args, bufsize=0, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
 
 
 def _kill_cycle(child: subprocess.Popen, rng: random.Random, early: bool, after_ack: bool,

@@ -78,3 +78,20 @@ def test_sigkill_without_fsync_loses_nothing_acknowledged(tmp_path):
                           window=0.6, early_share=0.0, durable=False)
     print(summary)
     assert summary.kills == kills and summary.acknowledged_ops >= 1
+
+
+def test_acknowledgements_written_together_are_all_counted():
+    """A writer that prints "ready" and two acknowledgements in one write before it is
+    killed: the harness must count both. (A buffered reader's `readline()` read them all
+    ahead and `communicate()` then read the pipe without them, so the second
+    acknowledgement was lost and its committed request looked like one past the request in
+    flight: "the database matches no prefix" on a busy machine.)"""
+    import random
+    import sys
+
+    from crash_harness import _kill_cycle, _popen
+    child = _popen([sys.executable, "-c",
+                    "import os, time; os.write(1, b'ready\\nack 4\\nack 5\\n'); time.sleep(60)"])
+    acks, before_ready = _kill_cycle(child, random.Random(1), early=False, after_ack=True,
+                                     window=0.3)
+    assert acks == [4, 5] and not before_ready
