@@ -270,7 +270,9 @@ def _upsert(rng: random.Random, index: int, model: Model, items: list[Ident]) ->
         if ident not in model.concepts and rng.random() < 0.5:
             attrs["group"] = index
         meta = rand_map(rng, META_KEYS, rng.randint(1, 2)) if rng.random() < 0.5 else None
-        text = f"  CONCEPT ?h{j} {{\n    {_clause(ident, p)}\n"
+        # The handle is named by its place in `handles` (what the blocks below refer to),
+        # not by `j`: a repeated ident is skipped above.
+        text = f"  CONCEPT ?h{len(handles)} {{\n    {_clause(ident, p)}\n"
         if attrs:
             text += f"    SET ATTRIBUTES {{ {', '.join(f'{k}: {p(v)}' for k, v in attrs.items())} }}\n"
         entries = []

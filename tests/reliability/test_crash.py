@@ -95,3 +95,19 @@ def test_acknowledgements_written_together_are_all_counted():
     acks, before_ready = _kill_cycle(child, random.Random(1), early=False, after_ack=True,
                                      window=0.3)
     assert acks == [4, 5] and not before_ready
+
+
+def test_the_generated_upserts_define_every_handle_they_use():
+    """An UPSERT of the op generator that skips a repeated concept still names its handles
+    by their blocks: every `?hN` a PROPOSITION uses is defined by a CONCEPT block of the same
+    statement (seed 203's op 48 used an undefined ?h1, which the engine rightly refused)."""
+    import re
+    for seed in (203, *range(1, 25)):
+        model = Model()
+        for i in range(60):
+            op = make_op(seed, i, model, 40)
+            for statement in op.command.split("\nUPSERT")[:1]:
+                defined = set(re.findall(r"CONCEPT (\?h\d+)", statement))
+                used = set(re.findall(r"\?h\d+", statement))
+                assert used <= defined, (seed, i, sorted(used - defined))
+            op.apply(model)
