@@ -12,7 +12,7 @@ import pytest
 
 from nexus.api import Nexus
 from nexus.ops.bulk_import import bulk_import
-from nexus.search import lexical, lexical_cols
+from nexus.search import lexical
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -31,14 +31,7 @@ def _kip(nx: Nexus, command: str) -> list:
 
 def _load(url: str, data: tuple[list, list], columns: bool, monkeypatch
           ) -> tuple[dict, list, int]:
-    derived = []
-    real = lexical_cols.derive
-
-    def spy(*args):
-        order, got = real(*args) if columns else (args[3], [])
-        derived.extend(len(d.ids) for d in got)
-        return order, got
-    monkeypatch.setattr(lexical, "derive", spy)
+    derived = cases._derive_spied(columns, monkeypatch)
     with Nexus.open(url, semantic="none") as nx:
         _kip(nx, cases.SCHEMA)
         bulk_import(nx, *data, chunk_size=137)

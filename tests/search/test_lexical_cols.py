@@ -101,11 +101,11 @@ def _answers(nx: Nexus, kip) -> list:
     return out
 
 
-def _load(path: str, kip, data: tuple[list, list], chunk: int, columns: bool,
-          monkeypatch) -> tuple[dict, list, int]:
-    """Load `data` into a new LMDB nexus at `path`, deriving from the columns or not;
-    (the tables, the answers, the documents derived from columns)."""
-    derived = []
+def _derive_spied(columns: bool, monkeypatch) -> list[int]:
+    """`lexical.derive` replaced for the test: from the columns (`columns`) or never (every
+    document then takes the per-document path); returns the list that collects the number
+    of documents each call derived."""
+    derived: list[int] = []
     real = lexical_cols.derive
 
     def spy(*args):
@@ -113,6 +113,14 @@ def _load(path: str, kip, data: tuple[list, list], chunk: int, columns: bool,
         derived.extend(len(d.ids) for d in got)
         return order, got
     monkeypatch.setattr(lexical, "derive", spy)
+    return derived
+
+
+def _load(path: str, kip, data: tuple[list, list], chunk: int, columns: bool,
+          monkeypatch) -> tuple[dict, list, int]:
+    """Load `data` into a new LMDB nexus at `path`, deriving from the columns or not;
+    (the tables, the answers, the documents derived from columns)."""
+    derived = _derive_spied(columns, monkeypatch)
     lexical_terms.drop_caches()
     nx = Nexus.open(path, durable=False, semantic="none")
     try:
