@@ -170,18 +170,25 @@ def test_a_semantic_index_saved_by_the_previous_layout_is_rebuilt_on_open(
         nx.close()
 
 
+def _with_quinamiparin(kip) -> Nexus:
+    """An in-memory nexus with the semantic index, DATA and a drug whose name no WordNet
+    entry expands."""
+    nx = Nexus.open(None, semantic="wordllama")
+    kip(nx, SCHEMA)
+    kip(nx, DATA)
+    kip(nx, 'UPSERT { CONCEPT ?q { {type: "Drug", name: "Quinamiparin"} SET ATTRIBUTES '
+            '{description: "an anticoagulant given after surgery"} } }')
+    return nx
+
+
 @needs_extra
 def test_hybrid_scores_its_keyword_hits_names_with_the_semantic_embedder(kip, monkeypatch):
     """The index holds "name: description" only; hybrid embeds its keyword hits' names
     when it ranks them (what the name slot gave: a mistyped name stays near its own
     concept), and does so only for such an index."""
     monkeypatch.delenv("NEXUS_SEMANTIC", raising=False)
-    nx = Nexus.open(None, semantic="wordllama")
+    nx = _with_quinamiparin(kip)
     try:
-        kip(nx, SCHEMA)
-        kip(nx, DATA)
-        kip(nx, 'UPSERT { CONCEPT ?q { {type: "Drug", name: "Quinamiparin"} SET ATTRIBUTES '
-                '{description: "an anticoagulant given after surgery"} } }')
         nx.search.drain()
         s = nx.search
         with nx.store.read() as txn:
@@ -207,12 +214,8 @@ def test_semantic_mode_scores_its_candidates_names(kip, monkeypatch):
     WordNet does not expand) is the same meaning vector, 1.0, though the index holds only
     "name: description"."""
     monkeypatch.delenv("NEXUS_SEMANTIC", raising=False)
-    nx = Nexus.open(None, semantic="wordllama")
+    nx = _with_quinamiparin(kip)
     try:
-        kip(nx, SCHEMA)
-        kip(nx, DATA)
-        kip(nx, 'UPSERT { CONCEPT ?q { {type: "Drug", name: "Quinamiparin"} SET ATTRIBUTES '
-                '{description: "an anticoagulant given after surgery"} } }')
         found = kip(nx, 'SEARCH CONCEPT "Quinamiparin" MODE "semantic" LIMIT 3')
         assert found[0]["name"] == "Quinamiparin"
         assert found[0]["metadata"]["_score"] == 1.0
