@@ -266,6 +266,13 @@ def _columns(env: Env, prep: Prepared, hub: tuple[object, object] | None) -> Any
     """The snapshot's column view when this execution should run columnar, else None
     (`hub`: the anchored execution's `_hub_key`)."""
     ctx = env.ctx
+    ticket = ctx.ticket
+    if ticket is not None and ticket.budget is not None:
+        # A read under a time budget (`execute_kip_within`: `kip serve` answering on its
+        # event loop) takes the row path, which checks the deadline every few thousand units
+        # of work. A columnar step has no check inside it (building a predicate's arrays,
+        # one numpy pass over a batch), so it could hold the loop far past the budget.
+        return None
     mode = ctx.columnar or columnar.default_mode()
     if mode == "never":
         return None

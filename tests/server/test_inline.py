@@ -85,3 +85,27 @@ def test_the_server_stops_trying_a_text_on_its_loop_once_it_overran_there(tmp_pa
             assert app.cheap[SLOW_QUERY] is False   # never marked cheap again
         finally:
             app.close()
+
+
+def test_a_read_under_a_budget_takes_the_row_path(tmp_path, monkeypatch):
+    """The columnar executor has no deadline check inside a step (a predicate's arrays
+    built, a numpy pass), so a read under a budget never runs there: its deadline checks
+    stay a few thousand units of work apart, even with columns forced."""
+    from nexus.exec import columnar
+    from .conftest import make_slow_db
+    make_slow_db(tmp_path / "db", items=40)
+    ran = []
+    real = columnar.execute
+
+    def spied(*args, **kwargs):
+        ran.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(columnar, "execute", spied)
+    scan = {"command": 'FIND(?p.name) WHERE { ?p {type: "Item"} } ORDER BY ?p.name LIMIT 5'}
+    with Nexus.open(str(tmp_path / "db"), bootstrap=False, columnar="always") as nexus:
+        within = nexus.execute_kip_within(scan, 60.0)
+        assert ran == []
+        expected = nexus.execute_kip_readonly(scan)
+        assert ran, "without a budget, columnar='always' runs the columnar executor"
+    assert within == expected
+    assert len(expected["result"]) == 5
