@@ -20,9 +20,10 @@ indexes' raw keys (fixed width, big-endian, see `codec`) and never decodes a val
 * `ElementInfo`: process-wide `tid_of` / `name_of` arrays indexed by element id (0: not
   known yet, -1: a link, > 0: a concept's type id; the concept's name). Heads are immutable
   and committed ids are never reused, so an entry filled from any committed snapshot is valid
-  for every later one; entries are filled lazily from `known_head`, only for ids a read
-  transaction found in its own indexes (never from a write transaction, whose ids may be
-  handed out again if it aborts). Index 0 is never an id: it stands for "null" in columns.
+  for every later one; entries are filled lazily from `uncached_head` (the arrays keep
+  what they need: the heads are not also put in the store's head cache), only for ids a
+  read transaction found in its own indexes (never from a write transaction, whose ids
+  may be handed out again if it aborts). Index 0 is never an id: it stands for "null" in columns.
 
 Snapshot caches (correct by construction): a read transaction's `snapshot_id()` names the
 committed state it sees (LMDB's transaction id; the memory store's commit serial), and
@@ -72,6 +73,7 @@ class ColumnSource(Protocol):
     def count_type(self, type_id: int) -> int: ...
     def count_predicate(self, predicate_id: int) -> int: ...
     def known_head(self, n: int) -> Head: ...
+    def uncached_head(self, n: int) -> Head: ...
     def attributes_of(self, ns: Sequence[int]) -> list[JsonMap]: ...
     def raw_keys(self, table: str, prefix: bytes) -> Iterator[bytes]:
         """The keys of the core table `table` from `prefix` on, ascending."""
@@ -438,12 +440,12 @@ class TxnColumns:
         info = self.info
         out: np.ndarray = info.tid_of[ids]
         if (out == 0).any():
-            info.fill(ids, self.txn.known_head)
+            info.fill(ids, self.txn.uncached_head)
             out = info.tid_of[ids]
         return out
 
     def names(self, ids: np.ndarray) -> np.ndarray:
-        return self.info.names(ids, self.txn.known_head)
+        return self.info.names(ids, self.txn.uncached_head)
 
 
 def columns_for(txn: ColumnSource, cache: StoreColumns) -> TxnColumns | None:

@@ -18,7 +18,7 @@ from kqlsupport import STORES, open_db
 
 from nexus.exec import batch, columnar
 from nexus.plan import cost
-from nexus.store.columns import store_columns
+from nexus.store.columns import ElementInfo, store_columns
 
 DRUGS_BY_CLASS = 'FIND(?c.name, COUNT(?d)) WHERE { ?d {type: "Drug"} ?c {type: "DrugClass"} ' \
                  '(?d, "is_class_of", ?c) }'
@@ -287,6 +287,24 @@ def test_huge_ids_stay_on_the_row_path(store, tmp_path):
         assert "far away" in rows
     finally:
         nx.close()
+
+
+def test_element_info_keeps_its_heads_out_of_the_head_cache(graph):
+    """The columnar executor reads each concept's type and name once into the element
+    info's arrays; the heads it decodes for that are not also kept in the store's head
+    cache (they would be held twice). The answers stay those of the row path."""
+    nx = graph
+    cache = store_columns(nx.store)
+    cache.info = ElementInfo()
+    nx.store.head_cache.clear()
+    columnar_rows = run(nx, SIDE_EFFECTS, "always")["result"]
+    run(nx, DRUGS_BY_CLASS, "always")
+    assert not nx.store.head_cache
+    with nx.store.read() as t:
+        drugs = list(t.concepts_of_type(t.symbol_id("Drug")))
+        assert cache.info.name_of[drugs].tolist() == [t.head(n).name for n in drugs]
+        assert (cache.info.tid_of[drugs] == t.symbol_id("Drug")).all()
+    assert columnar_rows == both(nx, SIDE_EFFECTS)
 
 
 def test_cache_budget_bounds_the_cache(graph):
