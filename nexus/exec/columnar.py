@@ -10,7 +10,7 @@ null (no element has id 0) — using the snapshot's column views (`nexus.store.c
 
 * ScanType: the type's sorted id array (crossed with the incoming rows);
 * ConstConcept / LinkById: one id compared or appended;
-* CheckConcept: `tid_of[col]` (and `name_of[col]`) — process-wide arrays, valid across
+* CheckConcept: `tid_of[col]` (and the names, `names(col)`) — process-wide arrays, valid across
   snapshots because heads are immutable;
 * Expand: `searchsorted` ranges over the predicate's links sorted by subject (out) or by
   object (in), then `np.repeat`; several predicates are concatenated and stably sorted back

@@ -198,6 +198,20 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         # (the caller's promise that n exists makes head() answer a head)
         return h if h is not None else cast(Head, self.head(n))
 
+    def uncached_head(self, n: int) -> Head:
+        """known_head() that leaves the head cache as it is: for a reader that keeps what
+        it needs of each head itself (the column views' element info keeps a type id and a
+        name per id in arrays). Caching the heads too would hold every concept a columnar
+        query touched twice — the head, its two ints and its dict slot, ~130 bytes: 7 MB
+        after Q1–Q6 at N=100k — and fill the cache with heads the row path may never ask
+        for."""
+        h = self._heads.get(n)
+        if h is not None:
+            return h
+        v = self._get(pack_n(n), None, self.tables.head)
+        # (the caller's promise that n exists makes v a head; as head(): None if not)
+        return codec.decode_head(n, v) if v is not None else cast(Head, None)
+
     def attributes(self, n: int) -> JsonMap:
         try:
             v = self._get(pack_n(n), None, self.tables.attrs)

@@ -18,7 +18,7 @@ from kqlsupport import STORES, open_db
 
 from nexus.exec import batch, columnar
 from nexus.plan import cost
-from nexus.store.columns import store_columns
+from nexus.store.columns import ElementInfo, store_columns
 
 DRUGS_BY_CLASS = 'FIND(?c.name, COUNT(?d)) WHERE { ?d {type: "Drug"} ?c {type: "DrugClass"} ' \
                  '(?d, "is_class_of", ?c) }'
@@ -287,6 +287,53 @@ def test_huge_ids_stay_on_the_row_path(store, tmp_path):
         assert "far away" in rows
     finally:
         nx.close()
+
+
+def test_element_info_keeps_its_heads_out_of_the_head_cache(graph):
+    """The columnar executor reads each concept's type and name once into the element
+    info's arrays; the heads it decodes for that are not also kept in the store's head
+    cache (they would be held twice). The answers stay those of the row path."""
+    nx = graph
+    cache = store_columns(nx.store)
+    cache.info = ElementInfo()
+    nx.store.head_cache.clear()
+    columnar_rows = run(nx, SIDE_EFFECTS, "always")["result"]
+    run(nx, DRUGS_BY_CLASS, "always")
+    assert not nx.store.head_cache
+    with nx.store.read() as t:
+        drugs = list(t.concepts_of_type(t.symbol_id("Drug")))
+        assert cache.info.names(np.array(drugs), t.known_head).tolist() == \
+            [t.head(n).name for n in drugs]
+        assert (cache.info.tid_of[drugs] == t.symbol_id("Drug")).all()
+    assert columnar_rows == both(nx, SIDE_EFFECTS)
+
+
+def test_element_info_names_types_and_links_across_growth():
+    """ElementInfo answers each id's type id (-1 a link, 0 for the null id) and name (None
+    for links and 0) whatever order the ids come in and however often the arrays grow; an
+    id filled twice keeps one name slot."""
+    from nexus.store.model import ConceptHead, LinkHead
+    heads = {n: ConceptHead(n, 7 + n % 3, f"c{n}") if n % 4 else LinkHead(n, 1, 2, 3)
+             for n in range(1, 5000)}
+    asked: list[int] = []
+
+    def known_head(n):
+        asked.append(n)
+        return heads[n]
+
+    info = ElementInfo()
+    rng = random.Random(5)
+    for chunk in ([3, 0, 1, 2], rng.sample(range(1, 5000), 1500), list(range(4999, 0, -1))):
+        info.ensure(max(chunk))
+        ids = np.array(chunk, dtype=np.int64)
+        got = info.names(ids, known_head).tolist()
+        assert got == [None if n == 0 or n % 4 == 0 else f"c{n}" for n in chunk]
+        assert info.tid_of[ids].tolist() == [0 if n == 0 else -1 if n % 4 == 0 else 7 + n % 3
+                                             for n in chunk]
+    assert sorted(asked) == list(range(1, 5000))          # each head read once
+    before = info.name_at.copy()
+    info.fill(np.array([5, 6, 7]), known_head)            # filled already: nothing changes
+    assert info.name_at.tolist() == before.tolist()
 
 
 def test_cache_budget_bounds_the_cache(graph):

@@ -108,6 +108,24 @@ def test_every_lemma_of_the_index_files_is_found_with_its_synsets():
             assert all(text.lower() in {x.lower() for x in s.lemmas} for s in synsets), text
 
 
+def test_index_lookups_survive_hash_collisions(tmp_path, monkeypatch):
+    """The index keeps only some bits of each lemma's hash: lemmas whose kept bits collide
+    are told apart by their lines, so each lemma finds its own line and a word that is no
+    lemma finds none (here with 2 bits kept: every lookup meets collisions)."""
+    lemmas = [f"lemma{i}" for i in range(40)] + ["a", "ab", "abc", "b_c"]
+    text = "  licence header line\n  another\n" + "".join(
+        f"{lemma} n 1 0 1 0 {100 + i:08d}  \n" for i, lemma in enumerate(sorted(lemmas)))
+    path = tmp_path / "index.noun"
+    path.write_text(text)
+    monkeypatch.setattr(wordnet, "_LOW32", 0b11)
+    index = wordnet._Index(path)
+    assert len(set(index.hashes)) <= 4
+    for i, lemma in enumerate(sorted(lemmas)):
+        assert index.offsets(lemma) == (100 + i,), lemma
+    for word in ("lemma", "lemma40", "abcd", "c", "b", "licence"):
+        assert word not in index and index.offsets(word) == (), word
+
+
 # --- in SEARCH ---------------------------------------------------------------------------------
 
 @needs_extra
