@@ -37,6 +37,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from ..store import pagemap
 from ..store.bulk import trim_heap
 
 MAGIC = b"NXIVF001"
@@ -147,6 +148,9 @@ class IVFIndex:
             if dim != self.dim:
                 raise ValueError(f"{path}: {dim}-d vectors, not {self.dim}")
             buf = np.frombuffer(mapping, dtype=np.uint8)
+            # Pages as they are touched, not 64 KB around each: a search's lists are a few
+            # pages each, and `get` reads single rows all over the file (`pagemap`).
+            pagemap.read_page_by_page(buf.ctypes.data, len(buf))
             off = HEADER
 
             def take(dtype: Any, n: int) -> np.ndarray:
