@@ -26,7 +26,9 @@ than scanning a tenth of the vectors does. An inverted file needs no graph:
   vectors it was trained on; a save is the indexer's work or a bulk load's end
   (`service.complete_vectors`), never a write's. `is_mapped` is false while training is due
   or the delta is past DELTA_MAX, so that the indexer saves once writes pause
-  (`VectorIndex.maybe_save`).
+  (`VectorIndex.maybe_save`). An index that is never saved (a database in memory) does
+  the same in place when an add finds it due (`_compact`): adds, like saves, are the
+  indexer's work.
 """
 from __future__ import annotations
 
@@ -102,8 +104,10 @@ def _align(n: int) -> int:
 class IVFIndex:
     """An IVF-flat index: the saved file memory-mapped, plus the in-memory changes."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, in_memory: bool = False) -> None:
         self.dim = dim
+        # Never saved (a database in memory): `add` compacts (and trains) in place instead.
+        self.in_memory = in_memory
         self.expansion_search = BREADTH
         self.path: str | None = None        # the file mapped
         self._map: mmap.mmap | None = None
@@ -261,6 +265,8 @@ class IVFIndex:
                 self._dn += 1
             self._dk[at], self._dv[at], self._dinv[at], self._dl[at] = k, q[i], inv[i], \
                 lists[i]
+        if self.in_memory and (self.due or self._dn + len(self.hidden) > DELTA_MAX):
+            self._compact()
 
     def remove(self, keys: np.ndarray) -> None:
         """Remove `keys` (each present: `contains` said so)."""
@@ -362,8 +368,9 @@ class IVFIndex:
             theirs = theirs[~self._hidden_mask(theirs)]
         return np.concatenate([mine, theirs])
 
-    def save(self, path: str) -> None:
-        """Write the live rows to `path`, grouped by list (trained first when `due`)."""
+    def _packed(self) -> tuple[Any, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The live rows grouped by list (trained first when `due`): centroids, trained
+        count, starts, keys, rows, 1/|row|."""
         keep = np.ones(len(self._keys), dtype=bool)
         if self.hidden:
             keep = ~self._hidden_mask(np.asarray(self._keys))
@@ -397,7 +404,12 @@ class IVFIndex:
             starts = np.zeros(nlist + 1, dtype=np.int64)
             np.cumsum(np.bincount(lists, minlength=nlist), out=starts[1:])
         order = np.argsort(lists, kind="stable")
-        keys, rows, inv = keys[order], rows[order], inv[order]
+        return cent, trained, starts, keys[order], rows[order], inv[order]
+
+    def save(self, path: str) -> None:
+        """Write the live rows to `path`, grouped by list (trained first when `due`)."""
+        cent, trained, starts, keys, rows, inv = self._packed()
+        nlist = 0 if cent is None else len(cent)
         spos = np.argsort(keys, kind="stable").astype(np.int32)
         head = MAGIC + np.array([self.dim, nlist, len(keys), trained],
                                 dtype=np.int64).tobytes()
@@ -411,6 +423,18 @@ class IVFIndex:
                 f.write(b"\0" * (_align(len(b)) - len(b)))
             f.flush()
             os.fsync(f.fileno())
+
+    def _compact(self) -> None:
+        """`save` and `remap` without a file (an index of a database in memory, which is
+        never saved): the rows in memory, grouped by list, trained when due."""
+        cent, trained, starts, keys, rows, inv = self._packed()
+        spos = np.argsort(keys, kind="stable").astype(np.int32)
+        self._unmap()
+        self.centroids, self.trained = cent, trained
+        self._starts, self._keys, self._rows, self._inv = starts, keys, rows, inv
+        self._skeys, self._spos = keys[spos], spos
+        self.hidden = set()
+        self._clear_delta()
 
     def unchanged_since_saved(self, path: str) -> bool:
         return self._map is not None and self.path == path and not self.hidden \

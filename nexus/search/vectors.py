@@ -183,7 +183,7 @@ class VectorIndex:
     def _new(self) -> Any:
         """A fresh, empty index of one kind (in memory until saved; see `layered`)."""
         if self.layout == "ivf":
-            return IVFIndex(self.embedder.dim)
+            return IVFIndex(self.embedder.dim, self.dir is None)
         return LayeredIndex(self._usearch)
 
     def _usearch(self) -> Index:

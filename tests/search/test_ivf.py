@@ -120,6 +120,23 @@ def test_lists_are_retrained_when_the_index_outgrows_them(tmp_path):
     assert len(ix.centroids) == round(np.sqrt(len(ix)))   # type: ignore[arg-type]
 
 
+def test_an_index_that_is_never_saved_trains_its_lists_in_place():
+    """A database in memory never saves: its index compacts and trains when an add finds
+    it due, and searches then scan lists, not every row."""
+    n = ivf.FLAT_MAX + 1000
+    keys, x = _data(n)
+    ix = IVFIndex(DIM, in_memory=True)
+    ix.add(keys[:ivf.FLAT_MAX], x[:ivf.FLAT_MAX])
+    assert ix.centroids is None and ix.memory_usage      # flat, in the delta
+    ix.add(keys[ivf.FLAT_MAX:], x[ivf.FLAT_MAX:])
+    assert ix.centroids is not None and ix.trained == n and not ix.due
+    assert ix._dn == 0 and len(ix) == n and ix.path is None
+    for i in range(0, n, 211):
+        assert ix.search(x[i], 1).keys.tolist() == [int(keys[i])]
+    ix.remove(keys[:10])
+    assert len(ix) == n - 10 and not ix.contains(keys[:10]).any()
+
+
 def test_a_file_that_is_no_ivf_index_is_refused(tmp_path):
     path = tmp_path / "f.ivf"
     path.write_bytes(b"not an index" * 20)
