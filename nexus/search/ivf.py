@@ -290,13 +290,15 @@ class IVFIndex:
         keys = np.asarray(keys, dtype=np.uint64)
         out = np.zeros((len(keys), self.dim), dtype=np.float32)
         saved = self._saved_rows(keys)
-        for i, (k, r) in enumerate(zip(keys.tolist(), saved.tolist())):
-            if r >= 0:
-                out[i] = self._rows[r].astype(np.float32) * self._inv[r]
-            else:
-                at = self._dpos.get(k)
-                if at is not None:
-                    out[i] = self._dv[at].astype(np.float32) * self._dinv[at]
+        here = saved >= 0
+        if here.any():              # (one fancy-indexed read: hybrid scores ~50 this way)
+            r = np.sort(saved[here])
+            back = np.searchsorted(r, saved[here])
+            out[here] = (self._rows[r].astype(np.float32) * self._inv[r][:, None])[back]
+        for i in np.flatnonzero(~here).tolist():
+            at = self._dpos.get(int(keys[i]))
+            if at is not None:
+                out[i] = self._dv[at].astype(np.float32) * self._dinv[at]
         return out
 
     def _probes(self, qu: np.ndarray, count: int) -> np.ndarray:

@@ -86,6 +86,11 @@ def test_lists_are_trained_past_the_threshold_and_every_row_stays_findable(tmp_p
         assert ix.search(x[i], 1).keys.tolist() == [int(keys[i])]
     q = np.random.default_rng(5).standard_normal(DIM).astype(np.float32)
     assert ix.search(q, 10, exact=True).keys.tolist() == _exact(keys, x, q, 10)
+    # `get` returns each key's own row (as stored: int8, unit length), in the order asked.
+    pick = np.array([5, 3000, 17, 5, 4100])
+    rows, inv = ivf.quantise(x[pick])
+    np.testing.assert_allclose(ix.get(keys[pick]), rows.astype(np.float32) * inv[:, None],
+                               rtol=1e-6)
     # A count larger than the probed lists hold scans more lists (WITH TYPE widens).
     assert len(ix.search(q, n)) and len(ix.search(q, n).keys) == n
     # New rows go to their nearest list and are found; removed ones never return.
