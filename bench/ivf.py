@@ -15,7 +15,8 @@ This module is the prototype and its measurement (`main`): on the real vectors o
 loaded database (the saved usearch files), build CPU, recall@10/@40 against exact search
 (typo'd names and the paraphrase queries), search CPU per query, file size, and the
 resident file pages after 10 searches in a fresh process, beside the same figures of the
-HNSW file. It is not used by nexus (bench/RESULTS.md, "A vector index for bulk loads").
+HNSW file. It is not used by nexus (bench/RESULTS.md, "A vector index for bulk loads"); the
+semantic index's own inverted file, grown from this one, is `nexus/search/ivf.py`.
 """
 from __future__ import annotations
 

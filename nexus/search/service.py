@@ -456,16 +456,18 @@ class _Stage:
 def complete_vectors(indexes: list[VectorIndex]) -> None:
     """Build the vectors of every committed change now, in the caller's thread (the end
     of a bulk load, its indexer paused): embedded in large batches and inserted with one
-    multithreaded usearch `add` per batch (`VectorIndex.fill`). A failure here leaves the
-    changes queued, as they were: the indexer applies them after the load, as it always
-    did, so the load itself (committed) does not fail for it.
+    multithreaded usearch `add` per batch (`VectorIndex.fill`; the semantic index's
+    inverted file takes them into its delta and trains its lists when saved, `ivf`). A
+    failure here leaves the changes queued, as they were: the indexer applies them after
+    the load, as it always did, so the load itself (committed) does not fail for it.
 
     Then each index that changed is saved, before the load returns: a load's vectors are in
     an index held whole in memory (it outgrew the small in-memory delta beside the mapped
     file, `layered`), and saving writes it and maps the file again, freeing that copy
-    (~100 MB at N=100k with the semantic index; the indexer would do the same once the
-    vectors stayed unchanged for `vectors.REMAP_SECONDS`, so the process held it meanwhile)
-    — and a crash after the load no longer means embedding everything again on open."""
+    (~100 MB at N=100k when the semantic index was HNSW; the indexer would do the same once
+    the vectors stayed unchanged for `vectors.REMAP_SECONDS`, so the process held it
+    meanwhile) — and a crash after the load no longer means embedding everything again on
+    open."""
     for index in indexes:
         try:
             changed = index.fill()

@@ -1,4 +1,5 @@
-"""The vector index: usearch HNSW indexes over embedded names, kept by a background indexer.
+"""The vector index: embedded names in usearch HNSW (n-gram) or IVF (semantic: `ivf`),
+kept by a background indexer.
 
 Owns the in-memory usearch index of the concepts (links have none, see below), its file
 beside the LMDB environment, the indexer thread that fills it, and the bookkeeping that
@@ -59,6 +60,7 @@ from usearch.index import Index
 
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
+from .ivf import IVFIndex
 from .layered import LayeredIndex
 from ..store.protocol import ConceptHead, LinkHead
 from .text import KIND_CONCEPT, Doc
@@ -149,6 +151,9 @@ class VectorIndex:
     def __init__(self, embedder: Embedder, directory: str | None,
                  prefix: str = "vectors") -> None:
         self.embedder = embedder
+        # The semantic index is an inverted file (`ivf`: built in seconds by a bulk load,
+        # better recall on paraphrases), the n-gram one HNSW (bench/RESULTS.md).
+        self.layout = "ivf" if prefix == "semantic" else "hnsw"
         self.dir = directory
         self.prefix = prefix      # file names: "<prefix>.concepts.usearch", "<prefix>.json"
         # Another index that reads the same queue (the semantic one): `record` prunes only
@@ -175,8 +180,10 @@ class VectorIndex:
         # One catch-up at a time: the indexer's, or a bulk load's `fill` in its own thread.
         self._catching = threading.Lock()
 
-    def _new(self) -> LayeredIndex:
+    def _new(self) -> Any:
         """A fresh, empty index of one kind (in memory until saved; see `layered`)."""
+        if self.layout == "ivf":
+            return IVFIndex(self.embedder.dim, self.dir is None)
         return LayeredIndex(self._usearch)
 
     def _usearch(self) -> Index:
@@ -190,7 +197,8 @@ class VectorIndex:
 
     def _paths(self) -> tuple[list[str], str]:
         assert self.dir is not None
-        return ([os.path.join(self.dir, f"{self.prefix}.{k}.usearch") for k in KIND_NAMES],
+        ext = "usearch" if self.layout == "hnsw" else self.layout
+        return ([os.path.join(self.dir, f"{self.prefix}.{k}.{ext}") for k in KIND_NAMES],
                 os.path.join(self.dir, f"{self.prefix}.json"))
 
     # --- write path (inside the data's write transaction) --------------------------------
@@ -482,15 +490,17 @@ class VectorIndex:
                     os.replace(path + ".tmp", path)
                 meta = {"format": FORMAT, "embedder": self.embedder.name,
                         "dim": self.embedder.dim, "seq": self.applied_seq,
+                        "layout": self.layout,
                         "epoch": self.epoch.hex()}
                 with open(meta_path + ".tmp", "w") as f:
                     json.dump(meta, f)
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(meta_path + ".tmp", meta_path)
-                for legacy in _LEGACY_FILES:    # (after the watermark: see _LEGACY_FILES)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(self.dir, f"{self.prefix}.{legacy}.usearch"))
+                for legacy in _LEGACY_FILES + (("concepts",) if self.layout == "ivf" else ()):
+                    with contextlib.suppress(FileNotFoundError):   # (after the watermark;
+                        os.remove(os.path.join(self.dir,   # an HNSW file before IVF)
+                                               f"{self.prefix}.{legacy}.usearch"))
             except (OSError, RuntimeError) as exc:
                 for path in [*files, meta_path]:        # no half-written file stays
                     with contextlib.suppress(OSError):
@@ -562,6 +572,7 @@ class VectorIndex:
             with open(meta_path) as f:
                 meta = json.load(f)
             if (meta.get("format") != FORMAT or meta.get("embedder") != self.embedder.name
+                    or meta.get("layout", "hnsw") != self.layout
                     or meta.get("dim") != self.embedder.dim
                     or meta.get("epoch") != self.epoch.hex()
                     or not isinstance(meta.get("seq"), int) or meta["seq"] > seq):
@@ -569,7 +580,8 @@ class VectorIndex:
             loaded = []
             for path in files:
                 # Memory-mapped, not read into the heap (`layered`: changes go to a delta).
-                ix = LayeredIndex.mapped(self._usearch, path)
+                ix = IVFIndex.mapped(self._new, path) if self.layout == "ivf" else \
+                    LayeredIndex.mapped(self._usearch, path)
                 ix.expansion_search = EXPANSION_SEARCH
                 loaded.append(ix)
         except (OSError, ValueError, RuntimeError) as exc:
