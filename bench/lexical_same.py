@@ -13,7 +13,7 @@ names, their prefixes and words, "subject predicate", end names, each with WITH 
 predicate. It writes [query, [[id, score], ...]] per query (LIMIT 10 and 40).
 
 `capnames` rewrites a database written by an earlier tree (every link's name key) into
-this tree's layout (`nexus.search.lexical_names`: a name's lowest LINK_NAMES links) by
+this tree's layout (`nexus.search.lexical_names`: a name's lowest LINK_NAMES links, and its mark) by
 deleting the keys past them — the same vector index on both sides, so that a comparison
 tests the lexical tables alone. `tables` prints each lexical table's entry count and the
 SHA-1 of its keys and values: a load by this tree equals the rewritten earlier one when
@@ -124,10 +124,12 @@ def capnames(db: str) -> int:
             for key, _ in lex.scan(b"np"):
                 per[key[:-8]].append(key)
             gone = 0
-            for keys in per.values():
+            for prefix, keys in per.items():
                 for key in keys[LINK_NAMES:]:
                     lex.delete(key)
                     gone += 1
+                if len(keys) >= LINK_NAMES:     # the mark of a name with as many listed
+                    lex.put(b"Lp" + prefix[2:-1], b"")
         return gone
     finally:
         nx.close()

@@ -253,6 +253,7 @@ class PostingCheck(Findings):
                     if entry.kind == KIND_LINK:
                         link_names.setdefault(name_key[:-8], []).append(key)
         found: Counter = Counter()          # kind+term → postings that match a document
+        marks: list[bytes] = []             # link names marked as LINK_NAMES or more listed
         dfs: dict[bytes, int] = {}
         stored_docs: dict[bytes, int] = {}
         for key, value in lex.scan():
@@ -265,6 +266,8 @@ class PostingCheck(Findings):
                 stored_docs[key[1:]] = struct.unpack(">Q", value)[0]
             elif tag == b"q":
                 pass                        # pending documents: compared above
+            elif tag == b"L" and not value:
+                marks.append(b"n" + key[1:] + b"\x00")     # a link name's prefix
             elif tag == b"n":
                 if names.pop(key, None) != value:
                     self.problem("names_orphans", f"name key {key[:60]!r}")
@@ -286,12 +289,17 @@ class PostingCheck(Findings):
         # A link name's keys list a prefix of its links in id order, at least LINK_NAMES
         # long or all of them (`lexical_names`): the keys past the last one listed are
         # not missing.
+        found_names: dict[bytes, int] = {}   # a link name's key prefix -> keys found
         for prefix, ids in link_names.items():
             ids.sort()
             listed = [i for i, idb in enumerate(ids) if prefix + idb not in names]
             upto = max(min(LINK_NAMES, len(ids)), listed[-1] + 1 if listed else 0)
             for idb in ids[upto:]:
                 names.pop(prefix + idb, None)
+            found_names[prefix] = len(listed)
+        for prefix in marks:
+            if found_names.get(prefix, 0) < LINK_NAMES:
+                self.problem("names_orphans", f"mark of {prefix[:60]!r}: fewer listed")
         for key in names:
             self.problem("names_missing", f"name key {key[:60]!r}")
         for key in pending:

@@ -14,6 +14,7 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
             b"n" k normname 0x00 id                 → (group u32, flag u8: 0 name, 1 alias)
                                                       (links: a name's lowest ids only,
                                                       `lexical_names`)
+            b"L" k normname                         → b"": LINK_NAMES or more listed
             b"q" k id                               → a pending document: a copy of its
                                                         lexdoc entry; its terms are in no
                                                         list and no df yet (SMALL_WRITE)

@@ -13,26 +13,31 @@ its lists are longer prefixes.
 
 Keeping it: a new link is listed when its id is below the name's highest listed id, or
 while the name has fewer than LINK_NAMES listed (a load's new ids are above every listed
-one: it lists the first LINK_NAMES of a name and skips the rest); a delete that leaves a
-name fewer than LINK_NAMES listed while the graph holds more links of it lists its lowest
-LINK_NAMES again from the graph (`links_of_predicate` of the predicates with that name:
-one read of their links, only then).
+one: it lists the first LINK_NAMES of a name and skips the rest). A name with LINK_NAMES
+or more listed is marked (`b"Lp" normname`), so that a write adding a link to it reads the
+mark and the last key, not LINK_NAMES keys to count them (an agent's small upsert). A delete
+that leaves a marked name fewer than LINK_NAMES listed lists its lowest LINK_NAMES again
+from the graph (`links_of_predicate` of the predicates with that name: one read of their
+links, only then) and unmarks it when the graph has fewer. An unmarked name with fewer
+than LINK_NAMES listed has every link listed; one with more (written before) is marked by
+the first write that counts it.
 """
 from __future__ import annotations
 
 import struct
 from itertools import islice
-from typing import Any, Iterable
+from typing import AbstractSet, Any
 
 from .lexical_terms import cached_norm_name
 
 LINK_NAMES = 512        # a name's lowest link ids listed (≥ query.NAME_CAP × FILTER_FACTOR)
 _NAMEV = struct.Struct("<IB")
 _LINK_NAME = b"np"
+_MARK = b"Lp"           # + normname -> b"": that name has LINK_NAMES links listed or more
 
 
 def capped(txn: Any, lex: Any, puts: list[tuple[bytes, bytes]],
-           new: list[tuple[bytes, bytes]], cleared: Iterable[str] = ()
+           new: list[tuple[bytes, bytes]], cleared: AbstractSet[str] = frozenset()
            ) -> tuple[list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]:
     """`puts` and `new` (name keys and values to put, of any kind; `new`: keys without a
     value yet) less the link name keys the capped layout does not store; `puts` gets the
@@ -51,54 +56,54 @@ def capped(txn: Any, lex: Any, puts: list[tuple[bytes, bytes]],
     for nn in cleared:
         per.setdefault(_LINK_NAME + nn.encode() + b"\x00", [])
     for prefix in sorted(per):
-        listed = [k[-8:] for k, _ in islice(lex.scan(prefix), LINK_NAMES)]
-        count = len(listed)
-        if count < LINK_NAMES:
-            top = listed[-1] if listed else b""
+        name = prefix[2:-1]
+        mark = _MARK + name
+        full = lex.get(mark) is not None
+        listed: set[bytes] = set()
+        if full and name.decode() not in cleared:
+            count = LINK_NAMES          # (counted only when a delete may leave too few)
         else:
-            top = next(lex.scan(prefix, reverse=True))[0][-8:]
-        have = set(listed)
+            listed = {k for k, _ in islice(lex.scan(prefix), LINK_NAMES)}
+            count = len(listed)
+        if count >= LINK_NAMES or not listed:
+            last = next(lex.scan(prefix, reverse=True), None)
+            top = last[0] if last else prefix
+        else:
+            top = max(listed)
+        planned = set()
         for key, value, which in sorted(per[prefix]):
-            idb = key[-8:]
-            if idb < top or count < LINK_NAMES or idb in have:
+            if key <= top or count < LINK_NAMES:
                 out[which].append((key, value))
-                if idb not in have:
-                    have.add(idb)
+                planned.add(key)
+                if key not in listed:
                     count += 1
-                    top = max(top, idb)
-        if count < LINK_NAMES:
-            out[0].extend(_refill(txn, prefix, have))
+                    top = max(top, key)
+        if count < LINK_NAMES and full:
+            more = _refill(txn, prefix, lex, planned)
+            out[0].extend(more)
+            count += len(more)
+        if (count >= LINK_NAMES) != full:
+            if full:
+                lex.delete(mark)
+            else:
+                out[0].append((mark, b""))
     return out
 
 
-def _refill(txn: Any, prefix: bytes, have: set[bytes]) -> list[tuple[bytes, bytes]]:
-    """The keys of the lowest LINK_NAMES links named by `prefix` that `have` lacks: none
-    when the graph holds no more links of that name than are listed."""
+def _refill(txn: Any, prefix: bytes, lex: Any, planned: set[bytes]
+            ) -> list[tuple[bytes, bytes]]:
+    """The keys of the lowest LINK_NAMES links named by `prefix` that are neither listed
+    nor `planned` (to be put by the same write)."""
     nn = prefix[2:-1].decode()
+    have = {k for k, _ in lex.scan(prefix)} | planned
     preds = [p for p in txn.link_predicates() if cached_norm_name(txn.symbol_text(p)) == nn]
-    if sum(txn.count_predicate(p) for p in preds) <= len(have):
-        return []
     links = sorted((n, p) for p in preds for _, _, n in txn.links_of_predicate(p))
     out = []
     for n, p in links[:LINK_NAMES]:
-        idb = n.to_bytes(8, "big")
-        if idb not in have:
-            out.append((prefix + idb, _NAMEV.pack(p, 0)))
+        key = prefix + n.to_bytes(8, "big")
+        if key not in have:
+            out.append((key, _NAMEV.pack(p, 0)))
     return out
 
 
-def first_per_name(names: list[str], limit: int = LINK_NAMES) -> list[int]:
-    """The positions of the first `limit` of each distinct value of `names` (a load's
-    links in id order, by their names): the only ones of a chunk `capped` can keep, since
-    its ids are above every listed one."""
-    seen: dict[str, int] = {}
-    out = []
-    for i, nn in enumerate(names):
-        c = seen.get(nn, 0)
-        if c < limit:
-            seen[nn] = c + 1
-            out.append(i)
-    return out
-
-
-__all__ = ["LINK_NAMES", "capped", "first_per_name"]
+__all__ = ["LINK_NAMES", "capped"]

@@ -77,7 +77,7 @@ def _list_every_link(nx: Nexus) -> None:
 
 def _lex(nx: Nexus) -> list:
     with nx.store.read() as txn:
-        return list(txn.aux("lex").scan(b"n"))
+        return list(txn.aux("lex").scan(b"n")) + list(txn.aux("lex").scan(b"L"))
 
 
 def _totals(nx: Nexus) -> Counter:
@@ -94,6 +94,9 @@ def _same(capped: Nexus, every: Nexus, kip) -> None:
     keys, totals = _link_keys(capped), _totals(capped)
     assert {k[2:-1].decode(): c for k, c in keys.items()} == \
         {nn: min(LINK_NAMES, c) for nn, c in totals.items()}
+    with capped.store.read() as txn:        # the names with LINK_NAMES listed are marked
+        marks = {k[2:].decode() for k, _ in txn.aux("lex").scan(b"Lp")}
+    assert marks == {nn for nn, c in totals.items() if c >= LINK_NAMES}
 
 
 def test_the_name_scan_never_reads_past_a_names_listed_links():
