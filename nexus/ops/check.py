@@ -220,9 +220,12 @@ class PostingCheck(Findings):
         import numpy as np
 
         from ..search import lexical, postings
+        from ..search.lexical_names import LINK_NAMES
+        from ..search.text import KIND_LINK
         lex = self.txn.aux("lex")
         expected: dict[bytes, dict[int, tuple[float, int]]] = {}   # kind+term → postings
         names: dict[bytes, bytes] = {}
+        link_names: dict[bytes, list[bytes]] = {}   # a link name's key prefix -> its ids
         docs = dict.fromkeys(lexical.KIND_BYTES, 0)
         # Pending documents (`lexical.SMALL_WRITE`): a copy of their forward entry under a
         # `q` key, and no postings in the lists nor in the dfs yet.
@@ -245,9 +248,12 @@ class PostingCheck(Findings):
                     float(np.float16(weight)), entry.group)
             for i, nn in enumerate(entry.names):
                 if nn:
-                    names[b"n" + kb + nn.encode() + b"\x00" + key] = \
-                        struct.pack("<IB", entry.group, 1 if i else 0)
+                    name_key = b"n" + kb + nn.encode() + b"\x00" + key
+                    names[name_key] = struct.pack("<IB", entry.group, 1 if i else 0)
+                    if entry.kind == KIND_LINK:
+                        link_names.setdefault(name_key[:-8], []).append(key)
         found: Counter = Counter()          # kind+term → postings that match a document
+        marks: list[bytes] = []             # link names marked as LINK_NAMES or more listed
         dfs: dict[bytes, int] = {}
         stored_docs: dict[bytes, int] = {}
         for key, value in lex.scan():
@@ -260,6 +266,8 @@ class PostingCheck(Findings):
                 stored_docs[key[1:]] = struct.unpack(">Q", value)[0]
             elif tag == b"q":
                 pass                        # pending documents: compared above
+            elif tag == b"L" and not value:
+                marks.append(b"n" + key[1:] + b"\x00")     # a link name's prefix
             elif tag == b"n":
                 if names.pop(key, None) != value:
                     self.problem("names_orphans", f"name key {key[:60]!r}")
@@ -278,6 +286,20 @@ class PostingCheck(Findings):
             if docs.get(kb, 0) != stored_docs.get(kb, 0):
                 self.problem("doc_count_drift", f"N{kb!r}: {stored_docs.get(kb, 0)}, "
                              f"forward entries {docs.get(kb, 0)}")
+        # A link name's keys list a prefix of its links in id order, at least LINK_NAMES
+        # long or all of them (`lexical_names`): the keys past the last one listed are
+        # not missing.
+        found_names: dict[bytes, int] = {}   # a link name's key prefix -> keys found
+        for prefix, ids in link_names.items():
+            ids.sort()
+            listed = [i for i, idb in enumerate(ids) if prefix + idb not in names]
+            upto = max(min(LINK_NAMES, len(ids)), listed[-1] + 1 if listed else 0)
+            for idb in ids[upto:]:
+                names.pop(prefix + idb, None)
+            found_names[prefix] = len(listed)
+        for prefix in marks:
+            if found_names.get(prefix, 0) < LINK_NAMES:
+                self.problem("names_orphans", f"mark of {prefix[:60]!r}: fewer listed")
         for key in names:
             self.problem("names_missing", f"name key {key[:60]!r}")
         for key in pending:

@@ -12,6 +12,9 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
             b"t" k term 0x00 first-id               → a block of postings (postings.py):
                                                         ids, BM25F weights, groups
             b"n" k normname 0x00 id                 → (group u32, flag u8: 0 name, 1 alias)
+                                                      (links: a name's lowest ids only,
+                                                      `lexical_names`)
+            b"L" k normname                         → b"": LINK_NAMES or more listed
             b"q" k id                               → a pending document: a copy of its
                                                         lexdoc entry; its terms are in no
                                                         list and no df yet (SMALL_WRITE)
@@ -51,6 +54,7 @@ from nexus.store.bulk import gc_paused
 from . import postings
 from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
 from .lexical_cols import NewConcepts, NewLinks, derive
+from .lexical_names import capped
 from .lexical_terms import (FIELDS, REF_WEIGHT, SINGLES, doc_names, doc_terms, drop_caches,
                             field_terms, field_weights, idf, single)
 from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, element_doc
@@ -197,6 +201,7 @@ class _Writer:
         # one sort in `flush` (`_columns`), instead of a dict entry per posting.
         self.cols: tuple[tuple[list[str], list[float], list[int], list[int], list[int]],
                          ...] = tuple(([], [], [], [], []) for _ in KIND_BYTES)
+        self.cleared: set[str] = set()      # link names whose keys were deleted
 
     def add(self, n: int, kb: bytes, group: int, terms: dict[str, float],
             names: list[str]) -> None:
@@ -290,6 +295,8 @@ class _Writer:
         for nn in entry.names:
             if nn:
                 delete(b"n" + kb + nn.encode() + b"\x00" + idb)
+                if entry.kind == KIND_LINK:
+                    self.cleared.add(nn)
 
     def flush(self) -> None:
         lex = self.lex
@@ -310,6 +317,10 @@ class _Writer:
         # `aux_put_new` where the store has it (PostgreSQL: a COPY), else as the others.
         put_new = getattr(self.txn, "aux_put_new", None)
         apart = put_new is not None
+        if self.name_puts or self.name_new or self.cleared:    # (links: `lexical_names`)
+            self.name_puts, self.name_new = capped(self.txn, lex, self.name_puts,
+                                                   self.name_new, self.cleared)
+            self.cleared = set()
         if put_new is None:     # (LMDB: in the same sorted inserts as the others)
             put_new = self.txn.aux_put_many
             self.name_puts += self.name_new

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import msgpack
 import numpy as np
 
+from .lexical_names import LINK_NAMES
 from .lexical_terms import K1, cached_norm_name, doc_names, field_terms
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
                    KIND_LINK, Doc, attribute_text, concept_texts)
@@ -186,13 +187,20 @@ def _links(cols: NewLinks, take: list[int]) -> Derived:
     pl = [pnames[i] for i in pinv.tolist()]
     sn, on = end_names[:count], end_names[count:]
     entries = list(zip(idbs, map(pack, map(list, zip(groups, pl, sn, on)))))
-    # a link's names: its predicate's (`doc_names` of [predicate]), flag 0
-    heads = {}
-    for p, name in zip(upids.tolist(), pnames):
-        nn = cached_norm_name(name)
-        heads[p] = (b"np" + nn.encode() + b"\x00", _NAMEV.pack(p, 0)) if nn else None
-    name_rows = [(h[0] + idb, h[1]) for h, idb in zip(map(heads.__getitem__, groups), idbs)
-                 if h is not None]
+    # a link's names: its predicate's (`doc_names` of [predicate]), flag 0; of each name
+    # only the chunk's first LINK_NAMES links (`lexical_names`: a load's ids are above
+    # every listed one, so no later one of the chunk can be listed)
+    norms = [cached_norm_name(name) for name in pnames]
+    nn_codes = dict.fromkeys(norms)
+    nn_index = dict(zip(nn_codes, range(len(nn_codes))))
+    code = np.array([nn_index[nn] for nn in norms], dtype=np.int64)[pinv]
+    name_rows = []
+    for nn, c in nn_index.items():
+        if not nn:
+            continue
+        head = b"np" + nn.encode() + b"\x00"
+        for i in np.flatnonzero(code == c)[:LINK_NAMES].tolist():
+            name_rows.append((head + idbs[i], _NAMEV.pack(groups[i], 0)))
     return Derived(KIND_LINK, ids, pids.astype(np.uint32), counts, terms, codes, weights,
                    name_rows, entries, [])
 

@@ -1,0 +1,186 @@
+"""SEARCH answers of two trees or two databases compared, scores included (issue 18).
+
+    python bench/lexical_same.py answers --db DIR --data bench/data/n100000 --out A.json
+    python bench/lexical_same.py capnames --db DIR      # this tree's link name layout
+    python bench/lexical_same.py tables --db DIR        # SHA-1 of the lexical tables
+    python bench/lexical_same.py diff A.json B.json
+
+`answers` opens an LMDB nexus read-only in spirit (`semantic="none"`, nothing written) and
+runs a fixed query set made from the data set (`--seed`, default 7; the same for every
+tree): SEARCH CONCEPT over exact names, prefixes, one-edit typos, single words of names and
+descriptions, the type names, and each with WITH TYPE; SEARCH PROPOSITION over predicate
+names, their prefixes and words, "subject predicate", end names, each with WITH TYPE its
+predicate. It writes [query, [[id, score], ...]] per query (LIMIT 10 and 40).
+
+`capnames` rewrites a database written by an earlier tree (every link's name key) into
+this tree's layout (`nexus.search.lexical_names`: a name's lowest LINK_NAMES links, and its mark) by
+deleting the keys past them — the same vector index on both sides, so that a comparison
+tests the lexical tables alone. `tables` prints each lexical table's entry count and the
+SHA-1 of its keys and values: a load by this tree equals the rewritten earlier one when
+they match. `diff` prints the queries whose answers differ and exits 1 if any does.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+from collections import defaultdict
+from itertools import islice
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.join(_HERE, ".."))
+
+
+def _rows(path: str, limit: int):
+    with open(path) as f:
+        for line in islice(f, limit):
+            yield json.loads(line)
+
+
+def _typo(rng: random.Random, s: str) -> str:
+    if len(s) < 4:
+        return s + "x"
+    i = rng.randrange(1, len(s) - 1)
+    op = rng.randrange(3)
+    if op == 0:
+        return s[:i] + s[i + 1:]                      # drop
+    if op == 1:
+        return s[:i] + s[i + 1] + s[i] + s[i + 2:]    # swap
+    return s[:i] + "e" + s[i + 1:]                    # replace
+
+
+def queries(data: str, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    concepts = list(_rows(os.path.join(data, "concepts.jsonl"), 20_000))
+    links = list(_rows(os.path.join(data, "propositions.jsonl"), 20_000))
+    picks = rng.sample(concepts, 40)
+    out: list[str] = []
+
+    def q(kind: str, text: str, typ: str | None = None, limit: int = 10) -> None:
+        text = text.replace('"', "")
+        with_type = f' WITH TYPE "{typ}"' if typ else ""
+        out.append(f'SEARCH {kind} "{text}"{with_type} LIMIT {limit}')
+
+    for c in picks:
+        name, typ = c["name"], c["type"]
+        q("CONCEPT", name)
+        q("CONCEPT", name[:max(3, len(name) // 2)])
+        q("CONCEPT", _typo(rng, name))
+        q("CONCEPT", name.split()[0], limit=40)
+        q("CONCEPT", name[:4], typ)
+        desc = (c.get("attributes") or {}).get("description") or ""
+        if desc:
+            q("CONCEPT", rng.choice(desc.split()))
+    for typ in sorted({c["type"] for c in concepts}):
+        q("CONCEPT", typ)
+        q("CONCEPT", typ[:3], typ, limit=40)
+    preds = sorted({p["predicate"] for p in links})
+    for p in preds:
+        q("PROPOSITION", p)
+        q("PROPOSITION", p, limit=40)
+        q("PROPOSITION", p[:3])
+        q("PROPOSITION", p[:4], p, limit=40)
+        q("PROPOSITION", p.replace("_", " "))
+        q("PROPOSITION", p.split("_")[-1], limit=40)
+        q("PROPOSITION", _typo(rng, p))
+        for other in preds[:3]:
+            q("PROPOSITION", p[:2], other, limit=40)
+    for link in rng.sample(links, 40):
+        s, p, o = link["subject"]["name"], link["predicate"], link["object"]["name"]
+        q("PROPOSITION", f"{s} {p.replace('_', ' ')}")
+        q("PROPOSITION", f"{s} {o}")
+        q("PROPOSITION", o, p)
+    return out
+
+
+def answers(db: str, data: str, seed: int) -> list:
+    from nexus.api import Nexus
+    nx = Nexus.open(db, durable=False, semantic="none")
+    try:
+        got = []
+        for text in queries(data, seed):
+            r = nx.execute_kip_readonly({"command": text, "parameters": {}})
+            hits = r.get("result") or []
+            got.append([text, [[h.get("id"), h["metadata"]["_score"]] for h in hits]
+                        if "error" not in r else r["error"].get("code")])
+        return got
+    finally:
+        nx.close()
+
+
+def capnames(db: str) -> int:
+    """Delete every link name key past its name's lowest LINK_NAMES; returns how many."""
+    from nexus.api import Nexus
+    from nexus.search.lexical_names import LINK_NAMES
+    nx = Nexus.open(db, durable=False, semantic="none")
+    try:
+        with nx.write_session() as session:
+            lex = session.txn.aux("lex")
+            per: dict[bytes, list[bytes]] = defaultdict(list)
+            for key, _ in lex.scan(b"np"):
+                per[key[:-8]].append(key)
+            gone = 0
+            for prefix, keys in per.items():
+                for key in keys[LINK_NAMES:]:
+                    lex.delete(key)
+                    gone += 1
+                if len(keys) >= LINK_NAMES:     # the mark of a name with as many listed
+                    lex.put(b"Lp" + prefix[2:-1], b"")
+        return gone
+    finally:
+        nx.close()
+
+
+def tables(db: str) -> dict:
+    import lmdb
+    env = lmdb.open(db, readonly=True, lock=False, max_dbs=64)
+    out = {}
+    try:
+        for name in ("aux.lex", "aux.lexdoc"):
+            h = hashlib.sha1()
+            count = 0
+            with env.begin(db=env.open_db(name.encode(), create=False)) as txn:
+                for k, v in txn.cursor():
+                    h.update(len(k).to_bytes(2, "big") + k + len(v).to_bytes(4, "big") + v)
+                    count += 1
+            out[name] = [count, h.hexdigest()]
+    finally:
+        env.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["answers", "capnames", "tables", "diff"])
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--db")
+    ap.add_argument("--data", default="bench/data/n10000")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.what == "answers":
+        got = answers(a.db, a.data, a.seed)
+        with open(a.out, "w") as f:
+            json.dump(got, f)
+        print(json.dumps({"queries": len(got), "hits": sum(len(r) for _, r in got
+                                                             if isinstance(r, list))}))
+    elif a.what == "capnames":
+        print(json.dumps({"deleted": capnames(a.db)}))
+    elif a.what == "tables":
+        print(json.dumps(tables(a.db)))
+    else:
+        x, y = (json.load(open(p)) for p in a.files)
+        bad = [(qa, ra, rb) for (qa, ra), (qb, rb) in zip(x, y) if qa != qb or ra != rb]
+        for qa, ra, rb in bad[:20]:
+            print(qa, ra, rb, sep="\n  ")
+        print(json.dumps({"queries": len(x), "differ": len(bad) + abs(len(x) - len(y))}))
+        return 1 if bad or len(x) != len(y) else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
