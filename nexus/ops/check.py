@@ -192,8 +192,11 @@ def _search_report(nexus: Any, deep: bool, examples: int,
             posting = PostingCheck(txn, examples).run()
         # (A store whose vectors are rows of its database checks them itself.)
         own = getattr(service, "vector_check", None)
+        # (none of the default embedder, whose typo candidates are the gram postings that
+        # `service.check` compared above: `nexus.search.gram_index`)
         vector = {} if pending is not None else own(examples) if own is not None else \
-            VectorCheck(service.vectors, nexus.store, examples, budget).run()
+            VectorCheck(service.vectors, nexus.store, examples, budget).run() \
+            if getattr(service.vectors, "build", True) else {}
         examples_found = {**posting.pop("examples", {}), **vector.pop("examples", {})}
         report.update(posting)
         report.update(vector)

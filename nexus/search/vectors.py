@@ -147,8 +147,11 @@ def may_have_vectors(txn: Any, ids: Iterable[int]) -> list[int]:
 
 class VectorIndex:
     def __init__(self, embedder: Embedder, directory: str | None,
-                 prefix: str = "vectors") -> None:
+                 prefix: str = "vectors", build: bool = True) -> None:
         self.embedder = embedder
+        # False: the queue only, no vectors (the default embedder: `gram_index`); a save
+        # writes the watermark alone, removing an older file.
+        self.build = build
         self.dir = directory
         self.prefix = prefix      # file names: "<prefix>.concepts.usearch", "<prefix>.json"
         # Another index that reads the same queue (the semantic one): `record` prunes only
@@ -286,6 +289,18 @@ class VectorIndex:
 
     def _catch_up(self, chunk: int) -> bool:
         store = self.store
+        if not self.build:              # the queue is only marked applied
+            with store.read() as txn:
+                seq = read_seq(txn)
+            with self.progress:
+                moved = seq > self.applied_seq or self.needs_rebuild
+                self.applied_seq = max(self.applied_seq, seq)
+                self.backlog = 0
+                self.needs_rebuild = False
+                if moved:
+                    self._dirty(1)
+                self.progress.notify_all()
+            return moved
         upserts: list[tuple[int, int, list[str]]] | None = None
         with store.read() as txn:
             txn.aux("vecq").prefetch([KEY_SEQ, KEY_PRUNED])     # (both read: one round trip)
@@ -476,6 +491,10 @@ class VectorIndex:
                 return
             try:
                 for ix, path in zip(self.indexes, files):
+                    if not self.build:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(path)
+                        continue
                     if ix.unchanged_since_saved(path):
                         continue                # mapped from that file: nothing to write
                     ix.save(path + ".tmp")
@@ -500,7 +519,8 @@ class VectorIndex:
                                "`kip reindex` rebuilds the index.") from None
             self.saved_seq = self.applied_seq
             self.unsaved = 0
-            self._remap(files)
+            if self.build:
+                self._remap(files)
 
     def _remap(self, files: list[str]) -> None:
         """After a save: map each index from the file just written, freeing its in-memory
@@ -567,7 +587,7 @@ class VectorIndex:
                     or not isinstance(meta.get("seq"), int) or meta["seq"] > seq):
                 return None
             loaded = []
-            for path in files:
+            for path in files if self.build else ():
                 # Memory-mapped, not read into the heap (`layered`: changes go to a delta).
                 ix = LayeredIndex.mapped(self._usearch, path)
                 ix.expansion_search = EXPANSION_SEARCH
@@ -576,7 +596,8 @@ class VectorIndex:
             if os.path.exists(meta_path):
                 log.warning("vector index files unusable (%s); rebuilding", exc)
             return None
-        self.indexes = loaded
+        if self.build:
+            self.indexes = loaded
         return meta["seq"]
 
     def _queued_since(self, txn: Any, saved: int) -> list[int] | None:
@@ -603,7 +624,7 @@ class VectorIndex:
         `txn`, or from a short read transaction of `store` per slice), then swapped in."""
         fresh = [self._new()]
         done = 0
-        for lo in range(1, top + 1, chunk):
+        for lo in range(1, top + 1, chunk) if self.build else ():
             part = range(lo, min(top, lo + chunk - 1) + 1)
             with contextlib.nullcontext(txn) if txn is not None else store.read() as t:
                 upserts = self._docs(t, part)
