@@ -135,11 +135,16 @@ class SearchService:
         with self.store.read() as txn:
             if gram_index.built(txn) or not self.vectors.saving:
                 return          # (a process that must write nothing: `check` reports it)
-        log.info("search: building the gram postings")
+            has_data = txn.max_id() > 0
+        if has_data:
+            log.info("search: building the gram postings")
         with self._write_txn() as w:
             if not gram_index.built(w):
                 gram_index.rebuild(w)
-        self.vectors.save()     # (the watermark alone: an n-gram vector file kept goes)
+        if has_data and self.vectors.saved_seq:
+            # Files of the previous code: the watermark saved alone removes the n-gram
+            # vector file, which nothing reads now.
+            self.vectors.save()
 
     # --- the semantic embedder, chosen per database --------------------------------------
     def _open_semantic(self) -> None:
