@@ -17,11 +17,11 @@ never a neighbourhood an approximate graph search happened to reach. Building th
 index was about half of a bulk load's wall time with SEARCH (bench/RESULTS.md, "Bulk load
 with SEARCH").
 
-A query (`Bound.knn`) reads the postings of its trigrams (at most GRAM_CAP of a very
-common one: its first blocks), counts the trigrams each name shares with it, keeps the POOL
-best names by the trigram Dice `2·shared / (|query| + |name|)`, and returns their
-concepts' exact similarity: the 2+3-gram Dice of `text.grams` (what keyword rescoring
-uses), so the candidates arrive with the score the ranking gives them.
+A query (`Bound.knn`) reads the postings of its trigrams, leaving out those in more than
+GRAM_CAP names unless all are, counts the trigrams each name shares with it, keeps the POOL
+best names by the trigram Dice `2·shared / (|query| + |name|)` and returns their concepts
+with that estimate; keyword ranking (`query.run`) then scores its leaders exactly (the
+2+3-gram Dice of `text.grams`). `similarity` is that exact score.
 """
 from __future__ import annotations
 
@@ -37,9 +37,8 @@ from ..store.protocol import ConceptHead
 TABLE = "gram"
 KEY_BUILT = b"\x00B"        # the table covers every concept (written by `rebuild`)
 SLOTS = 8                   # a name + at most 7 aliases (text.MAX_ALIASES)
-GRAM_CAP = 16_384           # postings read per query trigram (whole blocks)
-POOL = 64                   # names kept by the trigram estimate, then scored exactly (256:
-#                             the same hit@10 at N=100k, 3x the CPU: `Bound._exact`)
+GRAM_CAP = 4096             # a trigram with more postings is common: left out (`Bound.knn`)
+POOL = 64                   # names kept by the trigram estimate, best first
 
 
 def trigrams(norm: str) -> list[str]:
@@ -276,8 +275,12 @@ class Bound:
 
     def knn(self, kind: int, qvec: np.ndarray, count: int, expansion: int | None = None,
             group: int | None = None) -> dict[int, float]:
-        """id → 2+3-gram Dice of the best name of the `count` concepts whose names share
-        the most trigrams with the query (`expansion` is the HNSW's: unused)."""
+        """id → the trigram Dice of the best name of the `count` concepts whose names
+        share the most trigrams with the query (`expansion` is the HNSW's: unused). An
+        estimate of the similarity ranking computes exactly for its leaders (`query.run`:
+        the 2+3-gram Dice); scoring the POOL best exactly here too cost ~0.4 ms per query
+        at N=100k and found no more (bench/RESULTS.md, "Typo candidates from trigram
+        postings")."""
         if kind != KIND_CONCEPT:
             return {}
         text = self._text(qvec)
@@ -285,15 +288,28 @@ class Bound:
         if not qgrams:
             return {}
         aux = self.txn.aux(TABLE)
-        parts, sizes = [], []
+        # Counted over the query's rarer trigrams: one in more than GRAM_CAP names ("syn",
+        # "ome" of the thousands of "... syndrome") tells little apart and made a long
+        # name's query read and sort ~400k postings (5 ms); only when all of them are that
+        # common are their first GRAM_CAP postings counted.
+        parts: list[np.ndarray] = []
+        sizes: list[np.ndarray] = []
+        common: list[tuple[np.ndarray, np.ndarray]] = []
         for g in qgrams:
-            keys, weights, groups, _ = postings.read(aux, _prefix(g), GRAM_CAP)
+            keys, weights, groups, complete = postings.read(aux, _prefix(g), GRAM_CAP)
             if group is not None and len(keys):
                 keep = groups == group
                 keys, weights = keys[keep], weights[keep]
-            if len(keys):
+            if not len(keys):
+                continue
+            if complete:
                 parts.append(keys)
                 sizes.append(weights)
+            else:
+                common.append((keys, weights))
+        if not parts:
+            parts = [k for k, _ in common]
+            sizes = [w for _, w in common]
         if not parts:
             return {}
         keys, at, shared = np.unique(np.concatenate(parts), return_index=True,
@@ -304,9 +320,11 @@ class Bound:
         if len(est) > pool:
             top = np.argpartition(-est, pool - 1)[:pool]
             keys, est = keys[top], est[top]
-        concepts = np.unique(keys // SLOTS).tolist()
-        return dict(sorted(self._exact(text, concepts).items(),
-                           key=lambda kv: (-kv[1], kv[0]))[:count])
+        out: dict[int, float] = {}
+        for n, e in zip((keys // SLOTS).tolist(), est.tolist()):
+            if e > out.get(n, -1.0):
+                out[n] = e
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:count])
 
     def _exact(self, text: str, ids: list[int]) -> dict[int, float]:
         """id → the 2+3-gram Dice of `text` and the best of the concept's names."""
