@@ -203,7 +203,8 @@ def _search_report(nexus: Any, deep: bool, examples: int,
         if examples_found:
             report["examples"] = examples_found
     report["ok"] = not any(v for k, v in report.items()
-                           if k not in ("elements", "vectors_compared") and type(v) is int)
+                           if k not in ("elements", "vectors_compared", "grams_compared")
+                           and type(v) is int)
     return report
 
 
@@ -420,7 +421,7 @@ def format_problems(report: dict[str, Any]) -> Iterator[str]:
         for key, value in report.get(part, {}).items():
             if isinstance(value, int) and not isinstance(value, bool) and value and \
                     key not in ("elements", "concepts", "links", "symbols", "seq",
-                                "vectors_compared"):
+                                "vectors_compared", "grams_compared"):
                 yield f"{part}.{key}: {value}"
 
 

@@ -244,8 +244,41 @@ def posting_ids(txn: Any) -> tuple[set[int], int]:
     return ids, total
 
 
-def expected_postings(names: list[str]) -> int:
-    return sum(len(trigrams(nm)) for nm in names[:SLOTS])
+def drift(txn: Any, ids: Iterable[int]) -> tuple[int, int]:
+    """(the postings that differ from what the names of the concepts among `ids` give —
+    missing, extra, or of another weight or group, each counted — , the concepts
+    compared): `check --deep`. An element whose head cannot be read is left to the
+    store's check."""
+    vocab: dict[str, int] = {}
+    rows: list[tuple[int, int, int, int]] = []
+    compared = 0
+    for n in ids:
+        try:
+            head = txn.head(n)
+        except Exception:  # noqa: BLE001 - damage the store's check reports
+            continue
+        if type(head) is not ConceptHead:
+            continue
+        compared += 1
+        for slot, name in enumerate(lexical.names(txn, n)[:SLOTS]):
+            gs = trigrams(name)
+            for g in gs:
+                rows.append((vocab.setdefault(g, len(vocab)), n * SLOTS + slot, len(gs),
+                             head.type_id))
+    dtype = np.dtype([("g", "<i8"), ("k", "<u8"), ("w", "<f4"), ("t", "<u4")])
+    want = np.array(rows, dtype=dtype)
+    have: list[np.ndarray] = []
+    for key, raw in txn.aux(TABLE).scan():
+        if key[:1] == b"\0":
+            continue
+        code = vocab.setdefault(key[:-9].decode(), len(vocab))
+        keys, weights, groups = postings.decode(raw)
+        part = np.empty(len(keys), dtype=dtype)
+        part["g"], part["k"], part["w"], part["t"] = code, keys, weights, groups
+        have.append(part)
+    both = np.concatenate([want, *have]) if have else want
+    _, counts = np.unique(both, return_counts=True)
+    return int((counts == 1).sum() + (counts > 2).sum()), compared
 
 
 class Bound:

@@ -360,8 +360,7 @@ def _gram_postings(nx, n: int, names: list[str] | None = None) -> None:
 def test_gram_postings_drift_is_found_and_reindexed(any_nx):
     """The default embedder's typo candidates (gram postings, written with the data): a
     concept without its postings is `vector_missing`, postings of no element are
-    `vector_orphans`, a wrong count of them is found by a deep check; a repair rebuilds
-    them."""
+    `vector_orphans`, one too many is found by a deep check; a repair rebuilds them."""
     nx = any_nx
     assert nx.search.grams
     before = answers(nx)
@@ -384,7 +383,8 @@ def test_gram_postings_drift_is_found_and_reindexed(any_nx):
                             np.array([3.0], dtype=np.float32), np.array([1], dtype=np.uint32)))
     assert verify(nx, deep=False)["ok"]
     report = verify(nx, deep=True)
-    assert report["search"]["gram_count_drift"] == 1, report["search"]
+    assert report["search"]["gram_postings_wrong"] == 1, report["search"]
+    assert report["search"]["grams_compared"] == report["store"]["concepts"]
     assert verify(nx, deep=True, repair=True)["repaired"]["ok"]
 
 
