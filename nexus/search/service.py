@@ -3,7 +3,9 @@
 Owns the commit hooks the engine's write session calls around every write (`stage` part way
 through a big one, `before_commit` inside the write transaction, `after_commit` after it),
 opening/closing the indexes, `search`, `reindex` and `check`. It composes `lexical`
-(postings in the data's transaction) and `vectors` (usearch, caught up from a queue).
+(postings in the data's transaction), `gram_index` (the default embedder's typo candidates:
+trigram postings, in the data's transaction too) and `vectors` (usearch, caught up from a
+queue: the semantic index, and the n-gram one of any other embedder).
 
 The service is below the engine: it is given its `Host` (the engine, seen through a small
 protocol) and writes only through the host's write session, like everything else.
