@@ -47,7 +47,8 @@ DATA = ROOT / "bench" / "data" / "paraphrases.json"
 
 def old_hybrid(txn: Any, search: Any, text: str, limit: int) -> list[tuple[int, float]]:
     """The fusion before the fill: a side that did not return a hit counts 0."""
-    kw = dict(Q.run(txn, search.vectors, KIND_CONCEPT, text, None, limit, None, 128))
+    kw = dict(Q.run(txn, search.keyword_source(txn), KIND_CONCEPT, text, None, limit, None,
+                    128))
     sm = dict(Q.semantic(txn, search.semantic, KIND_CONCEPT, text, None, limit, None, 128))
     w = min(Q.W_SEM_MAX, max(Q.W_SEM_MIN, 1.0 - max(kw.values(), default=0.0)))
     scored = []
@@ -64,9 +65,10 @@ def ranking_modes(s: Any, kind: int) -> dict[str, Callable[[Any, str, int],
     """Each SEARCH mode's ranking of `kind` as served (`nexus.search.query`), over the
     search service `s`: mode -> f(txn, text, count) -> [(id, score)]."""
     return {
-        "keyword": lambda txn, t, n: Q.run(txn, s.vectors, kind, t, None, n),
+        "keyword": lambda txn, t, n: Q.run(txn, s.keyword_source(txn), kind, t, None, n),
         "semantic": lambda txn, t, n: Q.semantic(txn, s.semantic, kind, t, None, n),
-        "hybrid": lambda txn, t, n: Q.hybrid(txn, s.vectors, s.semantic, kind, t, None, n),
+        "hybrid": lambda txn, t, n: Q.hybrid(txn, s.keyword_source(txn), s.semantic, kind, t,
+                                             None, n),
     }
 
 

@@ -192,15 +192,19 @@ def _search_report(nexus: Any, deep: bool, examples: int,
             posting = PostingCheck(txn, examples).run()
         # (A store whose vectors are rows of its database checks them itself.)
         own = getattr(service, "vector_check", None)
+        # (none of the default embedder, whose typo candidates are the gram postings that
+        # `service.check` compared above: `nexus.search.gram_index`)
         vector = {} if pending is not None else own(examples) if own is not None else \
-            VectorCheck(service.vectors, nexus.store, examples, budget).run()
+            VectorCheck(service.vectors, nexus.store, examples, budget).run() \
+            if getattr(service.vectors, "build", True) else {}
         examples_found = {**posting.pop("examples", {}), **vector.pop("examples", {})}
         report.update(posting)
         report.update(vector)
         if examples_found:
             report["examples"] = examples_found
     report["ok"] = not any(v for k, v in report.items()
-                           if k not in ("elements", "vectors_compared") and type(v) is int)
+                           if k not in ("elements", "vectors_compared", "grams_compared")
+                           and type(v) is int)
     return report
 
 
@@ -439,7 +443,7 @@ def format_problems(report: dict[str, Any]) -> Iterator[str]:
         for key, value in report.get(part, {}).items():
             if isinstance(value, int) and not isinstance(value, bool) and value and \
                     key not in ("elements", "concepts", "links", "symbols", "seq",
-                                "vectors_compared"):
+                                "vectors_compared", "grams_compared"):
                 yield f"{part}.{key}: {value}"
 
 

@@ -3,7 +3,9 @@
 Owns the commit hooks the engine's write session calls around every write (`stage` part way
 through a big one, `before_commit` inside the write transaction, `after_commit` after it),
 opening/closing the indexes, `search`, `reindex` and `check`. It composes `lexical`
-(postings in the data's transaction) and `vectors` (usearch, caught up from a queue).
+(postings in the data's transaction), `gram_index` (the default embedder's typo candidates:
+trigram postings, in the data's transaction too) and `vectors` (usearch, caught up from a
+queue: the semantic index, and the n-gram one of any other embedder).
 
 The service is below the engine: it is given its `Host` (the engine, seen through a small
 protocol) and writes only through the host's write session, like everything else.
@@ -17,7 +19,7 @@ postings is reindexed at open).
 
 Write cost: the lexical postings are written in the data's transaction (`before_commit`, or
 chunk by chunk for a bulk load through `stage`); the vectors are only queued there and built
-by the background indexer (`vectors.Indexer`). SEARCH is therefore exact on names and words
+by the background indexer (`indexer.Indexer`). SEARCH is therefore exact on names and words
 at once, and eventually consistent on vectors: a SEARCH whose snapshot is ahead of the
 vector index waits up to `wait_seconds` for the indexer when at most `wait_backlog` ids are
 queued (so an agent finds what it just wrote, typos included), and otherwise answers from the
@@ -34,7 +36,7 @@ import time
 from typing import Any, Callable, ContextManager, Iterator, Protocol
 
 from ..errors import ErrorCode, KipError, internal_error
-from . import lexical, query
+from . import gram_index, lexical, query
 from .embed import (SEMANTIC_EMBEDDERS, make_embedder, make_semantic_embedder,
                     semantic_installed)
 from .text import KIND_CONCEPT, KIND_LINK, element_doc
@@ -85,7 +87,11 @@ class SearchService:
         self.host = host
         self.store = host.store
         self.embedder = make_embedder(getattr(host.config, "embedder", None))
-        self.vectors = VectorIndex(self.embedder, self.store.path)
+        # The default embedder's typo candidates come from the gram postings (written with
+        # the data, `gram_index`); its VectorIndex then keeps the change queue alone (the
+        # semantic index follows it). Other embedders keep their vectors there.
+        self.grams = gram_index.in_use(self.embedder)
+        self.vectors = VectorIndex(self.embedder, self.store.path, build=not self.grams)
         # A process that must write nothing (`kip check`) keeps its catch-up in memory.
         self.vectors.saving = bool(getattr(host.config, "save_vectors", True))
         # The semantic index (MODE "semantic"/"hybrid"): a second vector index over the same
@@ -118,10 +124,29 @@ class SearchService:
             self.opened = "rebuilt"
         else:
             self.opened = self.vectors.open(self.store, self._write_txn, progress)
+            if self.grams:
+                self._ensure_grams()
         self._open_semantic()
         self.vectors.start(self.store)
         if self.semantic is not None:
             self.semantic.start(self.store)
+
+    def _ensure_grams(self) -> None:
+        """Build the gram postings of a database written before they existed (or mark an
+        empty one's as built), in one write transaction."""
+        with self.store.read() as txn:
+            if gram_index.built(txn) or not self.vectors.saving:
+                return          # (a process that must write nothing: `check` reports it)
+            has_data = txn.max_id() > 0
+        if has_data:
+            log.info("search: building the gram postings")
+        with self._write_txn() as w:
+            if not gram_index.built(w):
+                gram_index.rebuild(w)
+        if has_data and self.vectors.saved_seq:
+            # Files of the previous code: the watermark saved alone removes the n-gram
+            # vector file, which nothing reads now.
+            self.vectors.save()
 
     # --- the semantic embedder, chosen per database --------------------------------------
     def _open_semantic(self) -> None:
@@ -221,9 +246,15 @@ class SearchService:
             st = self._stages[id(ctx)] = _Stage(ctx.txn)
         if not ctx.touched and not ctx.removed:
             return
-        changed, gone = lexical.write(_index_txn(ctx), _searchable(ctx), ctx.removed,
+        txn = _index_txn(ctx)
+        touched = _searchable(ctx)
+        before = (gram_index.indexed_names(txn, st.grams, touched, ctx.removed)
+                  if self.grams else {})
+        changed, gone = lexical.write(txn, touched, ctx.removed,
                                       getattr(ctx, "moved", None), st.postings,
                                       getattr(ctx, "new_docs", ()))
+        if self.grams:
+            gram_index.update(txn, st.grams, changed, gone, before)
         st.changed.extend(changed)
         st.gone.extend(gone)
 
@@ -235,14 +266,23 @@ class SearchService:
             st = None
         if st is None and not ctx.touched and not ctx.removed:
             return
+        txn = _index_txn(ctx)
         if st is None:          # one KML command: no copies of its (small) sets
-            changed, gone = lexical.write(_index_txn(ctx), _searchable(ctx), ctx.removed,
+            touched = _searchable(ctx)
+            batch = gram_index.Batch()
+            before = (gram_index.indexed_names(txn, batch, touched, ctx.removed)
+                      if self.grams else {})
+            changed, gone = lexical.write(txn, touched, ctx.removed,
                                           getattr(ctx, "moved", None))
+            if self.grams and (changed or gone):
+                gram_index.update(txn, batch, changed, gone, before)
+                batch.write(txn)
         else:
             self._stages[id(ctx)] = st
             self.stage(ctx)
             del self._stages[id(ctx)]
-            lexical.finish(_index_txn(ctx), st.postings)   # the staged new postings
+            lexical.finish(txn, st.postings)   # the staged new postings
+            st.grams.write(txn)
             changed, gone = st.changed, st.gone
         if not changed and not gone:
             return
@@ -311,20 +351,26 @@ class SearchService:
                 return []
         sem = self.semantic if mode != "keyword" else None
         seq = read_seq(txn)
-        for v in ([self.vectors] if mode != "semantic" else []) + ([sem] if sem else []):
+        ngram = self.keyword_source(txn)
+        waits = [self.vectors] if mode != "semantic" and not self.grams else []
+        for v in waits + ([sem] if sem else []):
             if (v.applied_seq < seq or v.needs_rebuild) and v.backlog <= self.wait_backlog:
                 wait = self.wait_seconds            # read-your-writes for small backlogs
                 if deadline is not None:
                     wait = max(0.0, min(wait, deadline - time.monotonic()))
                 v.wait(seq, wait)
         if sem is None:
-            hits = query.run(txn, self.vectors, kind, text, group, limit, check=check)
+            hits = query.run(txn, ngram, kind, text, group, limit, check=check)
         elif mode == "semantic":
             hits = query.semantic(txn, sem, kind, text, group, limit, check=check)
         else:
-            hits = query.hybrid(txn, self.vectors, sem, kind, text, group, limit,
-                                check=check)
+            hits = query.hybrid(txn, ngram, sem, kind, text, group, limit, check=check)
         return [(n, score) for n, score in hits if score >= threshold]
+
+    def keyword_source(self, txn: Any) -> query.VectorSource:
+        """Where keyword ranking in `txn`'s snapshot takes its typo candidates from: the
+        gram postings (the default embedder), else the n-gram vector index."""
+        return gram_index.Bound(txn, self.embedder) if self.grams else self.vectors
 
     # --- maintenance ---------------------------------------------------------------------
     @kip_only
@@ -336,8 +382,11 @@ class SearchService:
                 index.drain()
             txn = session.txn
             total = len(rebuild_lexical(txn, progress, chunk))
+            if self.grams:
+                gram_index.rebuild(txn, progress)
             for index in self.vector_indexes():
-                index.rebuild(txn, _phase(progress, index.prefix))
+                if index.build:
+                    index.rebuild(txn, _phase(progress, index.prefix))
             seq = self.vectors.record(txn, [], [])
         for index in self.vector_indexes():
             with index.progress:
@@ -362,23 +411,32 @@ class SearchService:
             elements = set(txn.elements())
             indexed = set(lexical.indexed_ids(txn))
             counted = lexical.doc_count(txn, KIND_CONCEPT) + lexical.doc_count(txn, KIND_LINK)
-            vec_ids = self.vectors.ids()
             seq = read_seq(txn)
-            # The elements without vectors that should have some: not the links (their
-            # heads say so: `may_have_vectors`), nor an element with no text to embed (a
-            # concept named "" without aliases, which older versions accepted).
-            no_vec = elements - vec_ids
-            bare = set(may_have_vectors(txn, sorted(no_vec)))
-            unvectored = [n for n in bare if self._has_texts(txn, n)]
+            if self.grams:      # no n-gram vectors: the gram postings in their place
+                vec_ids, with_grams = self._check_grams(txn, elements, deep)
+                no_vec = elements - vec_ids
+                bare = set(may_have_vectors(txn, sorted(no_vec)))
+                with_grams["vector_lag"] = max(0, seq - self.vectors.applied_seq)
+            else:
+                vec_ids = self.vectors.ids()
+                # The elements without vectors that should have some: not the links (their
+                # heads say so: `may_have_vectors`), nor an element with no text to embed
+                # (a concept named "" without aliases, which older versions accepted).
+                no_vec = elements - vec_ids
+                bare = set(may_have_vectors(txn, sorted(no_vec)))
+                unvectored = [n for n in bare if self._has_texts(txn, n)]
             report = {
                 "elements": len(elements),
                 "lexical_missing": len(elements - indexed),
                 "lexical_orphans": len(indexed - elements),
                 "lexical_count_drift": abs(counted - len(indexed)),
-                "vector_missing": len(unvectored),
-                "vector_orphans": len(vec_ids - elements),
-                "vector_lag": max(0, seq - self.vectors.applied_seq),
             }
+            if self.grams:
+                report.update(with_grams)
+            else:
+                report.update({"vector_missing": len(unvectored),
+                               "vector_orphans": len(vec_ids - elements),
+                               "vector_lag": max(0, seq - self.vectors.applied_seq)})
             sem = self.semantic
             if sem is not None:     # the semantic index (MODE "semantic"/"hybrid")
                 sem_ids = sem.ids()
@@ -392,8 +450,29 @@ class SearchService:
             if deep:
                 report["lexical_stale"] = sum(1 for n in elements & indexed
                                               if lexical.stale(txn, n))
-        report["ok"] = not any(v for k, v in report.items() if k != "elements")
+        report["ok"] = not any(v for k, v in report.items()
+                               if k not in ("elements", "grams_compared"))
         return report
+
+    def _check_grams(self, txn: Any, elements: set[int], deep: bool
+                     ) -> tuple[set[int], dict[str, int]]:
+        """(the concepts with gram postings, the drift counts of the gram index, under the
+        n-gram vectors' names): `vector_missing` = concepts with a name that have none,
+        `vector_orphans` = postings of no element, `gram_unbuilt` = the table was never
+        built (a database of the previous code opened by a process that writes nothing);
+        deep: `gram_postings_wrong`, the postings that differ from what the names give
+        (`gram_index.drift`), and `grams_compared`, the concepts compared."""
+        ids, _ = gram_index.posting_ids(txn)
+        # (not the links, and a damaged head counts as missing: `may_have_vectors`)
+        missing = [n for n in may_have_vectors(txn, sorted(elements - ids))
+                   if any(lexical.names(txn, n))]
+        out = {"vector_missing": len(missing), "vector_orphans": len(ids - elements),
+               "gram_unbuilt": 0 if gram_index.built(txn) else 1}
+        if deep:
+            wrong, compared = gram_index.drift(txn, may_have_vectors(txn, sorted(elements)))
+            out["gram_postings_wrong"] = wrong
+            out["grams_compared"] = compared
+        return ids, out
 
     def _has_texts(self, txn: Any, n: int) -> bool:
         """Whether element `n` has a text the vector index embeds (unreadable: yes, so
@@ -443,7 +522,7 @@ class SearchService:
 
 class _Stage:
     """What the `stage` calls of one write transaction indexed so far."""
-    __slots__ = ("txn", "changed", "gone", "postings")
+    __slots__ = ("txn", "changed", "gone", "postings", "grams")
 
     def __init__(self, txn: Any) -> None:
         self.txn = txn
@@ -451,6 +530,7 @@ class _Stage:
         self.postings = lexical.Deferred()
         self.changed: list[int] = []       # ids whose vectors must be (re)built
         self.gone: list[int] = []          # ids whose vectors must go
+        self.grams = gram_index.Batch()    # the gram postings, written once at the end
 
 
 def complete_vectors(indexes: list[VectorIndex]) -> None:

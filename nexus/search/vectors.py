@@ -10,7 +10,7 @@ keeps it in step with the data:
   (`vecq b"S"` = the last sequence; `vecq b"q" seq` = the ids whose vectors changed).
   So the queue is exactly as durable as the data, and a write pays only for that record.
 * Embedding and HNSW insertion happen off the write path, in one indexer thread per index
-  (`Indexer`): woken after each commit, it reads the queue entries after `applied_seq`,
+  (`indexer.Indexer`): woken after each commit, it reads the queue entries after `applied_seq`,
   re-reads those elements from a current snapshot (short read transactions, a slice of ids
   at a time), embeds them and updates usearch, then advances `applied_seq`. Replaying an id
   from a newer snapshot than its entry is harmless: later entries name it again.
@@ -61,6 +61,7 @@ from usearch.index import Index
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
 from .ivf import IVFIndex
+from .indexer import QUIET_BACKLOG, Indexer
 from .layered import LayeredIndex
 from ..store.protocol import ConceptHead, LinkHead
 from .text import KIND_CONCEPT, Doc
@@ -78,11 +79,6 @@ REMAP_SECONDS = 5.0          # ... or, when an index left its mapped file, once 
 ADD_CHUNK = 2048             # vectors embedded and inserted per lock hold
 ADD_THREADS = 2              # usearch insertion threads
 FILL_CHUNK = 16_384          # ids read, embedded and inserted per step of `fill` (bulk load)
-IDLE_SECONDS = 5.0           # the indexer looks for work (and a due save) this often anyway
-# The indexer starts on queued work once commits pause for QUIET_SECONDS, or at once when a
-# reader waits for it or QUIET_BACKLOG ids are queued (see Indexer.run).
-QUIET_SECONDS = 0.05
-QUIET_BACKLOG = 4096
 PRUNE_PER_TXN = 256          # queue entries a write removes at most (bounds write cost)
 _U64 = struct.Struct(">Q")
 KEY_SEQ, KEY_EPOCH, KEY_PRUNED = b"S", b"E", b"P"
@@ -149,11 +145,14 @@ def may_have_vectors(txn: Any, ids: Iterable[int]) -> list[int]:
 
 class VectorIndex:
     def __init__(self, embedder: Embedder, directory: str | None,
-                 prefix: str = "vectors") -> None:
+                 prefix: str = "vectors", build: bool = True) -> None:
         self.embedder = embedder
         # The semantic index is an inverted file (`ivf`: built in seconds by a bulk load,
         # better recall on paraphrases), the n-gram one HNSW (bench/RESULTS.md).
         self.layout = "ivf" if prefix == "semantic" else "hnsw"
+        # False: the queue only, no vectors (the default embedder: `gram_index`); a save
+        # writes the watermark alone, removing an older file.
+        self.build = build
         self.dir = directory
         self.prefix = prefix      # file names: "<prefix>.concepts.usearch", "<prefix>.json"
         # Another index that reads the same queue (the semantic one): `record` prunes only
@@ -294,6 +293,18 @@ class VectorIndex:
 
     def _catch_up(self, chunk: int) -> bool:
         store = self.store
+        if not self.build:              # the queue is only marked applied
+            with store.read() as txn:
+                seq = read_seq(txn)
+            with self.progress:
+                moved = seq > self.applied_seq or self.needs_rebuild
+                self.applied_seq = max(self.applied_seq, seq)
+                self.backlog = 0
+                self.needs_rebuild = False
+                if moved:
+                    self._dirty(1)
+                self.progress.notify_all()
+            return moved
         upserts: list[tuple[int, int, list[str]]] | None = None
         with store.read() as txn:
             txn.aux("vecq").prefetch([KEY_SEQ, KEY_PRUNED])     # (both read: one round trip)
@@ -484,6 +495,10 @@ class VectorIndex:
                 return
             try:
                 for ix, path in zip(self.indexes, files):
+                    if not self.build:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(path)
+                        continue
                     if ix.unchanged_since_saved(path):
                         continue                # mapped from that file: nothing to write
                     ix.save(path + ".tmp")
@@ -510,7 +525,8 @@ class VectorIndex:
                                "`kip reindex` rebuilds the index.") from None
             self.saved_seq = self.applied_seq
             self.unsaved = 0
-            self._remap(files)
+            if self.build:
+                self._remap(files)
 
     def _remap(self, files: list[str]) -> None:
         """After a save: map each index from the file just written, freeing its in-memory
@@ -578,7 +594,7 @@ class VectorIndex:
                     or not isinstance(meta.get("seq"), int) or meta["seq"] > seq):
                 return None
             loaded = []
-            for path in files:
+            for path in files if self.build else ():
                 # Memory-mapped, not read into the heap (`layered`: changes go to a delta).
                 ix = IVFIndex.mapped(self._new, path) if self.layout == "ivf" else \
                     LayeredIndex.mapped(self._usearch, path)
@@ -588,7 +604,8 @@ class VectorIndex:
             if os.path.exists(meta_path):
                 log.warning("vector index files unusable (%s); rebuilding", exc)
             return None
-        self.indexes = loaded
+        if self.build:
+            self.indexes = loaded
         return meta["seq"]
 
     def _queued_since(self, txn: Any, saved: int) -> list[int] | None:
@@ -615,7 +632,7 @@ class VectorIndex:
         `txn`, or from a short read transaction of `store` per slice), then swapped in."""
         fresh = [self._new()]
         done = 0
-        for lo in range(1, top + 1, chunk):
+        for lo in range(1, top + 1, chunk) if self.build else ():
             part = range(lo, min(top, lo + chunk - 1) + 1)
             with contextlib.nullcontext(txn) if txn is not None else store.read() as t:
                 upserts = self._docs(t, part)
@@ -696,90 +713,3 @@ class VectorIndex:
         with self.lock:
             keys = np.asarray(self.indexes[kind].keys, dtype=np.uint64)
         return set((keys // SLOTS).tolist())
-
-
-class Indexer(threading.Thread):
-    """The background thread that applies queued vector changes (see the module doc).
-
-    A commit only wakes it when it sleeps idle (`committed`): while it is in its quiet
-    period or catching up, a commit moves two plain counters and the thread looks at them
-    itself. Waking a thread that waits on an event costs the writer a notify and a lock
-    hand-over per commit (~0.05 ms of each W2's CPU when every commit did it)."""
-
-    def __init__(self, vectors: VectorIndex) -> None:
-        super().__init__(name="nexus-vector-indexer", daemon=True)
-        self.vectors = vectors
-        self._wake = threading.Event()
-        self._stopping = False
-        self._idle = False          # waiting for work: a commit must set the event
-        self._commits = 0           # commits that queued changes (moved by writers)
-        self._seen = 0              # ... of them, those before the last catch-up began
-        self._last_commit = 0.0     # monotonic time of the last of them
-
-    def wake(self) -> None:
-        """Start now (a reader waits, a bulk load ended, the thread starts or stops)."""
-        self._wake.set()
-
-    def committed(self, urgent: bool = False) -> None:
-        """A commit queued changes: noted, and the thread woken only if it sleeps idle (or
-        `urgent`: the backlog is past QUIET_BACKLOG). No lock: the GIL makes each store
-        atomic, and the thread reads `_commits` after publishing `_idle` (see `run`), so a
-        commit is never left unseen for longer than IDLE_SECONDS."""
-        self._last_commit = time.monotonic()
-        self._commits += 1
-        if (self._idle or urgent) and not self._wake.is_set():
-            self._wake.set()
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._wake.set()
-        if self is not threading.current_thread():
-            self.join()
-
-    def run(self) -> None:
-        v = self.vectors
-        while not self._stopping:
-            self._idle = True
-            if self._commits == self._seen:         # nothing committed since the last look
-                self._wake.wait(IDLE_SECONDS)
-            self._idle = False
-            self._wake.clear()
-            # Quiet period: until no commit came for QUIET_SECONDS, unless a reader waits.
-            # In one process the indexer shares the GIL with the writers: run right after
-            # each commit, its Python work made the next write wait for the GIL (W2 with
-            # SEARCH attached: begin() of the next write took ~4 ms).
-            # A write still open is not a pause either: a command that takes longer than
-            # QUIET_SECONDS (a slow disk's flush, a loaded machine) must not let the
-            # catch-up start in the middle of a burst — the first one after an open loads
-            # the embedder's model (~0.4 s of CPU holding the GIL) while the writer, whose
-            # every LMDB call releases the GIL, waits to get it back each time.
-            store = v.store
-            while not self._stopping and not v.waiters and v.backlog < QUIET_BACKLOG:
-                left = self._last_commit + QUIET_SECONDS - time.monotonic()
-                if left <= 0:
-                    if store is None or not store.writing:
-                        break
-                    left = QUIET_SECONDS
-                if self._wake.wait(left):       # a reader, a stop, a large backlog
-                    self._wake.clear()
-            if self._stopping:
-                break
-            if v.paused:
-                self._seen = self._commits      # `resume` wakes the thread
-            try:
-                # Again only if a commit came meanwhile: otherwise the next catch_up would
-                # find nothing new, at a read transaction's cost (three round trips on
-                # PostgreSQL).
-                while not self._stopping and not v.paused:
-                    self._seen = self._commits
-                    if not v.catch_up() or self._commits == self._seen:
-                        break
-                v.maybe_save()
-                v.error = None
-            except Exception as exc:  # noqa: BLE001 - keep indexing; the queue still holds it
-                if v.error is None:
-                    log.exception("vector indexer failure; retrying")
-                v.error = exc
-                time.sleep(0.5)
-        with v.progress:
-            v.progress.notify_all()

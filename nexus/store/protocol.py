@@ -85,6 +85,7 @@ AUX_TABLES: tuple[str, ...] = (
     "history",    # the version log: one record per committed write (nexus.history)
     "histel",     # the version log by element
     "histnew",    # the version log's bulk-created id ranges
+    "gram",       # name trigram postings: keyword SEARCH's typo candidates (nexus.search)
 )
 
 

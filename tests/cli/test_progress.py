@@ -64,7 +64,8 @@ def test_reindex_export_and_check_report_their_phases(db, tmp_path):
     proc = run_kip("reindex", "--db", str(db))
     assert proc.returncode == 0, proc.stderr
     phases = re.findall(r"^kip reindex: (\w+): .*done in", proc.stderr, re.M)
-    assert phases[:2] == ["clear", "lexical"] and phases[-1] == "vectors", proc.stderr
+    # (the default embedder: its typo candidates' postings, no n-gram vectors)
+    assert phases[:2] == ["clear", "lexical"] and phases[-1] == "grams", proc.stderr
     out = tmp_path / "out.kip"
     proc = run_kip("export", "--db", str(db), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
@@ -88,7 +89,7 @@ def test_bars_at_a_terminal(db, tmp_path):
     out = _pty("load", "--db", str(db), str(capsule))
     assert re.search(r"kip load more\.kip: 100%\|[^|]*\| [\d.]+k?/[\d.]+k? ", out), out
     out = _pty("reindex", "--db", str(db))
-    for phase in ("clear", "lexical", "vectors"):
+    for phase in ("clear", "lexical", "grams"):      # (the default embedder: no vectors)
         assert re.search(rf"kip reindex {phase}: 100%\|", out), out
     out = _pty("export", "--db", str(db), "-o", str(tmp_path / "x.kip"))
     assert re.search(r"kip export elements: 100%\|[^|]*\| (\d+)/\1 .*elements/s", out), out

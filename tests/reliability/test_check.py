@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from reliability_support import dump
 
 from nexus.ops import check
 from nexus.ops.check import REPAIRABLE, UNREPAIRABLE, format_problems, verify
+from nexus.search import gram_index, lexical, postings
 from nexus.store import codec
 from nexus.store.codec import OPS, PSO, SPO, pack_n, pack_sid
 
@@ -262,7 +264,7 @@ def test_damaged_links_are_reported_where_the_damage_is(any_nx):
     report = verify(nx, deep=True)
     assert not report["ok"] and report["store"]["dangling_links"] == 1
     assert report["search"]["lexical_stale"] == 1
-    assert not report["search"]["vector_missing"] and not report["search"]["vector_stale"]
+    assert not report["search"]["vector_missing"] and not report["search"].get("vector_stale")
     link = ids(nx, TREATS)[0]
     raw_write(nx, lambda kv, d: kv.put(pack_n(link), b"\xc1not msgpack", db=d.attrs))
     report = verify(nx, deep=False)
@@ -337,7 +339,56 @@ def test_posting_check_sees_a_wrong_weight(any_nx):
     assert not verify(nx, deep=False)["search"].get("postings_wrong")   # deep only
 
 
-def test_vector_index_drift_is_found_and_reindexed(any_nx):
+@pytest.fixture
+def ngram_vectors(monkeypatch):
+    """The default embedder with the n-gram HNSW vector index every other embedder has
+    (by default its typo candidates are the gram postings: `nexus.search.gram_index`)."""
+    monkeypatch.setattr(gram_index, "in_use", lambda embedder: False)
+
+
+def _gram_postings(nx, n: int, names: list[str] | None = None) -> None:
+    """Delete every gram posting of concept `n`'s names, or with `names` add postings of
+    those for `n`, in a write of its own."""
+    with nx.write_session(privileged=True) as session:
+        txn = session.store_txn
+        for slot, name in enumerate(names or lexical.names(txn, n)):
+            for g in gram_index.trigrams(name):
+                postings.apply(txn.aux(gram_index.TABLE), g.encode() + b"\0",
+                               {n * gram_index.SLOTS + slot: (3.0, 1) if names else None})
+
+
+def test_gram_postings_drift_is_found_and_reindexed(any_nx):
+    """The default embedder's typo candidates (gram postings, written with the data): a
+    concept without its postings is `vector_missing`, postings of no element are
+    `vector_orphans`, one too many is found by a deep check; a repair rebuilds them."""
+    nx = any_nx
+    assert nx.search.grams
+    before = answers(nx)
+    n = ids(nx, ASPIRIN)[0]
+    assert verify(nx, deep=True)["ok"]
+    _gram_postings(nx, n)
+    report = verify(nx, deep=False)
+    assert report["search"]["vector_missing"] == 1, report["search"]
+    assert verify(nx, repair=True)["repaired"]["ok"]
+    assert answers(nx) == before
+    _gram_postings(nx, 10 ** 6, ["ghost"])           # an element that does not exist
+    report = verify(nx, deep=False)
+    assert report["search"]["vector_orphans"] == 1, report["search"]
+    assert verify(nx, repair=True)["repaired"]["ok"]
+    with nx.write_session(privileged=True) as session:    # one posting too many
+        key = n * gram_index.SLOTS
+        session.store_txn.aux(gram_index.TABLE).put(
+            b"zzq\0" + key.to_bytes(8, "big"),
+            postings.encode(np.array([key], dtype=np.uint64),
+                            np.array([3.0], dtype=np.float32), np.array([1], dtype=np.uint32)))
+    assert verify(nx, deep=False)["ok"]
+    report = verify(nx, deep=True)
+    assert report["search"]["gram_postings_wrong"] == 1, report["search"]
+    assert report["search"]["grams_compared"] == report["store"]["concepts"]
+    assert verify(nx, deep=True, repair=True)["repaired"]["ok"]
+
+
+def test_vector_index_drift_is_found_and_reindexed(ngram_vectors, any_nx):
     nx = any_nx
     n = ids(nx, ASPIRIN)[0]
     # Vectors are indexed in the background: let the indexer finish, or it would add the
@@ -365,7 +416,8 @@ def _replace_vectors(nx, query: str, texts: list[str]) -> int:
     (["Paracetamol"], "vector_stale"),                   # the vector of another text
     (["Aspirin", "ASA", "acetylsalicylic acid"], "vector_slots_wrong"),   # aliases it lacks
 ])
-def test_stale_vectors_are_found_by_a_deep_check_and_reindexed(any_nx, texts, category):
+def test_stale_vectors_are_found_by_a_deep_check_and_reindexed(ngram_vectors, any_nx, texts,
+                                                               category):
     nx = any_nx
     before = answers(nx)
     n = _replace_vectors(nx, ASPIRIN, texts)
@@ -381,7 +433,7 @@ def test_stale_vectors_are_found_by_a_deep_check_and_reindexed(any_nx, texts, ca
     assert answers(nx) == before
 
 
-def test_a_deep_check_compares_every_vector(any_nx):
+def test_a_deep_check_compares_every_vector(ngram_vectors, any_nx):
     """An alias written by KML reaches the vectors: the deep check agrees after the indexer
     ran, and sees every concept's vectors (links have none)."""
     nx = any_nx

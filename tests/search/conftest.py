@@ -61,6 +61,15 @@ def disk_nexus(tmp_path):
 
 
 @pytest.fixture
+def ngram_vectors(monkeypatch):
+    """The default embedder with an n-gram HNSW vector index, as every other embedder has
+    (by default its typo candidates come from the gram postings, `gram_index`): for the
+    tests of the vector index's own mechanics, which this embedder exercises cheaply."""
+    from nexus.search import gram_index
+    monkeypatch.setattr(gram_index, "in_use", lambda embedder: False)
+
+
+@pytest.fixture
 def kip():
     """`kip(nx, command, **parameters)`: the command's result (an error fails the test)."""
     def run(nx, command, **parameters):

@@ -208,8 +208,13 @@ def test_reindex_repairs_drift_and_reports_progress(graph):
     assert not report["ok"] and report["lexical_missing"] == 1
     seen = []
     result = graph.search.reindex(lambda phase, done, total: seen.append((phase, done, total)))
-    assert {p for p, _, _ in seen} >= {"lexical", "vectors"}
-    assert seen[-1][1] == seen[-1][2] == result["elements"]
+    # (the default embedder: gram postings, not n-gram vectors, after the lexical index)
+    assert {p for p, _, _ in seen} >= {"lexical", "grams"}
+    lexical_done = [(d, t) for p, d, t in seen if p == "lexical"][-1]
+    assert lexical_done[0] == lexical_done[1] == result["elements"]
+    with graph.store.read() as txn:
+        concepts = txn.count_concepts()
+    assert seen[-1] == ("grams", concepts, concepts)
     assert graph.search.check(deep=True)["ok"]
 
 
@@ -242,7 +247,7 @@ def test_lagging_vectors_catch_up_from_the_queue(disk_nexus, kip):
     assert report["ok"], report
 
 
-def test_foreign_or_stale_files_are_rebuilt(disk_nexus, kip, tmp_path):
+def test_foreign_or_stale_files_are_rebuilt(ngram_vectors, disk_nexus, kip, tmp_path):
     nx = disk_nexus()
     kip(nx, SCHEMA)
     kip(nx, DATA)
@@ -336,12 +341,13 @@ def test_a_narrower_neighbour_search_finds_the_same_name_and_leaves_the_index_as
         corpus):
     # MODE "hybrid" searches each vector index with a narrower HNSW breadth; the index's own
     # breadth (that of every other SEARCH) must be what it was afterwards.
-    from nexus.search.vectors import EXPANSION_SEARCH
+    # (An n-gram HNSW index of the corpus, as every embedder but the default one has.)
+    from nexus.search.vectors import EXPANSION_SEARCH, VectorIndex
     nx, concepts = corpus
-    nx.search.drain()
-    vectors = nx.search.vectors
+    vectors = VectorIndex(nx.search.embedder, None)
     name = concepts[0]["name"]
     with nx.store.read() as txn:
+        vectors.rebuild(txn)
         wanted = txn.concept_id(txn.symbol_id(concepts[0]["type"]), name)
     qvec = vectors.query_vector(name)
     narrow = vectors.knn(KIND_CONCEPT, qvec, 10, expansion=32)

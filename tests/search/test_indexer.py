@@ -6,10 +6,15 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from nexus.ops.bulk_import import bulk_import
 from nexus.search import postings
 from nexus.search.vectors import read_seq
+
+# The n-gram vector index's mechanics, exercised with the default embedder's cheap vectors
+# (which by default has gram postings instead: `conftest.ngram_vectors`).
+pytestmark = pytest.mark.usefixtures("ngram_vectors")
 
 SCHEMA = 'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES {description: "d"} } }'
 

@@ -13,6 +13,10 @@ from nexus.search import layered
 from nexus.search.layered import LayeredIndex
 from nexus.search.text import KIND_CONCEPT
 
+# The n-gram vector index's mechanics, exercised with the default embedder's cheap vectors
+# (which by default has gram postings instead: `conftest.ngram_vectors`).
+pytestmark = pytest.mark.usefixtures("ngram_vectors")
+
 SCHEMA = 'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES {description: "d"} } }'
 
 

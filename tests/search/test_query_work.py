@@ -71,6 +71,9 @@ class _CountingVectors:
     def similarity(self, *args: Any, **kw: Any) -> Any:
         return self._inner.similarity(*args, **kw)
 
+    def __getattr__(self, name: str) -> Any:      # (e.g. `filters_groups`)
+        return getattr(self._inner, name)
+
 
 def test_the_pending_documents_are_read_once_per_query(nexus, kip):
     kip(nexus, 'UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Drug"} } }')
@@ -80,8 +83,10 @@ def test_the_pending_documents_are_read_once_per_query(nexus, kip):
     text = "pain fever relieves aspirin ibuprofen paracetamol headache"
     with nexus.store.read() as txn:
         counting = _CountingTxn(txn)
-        hits = query.run(counting, nexus.search.vectors, KIND_CONCEPT, text, None, 5)
-        assert hits == query.run(txn, nexus.search.vectors, KIND_CONCEPT, text, None, 5)
+        hits = query.run(counting, nexus.search.keyword_source(counting), KIND_CONCEPT,
+                         text, None, 5)
+        assert hits == query.run(txn, nexus.search.keyword_source(txn), KIND_CONCEPT, text,
+                                 None, 5)
     assert len(hits) == 3
     assert counting.scans[b"q"] == 1, counting.scans
 
@@ -92,9 +97,9 @@ def test_the_pending_documents_are_read_once_per_query(nexus, kip):
                                   "Dololovir Hereditary Thyroid Stenosis", "Dololovr stenosis"])
 def test_a_link_text_is_embedded_at_most_once_per_query_and_embedder(corpus, mode, text):
     nx, _ = corpus
-    vectors = nx.search.vectors
-    first, second = _CountingVectors(vectors), _CountingVectors(vectors)
     with nx.store.read() as txn:
+        vectors = nx.search.keyword_source(txn)
+        first, second = _CountingVectors(vectors), _CountingVectors(vectors)
         if mode == "keyword":
             hits = query.run(txn, first, KIND_LINK, text, None, 10)
             plain = query.run(txn, vectors, KIND_LINK, text, None, 10)

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from nexus.api import Nexus
-from nexus.search import embed, query, service, vectors
+from nexus.search import embed, gram_index, postings, query, service, vectors
 from nexus.search.embed import HashedNgramEmbedder, semantic_installed
 from nexus.search.text import KIND_CONCEPT, element_doc
 
@@ -100,12 +100,17 @@ def test_the_semantic_index_holds_one_vector_per_concept_and_names_still_find(
         # Slot 0 of every concept, slot 1 of the aliased ones (links have none).
         assert _keys(nx.search.semantic) == _semantic_keys(nx)
         assert len(concepts) < len(_semantic_keys(nx)) < 2 * len(concepts)
-        # The n-gram index still has a name and an alias vector for the drugs.
-        ngram = set(_keys(nx.search.vectors))
+        # The gram postings (the default embedder's typo candidates) still hold the name
+        # and the alias of the drugs.
+        ngram: set[int] = set()
+        with nx.store.read() as txn:
+            for key, raw in txn.aux(gram_index.TABLE).scan():
+                if key[:1] != b"\0":
+                    ngram.update(postings.decode(raw)[0].tolist())
         docs = _docs(nx)
         for name in ("Aspirin", "Zolpidem"):
             n = docs[name].n
-            assert {n * vectors.SLOTS, n * vectors.SLOTS + 1} <= ngram
+            assert {n * gram_index.SLOTS, n * gram_index.SLOTS + 1} <= ngram
         # Names, aliases and typos are still found first in the default (hybrid) mode ...
         for q, name in (("Aspirin", "Aspirin"), ("ASA", "Aspirin"), ("Ambien", "Zolpidem"),
                         ("zolpidme", "Zolpidem"), ("headach", "Headache")):

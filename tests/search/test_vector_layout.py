@@ -7,11 +7,16 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from usearch.index import Index
 
 from nexus.search import vectors
 from nexus.search.embed import HashedNgramEmbedder
 from nexus.search.text import KIND_CONCEPT, KIND_LINK, element_doc, link_vec_text
+
+# The n-gram vector index's mechanics, exercised with the default embedder's cheap vectors
+# (which by default has gram postings instead: `conftest.ngram_vectors`).
+pytestmark = pytest.mark.usefixtures("ngram_vectors")
 
 SCHEMA = """
 UPSERT {

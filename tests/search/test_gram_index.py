@@ -1,0 +1,178 @@
+"""The gram postings (`nexus.search.gram_index`), the default embedder's typo candidates:
+written in the data's own transaction (a typo finds what was just written, with no indexer
+running), kept exact through alias changes, DELETE and MERGE, filtered by WITH TYPE,
+written column-wise by a bulk load, counted by `check`, rebuilt by `reindex`, and built at
+open for a database written before they existed."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from nexus.ops.bulk_import import bulk_import
+from nexus.search import gram_index, postings
+from nexus.search.gram_index import SLOTS, TABLE, trigrams
+
+SCHEMA = ('UPSERT { CONCEPT ?t { {type: "$ConceptType", name: "Drug"} '
+          'SET ATTRIBUTES {description: "d"} } '
+          'CONCEPT ?s { {type: "$ConceptType", name: "Symptom"} '
+          'SET ATTRIBUTES {description: "s"} } }')
+
+
+def names(hits):
+    return [h["name"] for h in hits]
+
+
+def _keys(nx) -> dict[str, set[int]]:
+    """gram → the posting keys (id * SLOTS + slot) of its list."""
+    out: dict[str, set[int]] = {}
+    with nx.store.read() as txn:
+        for key, raw in txn.aux(TABLE).scan():
+            if key[:1] == b"\0":
+                continue
+            gram = key[:key.index(b"\0")].decode()
+            out.setdefault(gram, set()).update(postings.decode(raw)[0].tolist())
+    return out
+
+
+def _of(nx, n: int) -> dict[str, set[int]]:
+    """gram → the slots of concept `n` in its list."""
+    return {g: {k - n * SLOTS for k in ks if k // SLOTS == n}
+            for g, ks in _keys(nx).items() if any(k // SLOTS == n for k in ks)}
+
+
+def _id(nx, type_: str, name: str) -> int:
+    with nx.store.read() as txn:
+        return txn.concept_id(txn.symbol_id(type_), name)
+
+
+def _expected(*slots: str) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for slot, name in enumerate(slots):
+        for g in trigrams(name):
+            out.setdefault(g, set()).add(slot)
+    return out
+
+
+def test_trigrams_are_the_word_boundary_3grams_of_each_word():
+    assert trigrams("asa") == ["<as", "asa", "sa>"]
+    assert trigrams("a bc") == ["<a>", "<bc", "bc>"]
+    assert trigrams("") == []
+
+
+def test_a_typo_finds_what_was_just_written_without_an_indexer(nexus, kip):
+    kip(nexus, SCHEMA)
+    for index in nexus.search.vector_indexes():
+        index.stop()                    # nothing runs beside the writes
+    nexus.search.wait_backlog = 0       # ... and no SEARCH waits for anything
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} '
+               'SET ATTRIBUTES { aliases: ["Toradol"] } } }')
+    assert names(kip(nexus, 'SEARCH CONCEPT "ketorlac" LIMIT 1')) == ["Ketorolac"]
+    assert names(kip(nexus, 'SEARCH CONCEPT "toradl" LIMIT 1')) == ["Ketorolac"]
+    n = _id(nexus, "Drug", "Ketorolac")
+    assert _of(nexus, n) == _expected("ketorolac", "toradol")
+    assert nexus.search.check(deep=True, wait=0)["ok"]
+
+
+def test_alias_changes_delete_and_merge_keep_the_postings_exact(nexus, kip):
+    kip(nexus, SCHEMA)
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} '
+               'SET ATTRIBUTES { aliases: ["Toradol", "Sprix"] } } }')
+    n = _id(nexus, "Drug", "Ketorolac")
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} '
+               'SET ATTRIBUTES { aliases: ["Acular"] } } }')
+    assert _of(nexus, n) == _expected("ketorolac", "acular")
+    assert "Ketorolac" not in names(kip(nexus, 'SEARCH CONCEPT "toradl" LIMIT 5'))
+    assert names(kip(nexus, 'SEARCH CONCEPT "acullar" LIMIT 1')) == ["Ketorolac"]
+    assert nexus.search.check(deep=True)["ok"]
+
+    kip(nexus, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} } '
+               'CONCEPT ?b { {type: "Drug", name: "ASA"} } }')
+    asa = _id(nexus, "Drug", "ASA")
+    assert _of(nexus, asa)
+    kip(nexus, 'MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Drug", name: "ASA"} '
+               '?t {type: "Drug", name: "Aspirin"} }')
+    assert not _of(nexus, asa)
+    assert nexus.search.check(deep=True)["ok"]
+
+    kip(nexus, 'DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "Ketorolac"} }')
+    assert not _of(nexus, n)
+    assert "Ketorolac" not in names(kip(nexus, 'SEARCH CONCEPT "ketorlac" LIMIT 10'))
+    assert nexus.search.check(deep=True)["ok"]
+
+
+def test_with_type_takes_candidates_of_that_type_only(nexus, kip):
+    kip(nexus, SCHEMA)
+    kip(nexus, "UPSERT { " + " ".join(
+        f'CONCEPT ?d{i} {{ {{type: "Drug", name: "Fevarin {i}"}} }}' for i in range(40))
+        + ' CONCEPT ?s { {type: "Symptom", name: "Fever"} } }')
+    hits = kip(nexus, 'SEARCH CONCEPT "fevr" WITH TYPE "Symptom" LIMIT 5')
+    assert names(hits) == ["Fever"]
+    drugs = kip(nexus, 'SEARCH CONCEPT "fevarn 7" WITH TYPE "Drug" LIMIT 5')
+    assert names(drugs)[0] == "Fevarin 7" and all(h["type"] == "Drug" for h in drugs)
+    with nexus.store.read() as txn:
+        source = nexus.search.keyword_source(txn)
+        qvec = source.query_vector("fevr")
+        symptom = txn.symbol_id("Symptom")
+        found = source.knn(0, qvec, 10, group=symptom)
+        assert set(found) == {_id(nexus, "Symptom", "Fever")}
+
+
+def test_a_bulk_load_writes_them_sorted_and_check_and_reindex_agree(disk_nexus, kip):
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    kip(nx, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Oxaprozine 0"} } }')   # before
+    bulk_import(nx, [{"type": "Drug", "name": f"Oxaprozine {i}",
+                      "attributes": {"aliases": [f"Daypro {i}"]} if i % 3 == 0 else {}}
+                     for i in range(600)], batch_size=250, chunk_size=100)
+    assert names(kip(nx, 'SEARCH CONCEPT "oxaprozin 417" LIMIT 1')) == ["Oxaprozine 417"]
+    assert names(kip(nx, 'SEARCH CONCEPT "daypo 417" LIMIT 1')) == ["Oxaprozine 417"]
+    assert _of(nx, _id(nx, "Drug", "Oxaprozine 3")) == _expected("oxaprozine 3", "daypro 3")
+    # (the concept written before the load and upserted by it: aliases added)
+    assert _of(nx, _id(nx, "Drug", "Oxaprozine 0")) == _expected("oxaprozine 0", "daypro 0")
+    with nx.store.read() as txn:           # every list's ids ascending, each once
+        for _, raw in txn.aux(TABLE).scan(b"<ox"):
+            ids = postings.decode(raw)[0]
+            assert (np.diff(ids.astype(np.int64)) > 0).all()
+    report = nx.search.check(deep=True)
+    assert report["ok"] and report["gram_postings_wrong"] == 0, report
+    before = _keys(nx)
+    nx.search.reindex()
+    assert _keys(nx) == before
+    # No n-gram vector file: the default embedder has none.
+    assert not os.path.exists(os.path.join(nx.store.path, "vectors.concepts.usearch"))
+
+
+def test_a_database_without_gram_postings_gets_them_at_open(disk_nexus, kip, monkeypatch):
+    # A database written as before: the n-gram HNSW index and its file, no gram postings.
+    monkeypatch.setattr(gram_index, "in_use", lambda embedder: False)
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    kip(nx, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} } }')
+    nx.close()
+    path = nx.store.path
+    assert os.path.exists(os.path.join(path, "vectors.concepts.usearch"))
+    monkeypatch.undo()
+    nx = disk_nexus()
+    assert nx.search.grams
+    assert names(kip(nx, 'SEARCH CONCEPT "ketorlac" LIMIT 1')) == ["Ketorolac"]
+    assert _of(nx, _id(nx, "Drug", "Ketorolac")) == _expected("ketorolac")
+    assert nx.search.check(deep=True)["ok"]
+    # The unused n-gram vector file is gone (the watermark saved alone).
+    assert not os.path.exists(os.path.join(path, "vectors.concepts.usearch"))
+
+
+@pytest.mark.parametrize("target", ["CONCEPT", "PROPOSITION"])
+def test_search_proposition_takes_its_ends_from_the_gram_postings(nexus, kip, target):
+    kip(nexus, SCHEMA)
+    kip(nexus, 'UPSERT { CONCEPT ?p { {type: "$PropositionType", name: "treats"} } '
+               'CONCEPT ?d { {type: "Drug", name: "Ketorolac"} } '
+               'CONCEPT ?s { {type: "Symptom", name: "Migraine"} } '
+               'PROPOSITION ?l { (?d, "treats", ?s) } }')
+    hits = kip(nexus, f'SEARCH {target} "ketorlac" LIMIT 3')
+    assert hits, hits
+    if target == "CONCEPT":
+        assert names(hits)[0] == "Ketorolac"
+    else:
+        assert hits[0]["predicate"] == "treats"
