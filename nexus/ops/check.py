@@ -118,6 +118,12 @@ def _combine(store: dict, search: dict, log: dict) -> dict[str, Any]:
             f"{pending['waited_seconds']:g} s): the vectors were not compared. They are "
             f"applied in the background while the database is open (a server catches up "
             f"by itself); check again later, or wait longer with `kip check --wait SECONDS`")
+    if search.get("gram_unbuilt"):
+        out["pending"] = "; ".join(filter(None, (out.get("pending"), (
+            "the gram postings (keyword SEARCH's typo candidates) of this database, written "
+            "by an earlier version, are not built yet, so they were not compared: the next "
+            "open for writing (kip serve, kip load, kip check --repair, Nexus.open) builds "
+            "them"))))
     if store.get("pending"):        # a recovery a full disk left unfinished (the store's)
         out["pending"] = "; ".join(filter(None, (store["pending"], out.get("pending"))))
     return out
@@ -203,7 +209,8 @@ def _search_report(nexus: Any, deep: bool, examples: int,
         if examples_found:
             report["examples"] = examples_found
     report["ok"] = not any(v for k, v in report.items()
-                           if k not in ("elements", "vectors_compared", "grams_compared")
+                           if k not in ("elements", "vectors_compared", "grams_compared",
+                                         "gram_unbuilt")
                            and type(v) is int)
     return report
 
@@ -443,7 +450,7 @@ def format_problems(report: dict[str, Any]) -> Iterator[str]:
         for key, value in report.get(part, {}).items():
             if isinstance(value, int) and not isinstance(value, bool) and value and \
                     key not in ("elements", "concepts", "links", "symbols", "seq",
-                                "vectors_compared", "grams_compared"):
+                                "vectors_compared", "grams_compared", "gram_unbuilt"):
                 yield f"{part}.{key}: {value}"
 
 

@@ -451,7 +451,7 @@ class SearchService:
                 report["lexical_stale"] = sum(1 for n in elements & indexed
                                               if lexical.stale(txn, n))
         report["ok"] = not any(v for k, v in report.items()
-                               if k not in ("elements", "grams_compared"))
+                               if k not in ("elements", "grams_compared", "gram_unbuilt"))
         return report
 
     def _check_grams(self, txn: Any, elements: set[int], deep: bool
@@ -459,15 +459,20 @@ class SearchService:
         """(the concepts with gram postings, the drift counts of the gram index, under the
         n-gram vectors' names): `vector_missing` = concepts with a name that have none,
         `vector_orphans` = postings of no element, `gram_unbuilt` = the table was never
-        built (a database of the previous code opened by a process that writes nothing);
+        built (a database of the previous code opened by a process that writes nothing: not
+        drift, nothing compared; `nexus.ops.check` adds a note);
         deep: `gram_postings_wrong`, the postings that differ from what the names give
         (`gram_index.drift`), and `grams_compared`, the concepts compared."""
+        if not gram_index.built(txn):
+            # Not drift: a database of the previous code, whose postings the next open for
+            # writing builds (`_ensure_grams`); there is nothing to compare yet.
+            return set(), {"vector_missing": 0, "vector_orphans": 0, "gram_unbuilt": 1}
         ids, _ = gram_index.posting_ids(txn)
         # (not the links, and a damaged head counts as missing: `may_have_vectors`)
         missing = [n for n in may_have_vectors(txn, sorted(elements - ids))
                    if any(lexical.names(txn, n))]
         out = {"vector_missing": len(missing), "vector_orphans": len(ids - elements),
-               "gram_unbuilt": 0 if gram_index.built(txn) else 1}
+               "gram_unbuilt": 0}
         if deep:
             wrong, compared = gram_index.drift(txn, may_have_vectors(txn, sorted(elements)))
             out["gram_postings_wrong"] = wrong

@@ -217,6 +217,9 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 self._recovering = []   # the log goes at the first write: a read writes nothing
             elif use_wal and pending is not None and pending.clean:
                 self._resume(pending.checkpoint)
+            # The checkpoint the open found (None: no log, or not used): `_close` checks
+            # whether the open itself committed past it.
+            self._opened_at = pending.checkpoint.txnid if use_wal and pending else None
         except BaseException:
             self._drop_wal()
             if hasattr(self, "_env"):
@@ -599,6 +602,11 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
         self._stop.set()
         with self._rlock:
             try:
+                if self._wal is None and self._committed_at_open():
+                    # The open created tables (a newer version's aux tables) in a commit
+                    # of its own, outside the log: without a new checkpoint, the next open
+                    # would take the file for an unclean stop and roll that back.
+                    self._wal = walog.Wal(self._path, self._generation)
                 if self._wal is not None:
                     try:
                         self._checkpoint()
@@ -611,6 +619,14 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 self._env.close()
             finally:
                 owner.release(self._owner)
+
+    def _committed_at_open(self) -> bool:
+        """Whether the file is past the checkpoint the open found though nothing was written
+        through the log (a process that only read, after `_open_tables` created tables)."""
+        if self._opened_at is None or self._readonly or self._recovering is not None:
+            return False
+        with self._env.begin() as txn:
+            return bool(txn.id() != self._opened_at)
 
     def dump(self) -> dict[str, list[tuple[bytes, bytes]]]:
         """Every table's (key, value) pairs in key order (for tests and debugging)."""
