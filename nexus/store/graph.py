@@ -31,7 +31,7 @@ from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, decode_
 from nexus.store.columns import StoreColumns, TxnColumns, columns_for
 from nexus.store.kv import GetFn, KeysFn, KvRead
 from nexus.store.model import ConceptHead, Head, JsonMap
-from nexus.store.protocol import AUX_TABLES
+from nexus.store.protocol import AUX_TABLES, AuxTable
 from nexus.store.tables import Db, Tables
 
 
@@ -352,7 +352,10 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         return self._stat(codec.ST_LINKS)
 
     # --- aux -----------------------------------------------------------------------------
-    def aux(self, table: str) -> Aux[Db]:
+    def aux(self, table: str) -> AuxTable:
+        db = self.tables.aux.get(table)
+        if db is None and table in AUX_TABLES:
+            return _NO_TABLE        # a read-only open of a file that lacks it: empty
         return Aux(self, self._aux_table(table))
 
     def _aux_table(self, table: str) -> Db:
@@ -404,6 +407,35 @@ class Aux(Generic[Db]):
         if not prefix:
             return self._txn.kv.count(self._db)
         return sum(1 for _ in self.scan(prefix))
+
+
+class _AbsentAux:
+    """A declared aux table that a read-only open found missing from the file (a database
+    its owner, of an earlier version, has not opened since): it reads as empty."""
+
+    __slots__ = ()
+
+    def get(self, key: bytes) -> bytes | None:
+        return None
+
+    def scan(self, prefix: bytes = b"", *, reverse: bool = False,
+             start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        return iter(())
+
+    def put(self, key: bytes, value: bytes) -> None:
+        raise internal("aux tables are read-only in a read transaction")
+
+    def delete(self, key: bytes) -> bool:
+        raise internal("aux tables are read-only in a read transaction")
+
+    def prefetch(self, keys: Iterable[bytes] = (), last_under: Iterable[bytes] = ()) -> None:
+        """Nothing to read."""
+
+    def count(self, prefix: bytes = b"") -> int:
+        return 0
+
+
+_NO_TABLE = _AbsentAux()
 
 
 def used_after_end(*args: object, **kwargs: object) -> NoReturn:

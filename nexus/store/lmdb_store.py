@@ -254,7 +254,8 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
             env.close()
             raise
         self._names = {db: name for name, db in handles.items()}
-        aux = {name: handles.pop(AUX_PREFIX + name) for name in AUX_TABLES}
+        aux = {name: handles.pop(AUX_PREFIX + name) for name in AUX_TABLES
+               if AUX_PREFIX + name in handles}      # (read-only: what the file has)
         return env, Tables(handles, aux)
 
     @property
@@ -688,6 +689,10 @@ def _open_tables(env: lmdb.Environment, path: str,
                        f"a nexus store")
     wanted = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
     if readonly:
+        # An aux table a newer version added is absent from a database its owner has not
+        # opened since: it reads as empty here (`graph.Aux` of no table), not a refusal.
+        wanted = [name for name in wanted
+                  if name.encode() in names or not name.startswith(AUX_PREFIX)]
         missing = [name for name in wanted if name.encode() not in names]
         if missing:
             raise KipError(ErrorCode.KIP_4003, f"cannot read the store at {path}: it lacks "

@@ -67,3 +67,22 @@ def test_a_check_of_an_earlier_versions_database_leaves_it_clean(tmp_path, caplo
         report = verify(nx, deep=True)
         assert report["ok"] and report["search"]["gram_unbuilt"] == 0, report
         assert "pending" not in report
+
+
+def test_a_reader_beside_the_owner_opens_an_earlier_versions_database(tmp_path):
+    """`Nexus.follow` (a `kip serve --workers` reader) cannot create tables: the ones a
+    newer version added read as empty, and everything else answers as before."""
+    path = str(tmp_path / "db")
+    with Nexus.open(path, semantic="none") as nx:
+        nx.execute_kip({"command": PERSON})
+    _as_an_earlier_version(path)
+    find = {"command": 'FIND(?p.name) WHERE { ?p {type: "Person", name: :n} }',
+            "parameters": {"n": "Quinamiparin Smith"}}
+    with Nexus.follow(path) as reader:
+        assert reader.execute_kip_readonly(find) == {"result": ["Quinamiparin Smith"]}
+        with reader.store.read() as txn:
+            assert txn.aux("gram").get(b"anything") is None
+            assert list(txn.aux("gram").scan()) == [] and txn.aux("gram").count() == 0
+        refused = reader.execute_kip({"command": PERSON.replace("Smith", "Jones")})
+        assert refused["error"]["code"] == "KIP_4003"
+    assert b"aux.gram" not in _tables(path)         # the reader created nothing
