@@ -18,7 +18,7 @@ index was about half of a bulk load's wall time with SEARCH (bench/RESULTS.md, "
 with SEARCH").
 
 A query (`Bound.knn`) reads the postings of its trigrams, leaving out those in more than
-GRAM_CAP names unless all are, counts the trigrams each name shares with it, keeps the POOL
+GRAM_CAP names unless all are (and past its first QUERY_GRAMS), counts the trigrams each name shares with it, keeps the POOL
 best names by the trigram Dice `2·shared / (|query| + |name|)` and returns their concepts
 with that estimate; keyword ranking (`query.run`) then scores its leaders exactly (the
 2+3-gram Dice of `text.grams`). `similarity` is that exact score.
@@ -39,6 +39,8 @@ KEY_BUILT = b"\x00B"        # the table covers every concept (written by `rebuil
 SLOTS = 8                   # a name + at most 7 aliases (text.MAX_ALIASES)
 GRAM_CAP = 4096             # a trigram with more postings is common: left out (`Bound.knn`)
 POOL = 64                   # names kept by the trigram estimate, best first
+QUERY_GRAMS = 64            # a query's trigrams read at most (its first ones: a SEARCH text
+#                             may have 4,096 characters, each list up to GRAM_CAP postings)
 SMALL_BATCH = 2048          # new postings written as per-list operations below this (`Batch`)
 
 
@@ -330,7 +332,7 @@ class Bound:
         if kind != KIND_CONCEPT:
             return {}
         text = self._text(qvec)
-        qgrams = trigrams(" ".join(tokens(text)))
+        qgrams = trigrams(" ".join(tokens(text)))[:QUERY_GRAMS]
         if not qgrams:
             return {}
         aux = self.txn.aux(TABLE)

@@ -176,3 +176,23 @@ def test_search_proposition_takes_its_ends_from_the_gram_postings(nexus, kip, ta
         assert names(hits)[0] == "Ketorolac"
     else:
         assert hits[0]["predicate"] == "treats"
+
+
+def test_a_long_query_reads_at_most_query_grams_lists(nexus, kip, monkeypatch):
+    """A SEARCH text may have 4,096 characters: the candidates come from its first
+    QUERY_GRAMS trigrams' lists, not one list per trigram of the whole text."""
+    kip(nexus, SCHEMA)
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} } }')
+    lists = []
+    real = postings.read
+
+    def spied(aux, prefix, *args, **kwargs):
+        if aux is not None and prefix.endswith(b"\0") and len(prefix) == 4:
+            lists.append(prefix)
+        return real(aux, prefix, *args, **kwargs)
+    monkeypatch.setattr(postings, "read", spied)
+    words = " ".join(f"w{i:04d}x" for i in range(600))      # ~4,200 distinct trigrams
+    text = "ketorlac " + words[:3_900]
+    kip(nexus, f'SEARCH CONCEPT "{text}" LIMIT 3 MODE "keyword"')
+    assert 0 < len(set(lists)) <= gram_index.QUERY_GRAMS
+    assert len(trigrams(text)) > 4 * gram_index.QUERY_GRAMS
