@@ -330,14 +330,17 @@ NOTES = [
     "* W2 is dominated by the two synchronous flushes of an LMDB durable commit (fdatasync of "
     "the data file, then the meta page written through an O_DSYNC descriptor): the same "
     "upserts without fsync take the \"W2 without fsync\" column. With SEARCH attached a write "
-    "also updates the lexical postings in its transaction (≈ 45 posting blocks and counters "
-    "for W2's three elements: the extra dirty pages are also flushed); vectors are only queued "
+    "also updates the lexical postings and its names' trigram postings in its transaction "
+    "(posting blocks and counters for W2's three elements: the extra dirty pages are also "
+    "flushed); semantic vectors (with the extra) are only queued "
     "and built by the background indexer, which waits for a pause in the commits (or a "
     "reader that wants them) so that it does not take the GIL from the writer.",
     "* With SEARCH attached, W1 includes the lexical postings written in the load's "
     "transactions (≈ 75 µs of Python per element: rebuilding each element's document, its "
-    "BM25F terms, the forward entry) and the vectors, built before the load returns (the "
-    "indexer is paused during the load; HNSW insertion of both vector indexes dominates).",
+    "BM25F terms, the forward entry), the names' trigram postings (SEARCH's typo "
+    "candidates) and, with the semantic extra, the semantic vectors, built before the load "
+    "returns (the indexer is paused during the load; an inverted file whose lists are "
+    "trained at the load's end).",
     "* The VM is shared (other benchmarks and test suites run beside it): the load average "
     "column says how busy it was; figures move by ±50% between runs.",
     "",

