@@ -9,9 +9,11 @@ and the forward entries (`Derived`), byte for byte the same rows.
 
 Why: deriving the documents one at a time (read the element back, build its document, sum
 its fields' terms, pack its entry) was ~3/4 of a load's lexical cost. Here each distinct
-field text (an end's name, a predicate, a type) is tokenised once for the chunk, and the
-documents' postings are gathered from those by numpy index arithmetic over the chunk;
-the per-document Python left is packing the forward entries. A link whose attributes have
+field text (an end's name, a predicate, a type) is tokenised once for the whole load (the
+load's table of counted texts, `lexical_terms.LoadTexts`: a concept's name is counted once
+for its own document and its links' endpoint fields in every later chunk), and the
+documents' postings are gathered from its columns by numpy index arithmetic over the
+chunk; the per-document Python left is packing the forward entries. A link whose attributes have
 text is not derived here (`derive` leaves it to the per-document path).
 
 Exactness: a term in one field of a document has the weight of that field's text alone
@@ -32,7 +34,7 @@ import msgpack
 import numpy as np
 
 from .lexical_names import LINK_NAMES
-from .lexical_terms import K1, cached_norm_name, doc_names, field_terms
+from .lexical_terms import FIELDS, K1, LOAD_TEXTS, cached_norm_name, doc_names
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
                    KIND_LINK, Doc, attribute_text, concept_texts)
 
@@ -211,25 +213,48 @@ def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
     order, a document's terms sorted —, per document its number of postings) of `docs`
     documents whose fields, in field order, are the field texts `slots[k][d]` of `fts`
     (-1: document d has no k-th field)."""
-    got = [field_terms(field, text) for field, text in fts]
-    lens = np.fromiter(map(len, map(itemgetter(1), got)), dtype=np.int64, count=len(got))
+    table = LOAD_TEXTS
+    field_of = np.fromiter(map(itemgetter(0), fts), dtype=np.int64, count=len(fts))
+    kinds = np.unique(field_of).tolist()
+    rows = np.zeros(len(fts), dtype=np.int64)
+    with table.lock:
+        table.reserve(len(fts))
+        for camel in (False, True):
+            at = np.flatnonzero(np.isin(field_of,
+                                        [f for f in kinds if FIELDS[f][3] == camel]))
+            if len(at):
+                rows[at] = table.rows_of(camel, [fts[i][1] for i in at.tolist()])
+        starts, sizes, all_codes, all_reps = table.arrays()
+        all_terms = table.terms
+    first_pair = starts[rows]
+    lens = starts[rows + 1] - first_pair
     off = np.zeros(len(fts) + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
-    pairs = [pair for _, counted in got for pair in counted]
-    e_terms = list(map(itemgetter(0), pairs))
-    reps = np.fromiter(map(itemgetter(1), pairs), dtype=np.int64, count=len(pairs))
-    norms = np.repeat(np.fromiter(map(itemgetter(0), got), dtype=np.float64,
-                                  count=len(got)), lens)
+    total_pairs = int(off[-1])
+    pair = np.repeat(first_pair - off[:-1], lens) + np.arange(total_pairs, dtype=np.int64)
+    e_code = all_codes[pair]
+    reps = all_reps[pair]
+    # a field text's length norm: `field_terms`' float64 expression, over the array
+    size = sizes[rows].astype(np.float64)
+    ft_norm = np.zeros(len(fts), dtype=np.float64)
+    for field in kinds:
+        w, b, avg, _ = FIELDS[field]
+        at = np.flatnonzero((field_of == field) & (size > 0))
+        ft_norm[at] = w / (1.0 - b + b * size[at] / avg)
+    norms = np.repeat(ft_norm, lens)
     # a term's weight in one field: its occurrences added to 0.0 one at a time, as
     # `doc_terms` adds them (0.0 + norm is norm)
     vals = norms.copy()
     for j in range(1, int(reps.max()) if len(reps) else 0):
         more = reps > j
         vals[more] += norms[more]
-    index = dict.fromkeys(e_terms)
-    terms = sorted(index)
-    rank = dict(zip(terms, range(len(terms))))
-    term_of = np.fromiter(map(rank.__getitem__, e_terms), dtype=np.int64, count=len(e_terms))
+    used = np.unique(e_code)
+    words = list(map(all_terms.__getitem__, used.tolist()))
+    by_word = sorted(range(len(words)), key=words.__getitem__)
+    terms = [words[i] for i in by_word]
+    rank = np.empty(len(used), dtype=np.int64)
+    rank[np.array(by_word, dtype=np.int64)] = np.arange(len(used), dtype=np.int64)
+    term_of = rank[np.searchsorted(used, e_code)]
     p_doc, p_entry, p_slot = [], [], []
     for k, column in enumerate(slots):
         ft = np.asarray(column, dtype=np.int64)
@@ -239,8 +264,8 @@ def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
         total = int(n.sum())
         if not total:
             continue
-        starts = np.repeat(off[ft] - (np.cumsum(n) - n), n)
-        p_entry.append(starts + np.arange(total, dtype=np.int64))
+        starts_k = np.repeat(off[ft] - (np.cumsum(n) - n), n)
+        p_entry.append(starts_k + np.arange(total, dtype=np.int64))
         p_doc.append(np.repeat(has, n))
         p_slot.append(np.full(total, k, dtype=np.int64))
     if not p_doc:
@@ -250,7 +275,8 @@ def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
     entry = np.concatenate(p_entry)
     slot = np.concatenate(p_slot)
     term = term_of[entry]
-    order = np.lexsort((slot, term, doc))       # by document, term, then field order
+    # by document, term, then field order (one key: a (document, term, field) is unique)
+    order = np.argsort((doc * len(terms) + term) * len(slots) + slot)
     doc, term, entry = doc[order], term[order], entry[order]
     first = np.ones(len(doc), dtype=bool)
     first[1:] = (doc[1:] != doc[:-1]) | (term[1:] != term[:-1])

@@ -1,15 +1,19 @@
 """Term weights of the lexical index: a document's BM25F terms and weights (`doc_terms`),
 its normalised names (`doc_names`), IDF, and the single-float form weights are stored in.
 
-Owns the field weights and length norms (FIELDS) and the bounded caches of field texts and
+Owns the field weights and length norms (FIELDS), the bounded caches of field texts and
 names that make deriving a document cheap when its texts recur (a link's predicate and end
-names); `lexical` writes and reads the postings these weights go into.
+names), and a bulk load's table of its counted texts by columns (`LoadTexts`, for
+`lexical_cols`); `lexical` writes and reads the postings these weights go into.
 """
 from __future__ import annotations
 
 import math
 import struct
+import threading
 from collections import Counter
+
+import numpy as np
 
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, Doc, norm_name,
                    tokens)
@@ -84,13 +88,19 @@ def field_terms(field: int, text: str) -> tuple[float, tuple]:
 COUNT_CACHE: dict[tuple[bool, str], tuple[int, tuple]] = {}
 
 
+def count_text(text: str, camel: bool) -> tuple[int, tuple]:
+    """(number of tokens, ((term, occurrences), ...) in first-seen order) of `text`,
+    computed (not cached)."""
+    toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
+    return len(toks), tuple(Counter(toks).items())      # (first-seen order)
+
+
 def _counted(text: str, camel: bool) -> tuple[int, tuple]:
     """(number of tokens, ((term, occurrences), ...) in first-seen order) of `text`."""
     key = (camel, text)
     hit = COUNT_CACHE.get(key)
     if hit is None:
-        toks = tokens(text, camel=camel)[:MAX_TOKENS_PER_FIELD]
-        hit = (len(toks), tuple(Counter(toks).items()))     # (first-seen order)
+        hit = count_text(text, camel)
         if len(COUNT_CACHE) >= CACHE_LIMIT:
             COUNT_CACHE.clear()
         COUNT_CACHE[key] = hit
@@ -116,6 +126,8 @@ def drop_caches() -> None:
     COUNT_CACHE.clear()
     NAME_CACHE.clear()
     FIELD_WEIGHTS.clear()
+    with LOAD_TEXTS.lock:
+        LOAD_TEXTS.clear()
 
 
 def doc_names(doc: Doc) -> list[str]:
@@ -168,3 +180,79 @@ def field_weights(text: str) -> dict[str, float]:
             FIELD_WEIGHTS.clear()
         FIELD_WEIGHTS[text] = hit
     return hit
+
+
+class LoadTexts:
+    """The counted field texts of one bulk load, by columns (`lexical_cols`): each distinct
+    (camelCase splitting, text) a row — its number of tokens and its (term, occurrences)
+    pairs, terms as codes into `terms` —, so that a text met in several chunks of a load
+    (a concept's name is its links' endpoint text) is tokenised once and its postings are
+    gathered with numpy. Not a bounded cache emptied when full: it lives for the load
+    (`drop_caches` empties it when the load ends; past ROWS_MAX texts it starts over)."""
+
+    ROWS_MAX = 2_000_000
+
+    __slots__ = ("lock", "rows", "terms", "term_index", "sizes", "starts", "codes", "reps",
+                 "_arrays")
+
+    def __init__(self) -> None:
+        # held by a reader from its first row to its `arrays` (two loads' writes, or a
+        # load's end, at once); `clear` makes new lists, so what a reader took stays whole
+        self.lock = threading.Lock()
+        self.clear()
+
+    def clear(self) -> None:
+        self.rows: tuple[dict[str, int], dict[str, int]] = ({}, {})    # by camel
+        self.terms: list[str] = []
+        self.term_index: dict[str, int] = {}
+        self.sizes: list[int] = []
+        self.starts: list[int] = [0]
+        self.codes: list[int] = []
+        self.reps: list[int] = []
+        self._arrays: tuple[np.ndarray, ...] | None = None
+
+    def reserve(self, n: int) -> None:
+        """Make room for `n` more texts (before taking the rows of a chunk's texts)."""
+        if len(self.sizes) + n > self.ROWS_MAX:
+            self.clear()
+
+    def rows_of(self, camel: bool, texts: list[str]) -> list[int]:
+        """The rows of `texts` (each counted, and added, when it is new to the load)."""
+        rows = self.rows[camel]
+        get = rows.get
+        out = [get(t, -1) for t in texts]
+        if -1 in out:
+            for i, t in enumerate(texts):
+                if out[i] < 0:
+                    r = get(t)
+                    out[i] = self._add(camel, t) if r is None else r
+        return out
+
+    def _add(self, camel: bool, text: str) -> int:
+        size, counted = count_text(text, camel)
+        index, terms = self.term_index, self.terms
+        codes, reps = self.codes, self.reps
+        for t, c in counted:
+            code = index.get(t)
+            if code is None:
+                code = index[t] = len(terms)
+                terms.append(t)
+            codes.append(code)
+            reps.append(c)
+        r = self.rows[camel][text] = len(self.sizes)
+        self.sizes.append(size)
+        self.starts.append(len(codes))
+        self._arrays = None
+        return r
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(starts: row -> its first pair, n rows + 1; sizes; codes; reps), as arrays."""
+        if self._arrays is None:
+            self._arrays = (np.array(self.starts, dtype=np.int64),
+                            np.array(self.sizes, dtype=np.int64),
+                            np.array(self.codes, dtype=np.int64),
+                            np.array(self.reps, dtype=np.int64))
+        return self._arrays         # type: ignore[return-value]
+
+
+LOAD_TEXTS = LoadTexts()

@@ -271,6 +271,7 @@ class PgSearchService(SearchService):
                 self._loads -= 1
                 if not self._loads:
                     self._builds = None
+                    lexical.drop_caches()   # the load's texts (`lexical_terms.LoadTexts`)
             for build in list(builds):
                 build.join()
 

@@ -63,3 +63,15 @@ def test_detach_search_stops_indexing_on_postgresql(pg_server):
         with nx.store.read() as txn:
             assert txn.count_concepts() >= before + 40
             assert lexical.doc_count(txn, lexical.KIND_CONCEPT) == indexed
+
+
+def test_the_loads_text_table_is_emptied_when_a_load_ends_on_postgresql(pg_server):
+    """The counted texts a bulk load derives its rows from (`lexical_terms.LoadTexts`)
+    are kept for the load only: PostgreSQL's `bulk_loading` empties them at its end."""
+    from nexus.search import lexical_terms
+    with Nexus.open(pg_server.fresh_database("loadtexts"), semantic="none") as nx:
+        _kip(nx, cases.SCHEMA)
+        lexical_terms.LOAD_TEXTS.rows_of(True, ["someLeftoverName"])
+        assert lexical_terms.LOAD_TEXTS.sizes
+        bulk_import(nx, *cases._data(8, 250), chunk_size=137)
+        assert not lexical_terms.LOAD_TEXTS.sizes and not lexical_terms.LOAD_TEXTS.terms

@@ -155,6 +155,48 @@ def test_rows_derived_from_columns_are_the_per_document_rows(tmp_path, kip, monk
     assert all(scores for scores, _ in by_cols[1]) and by_cols[1] == per_doc[1]
 
 
+def test_the_loads_text_table_started_over_mid_load_gives_the_same_rows(tmp_path, kip,
+                                                                       monkeypatch):
+    """The load's table of counted texts (`lexical_terms.LoadTexts`) starts over when it
+    would pass ROWS_MAX: the chunks after that count their texts again, into new rows and
+    term codes, and derive the same rows as the per-document path."""
+    data = _data(5, 300)
+    per_doc = _load(str(tmp_path / "a"), kip, data, 97, False, monkeypatch)
+    cleared: list[int] = []
+    real_clear = lexical_terms.LoadTexts.clear
+
+    def clear(self):
+        cleared.append(len(getattr(self, "sizes", ())))
+        real_clear(self)
+    monkeypatch.setattr(lexical_terms.LoadTexts, "clear", clear)
+    monkeypatch.setattr(lexical_terms.LoadTexts, "ROWS_MAX", 150)
+    by_cols = _load(str(tmp_path / "b"), kip, data, 97, True, monkeypatch)
+    assert by_cols[2] > 0
+    assert any(cleared), "the table never started over mid-load"
+    assert by_cols[0]["lexdoc"] and by_cols[0] == per_doc[0]
+    assert by_cols[1] == per_doc[1]
+
+
+def test_the_loads_text_table_is_emptied_when_the_load_ends(tmp_path, kip):
+    """The counted texts of a bulk load are kept for the load only (`drop_caches`, which
+    the search service calls when a load ends)."""
+    nx = Nexus.open(str(tmp_path / "db"), durable=False, semantic="none")
+    try:
+        kip(nx, SCHEMA)
+        lexical_terms.drop_caches()
+        assert not lexical_terms.LOAD_TEXTS.sizes
+        table = lexical_terms.LOAD_TEXTS
+        rows = table.rows_of(True, ["aspirinTablet", "Willow bark", "aspirinTablet"])
+        assert rows[0] == rows[2] != rows[1]
+        starts, sizes, codes, reps = table.arrays()
+        first = [table.terms[c] for c in codes[starts[0]:starts[1]].tolist()]
+        assert first == [t for t, _ in lexical_terms.count_text("aspirinTablet", True)[1]]
+        bulk_import(nx, *_data(6, 40), chunk_size=1000)     # (its end empties it)
+        assert not lexical_terms.LOAD_TEXTS.sizes and not lexical_terms.LOAD_TEXTS.terms
+    finally:
+        nx.close()
+
+
 def test_a_second_load_updating_elements_takes_the_per_document_path(tmp_path, kip,
                                                                       monkeypatch):
     """Elements that exist already (an update) are never derived from the columns: a
