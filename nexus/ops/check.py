@@ -181,11 +181,13 @@ def _search_report(nexus: Any, deep: bool, examples: int,
     indexes = service.vector_indexes()          # the n-gram index, the semantic one
     for index in indexes:
         budget.catch_up(index)
+    # What is still pending is read before the counts: an indexer that finishes while they
+    # are counted (a rebuild of a few seconds) left them counting its queue as missing.
+    waits = [_pending(index, nexus, time.monotonic() - started) for index in indexes]
     report = dict(service.check(deep=deep, wait=0))
     report.pop("ok", None)
     pending = None
-    for index, prefix in zip(indexes, ("vector", "semantic")):
-        waiting = _pending(index, nexus, time.monotonic() - started)
+    for waiting, prefix in zip(waits, ("vector", "semantic")):
         if waiting is not None:
             # Not caught up: its counts say nothing yet (every queued element would count
             # as missing); report what is queued instead.
