@@ -8,6 +8,14 @@ a blocked posting list (`postings`) of the *names* that have it. A posting's id 
 its weight the number of distinct trigrams of that name, its group the concept's type id
 (WITH TYPE filters on it). The key `KEY_BUILT` marks a table that covers every concept.
 
+A small write's new names are held *pending* instead (`PENDING`: one key per concept, its
+type id and names, written in the same transaction): an agent's UPSERT of one concept then
+writes one key, not the last block of each of its ~15-25 trigram lists (W2, bench/RESULTS.md
+"Pending gram postings"). Their postings are in no list until a later write folds them all
+in (when the pending ids span PENDING_MAX ids or more, or a bigger write runs), and a query
+reads them with the lists (`pending`), `check --deep` compares them with the names as it
+does the lists' postings.
+
 Why postings instead of the n-gram HNSW index it replaces: they are written in the data's
 own write transaction, like the lexical postings (no background indexer, no catch-up: a
 typo finds what was just written, and `check` compares them with the data), a bulk load
@@ -25,8 +33,11 @@ with that estimate; keyword ranking (`query.run`) then scores its leaders exactl
 """
 from __future__ import annotations
 
+import struct
+from itertools import islice
 from typing import Any, Callable, Iterable
 
+import msgpack
 import numpy as np
 
 from . import lexical, postings
@@ -42,6 +53,10 @@ POOL = 64                   # names kept by the trigram estimate, best first
 QUERY_GRAMS = 64            # a query's trigrams read at most (its first ones: a SEARCH text
 #                             may have 4,096 characters, each list up to GRAM_CAP postings)
 SMALL_BATCH = 2048          # new postings written as per-list operations below this (`Batch`)
+PENDING = b"\x00P"          # + id (u64 BE) -> [type id, names]: a pending concept (module doc)
+SMALL_WRITE = 16            # a write of at most this many new concepts leaves them pending
+PENDING_MAX = 32            # pending ids spanning this many ids or more are folded in
+_U64 = struct.Struct(">Q")
 
 
 def trigrams(norm: str) -> list[str]:
@@ -63,7 +78,7 @@ class Batch:
     commits. New names (ids never indexed before) are held as columns and written sorted,
     appended to each list once; changes to indexed ones as per-list operations."""
 
-    __slots__ = ("codes", "vocab", "keys", "weights", "groups", "ops", "new")
+    __slots__ = ("codes", "vocab", "keys", "weights", "groups", "ops", "new", "added")
 
     def __init__(self) -> None:
         # The names of the concepts this transaction created, as the batch holds them (no
@@ -75,13 +90,20 @@ class Batch:
         self.weights: list[int] = []
         self.groups: list[int] = []
         self.ops: dict[str, dict[int, postings.Op]] = {}
+        # The concepts `add_new` was given (id -> type id, names): a small write's pending.
+        self.added: dict[int, tuple[int, list[str]]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.codes or self.ops)
+        return bool(self.added or self.ops)
 
     def add_new(self, n: int, group: int, names: list[str]) -> None:
-        """Postings of concept `n`, which has none yet."""
+        """Postings of concept `n`, which has none yet (held as given until `write`: a
+        small write's go pending, no trigram derived)."""
         self.new[n] = names
+        self.added[n] = (group, names)
+
+    def _columns(self, n: int, group: int, names: list[str]) -> None:
+        """The postings of concept `n`'s names, as columns."""
         vocab = self.vocab
         for slot, name in enumerate(names[:SLOTS]):
             gs = trigrams(name)
@@ -107,9 +129,34 @@ class Batch:
             for g in gs:
                 self.ops.setdefault(g, {})[key] = (float(len(gs)), group)
 
-    def write(self, txn: Any) -> None:
-        """Write what the batch holds into `txn` and empty it."""
+    def write(self, txn: Any, pend: bool = True) -> None:
+        """Write what the batch holds into `txn` and empty it: a small write's new names
+        (no other change) as pending entries (`pend`), unless that makes the pending ids
+        span PENDING_MAX or more: then, as for any bigger write, the stored pending entries
+        are folded into the lists with the batch's own postings."""
+        if not self:
+            return
         aux = txn.aux(TABLE)
+        # Only ids this transaction created go pending: each is above every id pending
+        # before it, so the lowest stored one (one cursor positioning) gives the span.
+        low = [_U64.unpack(k[2:])[0] for k, _ in islice(aux.scan(PENDING), 1)]
+        first_new = getattr(txn, "first_new_id", None)
+        if (pend and self.added and not self.ops and len(self.added) <= SMALL_WRITE
+                and first_new is not None and min(self.added) >= first_new()
+                and max(self.added) - min([*low, *self.added]) < PENDING_MAX):
+            for n, (group, names) in self.added.items():
+                if names:
+                    aux.put(PENDING + _U64.pack(n), msgpack.packb([group, names[:SLOTS]]))
+            self.__init__()     # type: ignore[misc]
+            return
+        if low:
+            # Fold: the pending names' postings go into their lists with this write's.
+            for key, raw in list(aux.scan(PENDING)):
+                group, names = msgpack.unpackb(raw)
+                self.added.setdefault(_U64.unpack(key[2:])[0], (group, names))
+                aux.delete(key)
+        for n, (group, names) in self.added.items():
+            self._columns(n, group, names)
         if self.codes and len(self.codes) < SMALL_BATCH:
             # A small write's few names: per-list operations (`postings.apply` splices a
             # block's bytes) cost less than the numpy steps per list of the columns: one
@@ -193,11 +240,31 @@ def update(txn: Any, batch: Batch, changed: Iterable[int], gone: Iterable[int],
         if old is None:
             batch.add_new(n, head.type_id, new)
         elif old != new:
-            batch.change(n, head.type_id, old, new)
+            if n not in batch.new and _unpend(txn, n):     # (its postings in no list)
+                batch.change(n, head.type_id, [], new)
+            else:
+                batch.change(n, head.type_id, old, new)
     for n in gone:
         old = before.get(n)
-        if old:
+        if old and (n in batch.new or not _unpend(txn, n)):
             batch.change(n, 0, old, [])
+
+
+def _unpend(txn: Any, n: int) -> bool:
+    """Delete concept `n`'s pending entry; whether it had one."""
+    aux = txn.aux(TABLE)
+    key = PENDING + _U64.pack(n)
+    if aux.get(key) is None:
+        return False
+    aux.delete(key)
+    return True
+
+
+def pending(txn: Any) -> Iterable[tuple[int, int, list[str]]]:
+    """(concept id, type id, names) of the pending concepts, in id order."""
+    for key, raw in txn.aux(TABLE).scan(PENDING):
+        group, names = msgpack.unpackb(raw)
+        yield _U64.unpack(key[2:])[0], group, names
 
 
 def clear(txn: Any) -> None:
@@ -225,7 +292,7 @@ def rebuild(txn: Any, progress: Callable[[str, int, int], None] | None = None,
                 done += 1
         if progress:
             progress("grams", done, max(done, total))
-    batch.write(txn)
+    batch.write(txn, pend=False)
     if progress:
         progress("grams", done, max(done, total))
     txn.aux(TABLE).put(KEY_BUILT, b"1")
@@ -256,6 +323,9 @@ def posting_ids(txn: Any) -> tuple[set[int], int]:
         keys = postings.decode(raw)[0]
         total += len(keys)
         ids.update((keys // SLOTS).tolist())
+    for n, _, names in pending(txn):
+        ids.add(n)
+        total += sum(len(trigrams(name)) for name in names)
     return ids, total
 
 
@@ -291,6 +361,15 @@ def drift(txn: Any, ids: Iterable[int]) -> tuple[int, int]:
         part = np.empty(len(keys), dtype=dtype)
         part["g"], part["k"], part["w"], part["t"] = code, keys, weights, groups
         have.append(part)
+    rows = []
+    for n, group, names in pending(txn):        # (as the postings they stand for)
+        for slot, name in enumerate(names[:SLOTS]):
+            gs = trigrams(name)
+            for g in gs:
+                rows.append((vocab.setdefault(g, len(vocab)), n * SLOTS + slot, len(gs),
+                             group))
+    if rows:
+        have.append(np.array(rows, dtype=dtype))
     both = np.concatenate([want, *have]) if have else want
     _, counts = np.unique(both, return_counts=True)
     return int((counts == 1).sum() + (counts > 2).sum()), compared
@@ -343,11 +422,26 @@ class Bound:
         parts: list[np.ndarray] = []
         sizes: list[np.ndarray] = []
         common: list[tuple[np.ndarray, np.ndarray]] = []
+        extra = self._pending(set(qgrams), group)
         for g in qgrams:
             keys, weights, groups, complete = postings.read(aux, _prefix(g), GRAM_CAP)
+            last = int(keys[-1]) if len(keys) else -1
             if group is not None and len(keys):
                 keep = groups == group
                 keys, weights = keys[keep], weights[keep]
+            more = extra.get(g)
+            if more:
+                # A pending name's postings, where the list would hold them once folded: a
+                # cut list only those among the ids it read (folded, the list counts as cut
+                # once it is longer than GRAM_CAP).
+                if not complete:
+                    more = [kw for kw in more if kw[0] < last]
+                if more:
+                    complete = complete and len(keys) + len(more) <= GRAM_CAP
+                    keys = np.concatenate([keys, np.fromiter(
+                        (k for k, _ in more), dtype=np.uint64, count=len(more))])
+                    weights = np.concatenate([weights.astype(np.float32), np.fromiter(
+                        (w for _, w in more), dtype=np.float32, count=len(more))])
             if not len(keys):
                 continue
             if complete:
@@ -373,6 +467,20 @@ class Bound:
             if e > out.get(n, -1.0):
                 out[n] = e
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:count])
+
+    def _pending(self, wanted: set[str], group: int | None
+                 ) -> dict[str, list[tuple[int, int]]]:
+        """gram -> (posting id, weight) of the pending names (`gram_index.pending`) for the
+        query's trigrams `wanted`, of type `group` if one is given."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        for n, t, names in pending(self.txn):
+            if group is not None and t != group:
+                continue
+            for slot, name in enumerate(names[:SLOTS]):
+                gs = trigrams(name)
+                for g in wanted.intersection(gs):
+                    out.setdefault(g, []).append((n * SLOTS + slot, len(gs)))
+        return out
 
     def _exact(self, text: str, ids: list[int]) -> dict[int, float]:
         """id → the 2+3-gram Dice of `text` and the best of the concept's names."""

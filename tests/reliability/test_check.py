@@ -347,10 +347,12 @@ def ngram_vectors(monkeypatch):
 
 
 def _gram_postings(nx, n: int, names: list[str] | None = None) -> None:
-    """Delete every gram posting of concept `n`'s names, or with `names` add postings of
-    those for `n`, in a write of its own."""
+    """Delete every gram posting of concept `n`'s names (in the lists, and its pending
+    entry), or with `names` add postings of those for `n`, in a write of its own."""
     with nx.write_session(privileged=True) as session:
         txn = session.store_txn
+        if not names:
+            txn.aux(gram_index.TABLE).delete(gram_index.PENDING + n.to_bytes(8, "big"))
         for slot, name in enumerate(names or lexical.names(txn, n)):
             for g in gram_index.trigrams(name):
                 postings.apply(txn.aux(gram_index.TABLE), g.encode() + b"\0",

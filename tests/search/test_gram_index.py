@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import msgpack
 import numpy as np
 import pytest
 
@@ -24,8 +25,9 @@ def names(hits):
     return [h["name"] for h in hits]
 
 
-def _keys(nx) -> dict[str, set[int]]:
-    """gram → the posting keys (id * SLOTS + slot) of its list."""
+def _keys(nx, pending: bool = True) -> dict[str, set[int]]:
+    """gram → the posting keys (id * SLOTS + slot) of its list, with those the pending
+    names stand for (`pending`)."""
     out: dict[str, set[int]] = {}
     with nx.store.read() as txn:
         for key, raw in txn.aux(TABLE).scan():
@@ -33,7 +35,16 @@ def _keys(nx) -> dict[str, set[int]]:
                 continue
             gram = key[:key.index(b"\0")].decode()
             out.setdefault(gram, set()).update(postings.decode(raw)[0].tolist())
+        for n, _, slots in gram_index.pending(txn) if pending else ():
+            for slot, name in enumerate(slots):
+                for g in trigrams(name):
+                    out.setdefault(g, set()).add(n * SLOTS + slot)
     return out
+
+
+def _pending_ids(nx) -> list[int]:
+    with nx.store.read() as txn:
+        return [n for n, _, _ in gram_index.pending(txn)]
 
 
 def _of(nx, n: int) -> dict[str, set[int]]:
@@ -196,3 +207,132 @@ def test_a_long_query_reads_at_most_query_grams_lists(nexus, kip, monkeypatch):
     kip(nexus, f'SEARCH CONCEPT "{text}" LIMIT 3 MODE "keyword"')
     assert 0 < len(set(lists)) <= gram_index.QUERY_GRAMS
     assert len(trigrams(text)) > 4 * gram_index.QUERY_GRAMS
+
+
+def _knn(nx, text: str, group: str | None = None) -> dict[int, float]:
+    with nx.store.read() as txn:
+        source = nx.search.keyword_source(txn)
+        gid = txn.symbol_id(group) if group else None
+        return source.knn(0, source.query_vector(text), 10, group=gid)
+
+
+def test_a_small_write_leaves_its_names_pending_and_a_query_reads_them(nexus, kip):
+    kip(nexus, SCHEMA)
+    kip(nexus, 'UPSERT { CONCEPT ?s { {type: "Symptom", name: "Ketosis"} } }')
+    nexus.search.reindex()              # (everything in the lists: nothing pending)
+    assert _pending_ids(nexus) == []
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} '
+               'SET ATTRIBUTES { aliases: ["Toradol"] } } }')
+    n = _id(nexus, "Drug", "Ketorolac")
+    # One key written, no list touched: its postings are in no list yet ...
+    assert _pending_ids(nexus) == [n]
+    assert not any(k // SLOTS == n for ks in _keys(nexus, pending=False).values() for k in ks)
+    # ... and a query counts them as if they were: the same candidates and estimates as
+    # once they are folded in.
+    assert names(kip(nexus, 'SEARCH CONCEPT "ketorlac" LIMIT 1')) == ["Ketorolac"]
+    assert names(kip(nexus, 'SEARCH CONCEPT "toradl" LIMIT 1')) == ["Ketorolac"]
+    assert names(kip(nexus, 'SEARCH CONCEPT "ketorlac" WITH TYPE "Symptom" LIMIT 1')) \
+        == ["Ketosis"]
+    pending = [_knn(nexus, "ketorlac"), _knn(nexus, "toradl"),
+               _knn(nexus, "keto", "Drug"), _knn(nexus, "keto", "Symptom")]
+    assert n in pending[0] and n in pending[1] and n in pending[2] and n not in pending[3]
+    report = nexus.search.check(deep=True)
+    assert report["ok"] and report["gram_postings_wrong"] == 0, report
+    nexus.search.reindex()              # folded: the same postings, all in the lists
+    assert _pending_ids(nexus) == []
+    assert _of(nexus, n) == _expected("ketorolac", "toradol")
+    assert [_knn(nexus, "ketorlac"), _knn(nexus, "toradl"), _knn(nexus, "keto", "Drug"),
+            _knn(nexus, "keto", "Symptom")] == pending
+
+
+def test_check_deep_compares_the_pending_names_with_the_concepts(nexus, kip):
+    kip(nexus, SCHEMA)
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} } }')
+    n = _id(nexus, "Drug", "Ketorolac")
+    assert n in _pending_ids(nexus)
+    with nexus.store.write() as txn:    # a pending entry that drifted from the name
+        group, _ = msgpack.unpackb(txn.aux(TABLE).get(gram_index.PENDING + n.to_bytes(8, "big")))
+        txn.aux(TABLE).put(gram_index.PENDING + n.to_bytes(8, "big"),
+                           msgpack.packb([group, ["ketorolak"]]))
+    report = nexus.search.check(deep=True)
+    assert not report["ok"] and report["gram_postings_wrong"] == 4, report   # lac, ac> / lak, ak>
+    nexus.search.reindex()
+    assert nexus.search.check(deep=True)["ok"]
+    assert _of(nexus, n) == _expected("ketorolac")
+
+
+def test_pending_names_are_folded_once_their_ids_span_pending_max(nexus, kip):
+    kip(nexus, SCHEMA)
+    made, sizes = [], []
+    for i in range(3 * gram_index.PENDING_MAX):
+        kip(nexus, f'UPSERT {{ CONCEPT ?d {{ {{type: "Drug", name: "Zafirlukast {i}"}} }} }}')
+        made.append(_id(nexus, "Drug", f"Zafirlukast {i}"))
+        ids = _pending_ids(nexus)
+        assert not ids or max(ids) - min(ids) < gram_index.PENDING_MAX   # never more
+        sizes.append(len(ids))
+        # Every concept's postings, pending or in the lists, exactly once.
+        assert _of(nexus, made[-1]) == _expected(f"zafirlukast {i}")
+        assert names(kip(nexus, f'SEARCH CONCEPT "zafirlukst {i}" LIMIT 1')) \
+            == [f"Zafirlukast {i}"]
+    assert max(sizes) > 1 and sizes.count(0) >= 2       # held pending, then folded
+    folded = _keys(nexus, pending=False)
+    assert any(made[0] * SLOTS in ks for ks in folded.values())
+    mine = {g: {k for k in ks if k // SLOTS in set(made)} for g, ks in _keys(nexus).items()}
+    assert {g: ks for g, ks in mine.items() if ks} == _expected_of(nexus, made)
+    assert nexus.search.check(deep=True)["ok"]
+    before = _keys(nexus)
+    nexus.search.reindex()
+    assert _keys(nexus) == before and _pending_ids(nexus) == []
+
+
+def _expected_of(nx, ids: list[int]) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    with nx.store.read() as txn:
+        for n in ids:
+            for slot, name in enumerate(gram_index.lexical.names(txn, n)):
+                for g in trigrams(name):
+                    out.setdefault(g, set()).add(n * SLOTS + slot)
+    return out
+
+
+def test_alias_change_delete_and_merge_of_a_pending_concept(nexus, kip):
+    kip(nexus, SCHEMA)
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} '
+               'SET ATTRIBUTES { aliases: ["Toradol"] } } }')
+    n = _id(nexus, "Drug", "Ketorolac")
+    assert n in _pending_ids(nexus)
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} '
+               'SET ATTRIBUTES { aliases: ["Acular"] } } }')
+    assert n not in _pending_ids(nexus)                 # its new names in the lists
+    assert _of(nexus, n) == _expected("ketorolac", "acular")
+    assert "Ketorolac" not in names(kip(nexus, 'SEARCH CONCEPT "toradl" LIMIT 5'))
+    assert nexus.search.check(deep=True)["ok"]
+
+    kip(nexus, 'UPSERT { CONCEPT ?a { {type: "Drug", name: "Aspirin"} } }')
+    kip(nexus, 'UPSERT { CONCEPT ?b { {type: "Drug", name: "ASA"} } }')
+    asa = _id(nexus, "Drug", "ASA")
+    assert asa in _pending_ids(nexus)
+    kip(nexus, 'MERGE CONCEPT ?s INTO ?t WHERE { ?s {type: "Drug", name: "ASA"} '
+               '?t {type: "Drug", name: "Aspirin"} }')
+    assert asa not in _pending_ids(nexus) and not _of(nexus, asa)
+    assert nexus.search.check(deep=True)["ok"]
+
+    kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Oxaprozin"} } }')
+    ox = _id(nexus, "Drug", "Oxaprozin")
+    assert ox in _pending_ids(nexus)
+    kip(nexus, 'DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "Oxaprozin"} }')
+    assert ox not in _pending_ids(nexus) and not _of(nexus, ox)
+    assert "Oxaprozin" not in names(kip(nexus, 'SEARCH CONCEPT "oxaprozn" LIMIT 10'))
+    assert nexus.search.check(deep=True)["ok"]
+
+
+def test_pending_names_are_stored_with_the_write(disk_nexus, kip):
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    kip(nx, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Ketorolac"} } }')
+    n = _id(nx, "Drug", "Ketorolac")
+    assert n in _pending_ids(nx)
+    nx = disk_nexus()       # reopened: still pending, still found
+    assert n in _pending_ids(nx)
+    assert names(kip(nx, 'SEARCH CONCEPT "ketorlac" LIMIT 1')) == ["Ketorolac"]
+    assert nx.search.check(deep=True)["ok"]

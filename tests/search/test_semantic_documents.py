@@ -107,6 +107,8 @@ def test_the_semantic_index_holds_one_vector_per_concept_and_names_still_find(
             for key, raw in txn.aux(gram_index.TABLE).scan():
                 if key[:1] != b"\0":
                     ngram.update(postings.decode(raw)[0].tolist())
+            for n, _, names in gram_index.pending(txn):     # (a small write's: pending)
+                ngram.update(n * gram_index.SLOTS + slot for slot in range(len(names)))
         docs = _docs(nx)
         for name in ("Aspirin", "Zolpidem"):
             n = docs[name].n
