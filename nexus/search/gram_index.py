@@ -25,9 +25,9 @@ never a neighbourhood an approximate graph search happened to reach. Building th
 index was about half of a bulk load's wall time with SEARCH (bench/RESULTS.md, "Bulk load
 with SEARCH").
 
-A query (`Bound.knn`) reads the postings of its trigrams, leaving out those in more than
-GRAM_CAP names unless all are (and past its first QUERY_GRAMS), counts the trigrams each name shares with it, keeps the POOL
-best names by the trigram Dice `2·shared / (|query| + |name|)` and returns their concepts
+A query (`Bound.knn`) reads the postings of its first QUERY_GRAMS trigrams, leaving out
+those in more than GRAM_CAP names unless all are, counts the trigrams each name shares with
+it, keeps the POOL best names by the trigram Dice `2·shared / (|query| + |name|)` and returns their concepts
 with that estimate; keyword ranking (`query.run`) then scores its leaders exactly (the
 2+3-gram Dice of `text.grams`). `similarity` is that exact score.
 """
