@@ -27,9 +27,9 @@ with SEARCH").
 
 A query (`Bound.knn`) reads the postings of its first QUERY_GRAMS trigrams, leaving out
 those in more than GRAM_CAP names unless all are, counts the trigrams each name shares with
-it, keeps the POOL best names by the trigram Dice `2·shared / (|query| + |name|)` and returns their concepts
-with that estimate; keyword ranking (`query.run`) then scores its leaders exactly (the
-2+3-gram Dice of `text.grams`). `similarity` is that exact score.
+it, keeps the POOL best names by the trigram Dice `2·shared / (|query| + |name|)` and
+returns their concepts with that estimate; keyword ranking (`query.run`) then scores its
+leaders exactly (the 2+3-gram Dice of `text.grams`). `similarity` is that exact score.
 """
 from __future__ import annotations
 
