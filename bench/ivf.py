@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from nexus.search.ivf import assign     # (the engine's: the same nearest-centroid pass)
+
 MAGIC = b"NXIVF001"
 HEADER = 64                     # magic, dim, nlist, count; then the arrays, 64-byte aligned
 
@@ -62,14 +64,6 @@ def kmeans(x: np.ndarray, nlist: int, iters: int = 8, sample: int = 64, seed: in
             sums[empty] = s[rng.choice(len(s), int(empty.sum()), replace=False)]
         c = _unit(sums)
     return c.astype(np.float32)
-
-
-def assign(x: np.ndarray, c: np.ndarray, chunk: int = 16384) -> np.ndarray:
-    """The nearest centroid (largest dot product) of every row of `x`."""
-    out = np.empty(len(x), dtype=np.int32)
-    for i in range(0, len(x), chunk):
-        out[i:i + chunk] = np.argmax(x[i:i + chunk] @ c.T, axis=1)
-    return out
 
 
 def _align(n: int) -> int:
