@@ -20,7 +20,7 @@ import struct
 from itertools import takewhile
 from operator import methodcaller
 from types import TracebackType
-from typing import (Callable, Generic, Iterable, Iterator, Literal, NoReturn, Protocol,
+from typing import (Any, Callable, Generic, Iterable, Iterator, Literal, NoReturn, Protocol,
                     Sequence, cast)
 
 from nexus.errors import ErrorCode, KipError
@@ -31,7 +31,7 @@ from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, decode_
 from nexus.store.columns import StoreColumns, TxnColumns, columns_for
 from nexus.store.kv import GetFn, KeysFn, KvRead
 from nexus.store.model import ConceptHead, Head, JsonMap
-from nexus.store.protocol import AUX_TABLES, AuxTable
+from nexus.store.protocol import AUX_TABLES
 from nexus.store.tables import Db, Tables
 
 
@@ -352,7 +352,7 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         return self._stat(codec.ST_LINKS)
 
     # --- aux -----------------------------------------------------------------------------
-    def aux(self, table: str) -> AuxTable:
+    def aux(self, table: str) -> Aux[Db]:
         db = self.tables.aux.get(table)
         if db is None and table in AUX_TABLES:
             return _NO_TABLE        # a read-only open of a file that lacks it: empty
@@ -409,11 +409,15 @@ class Aux(Generic[Db]):
         return sum(1 for _ in self.scan(prefix))
 
 
-class _AbsentAux:
+class _AbsentAux(Aux[Any]):
     """A declared aux table that a read-only open found missing from the file (a database
-    its owner, of an earlier version, has not opened since): it reads as empty."""
+    its owner, of an earlier version, has not opened since): it reads as empty (writes are
+    refused as in any read transaction: `Aux`)."""
 
     __slots__ = ()
+
+    def __init__(self) -> None:     # no transaction, no table: nothing is ever read
+        pass
 
     def get(self, key: bytes) -> bytes | None:
         return None
@@ -421,15 +425,6 @@ class _AbsentAux:
     def scan(self, prefix: bytes = b"", *, reverse: bool = False,
              start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         return iter(())
-
-    def put(self, key: bytes, value: bytes) -> None:
-        raise internal("aux tables are read-only in a read transaction")
-
-    def delete(self, key: bytes) -> bool:
-        raise internal("aux tables are read-only in a read transaction")
-
-    def prefetch(self, keys: Iterable[bytes] = (), last_under: Iterable[bytes] = ()) -> None:
-        """Nothing to read."""
 
     def count(self, prefix: bytes = b"") -> int:
         return 0
