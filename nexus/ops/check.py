@@ -210,10 +210,9 @@ def _search_report(nexus: Any, deep: bool, examples: int,
         report.update(vector)
         if examples_found:
             report["examples"] = examples_found
+    from ..search.service import NOT_DRIFT
     report["ok"] = not any(v for k, v in report.items()
-                           if k not in ("elements", "vectors_compared", "grams_compared",
-                                         "gram_unbuilt")
-                           and type(v) is int)
+                           if k not in NOT_DRIFT and type(v) is int)
     return report
 
 
@@ -448,11 +447,11 @@ class VectorCheck(Findings):
 
 def format_problems(report: dict[str, Any]) -> Iterator[str]:
     """One line per drift category with a nonzero count (for humans)."""
+    from ..search.service import NOT_DRIFT
     for part in ("store", "search", "history"):
         for key, value in report.get(part, {}).items():
             if isinstance(value, int) and not isinstance(value, bool) and value and \
-                    key not in ("elements", "concepts", "links", "symbols", "seq",
-                                "vectors_compared", "grams_compared", "gram_unbuilt"):
+                    key not in NOT_DRIFT and key not in ("concepts", "links", "symbols", "seq"):
                 yield f"{part}.{key}: {value}"
 
 
