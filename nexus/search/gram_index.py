@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import struct
 from itertools import islice
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
 import numpy as np
@@ -67,6 +67,15 @@ def trigrams(norm: str) -> list[str]:
         for k in range(len(padded) - 2):
             out[padded[k:k + 3]] = None
     return list(out)
+
+
+def _postings_of(n: int, names: list[str]) -> Iterator[tuple[str, int, int]]:
+    """(trigram, posting key, weight) of every posting concept `n`'s names give (what
+    `Batch._columns` writes, inline there: a bulk load's hot loop)."""
+    for slot, name in enumerate(names[:SLOTS]):
+        gs = trigrams(name)
+        for g in gs:
+            yield g, n * SLOTS + slot, len(gs)
 
 
 def _prefix(gram: str) -> bytes:
@@ -103,7 +112,7 @@ class Batch:
         self.added[n] = (group, names)
 
     def _columns(self, n: int, group: int, names: list[str]) -> None:
-        """The postings of concept `n`'s names, as columns."""
+        """The postings of concept `n`'s names, as columns (`_postings_of`'s, unrolled)."""
         vocab = self.vocab
         for slot, name in enumerate(names[:SLOTS]):
             gs = trigrams(name)
@@ -123,11 +132,8 @@ class Batch:
             key = n * SLOTS + slot
             for g in trigrams(name):
                 self.ops.setdefault(g, {})[key] = None
-        for slot, name in enumerate(new[:SLOTS]):
-            gs = trigrams(name)
-            key = n * SLOTS + slot
-            for g in gs:
-                self.ops.setdefault(g, {})[key] = (float(len(gs)), group)
+        for g, key, weight in _postings_of(n, new):
+            self.ops.setdefault(g, {})[key] = (float(weight), group)
 
     def write(self, txn: Any, pend: bool = True) -> None:
         """Write what the batch holds into `txn` and empty it: a small write's new names
@@ -345,11 +351,8 @@ def drift(txn: Any, ids: Iterable[int]) -> tuple[int, int]:
         if type(head) is not ConceptHead:
             continue
         compared += 1
-        for slot, name in enumerate(lexical.names(txn, n)[:SLOTS]):
-            gs = trigrams(name)
-            for g in gs:
-                rows.append((vocab.setdefault(g, len(vocab)), n * SLOTS + slot, len(gs),
-                             head.type_id))
+        rows.extend((vocab.setdefault(g, len(vocab)), key, weight, head.type_id)
+                    for g, key, weight in _postings_of(n, lexical.names(txn, n)))
     dtype = np.dtype([("g", "<i8"), ("k", "<u8"), ("w", "<f4"), ("t", "<u4")])
     want = np.array(rows, dtype=dtype)
     have: list[np.ndarray] = []
@@ -363,11 +366,8 @@ def drift(txn: Any, ids: Iterable[int]) -> tuple[int, int]:
         have.append(part)
     rows = []
     for n, group, names in pending(txn):        # (as the postings they stand for)
-        for slot, name in enumerate(names[:SLOTS]):
-            gs = trigrams(name)
-            for g in gs:
-                rows.append((vocab.setdefault(g, len(vocab)), n * SLOTS + slot, len(gs),
-                             group))
+        rows.extend((vocab.setdefault(g, len(vocab)), key, weight, group)
+                    for g, key, weight in _postings_of(n, names))
     if rows:
         have.append(np.array(rows, dtype=dtype))
     both = np.concatenate([want, *have]) if have else want
