@@ -186,10 +186,10 @@ class Batch:
             starts = [0, *bounds.tolist()]
             ends = [*bounds.tolist(), len(codes)]
             names = list(self.vocab)
+            columns = postings.Columns(keys, weights, groups)
             for s, e in zip(starts, ends):
                 prefix = _prefix(names[int(codes[s])])
-                if postings.append_columns(aux, prefix, keys[s:e], weights[s:e],
-                                           groups[s:e]) is None:
+                if columns.append(aux, prefix, s, e) is None:
                     postings.apply(aux, prefix, {
                         int(k): (float(w), int(g))
                         for k, w, g in zip(keys[s:e], weights[s:e], groups[s:e])})

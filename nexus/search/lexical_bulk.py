@@ -49,10 +49,10 @@ def put_columns(lex: Any, cols: Mapping[bytes, tuple[postings.Columns, int, int]
         if raw is None:         # a term without postings gets its first list
             fresh.put(key, _U32.pack(columns.create(fresh, prefix, start, end)))
             continue
-        ids = columns.ids[start:end]
-        weights, groups = columns.weights[start:end], columns.groups[start:end]
-        got = postings.append_columns(buf, prefix, ids, weights, groups)
+        got = columns.append(buf, prefix, start, end)
         if got is None:         # (ids not all after the list's: the general path)
+            ids = columns.ids[start:end]
+            weights, groups = columns.weights[start:end], columns.groups[start:end]
             got = postings.apply(buf, prefix, dict(zip(
                 ids.tolist(), zip(weights.tolist(), groups.tolist()))))
         buf.put(key, _U32.pack(_U32.unpack(raw)[0] + got))
@@ -191,9 +191,11 @@ class Deferred:
         self.size = 0
 
 
-def finish(txn: Any, deferred: Deferred) -> None:
+def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
     """Write the postings `deferred` holds (see `Deferred`) in `txn`, each term's list
-    once, in key order, and their dfs."""
+    once, in key order, and their dfs. `move_tail=False`: never take the keys after a
+    kind's lists out to append them again (`_Tail`) — for one command's postings, where
+    moving up to MOVE_MAX keys per command would cost more than the page fill it buys."""
     if not deferred:
         return
     lex = txn.aux("lex")
@@ -207,7 +209,8 @@ def finish(txn: Any, deferred: Deferred) -> None:
         # follow the first of this kind's lists (a first load: the bootstrap's postings,
         # then the concepts' when the links are loaded), they are taken out (`_Tail`) and
         # written again in order with the new lists, all appended.
-        tail = _Tail.take(lex, b"t" + KIND_BYTES[kind]) if put_new is None else None
+        tail = (_Tail.take(lex, b"t" + KIND_BYTES[kind])
+                if put_new is None and move_tail else None)
         aux: Any = tail if tail is not None else lex
         for cols in deferred.runs(kind):
             lex.prefetch([b"d" + tb for tb in cols], [b"t" + tb + b"\x00" for tb in cols])

@@ -466,6 +466,35 @@ class Columns:
         return end - start
 
 
+    def append(self, aux: Any, prefix: bytes, start: int, end: int) -> int | None:
+        """`append_columns` of the run [start, end), the same bytes: a narrow last block
+        is topped up by splicing its bytes with the run's (no decode, no numpy work per
+        term: a command's postings top up the last block of thousands of lists)."""
+        if not self.narrow:
+            return append_columns(aux, prefix, self.ids[start:end],
+                                  self.weights[start:end], self.groups[start:end])
+        for key, raw in aux.scan(prefix, reverse=True):     # the list's last block
+            if self.firsts[start] <= last_id(raw):
+                return None
+            h = _COUNT.unpack_from(raw)[0]
+            c = h & 0xFFFF
+            if c >= BLOCK:
+                break
+            if not h & NARROW:
+                return append_columns(aux, prefix, self.ids[start:end],
+                                      self.weights[start:end], self.groups[start:end])
+            j = min(end, start + BLOCK - c)
+            ib, wb, gb = self._ib, self._wb, self._gb
+            aux.put(key, b"".join((_COUNT.pack((c + j - start) | NARROW),
+                                   raw[4:4 + 4 * c], ib[4 * start:4 * j],
+                                   raw[4 + 4 * c:4 + 6 * c], wb[2 * start:2 * j],
+                                   raw[4 + 6 * c:4 + 8 * c], gb[2 * start:2 * j])))
+            if j < end:
+                self.create(aux, prefix, j, end)
+            return end - start
+        return self.create(aux, prefix, start, end)
+
+
 def append_columns(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
                    groups: np.ndarray) -> int | None:
     """`_append` of postings given as columns (as `create_columns`): tops up the list's

@@ -233,3 +233,44 @@ def test_an_update_inside_a_block_writes_the_blocks_a_posting_map_would():
         assert sorted(aux.d) == sorted(b"t" + postings._U64.pack(int(postings.decode(b)[0][0]))
                                        for b in expected)
         assert delta == sum(postings.count(b) for b in expected) - len(held)
+
+
+def test_columns_append_writes_what_append_columns_writes():
+    """`Columns.append` (a command's postings, spliced onto each list's last block) writes
+    the blocks `append_columns` (decode, concatenate, encode) writes, byte for byte: lists
+    whose last block is narrow, wide, full or absent, appends of one posting to several
+    blocks, runs whose ids or groups do not fit the narrow layout; and it declines (None)
+    where `append_columns` does (an id not after the list's last)."""
+    rng = random.Random(11)
+    for _ in range(200):
+        before = sorted(rng.sample(range(1, 5000), rng.choice([0, 1, 5, 127, 128, 300])))
+        top = (before[-1] if before else 0) + 1
+        new = sorted(rng.sample(range(max(1, top - rng.choice([0, 0, 0, 2])),
+                                      top + rng.choice([400, 2**33])), rng.randint(1, 260)))
+        big_group = rng.random() < 0.2
+        lists = []
+        for _layout in ("spliced", "arrays"):
+            aux = _Aux()
+            if before:
+                w0 = [rng.random() for _ in before]
+                g0 = [n % 9 for n in before]
+                if rng.random() < 0.3:      # a list of old wide blocks
+                    for i in range(0, len(before), 128):
+                        aux.put(b"t" + postings._U64.pack(before[i]),
+                                wide(before[i:i + 128], w0[i:i + 128], g0[i:i + 128]))
+                else:
+                    postings.create(aux, b"t", {n: (w, g) for n, w, g in zip(before, w0, g0)})
+            lists.append(aux)
+        # (the same starting blocks in both: the random draws above differ per layout)
+        lists[1].d = dict(lists[0].d)
+        ids = np.asarray(new, dtype=np.uint64)
+        weights = np.asarray([rng.random() for _ in new], dtype=np.float32)
+        groups = np.asarray([(2**17 if big_group else n % 5) for n in new], dtype=np.uint32)
+        pad = rng.randint(0, 3)         # the run inside bigger columns, as `finish` has it
+        cols = postings.Columns(np.concatenate([np.zeros(pad, np.uint64), ids]),
+                                np.concatenate([np.zeros(pad, np.float32), weights]),
+                                np.concatenate([np.zeros(pad, np.uint32), groups]))
+        got = cols.append(lists[0], b"t", pad, pad + len(new))
+        want = postings.append_columns(lists[1], b"t", ids, weights, groups)
+        assert got == want
+        assert lists[0].d == lists[1].d
