@@ -143,6 +143,10 @@ class WriteSession:
         ctx.text = text
         ctx.deadline = time.monotonic() + self.timeout      # each command its own
         ctx.versioned = set()                   # each command bumps an element's _version once
+        # The columns an earlier command of the session created (`new_docs`) may be stale
+        # once this one runs (it may update or delete those elements): the commit hooks
+        # read them back instead.
+        ctx.new_docs = []
         try:
             result, _ = executor_for(type(command))(ctx, command, parameters or {})
             return result

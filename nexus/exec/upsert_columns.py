@@ -42,6 +42,7 @@ import re
 from typing import Any
 
 from ..errors import KipError
+from ..search.lexical_cols import NewConcepts, NewLinks
 from ..syntax import ast as A
 from . import writes
 from .context import WriteContext
@@ -374,6 +375,8 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     new_l_p: list[int] = []
     new_l_o: list[int] = []
     new_l_m: list[dict | None] = []
+    new_l_sn: list[str] = []            # the new links' ends' names (their documents')
+    new_l_on: list[str] = []
     old_l: list[tuple[int, dict | None]] = []
     old_l_heads: list[tuple[int, int, int, int]] = []
     concept_of: list[int] = [0] * count
@@ -405,6 +408,8 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
                 new_l_p.append(pid)
                 new_l_o.append(o)
                 new_l_m.append(m)
+                new_l_sn.append(names[i])
+                new_l_on.append(on)
             else:
                 old_l.append((link, m))
                 old_l_heads.append((link, n, pid, o))
@@ -417,6 +422,16 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     if new_l:
         txn.create_link_columns(new_l, new_l_s, new_l_p, new_l_o, None, new_l_m,
                                 known_new=True, extra_metadata=extra)
+    # What the search index derives these elements' documents from (as a bulk load's
+    # columns, `lexical_cols`): none of them is read back to be indexed.
+    if new_c:
+        ctx.new_docs.append(NewConcepts(new_c, new_c_types,
+                                        {type_ids[t]: t for t in type_ids}, new_c_names,
+                                        new_c_attrs))
+    if new_l:
+        ctx.new_docs.append(NewLinks(new_l, new_l_s, new_l_p, new_l_o,
+                                     {pid: p for p, pid in pids.items()}, new_l_sn,
+                                     new_l_on, None))
     touched, versioned = ctx.touched, ctx.versioned
     touched.update(new_c)
     versioned.update(new_c)

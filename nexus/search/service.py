@@ -275,8 +275,17 @@ class SearchService:
             batch = gram_index.Batch()
             before = (gram_index.indexed_names(txn, batch, touched, ctx.removed)
                       if self.grams else {})
+            # An UPSERT run as columns says what it created: unless the write is small
+            # (its documents left pending), they are derived from those columns and their
+            # postings written once per list, as a bulk load's chunk's.
+            known = getattr(ctx, "new_docs", ())
+            if known and len(touched) + len(ctx.removed) <= lexical.SMALL_WRITE:
+                known = ()
+            held = lexical.Deferred() if known else None
             changed, gone = lexical.write(txn, touched, ctx.removed,
-                                          getattr(ctx, "moved", None))
+                                          getattr(ctx, "moved", None), held, known)
+            if held is not None:
+                lexical.finish(txn, held, move_tail=False)
             if self.grams and (changed or gone):
                 gram_index.update(txn, batch, changed, gone, before)
                 batch.write(txn)

@@ -162,6 +162,17 @@ def _dump(nx: Nexus) -> list[tuple]:
                 for n in sorted(txn.elements())]
 
 
+SEARCH_TABLES = ("lex", "lexdoc", "gram")     # the SEARCH index's rows (nexus.search)
+
+
+def _search_rows(nx: Nexus) -> list[tuple[str, list]]:
+    """Every row of the SEARCH index's tables: the column path indexes what it creates
+    from its own columns (lexical_cols), the block path reads each element back; both
+    must write the same rows."""
+    with nx.store.read() as txn:
+        return [(table, list(txn.aux(table).scan())) for table in SEARCH_TABLES]
+
+
 def _last_log(nx: Nexus) -> Any:
     with nx.store.read() as txn:
         if not history.is_enabled(txn):
@@ -223,6 +234,7 @@ def test_column_path_equals_block_path(pair: tuple[Nexus, Nexus],
     expected = _run(normal, False, text, params)
     assert answer == expected, text
     assert _dump(fast) == _dump(normal), text
+    assert _search_rows(fast) == _search_rows(normal), text
     assert _last_log(fast) == _last_log(normal), text
 
 
@@ -262,7 +274,7 @@ def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -
     # The concept commands and the grouped links are read as columns by the parser.
     assert type(parse(concepts[0]).command) is A.ColumnUpsert
     assert type(parse(links[0]).command) is A.ColumnUpsert
-    dumps = []
+    dumps, rows = [], []
     for column_path in (True, False):
         nx = Nexus.open(str(tmp_path / f"db{column_path}"))
         try:
@@ -272,11 +284,13 @@ def test_loader_commands_take_the_column_path(tmp_path: Any, monkeypatch: Any) -
                 for text, params in (concepts, links, props):
                     assert "error" not in _run(nx, column_path, text, params)
             dumps.append(_dump(nx))
+            rows.append(_search_rows(nx))
             if column_path:
                 assert taken == [True] * 6
         finally:
             nx.close()
     assert dumps[0] == dumps[1]
+    assert rows[0] == rows[1]
     versions = [meta["_version"] for _, head, _, meta in dumps[0]
                 if getattr(head, "name", None) in ("e0", "e1")]
     assert versions == [2, 4]     # e0: by the two concept commands; e1: by all four
@@ -339,6 +353,7 @@ def test_columns_from_the_parser_equal_the_tree(pair: tuple[Nexus, Nexus],
     expected = _run(normal, False, text, params)
     assert answer == expected, text
     assert _dump(fast) == _dump(normal), text
+    assert _search_rows(fast) == _search_rows(normal), text
     assert _last_log(fast) == _last_log(normal), text
 
 
@@ -383,3 +398,78 @@ def test_subjects_bumped_in_place_or_as_maps(tmp_path: Any, monkeypatch: Any) ->
             nx.close()
         assert versions == [2 ** 32 + 1, 3], versions
     assert seen[0] == seen[1]
+
+
+def _big_commands(n: int) -> list[tuple[str, dict]]:
+    """A load's two command shapes, each over SMALL_WRITE elements (so that the search
+    index derives the new documents from the command's columns, not left pending): `n`
+    concepts with descriptions, then links grouped by subject to new and seeded ends."""
+    concepts = ("UPSERT { " + " ".join(
+        f"CONCEPT {{ {{type: :t{j}, name: :n{j}}} SET ATTRIBUTES :a{j} }} WITH METADATA :m{j}"
+        for j in range(n)) + " }",
+        {**{f"t{j}": "Drug" if j % 3 else "Symptom" for j in range(n)},
+         **{f"n{j}": f"item {j} {'pain' if j % 2 else 'fever'}" for j in range(n)},
+         **{f"a{j}": {"description": f"word{j % 5} shared", "rank": j} for j in range(n)},
+         **{f"m{j}": {"source": "load", "confidence": 0.5} for j in range(n)}})
+    blocks, params = [], {}
+    for j in range(1, n, 3):        # Drug subjects: treats a Symptom, causes the seed's
+        params |= {f"sn{j}": f"item {j} {'pain' if j % 2 else 'fever'}",
+                   f"on{j}": f"item {j - 1} {'fever' if j % 2 else 'pain'}",
+                   f"m{j}": {"source": "load"}}
+        blocks.append(f"CONCEPT {{ {{type: \"Drug\", name: :sn{j}}} SET PROPOSITIONS {{ "
+                      f"(\"treats\", {{type: \"Symptom\", name: :on{j}}}) WITH METADATA :m{j}, "
+                      f"(\"causes\", {{type: \"Symptom\", name: \"s\"}}) }} }}")
+    return [concepts, ("UPSERT { " + " ".join(blocks) + " }", params)]
+
+
+def test_big_loader_commands_index_what_the_block_path_indexes(tmp_path: Any,
+                                                                monkeypatch: Any) -> None:
+    """Commands over SMALL_WRITE elements hand the search index their new elements'
+    columns (`WriteContext.new_docs`): the rows it writes from them — postings, names,
+    forward entries, trigram postings — are the block path's, byte for byte, when the
+    commands create and when they run again and update."""
+    from nexus.search.lexical import SMALL_WRITE
+    monkeypatch.setattr(engine, "now_iso", lambda: "2026-11-28T12:00:00Z")
+    commands = _big_commands(45)
+    assert len(commands[1][1]) // 3 * 2 > SMALL_WRITE       # links created
+    dumps, rows = [], []
+    for column_path in (True, False):
+        nx = Nexus.open(str(tmp_path / f"db{column_path}"))
+        try:
+            for text in (SCHEMA, SEED):
+                assert "error" not in nx.execute_kip({"command": text})
+            for _ in range(2):
+                for text, params in commands:
+                    assert "error" not in _run(nx, column_path, text, params)
+            dumps.append(_dump(nx))
+            rows.append(_search_rows(nx))
+            found = nx.execute_kip({"command": 'SEARCH CONCEPT "word3" LIMIT 50'})["result"]
+            assert len(found) == 9                  # items 3, 8, ..., 43
+            assert nx.check(deep=True)["ok"] is True
+        finally:
+            nx.close()
+    assert dumps[0] == dumps[1]
+    assert rows[0] == rows[1]
+
+
+def test_a_later_command_of_a_session_sees_its_own_changes_indexed(tmp_path: Any) -> None:
+    """In one write session (a capsule load runs its statements so), a command that
+    changes what an earlier column-wise command created: the search index indexes the
+    elements as they are at the commit, not as the earlier command's columns had them."""
+    nx = Nexus.open(str(tmp_path / "db"))
+    try:
+        for text in (SCHEMA, SEED):
+            assert "error" not in nx.execute_kip({"command": text})
+        (text, params), _ = _big_commands(30)
+        with nx.write_session() as session:
+            session.run(text, params)
+            session.run('UPSERT { CONCEPT ?c { {type: "Drug", name: "item 4 fever"} '
+                        'SET ATTRIBUTES { description: "omega" } } }')
+            session.run('DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "item 5 pain"} }')
+        hits = nx.execute_kip({"command": 'SEARCH CONCEPT "omega" LIMIT 5'})["result"]
+        assert [h["name"] for h in hits] == ["item 4 fever"]
+        gone = nx.execute_kip({"command": 'SEARCH CONCEPT "item 5 pain" LIMIT 50'})["result"]
+        assert "item 5 pain" not in [h["name"] for h in gone]
+        assert nx.check(deep=True)["ok"] is True
+    finally:
+        nx.close()
