@@ -18,14 +18,9 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
             b"q" k id                               → a pending document: a copy of its
                                                         lexdoc entry; its terms are in no
                                                         list and no df yet (SMALL_WRITE)
-    lexdoc  id                                      → msgpack [kind, group, [normname...],
-                                                        vector-text crc, [term, w, ...]]
-                                                      (the full layout: concepts, links
-                                                      with attribute text, and links
-                                                      written before the link layout), or
-                                                      msgpack [predicate id, predicate,
-                                                      subject text, object text] (a link:
-                                                      its terms derived from those texts)
+    lexdoc  id                                      → the element's forward entry
+                                                      (`lexical_entry`: the full layout,
+                                                      or a link's texts alone)
 
 Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
 decodes. Weights are BM25F's saturated term frequency with per-field weights and length
@@ -41,7 +36,6 @@ WITH TYPE filters without touching the graph.
 from __future__ import annotations
 
 import struct
-import zlib
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -54,9 +48,11 @@ from nexus.store.bulk import gc_paused
 from . import postings
 from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
 from .lexical_cols import NewConcepts, NewLinks, derive
+from .lexical_entry import (LINK_HEADER, Entry, entry_bytes, entry_kind, full_bytes, link_doc,
+                            vcrc_of)
 from .lexical_names import capped
 from .lexical_terms import (FIELDS, REF_WEIGHT, SINGLES, doc_names, doc_terms, drop_caches,
-                            field_terms, field_weights, idf, single)
+                            field_terms, field_weights, idf)
 from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, element_doc
 
 _U64 = struct.Struct(">Q")
@@ -77,101 +73,6 @@ SMALL_WRITE = 16
 WRITE_READS_MAX = 256       # ids of a write whose reads `write_reads` names (see there)
 PENDING_MAX = 32
 
-
-
-def _entry_kind(raw: bytes) -> int:
-    """The kind of a forward entry, without decoding the rest (a msgpack array of 5 whose
-    first item is a small int, or a link's array of 4)."""
-    if raw[:1] == b"\x95" and raw[1] in (0, 1):
-        return raw[1]
-    if raw[:1] == _LINK_HEADER:
-        return KIND_LINK
-    kind: int = Entry(raw).kind
-    return kind
-
-
-# A link's forward entry, when its document is its predicate and end names alone (every
-# link without attribute text): msgpack [predicate id, predicate, subject text, object
-# text] — the texts its document was derived from, ~40 bytes instead of ~100 for its terms
-# and weights, which are derived again from them (`Entry`) with the same function, so the
-# same weights. The texts are what a delete, a rename or a merge of an end needs to know
-# which postings the link has. Told apart from the full layout (an array of 5) by the
-# array header.
-_LINK_HEADER = b"\x94"
-
-
-def _link_texts(doc: Doc) -> tuple[str, str, str] | None:
-    """(predicate, subject, object) of a link document that holds those fields alone."""
-    if doc.kind != KIND_LINK or len(doc.fields) != 3:
-        return None
-    (fp, pred), (fs, subj), (fo, obj) = doc.fields
-    if fp != F_PREDICATE or fs != F_ENDPOINT or fo != F_ENDPOINT or doc.names != [pred]:
-        return None
-    return pred, subj, obj
-
-
-def _link_doc(group: int, pred: str, subj: str, obj: str) -> Doc:
-    """The document of a link with those texts (as `element_doc` makes it)."""
-    return Doc(0, KIND_LINK, group, [pred],
-               [(F_PREDICATE, pred), (F_ENDPOINT, subj), (F_ENDPOINT, obj)])
-
-
-class Entry:
-    """A decoded forward-index entry. `texts`: a link entry's (predicate, subject, object)
-    in the link layout (see `_LINK_HEADER`), else None."""
-    __slots__ = ("kind", "group", "terms", "names", "vcrc", "texts")
-
-    def __init__(self, raw: bytes) -> None:
-        if raw[:1] == _LINK_HEADER:
-            group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
-            doc = _link_doc(group, pred, subj, obj)
-            self.kind, self.group, self.vcrc = KIND_LINK, group, 0
-            self.names = doc_names(doc)
-            # as stored in the full layout: single floats
-            self.terms: dict[Any, float] = {t: single(v) for t, v in doc_terms(doc).items()}
-            self.texts: tuple[str, str, str] | None = (pred, subj, obj)
-            return
-        kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
-        self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
-        self.terms = dict(zip(flat[0::2], flat[1::2]))
-        self.texts = None
-
-
-def _vcrc(doc: Doc) -> int:
-    """The checksum of what the vector index embeds for `doc`: 0 for a link (links have
-    no vectors; entries written before FORMAT 2 of the vector files carry a checksum of
-    their text, which nothing reads: `stale` accepts both)."""
-    if doc.kind != KIND_CONCEPT:
-        return 0
-    return zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
-
-
-def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
-                 vcrc: int | None = None) -> bytes:
-    texts = _link_texts(doc)
-    if texts is not None:
-        return msgpack.packb([doc.group, *texts], use_bin_type=True)
-    return _full_bytes(doc, terms, names, vcrc)
-
-
-def _full_bytes(doc: Doc, terms: dict[str, float], names: list[str],
-                vcrc: int | None = None) -> bytes:
-    """A forward entry in the full layout (every concept's; a link's with attribute
-    text; every link's before the link layout)."""
-    flat: list[Any] = []
-    for t in sorted(terms):
-        flat.append(t)
-        flat.append(terms[t])
-    if vcrc is None:
-        vcrc = _vcrc(doc)
-    return _pack(doc.kind, doc.group, names, vcrc, flat)
-
-
-def _pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) -> bytes:
-    # Single floats: 5 bytes a weight, and the same bytes for the same document every time
-    # (write() skips documents whose entry is unchanged).
-    return msgpack.packb([kind, group, names, vcrc, flat], use_bin_type=True,
-                         use_single_float=True)
 
 
 class _Writer:
@@ -419,7 +320,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             return True
         if raw is None or not any_pending:      # a pending document has an entry
             return False
-        kind = _entry_kind(raw)
+        kind = entry_kind(raw)
         if lex.get(b"q" + KIND_BYTES[kind] + _U64.pack(n)) is None:
             return False
         pend[n] = kind
@@ -479,8 +380,8 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             continue
         terms = doc_terms(doc)
         names = doc_names(doc)
-        vcrc = _vcrc(doc)
-        new = _entry_bytes(doc, terms, names, vcrc)
+        vcrc = vcrc_of(doc)
+        new = entry_bytes(doc, terms, names, vcrc)
         if raw == new:
             continue
         was_pending = is_pend(n, raw)
@@ -587,13 +488,13 @@ class _Move:
 
 def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
-    stored entry `raw` in the link layout (`_LINK_HEADER`): its texts with the old end's
+    stored entry `raw` in the link layout (`LINK_HEADER`): its texts with the old end's
     replaced by the new one's, and the postings of the terms that change — nothing of the
     store is read. Returns whether it did; not (derive it in full) for an entry in the full
     layout, or when neither end shows the old text."""
     if plan.same:
         return True                     # the same document (e.g. a higher-order end)
-    if raw[:1] != _LINK_HEADER:
+    if raw[:1] != LINK_HEADER:
         return False
     group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
     old_text, new_text = plan.texts
@@ -616,7 +517,7 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
             plan.w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
             return True
     old = Entry(raw)
-    doc = _link_doc(group, *texts)
+    doc = link_doc(group, *texts)
     terms = doc_terms(doc)
     keep = _unchanged(old, doc, terms)
     w = plan.w
@@ -771,7 +672,7 @@ def names(txn: Any, n: int) -> list[str]:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if raw is None:
         return []
-    if raw[:1] == _LINK_HEADER:         # the predicate's name
+    if raw[:1] == LINK_HEADER:         # the predicate's name
         pred = msgpack.unpackb(raw, raw=False)[1]
         return doc_names(Doc(n, KIND_LINK, 0, [pred]))
     # (a buffer of the entry's size: the default 1 MiB one was mapped and unmapped per
@@ -802,19 +703,19 @@ def stale(txn: Any, n: int) -> bool:
     if doc is None or raw is None:
         return (doc is None) != (raw is None)
     terms, names = doc_terms(doc), doc_names(doc)
-    if raw == _entry_bytes(doc, terms, names):
+    if raw == entry_bytes(doc, terms, names):
         return False
-    if doc.kind != KIND_LINK or raw[:1] == _LINK_HEADER:
+    if doc.kind != KIND_LINK or raw[:1] == LINK_HEADER:
         return True
     # A link's entry written before the link layout is in the full layout (as good: it
     # has the same terms, weights and names), and one written before FORMAT 2 of the
-    # vector files has its text's checksum where 0 is written now (`_vcrc`): as good,
+    # vector files has its text's checksum where 0 is written now (`vcrc_of`): as good,
     # since nothing reads it.
     try:
         vcrc = msgpack.unpackb(raw, raw=False)[3]
     except Exception:  # noqa: BLE001 - a damaged entry is stale
         return True
-    return not isinstance(vcrc, int) or raw != _full_bytes(doc, terms, names, vcrc)
+    return not isinstance(vcrc, int) or raw != full_bytes(doc, terms, names, vcrc)
 
 
 __all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq",

@@ -1,5 +1,5 @@
 """A link's forward entry holds the texts its document is made of (predicate, subject and
-object), not its terms and weights (`nexus.search.lexical._LINK_HEADER`): the terms are
+object), not its terms and weights (`nexus.search.lexical_entry.LINK_HEADER`): the terms are
 derived again from them, with the same weights. A database written before, whose link
 entries hold terms and weights (the full layout), searches the same, checks clean, and its
 links' entries take the new layout when a write touches them — a rename, a MERGE, a
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgpack
 
-from nexus.search import lexical
+from nexus.search import lexical, lexical_entry
 from nexus.search.text import KIND_LINK, element_doc
 
 SCHEMA = """
@@ -49,7 +49,7 @@ def _full(txn, n):
     """Link `n`'s entry as the code before the link layout wrote it."""
     doc = element_doc(txn, n)
     terms = lexical.doc_terms(doc)
-    return lexical._full_bytes(doc, terms, lexical.doc_names(doc))
+    return lexical_entry.full_bytes(doc, terms, lexical.doc_names(doc))
 
 
 def test_link_entries_hold_texts_and_derive_the_same_terms(nexus, kip):
@@ -59,7 +59,7 @@ def test_link_entries_hold_texts_and_derive_the_same_terms(nexus, kip):
         assert links
         for n in links:
             raw = txn.aux("lexdoc").get(n.to_bytes(8, "big"))
-            assert raw[:1] == lexical._LINK_HEADER and len(raw) < 64
+            assert raw[:1] == lexical_entry.LINK_HEADER and len(raw) < 64
             new, old = lexical.Entry(raw), lexical.Entry(_full(txn, n))
             assert (new.kind, new.group, new.names, new.terms) == \
                 (old.kind, old.group, old.names, old.terms)
@@ -74,7 +74,7 @@ def test_a_database_with_full_link_entries_searches_checks_and_writes(disk_nexus
         txn = session.txn
         aux = txn.aux("lexdoc")
         for key, raw in list(aux.scan()):
-            if raw[:1] == lexical._LINK_HEADER:
+            if raw[:1] == lexical_entry.LINK_HEADER:
                 aux.put(key, _full(txn, int.from_bytes(key, "big")))
     nx = disk_nexus()
     full = [k for k, v in _entries(nx).items() if msgpack.unpackb(v)[0] == KIND_LINK]
@@ -94,8 +94,8 @@ def test_a_database_with_full_link_entries_searches_checks_and_writes(disk_nexus
     nx.reindex()
     nx.search.drain()
     assert _answers(nx, kip) == after
-    assert all(v[:1] == lexical._LINK_HEADER for v in _entries(nx).values()
-               if msgpack.unpackb(v)[0] == KIND_LINK or v[:1] == lexical._LINK_HEADER)
+    assert all(v[:1] == lexical_entry.LINK_HEADER for v in _entries(nx).values()
+               if msgpack.unpackb(v)[0] == KIND_LINK or v[:1] == lexical_entry.LINK_HEADER)
 
 
 def test_merge_moves_link_entries_as_a_reindex_writes_them(nexus, kip):
