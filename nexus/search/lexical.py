@@ -20,7 +20,8 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
                                                         list and no df yet (SMALL_WRITE)
     lexdoc  id                                      → the element's forward entry
                                                       (`lexical_entry`: the full layout,
-                                                      or a link's texts alone)
+                                                      a link's texts alone, or MARK: a
+                                                      link's texts are the graph's)
 
 Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
 decodes. Weights are BM25F's saturated term frequency with per-field weights and length
@@ -48,8 +49,9 @@ from nexus.store.bulk import gc_paused
 from . import postings
 from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
 from .lexical_cols import NewConcepts, NewLinks, derive
-from .lexical_entry import (LINK_HEADER, Entry, entry_bytes, entry_kind, full_bytes, link_doc,
-                            vcrc_of)
+from .lexical_entry import (LINK_HEADER, MARK, BeforeView, Entry, decode, entry_bytes,
+                            entry_kind, full_bytes, graph_texts, link_doc, link_texts,
+                            pending_bytes, pending_copy, vcrc_of)
 from .lexical_names import capped
 from .lexical_terms import (FIELDS, REF_WEIGHT, SINGLES, doc_names, doc_terms, drop_caches,
                             field_terms, field_weights, idf)
@@ -271,7 +273,8 @@ class _Writer:
 def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
           moved: Mapping[int, tuple[str, str]] | None = None,
           deferred: Deferred | None = None,
-          known: Iterable[NewConcepts | NewLinks] = ()) -> tuple[list[int], list[int]]:
+          known: Iterable[NewConcepts | NewLinks] = (),
+          before: Mapping[int, Any] | None = None) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
@@ -288,15 +291,43 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     `Deferred`); the caller writes them with `finish` before the transaction commits.
     With it, the new elements `known` describes (a bulk load's columns) are derived from
     those columns (`lexical_cols`): the same rows, not read back one at a time.
+
+    `before`: the heads the write deleted or repointed, as they were when this index last
+    saw them (`WriteContext.before_heads`); a link whose entry is MARK has the postings of
+    its texts in that graph (`lexical_entry.BeforeView`). A write that deletes or repoints a MARKed link
+    without naming its old head is refused (RuntimeError: the store is left unchanged)
+    rather than leave postings no entry accounts for.
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
-        return _write(txn, touched, removed, moved or {}, deferred, known)
+        return _write(txn, touched, removed, moved or {}, deferred, known, before or {})
 
 
 def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
            moved: Mapping[int, tuple[str, str]], deferred: Deferred | None = None,
-           known: Iterable[NewConcepts | NewLinks] = ()) -> tuple[list[int], list[int]]:
+           known: Iterable[NewConcepts | NewLinks] = (),
+           before: Mapping[int, Any] = {}) -> tuple[list[int], list[int]]:
     removed = list(removed)
+    # A plain link's entry is MARK where the store's reads are in-process lookups.
+    mark = not txn.prefers_batches()
+    view = BeforeView(txn, before)
+    ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
+
+    def old_texts(n: int) -> tuple[int, str, str, str]:
+        """What MARKed link `n`'s postings were derived from: its texts in the graph as
+        the index last saw it."""
+        if len(ends) > END_NAMES:
+            ends.clear()
+        got = graph_texts(view, n, ends)
+        if got is None:
+            raise RuntimeError(f"search: the link {n} whose postings are to change is "
+                               "not in the graph nor among the heads the write changed")
+        return got
+
+    def old_entry(n: int, raw: bytes) -> Entry:
+        """The stored entry `raw` of `n`, decoded (a MARK: from the graph it was written
+        from)."""
+        return Entry(raw) if raw != MARK else Entry.of_texts(*old_texts(n))
+
     order = sorted(touched)
     if deferred and deferred.touches(order + removed):
         finish(txn, deferred)           # a held document changes: the lists first
@@ -333,7 +364,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     def forget(n: int, key: bytes, raw: bytes | None) -> None:
         """Drop an element that is no longer there (or no longer a document)."""
         if raw is not None:
-            entry = Entry(raw)
+            entry = old_entry(n, raw)
             if is_pend(n, raw):
                 unpend(n, pend[n])
                 w.remove(n, entry, frozenset(entry.terms))      # its name keys only
@@ -349,7 +380,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     small = len(order) + len(removed) <= SMALL_WRITE
     derived: list = []
     if known and deferred is not None and not small:
-        order, derived = derive(txn, fwd, known, order, set(removed).union(moved))
+        order, derived = derive(txn, fwd, known, order, set(removed).union(moved), mark)
     fwd.prefetch([_U64.pack(n) for n in removed] + [_U64.pack(n) for n in order])
     prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: see its doc)
     if prefetch is not None:
@@ -360,7 +391,6 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     for n in removed:
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
-    ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
     plans: dict[tuple[str, str], _Move] = {}    # a MERGE moves its links the same way
     for n in order:
         if len(ends) > END_NAMES:
@@ -372,7 +402,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             plan = plans.get(texts)
             if plan is None:
                 plan = plans[texts] = _Move(w, texts)
-            if _moved(plan, txn, n, raw):
+            if _moved(plan, n, raw, old_texts, mark):
                 continue
         doc = element_doc(txn, n, ends)
         if doc is None:
@@ -381,13 +411,18 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         terms = doc_terms(doc)
         names = doc_names(doc)
         vcrc = vcrc_of(doc)
-        new = entry_bytes(doc, terms, names, vcrc)
+        new = entry_bytes(doc, terms, names, vcrc, mark)
+        old = None
         if raw == new:
-            continue
+            if raw != MARK or n not in before:
+                continue                # (a MARKed link's texts change with its head only)
+            old = old_entry(n, raw)
+            if old.texts == link_texts(doc):
+                continue
         was_pending = is_pend(n, raw)
         pending = small or was_pending
         if raw is not None:
-            old = Entry(raw)
+            old = old_entry(n, raw) if old is None else old
             same_names = old.kind == doc.kind and old.group == doc.group and old.names == names
             if was_pending:
                 # Its postings were never written: none to remove (names may be).
@@ -410,7 +445,9 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             vec_changed = doc.kind == KIND_CONCEPT
         if pending:
             pend[n] = doc.kind
-            lex.put(b"q" + KIND_BYTES[doc.kind] + key, new)
+            # (the pending copy holds a MARKed link's texts: readers take its postings
+            # from it, as the fold does)
+            lex.put(b"q" + KIND_BYTES[doc.kind] + key, pending_bytes(doc, new))
             w.add(n, KIND_BYTES[doc.kind], doc.group, {}, names)
         elif raw is None:
             w.add_new(n, doc.kind, doc.group, terms, names)
@@ -486,17 +523,22 @@ class _Move:
         return self._pers
 
 
-def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
+def _moved(plan: _Move, n: int, raw: bytes,
+           old_texts: Callable[[int], tuple[int, str, str, str]], mark: bool) -> bool:
     """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
-    stored entry `raw` in the link layout (`LINK_HEADER`): its texts with the old end's
-    replaced by the new one's, and the postings of the terms that change — nothing of the
-    store is read. Returns whether it did; not (derive it in full) for an entry in the full
-    layout, or when neither end shows the old text."""
+    stored entry `raw` in the link layout (`LINK_HEADER`) or MARK (its texts from the graph
+    before the move: `old_texts`): its texts with the old end's replaced by the new one's,
+    and the postings of the terms that change. Returns whether it did; not (derive it in
+    full) for an entry in the full layout, or when neither end shows the old text."""
     if plan.same:
         return True                     # the same document (e.g. a higher-order end)
-    if raw[:1] != LINK_HEADER:
+    if raw == MARK:
+        group, pred, subj, obj = old_texts(n)
+    elif raw[:1] == LINK_HEADER:
+        group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+    else:
         return False
-    group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+    value = MARK if mark else None
     old_text, new_text = plan.texts
     if subj != old_text and obj != old_text:
         return False
@@ -514,9 +556,9 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
                 per.setdefault(n, None)
             for v, per in added:
                 per[n] = (v, group)
-            plan.w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
+            plan.w.doc_puts.append((_U64.pack(n), value or plan.pack([group, *texts])))
             return True
-    old = Entry(raw)
+    old = Entry.of_texts(group, pred, subj, obj)
     doc = link_doc(group, *texts)
     terms = doc_terms(doc)
     keep = _unchanged(old, doc, terms)
@@ -524,7 +566,7 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
     w.remove(n, old, keep, False)
     w.add(n, KIND_BYTES[KIND_LINK], group, {t: v for t, v in terms.items() if t not in keep},
           [])
-    w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
+    w.doc_puts.append((_U64.pack(n), value or plan.pack([group, *texts])))
     return True
 
 
@@ -633,8 +675,12 @@ def names_from(txn: Any, kind: int, norm: str, cap: int, group: int | None = Non
 
 
 def entry(txn: Any, n: int) -> Entry | None:
+    """`n`'s forward entry, decoded (None: none; a MARK whose link `txn` does not have —
+    a write's transaction that removed it — decodes as a link without terms)."""
     raw = txn.aux("lexdoc").get(_U64.pack(n))
-    return None if raw is None else Entry(raw)
+    if raw is None:
+        return None
+    return decode(txn, n, raw)
 
 
 def prefetch(txn: Any, ids: list[int]) -> None:
@@ -675,6 +721,11 @@ def names(txn: Any, n: int) -> list[str]:
     if raw[:1] == LINK_HEADER:         # the predicate's name
         pred = msgpack.unpackb(raw, raw=False)[1]
         return doc_names(Doc(n, KIND_LINK, 0, [pred]))
+    if raw == MARK:
+        head = txn.head(n)
+        if head is None:
+            return []
+        return doc_names(Doc(n, KIND_LINK, 0, [txn.symbol_text(head.predicate_id)]))
     # (a buffer of the entry's size: the default 1 MiB one was mapped and unmapped per
     # call, ~20 us of a W2 upsert's gram update)
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(raw))
@@ -702,6 +753,10 @@ def stale(txn: Any, n: int) -> bool:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if doc is None or raw is None:
         return (doc is None) != (raw is None)
+    if raw == MARK:     # derived from the graph: a link with no other field, both ends there
+        head = txn.head(n)
+        return link_texts(doc) is None or txn.head(head.subject) is None or \
+            txn.head(head.object) is None
     terms, names = doc_terms(doc), doc_names(doc)
     if raw == entry_bytes(doc, terms, names):
         return False
@@ -721,4 +776,4 @@ def stale(txn: Any, n: int) -> bool:
 __all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq",
            "term_postings", "pending_postings", "prefetch_counts", "names_from", "entry",
            "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry", "FIELDS",
-           "doc_terms", "doc_names", "drop_caches"]
+           "doc_terms", "doc_names", "drop_caches", "decode", "pending_copy", "MARK"]

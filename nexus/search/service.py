@@ -255,7 +255,8 @@ class SearchService:
                   if self.grams else {})
         changed, gone = lexical.write(txn, touched, ctx.removed,
                                       getattr(ctx, "moved", None), st.postings,
-                                      getattr(ctx, "new_docs", ()))
+                                      getattr(ctx, "new_docs", ()),
+                                      getattr(ctx, "before_heads", None))
         if self.grams:
             gram_index.update(txn, st.grams, changed, gone, before)
         st.changed.extend(changed)
@@ -276,7 +277,8 @@ class SearchService:
             before = (gram_index.indexed_names(txn, batch, touched, ctx.removed)
                       if self.grams else {})
             changed, gone = lexical.write(txn, touched, ctx.removed,
-                                          getattr(ctx, "moved", None))
+                                          getattr(ctx, "moved", None),
+                                          before=getattr(ctx, "before_heads", None))
             if self.grams and (changed or gone):
                 gram_index.update(txn, batch, changed, gone, before)
                 batch.write(txn)
