@@ -156,6 +156,9 @@ class WriteContext(ExecContext):
         # The head each element this session deleted or repointed had before it (the
         # first one: as the search index last saw it), by id — with the heads of the ends
         # it deleted, what the lexical index needs to know which postings a link it never
-        # stored the texts of had (`nexus.search.lexical`: a link's forward entry says
-        # "derived from the graph"). Emptied with `touched` when a session stages.
-        self.before_heads: dict[int, Any] = {}
+        # stored the texts of had (`nexus.search.lexical_entry.MARK`: a link's forward entry
+        # says "derived from the graph"). Emptied with `touched` when a session stages.
+        # None where the index keeps the texts (a store whose reads are round trips:
+        # PostgreSQL), so that a delete costs no extra read there.
+        self.before_heads: dict[int, Any] | None = \
+            None if self.store_txn.prefers_batches() else {}

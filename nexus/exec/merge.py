@@ -181,8 +181,9 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
         ends = (endpoint_text(txn, old), endpoint_text(txn, new))
         ctx.check_deadline()
         before = ctx.before_heads      # where each link was (`WriteContext.before_heads`)
-        for head in heads:
-            before.setdefault(head.n, head)
+        if before is not None:
+            for head in heads:
+                before.setdefault(head.n, head)
         made: list[int] = []
         for (link, _, _), holder in zip(moves, txn.repoint_links(moves, heads)):
             if holder is None:
