@@ -294,9 +294,9 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
 
     `before`: the heads the write deleted or repointed, as they were when this index last
     saw them (`WriteContext.before_heads`); a link whose entry is MARK has the postings of
-    its texts in that graph (`lexical_entry.BeforeView`). A write that deletes or repoints a MARKed link
-    without naming its old head is refused (RuntimeError: the store is left unchanged)
-    rather than leave postings no entry accounts for.
+    its texts in that graph (`lexical_entry.BeforeView`). A write that deletes or repoints
+    a MARKed link without naming its old head is refused (RuntimeError: the store is left
+    unchanged) rather than leave postings no entry accounts for.
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
         return _write(txn, touched, removed, moved or {}, deferred, known, before or {})
