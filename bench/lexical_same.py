@@ -2,6 +2,7 @@
 
     python bench/lexical_same.py answers --db DIR --data bench/data/n100000 --out A.json
     python bench/lexical_same.py capnames --db DIR      # this tree's link name layout
+    python bench/lexical_same.py marks --db DIR         # link entries as MARKs
     python bench/lexical_same.py tables --db DIR        # SHA-1 of the lexical tables
     python bench/lexical_same.py diff A.json B.json
 
@@ -15,7 +16,8 @@ predicate. It writes [query, [[id, score], ...]] per query (LIMIT 10 and 40).
 `capnames` rewrites a database written by an earlier tree (every link's name key) into
 this tree's layout (`nexus.search.lexical_names`: a name's lowest LINK_NAMES links, and its mark) by
 deleting the keys past them — the same vector index on both sides, so that a comparison
-tests the lexical tables alone. `tables` prints each lexical table's entry count and the
+tests the lexical tables alone. `marks` does the same for the link entries: each one in
+the link layout (its texts) becomes MARK (`nexus.search.lexical_entry`). `tables` prints each lexical table's entry count and the
 SHA-1 of its keys and values: a load by this tree equals the rewritten earlier one when
 they match. `diff` prints the queries whose answers differ and exits 1 if any does.
 """
@@ -135,6 +137,21 @@ def capnames(db: str) -> int:
         nx.close()
 
 
+def marks(db: str) -> int:
+    """Rewrite every link entry in the link layout as MARK; returns how many."""
+    from nexus.api import Nexus
+    from nexus.search.lexical_entry import LINK_HEADER, MARK
+    nx = Nexus.open(db, durable=False, semantic="none")
+    try:
+        with nx.write_session() as session:
+            doc = session.txn.aux("lexdoc")
+            keys = [k for k, v in doc.scan() if v[:1] == LINK_HEADER]
+            session.txn.aux_put_many("lexdoc", [(k, MARK) for k in keys])
+        return len(keys)
+    finally:
+        nx.close()
+
+
 def tables(db: str) -> dict:
     import lmdb
     env = lmdb.open(db, readonly=True, lock=False, max_dbs=64)
@@ -155,7 +172,7 @@ def tables(db: str) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["answers", "capnames", "tables", "diff"])
+    ap.add_argument("what", choices=["answers", "capnames", "marks", "tables", "diff"])
     ap.add_argument("files", nargs="*")
     ap.add_argument("--db")
     ap.add_argument("--data", default="bench/data/n10000")
@@ -170,6 +187,8 @@ def main() -> int:
                                                              if isinstance(r, list))}))
     elif a.what == "capnames":
         print(json.dumps({"deleted": capnames(a.db)}))
+    elif a.what == "marks":
+        print(json.dumps({"rewritten": marks(a.db)}))
     elif a.what == "tables":
         print(json.dumps(tables(a.db)))
     else:

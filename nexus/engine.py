@@ -170,6 +170,8 @@ class WriteSession:
             ctx.unsearched = set()
             ctx.moved = {}
             ctx.new_docs = []
+            if ctx.before_heads is not None:
+                ctx.before_heads = {}
 
     def abort(self) -> None:
         """Roll the session back when it ends (nothing it wrote is kept)."""

@@ -120,7 +120,7 @@ class WriteContext(ExecContext):
     """
 
     __slots__ = ("touched", "removed", "versioned", "unsearched", "moved", "store_txn",
-                 "known_heads", "new_docs")
+                 "known_heads", "new_docs", "before_heads")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, *,
@@ -153,3 +153,12 @@ class WriteContext(ExecContext):
         # derives their documents from these instead of reading them back. Emptied with
         # `touched` when a session stages.
         self.new_docs: list[Any] = []
+        # The head each element this session deleted or repointed had before it (the
+        # first one: as the search index last saw it), by id — with the heads of the ends
+        # it deleted, what the lexical index needs to know which postings a link it never
+        # stored the texts of had (`nexus.search.lexical_entry.MARK`: a link's forward entry
+        # says "derived from the graph"). Emptied with `touched` when a session stages.
+        # None where the index keeps the texts (a store whose reads are round trips:
+        # PostgreSQL), so that a delete costs no extra read there.
+        self.before_heads: dict[int, Any] | None = \
+            None if self.store_txn.prefers_batches() else {}

@@ -180,6 +180,10 @@ def _move_links(ctx: WriteContext, source: int, target: int) -> tuple[dict[int, 
             continue
         ends = (endpoint_text(txn, old), endpoint_text(txn, new))
         ctx.check_deadline()
+        before = ctx.before_heads      # where each link was (`WriteContext.before_heads`)
+        if before is not None:
+            for head in heads:
+                before.setdefault(head.n, head)
         made: list[int] = []
         for (link, _, _), holder in zip(moves, txn.repoint_links(moves, heads)):
             if holder is None:

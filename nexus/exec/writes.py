@@ -205,6 +205,11 @@ def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
 
 
 def delete(ctx: WriteContext, n: int) -> bool:
+    before = ctx.before_heads
+    if before is not None and n not in before:  # (the store's own txn: no recorder copy)
+        head = ctx.store_txn.head(n)
+        if head is not None:
+            before[n] = head
     if ctx.txn.delete(n):
         ctx.removed.add(n)
         ctx.touched.discard(n)

@@ -242,10 +242,19 @@ class PostingCheck(Findings):
         # Pending documents (`lexical.SMALL_WRITE`): a copy of their forward entry under a
         # `q` key, and no postings in the lists nor in the dfs yet.
         pending = {key[2:]: raw for key, raw in lex.scan(b"q")}
+        ends: dict[int, str] = {}       # (a MARKed link's end names, read once each)
         for key, raw in self.txn.aux("lexdoc").scan():
             n = int.from_bytes(key, "big")
             try:
-                entry = lexical.Entry(raw)
+                if raw == lexical.MARK:     # a link's texts, as the graph gives them
+                    if len(ends) > 100_000:
+                        ends.clear()
+                    marked = lexical.Entry.of_link(self.txn, n, ends)
+                    if marked is None:
+                        raise ValueError("no such link")
+                    entry = marked
+                else:
+                    entry = lexical.Entry(raw)
                 kb = lexical.KIND_BYTES[entry.kind]
             except Exception:  # noqa: BLE001 - a damaged forward entry
                 self.problem("postings_malformed", f"lexdoc entry of {n} does not decode")
@@ -253,7 +262,7 @@ class PostingCheck(Findings):
             docs[kb] += 1
             copy = pending.pop(key, None)
             if copy is not None:
-                if copy != raw:
+                if copy != lexical.pending_copy(raw, entry):
                     self.problem("postings_wrong", f"pending entry of {n} differs from lexdoc")
             for term, weight in (entry.terms.items() if copy is None else ()):
                 expected.setdefault(kb + term.encode(), {})[n] = (

@@ -18,14 +18,10 @@ Layout (`k` is the kind byte: b"c" concepts, b"p" propositions; ids are 8-byte b
             b"q" k id                               → a pending document: a copy of its
                                                         lexdoc entry; its terms are in no
                                                         list and no df yet (SMALL_WRITE)
-    lexdoc  id                                      → msgpack [kind, group, [normname...],
-                                                        vector-text crc, [term, w, ...]]
-                                                      (the full layout: concepts, links
-                                                      with attribute text, and links
-                                                      written before the link layout), or
-                                                      msgpack [predicate id, predicate,
-                                                      subject text, object text] (a link:
-                                                      its terms derived from those texts)
+    lexdoc  id                                      → the element's forward entry
+                                                      (`lexical_entry`: the full layout,
+                                                      a link's texts alone, or MARK: a
+                                                      link's texts are the graph's)
 
 Postings are blocked (`postings.py`): a query reads a term's whole list in a few numpy
 decodes. Weights are BM25F's saturated term frequency with per-field weights and length
@@ -41,7 +37,6 @@ WITH TYPE filters without touching the graph.
 from __future__ import annotations
 
 import struct
-import zlib
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -54,9 +49,12 @@ from nexus.store.bulk import gc_paused
 from . import postings
 from .lexical_bulk import KIND_BYTES, Buffered, Deferred, finish, put_columns
 from .lexical_cols import NewConcepts, NewLinks, derive
+from .lexical_entry import (LINK_HEADER, MARK, BeforeView, Entry, decode, entry_bytes,
+                            entry_kind, full_bytes, graph_texts, link_doc, link_texts,
+                            pending_bytes, pending_copy, vcrc_of)
 from .lexical_names import capped
 from .lexical_terms import (FIELDS, REF_WEIGHT, SINGLES, doc_names, doc_terms, drop_caches,
-                            field_terms, field_weights, idf, single)
+                            field_terms, field_weights, idf)
 from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, element_doc
 
 _U64 = struct.Struct(">Q")
@@ -77,101 +75,6 @@ SMALL_WRITE = 16
 WRITE_READS_MAX = 256       # ids of a write whose reads `write_reads` names (see there)
 PENDING_MAX = 32
 
-
-
-def _entry_kind(raw: bytes) -> int:
-    """The kind of a forward entry, without decoding the rest (a msgpack array of 5 whose
-    first item is a small int, or a link's array of 4)."""
-    if raw[:1] == b"\x95" and raw[1] in (0, 1):
-        return raw[1]
-    if raw[:1] == _LINK_HEADER:
-        return KIND_LINK
-    kind: int = Entry(raw).kind
-    return kind
-
-
-# A link's forward entry, when its document is its predicate and end names alone (every
-# link without attribute text): msgpack [predicate id, predicate, subject text, object
-# text] — the texts its document was derived from, ~40 bytes instead of ~100 for its terms
-# and weights, which are derived again from them (`Entry`) with the same function, so the
-# same weights. The texts are what a delete, a rename or a merge of an end needs to know
-# which postings the link has. Told apart from the full layout (an array of 5) by the
-# array header.
-_LINK_HEADER = b"\x94"
-
-
-def _link_texts(doc: Doc) -> tuple[str, str, str] | None:
-    """(predicate, subject, object) of a link document that holds those fields alone."""
-    if doc.kind != KIND_LINK or len(doc.fields) != 3:
-        return None
-    (fp, pred), (fs, subj), (fo, obj) = doc.fields
-    if fp != F_PREDICATE or fs != F_ENDPOINT or fo != F_ENDPOINT or doc.names != [pred]:
-        return None
-    return pred, subj, obj
-
-
-def _link_doc(group: int, pred: str, subj: str, obj: str) -> Doc:
-    """The document of a link with those texts (as `element_doc` makes it)."""
-    return Doc(0, KIND_LINK, group, [pred],
-               [(F_PREDICATE, pred), (F_ENDPOINT, subj), (F_ENDPOINT, obj)])
-
-
-class Entry:
-    """A decoded forward-index entry. `texts`: a link entry's (predicate, subject, object)
-    in the link layout (see `_LINK_HEADER`), else None."""
-    __slots__ = ("kind", "group", "terms", "names", "vcrc", "texts")
-
-    def __init__(self, raw: bytes) -> None:
-        if raw[:1] == _LINK_HEADER:
-            group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
-            doc = _link_doc(group, pred, subj, obj)
-            self.kind, self.group, self.vcrc = KIND_LINK, group, 0
-            self.names = doc_names(doc)
-            # as stored in the full layout: single floats
-            self.terms: dict[Any, float] = {t: single(v) for t, v in doc_terms(doc).items()}
-            self.texts: tuple[str, str, str] | None = (pred, subj, obj)
-            return
-        kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
-        self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
-        self.terms = dict(zip(flat[0::2], flat[1::2]))
-        self.texts = None
-
-
-def _vcrc(doc: Doc) -> int:
-    """The checksum of what the vector index embeds for `doc`: 0 for a link (links have
-    no vectors; entries written before FORMAT 2 of the vector files carry a checksum of
-    their text, which nothing reads: `stale` accepts both)."""
-    if doc.kind != KIND_CONCEPT:
-        return 0
-    return zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
-
-
-def _entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
-                 vcrc: int | None = None) -> bytes:
-    texts = _link_texts(doc)
-    if texts is not None:
-        return msgpack.packb([doc.group, *texts], use_bin_type=True)
-    return _full_bytes(doc, terms, names, vcrc)
-
-
-def _full_bytes(doc: Doc, terms: dict[str, float], names: list[str],
-                vcrc: int | None = None) -> bytes:
-    """A forward entry in the full layout (every concept's; a link's with attribute
-    text; every link's before the link layout)."""
-    flat: list[Any] = []
-    for t in sorted(terms):
-        flat.append(t)
-        flat.append(terms[t])
-    if vcrc is None:
-        vcrc = _vcrc(doc)
-    return _pack(doc.kind, doc.group, names, vcrc, flat)
-
-
-def _pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) -> bytes:
-    # Single floats: 5 bytes a weight, and the same bytes for the same document every time
-    # (write() skips documents whose entry is unchanged).
-    return msgpack.packb([kind, group, names, vcrc, flat], use_bin_type=True,
-                         use_single_float=True)
 
 
 class _Writer:
@@ -370,7 +273,8 @@ class _Writer:
 def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
           moved: Mapping[int, tuple[str, str]] | None = None,
           deferred: Deferred | None = None,
-          known: Iterable[NewConcepts | NewLinks] = ()) -> tuple[list[int], list[int]]:
+          known: Iterable[NewConcepts | NewLinks] = (),
+          before: Mapping[int, Any] | None = None) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
@@ -387,15 +291,43 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     `Deferred`); the caller writes them with `finish` before the transaction commits.
     With it, the new elements `known` describes (a bulk load's columns) are derived from
     those columns (`lexical_cols`): the same rows, not read back one at a time.
+
+    `before`: the heads the write deleted or repointed, as they were when this index last
+    saw them (`WriteContext.before_heads`); a link whose entry is MARK has the postings of
+    its texts in that graph (`lexical_entry.BeforeView`). A write that deletes or repoints
+    a MARKed link without naming its old head is refused (RuntimeError: the store is left
+    unchanged) rather than leave postings no entry accounts for.
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
-        return _write(txn, touched, removed, moved or {}, deferred, known)
+        return _write(txn, touched, removed, moved or {}, deferred, known, before or {})
 
 
 def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
            moved: Mapping[int, tuple[str, str]], deferred: Deferred | None = None,
-           known: Iterable[NewConcepts | NewLinks] = ()) -> tuple[list[int], list[int]]:
+           known: Iterable[NewConcepts | NewLinks] = (),
+           before: Mapping[int, Any] = {}) -> tuple[list[int], list[int]]:
     removed = list(removed)
+    # A plain link's entry is MARK where the store's reads are in-process lookups.
+    mark = not txn.prefers_batches()
+    view = BeforeView(txn, before)
+    ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
+
+    def old_texts(n: int) -> tuple[int, str, str, str]:
+        """What MARKed link `n`'s postings were derived from: its texts in the graph as
+        the index last saw it."""
+        if len(ends) > END_NAMES:
+            ends.clear()
+        got = graph_texts(view, n, ends)
+        if got is None:
+            raise RuntimeError(f"search: the link {n} whose postings are to change is "
+                               "not in the graph nor among the heads the write changed")
+        return got
+
+    def old_entry(n: int, raw: bytes) -> Entry:
+        """The stored entry `raw` of `n`, decoded (a MARK: from the graph it was written
+        from)."""
+        return Entry(raw) if raw != MARK else Entry.of_texts(*old_texts(n))
+
     order = sorted(touched)
     if deferred and deferred.touches(order + removed):
         finish(txn, deferred)           # a held document changes: the lists first
@@ -419,7 +351,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             return True
         if raw is None or not any_pending:      # a pending document has an entry
             return False
-        kind = _entry_kind(raw)
+        kind = entry_kind(raw)
         if lex.get(b"q" + KIND_BYTES[kind] + _U64.pack(n)) is None:
             return False
         pend[n] = kind
@@ -432,7 +364,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     def forget(n: int, key: bytes, raw: bytes | None) -> None:
         """Drop an element that is no longer there (or no longer a document)."""
         if raw is not None:
-            entry = Entry(raw)
+            entry = old_entry(n, raw)
             if is_pend(n, raw):
                 unpend(n, pend[n])
                 w.remove(n, entry, frozenset(entry.terms))      # its name keys only
@@ -448,7 +380,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     small = len(order) + len(removed) <= SMALL_WRITE
     derived: list = []
     if known and deferred is not None and not small:
-        order, derived = derive(txn, fwd, known, order, set(removed).union(moved))
+        order, derived = derive(txn, fwd, known, order, set(removed).union(moved), mark)
     fwd.prefetch([_U64.pack(n) for n in removed] + [_U64.pack(n) for n in order])
     prefetch = getattr(txn, "prefetch_elements", None)     # (PostgreSQL: see its doc)
     if prefetch is not None:
@@ -459,7 +391,6 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     for n in removed:
         key = _U64.pack(n)
         forget(n, key, fwd.get(key))
-    ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
     plans: dict[tuple[str, str], _Move] = {}    # a MERGE moves its links the same way
     for n in order:
         if len(ends) > END_NAMES:
@@ -471,7 +402,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             plan = plans.get(texts)
             if plan is None:
                 plan = plans[texts] = _Move(w, texts)
-            if _moved(plan, txn, n, raw):
+            if _moved(plan, n, raw, old_texts, mark):
                 continue
         doc = element_doc(txn, n, ends)
         if doc is None:
@@ -479,14 +410,19 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             continue
         terms = doc_terms(doc)
         names = doc_names(doc)
-        vcrc = _vcrc(doc)
-        new = _entry_bytes(doc, terms, names, vcrc)
+        vcrc = vcrc_of(doc)
+        new = entry_bytes(doc, terms, names, vcrc, mark)
+        old = None
         if raw == new:
-            continue
+            if raw != MARK or n not in before:
+                continue                # (a MARKed link's texts change with its head only)
+            old = old_entry(n, raw)
+            if old.texts == link_texts(doc):
+                continue
         was_pending = is_pend(n, raw)
         pending = small or was_pending
         if raw is not None:
-            old = Entry(raw)
+            old = old_entry(n, raw) if old is None else old
             same_names = old.kind == doc.kind and old.group == doc.group and old.names == names
             if was_pending:
                 # Its postings were never written: none to remove (names may be).
@@ -509,7 +445,9 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             vec_changed = doc.kind == KIND_CONCEPT
         if pending:
             pend[n] = doc.kind
-            lex.put(b"q" + KIND_BYTES[doc.kind] + key, new)
+            # (the pending copy holds a MARKed link's texts: readers take its postings
+            # from it, as the fold does)
+            lex.put(b"q" + KIND_BYTES[doc.kind] + key, pending_bytes(doc, new))
             w.add(n, KIND_BYTES[doc.kind], doc.group, {}, names)
         elif raw is None:
             w.add_new(n, doc.kind, doc.group, terms, names)
@@ -585,17 +523,22 @@ class _Move:
         return self._pers
 
 
-def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
+def _moved(plan: _Move, n: int, raw: bytes,
+           old_texts: Callable[[int], tuple[int, str, str, str]], mark: bool) -> bool:
     """Rewrite the entry and postings of link `n` whose end moved as `plan` says, from its
-    stored entry `raw` in the link layout (`_LINK_HEADER`): its texts with the old end's
-    replaced by the new one's, and the postings of the terms that change — nothing of the
-    store is read. Returns whether it did; not (derive it in full) for an entry in the full
-    layout, or when neither end shows the old text."""
+    stored entry `raw` in the link layout (`LINK_HEADER`) or MARK (its texts from the graph
+    before the move: `old_texts`): its texts with the old end's replaced by the new one's,
+    and the postings of the terms that change. Returns whether it did; not (derive it in
+    full) for an entry in the full layout, or when neither end shows the old text."""
     if plan.same:
         return True                     # the same document (e.g. a higher-order end)
-    if raw[:1] != _LINK_HEADER:
+    if raw == MARK:
+        group, pred, subj, obj = old_texts(n)
+    elif raw[:1] == LINK_HEADER:
+        group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+    else:
         return False
-    group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+    value = MARK if mark else None
     old_text, new_text = plan.texts
     if subj != old_text and obj != old_text:
         return False
@@ -613,17 +556,17 @@ def _moved(plan: _Move, txn: Any, n: int, raw: bytes) -> bool:
                 per.setdefault(n, None)
             for v, per in added:
                 per[n] = (v, group)
-            plan.w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
+            plan.w.doc_puts.append((_U64.pack(n), value or plan.pack([group, *texts])))
             return True
-    old = Entry(raw)
-    doc = _link_doc(group, *texts)
+    old = Entry.of_texts(group, pred, subj, obj)
+    doc = link_doc(group, *texts)
     terms = doc_terms(doc)
     keep = _unchanged(old, doc, terms)
     w = plan.w
     w.remove(n, old, keep, False)
     w.add(n, KIND_BYTES[KIND_LINK], group, {t: v for t, v in terms.items() if t not in keep},
           [])
-    w.doc_puts.append((_U64.pack(n), plan.pack([group, *texts])))
+    w.doc_puts.append((_U64.pack(n), value or plan.pack([group, *texts])))
     return True
 
 
@@ -732,8 +675,12 @@ def names_from(txn: Any, kind: int, norm: str, cap: int, group: int | None = Non
 
 
 def entry(txn: Any, n: int) -> Entry | None:
+    """`n`'s forward entry, decoded (None: none; a MARK whose link `txn` does not have —
+    a write's transaction that removed it — decodes as a link without terms)."""
     raw = txn.aux("lexdoc").get(_U64.pack(n))
-    return None if raw is None else Entry(raw)
+    if raw is None:
+        return None
+    return decode(txn, n, raw)
 
 
 def prefetch(txn: Any, ids: list[int]) -> None:
@@ -771,9 +718,14 @@ def names(txn: Any, n: int) -> list[str]:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if raw is None:
         return []
-    if raw[:1] == _LINK_HEADER:         # the predicate's name
+    if raw[:1] == LINK_HEADER:         # the predicate's name
         pred = msgpack.unpackb(raw, raw=False)[1]
         return doc_names(Doc(n, KIND_LINK, 0, [pred]))
+    if raw == MARK:
+        head = txn.head(n)
+        if head is None:
+            return []
+        return doc_names(Doc(n, KIND_LINK, 0, [txn.symbol_text(head.predicate_id)]))
     # (a buffer of the entry's size: the default 1 MiB one was mapped and unmapped per
     # call, ~20 us of a W2 upsert's gram update)
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(raw))
@@ -801,23 +753,27 @@ def stale(txn: Any, n: int) -> bool:
     raw = txn.aux("lexdoc").get(_U64.pack(n))
     if doc is None or raw is None:
         return (doc is None) != (raw is None)
+    if raw == MARK:     # derived from the graph: a link with no other field, both ends there
+        head = txn.head(n)
+        return link_texts(doc) is None or txn.head(head.subject) is None or \
+            txn.head(head.object) is None
     terms, names = doc_terms(doc), doc_names(doc)
-    if raw == _entry_bytes(doc, terms, names):
+    if raw == entry_bytes(doc, terms, names):
         return False
-    if doc.kind != KIND_LINK or raw[:1] == _LINK_HEADER:
+    if doc.kind != KIND_LINK or raw[:1] == LINK_HEADER:
         return True
     # A link's entry written before the link layout is in the full layout (as good: it
     # has the same terms, weights and names), and one written before FORMAT 2 of the
-    # vector files has its text's checksum where 0 is written now (`_vcrc`): as good,
+    # vector files has its text's checksum where 0 is written now (`vcrc_of`): as good,
     # since nothing reads it.
     try:
         vcrc = msgpack.unpackb(raw, raw=False)[3]
     except Exception:  # noqa: BLE001 - a damaged entry is stale
         return True
-    return not isinstance(vcrc, int) or raw != _full_bytes(doc, terms, names, vcrc)
+    return not isinstance(vcrc, int) or raw != full_bytes(doc, terms, names, vcrc)
 
 
 __all__ = ["write", "write_reads", "Deferred", "finish", "clear", "doc_count", "doc_freq",
            "term_postings", "pending_postings", "prefetch_counts", "names_from", "entry",
            "indexed_ids", "stale", "idf", "REF_WEIGHT", "KIND_CONCEPT", "Entry", "FIELDS",
-           "doc_terms", "doc_names", "drop_caches"]
+           "doc_terms", "doc_names", "drop_caches", "decode", "pending_copy", "MARK"]

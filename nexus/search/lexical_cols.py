@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import msgpack
 import numpy as np
 
+from .lexical_entry import MARK
 from .lexical_names import LINK_NAMES
 from .lexical_terms import FIELDS, K1, LOAD_TEXTS, cached_norm_name, doc_names
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
@@ -86,11 +87,12 @@ class Derived:
 
 
 def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: list[int],
-           skip: set[int]) -> tuple[list[int], list[Derived]]:
+           skip: set[int], mark: bool = False) -> tuple[list[int], list[Derived]]:
     """The documents of `order` (sorted ids `lexical.write` is to derive) that `known`
     describes, derived here: (the ids left to derive one at a time, the rows derived).
     An id in `skip` (removed, or moved, by the same write), one with a forward entry, or a
-    link with attribute text is left."""
+    link with attribute text is left. `mark`: a link's forward entry is MARK
+    (`lexical_entry`), not its texts."""
     wanted = set(order)
     first_new = getattr(txn, "first_new_id", None)
     fresh = first_new() if first_new is not None else None
@@ -109,7 +111,8 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
             take = [i for i in take if not attribute_text(attrs[i] or {})]
         if not take:
             continue
-        got = _concepts(cols, take) if isinstance(cols, NewConcepts) else _links(cols, take)
+        got = _concepts(cols, take) if isinstance(cols, NewConcepts) else \
+            _links(cols, take, mark)
         out.append(got)
         done.update(got.ids.tolist())
     if not done:
@@ -164,7 +167,7 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
                    terms, codes, weights, name_rows, entries, ids)
 
 
-def _links(cols: NewLinks, take: list[int]) -> Derived:
+def _links(cols: NewLinks, take: list[int], mark: bool = False) -> Derived:
     idx = np.array(take, dtype=np.int64)
     ids = np.asarray(cols.ids, dtype=np.uint64)[idx] if not isinstance(cols.ids, range) \
         else np.arange(cols.ids.start, cols.ids.stop, dtype=np.uint64)[idx]
@@ -183,12 +186,15 @@ def _links(cols: NewLinks, take: list[int]) -> Derived:
     eslot = einv.astype(np.int64) + len(pnames)
     slots = [pinv.astype(np.int64), eslot[:count], eslot[count:]]
     terms, codes, weights, counts = _postings(slots, fts, count)
-    pack = msgpack.Packer(use_bin_type=True).pack
     idbs = _id_bytes(ids)
     groups = pids.tolist()
-    pl = [pnames[i] for i in pinv.tolist()]
-    sn, on = end_names[:count], end_names[count:]
-    entries = list(zip(idbs, map(pack, map(list, zip(groups, pl, sn, on)))))
+    if mark:
+        entries = [(idb, MARK) for idb in idbs]
+    else:
+        pack = msgpack.Packer(use_bin_type=True).pack
+        pl = [pnames[i] for i in pinv.tolist()]
+        sn, on = end_names[:count], end_names[count:]
+        entries = list(zip(idbs, map(pack, map(list, zip(groups, pl, sn, on)))))
     # a link's names: its predicate's (`doc_names` of [predicate]), flag 0; of each name
     # only the chunk's first LINK_NAMES links (`lexical_names`: a load's ids are above
     # every listed one, so no later one of the chunk can be listed)

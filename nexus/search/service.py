@@ -255,7 +255,8 @@ class SearchService:
                   if self.grams else {})
         changed, gone = lexical.write(txn, touched, ctx.removed,
                                       getattr(ctx, "moved", None), st.postings,
-                                      getattr(ctx, "new_docs", ()))
+                                      getattr(ctx, "new_docs", ()),
+                                      getattr(ctx, "before_heads", None))
         if self.grams:
             gram_index.update(txn, st.grams, changed, gone, before)
         st.changed.extend(changed)
@@ -283,7 +284,8 @@ class SearchService:
                 known = ()
             held = lexical.Deferred() if known else None
             changed, gone = lexical.write(txn, touched, ctx.removed,
-                                          getattr(ctx, "moved", None), held, known)
+                                          getattr(ctx, "moved", None), held, known,
+                                          before=getattr(ctx, "before_heads", None))
             if held is not None:
                 lexical.finish(txn, held, move_tail=False)
             if self.grams and (changed or gone):

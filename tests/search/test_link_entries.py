@@ -1,14 +1,15 @@
-"""A link's forward entry holds the texts its document is made of (predicate, subject and
-object), not its terms and weights (`nexus.search.lexical._LINK_HEADER`): the terms are
-derived again from them, with the same weights. A database written before, whose link
-entries hold terms and weights (the full layout), searches the same, checks clean, and its
-links' entries take the new layout when a write touches them — a rename, a MERGE, a
-delete of an end."""
+"""A link's forward entry on LMDB is MARK (`nexus.search.lexical_entry.MARK`): its texts
+(predicate, subject and object) are the graph's, and its terms are derived from them with
+the same weights as the full layout's. A database written before, whose link entries hold
+terms and weights (the full layout) or the texts (the link layout), searches the same,
+checks clean, and its links' entries become MARK when a write touches them — a MERGE, a
+delete of an end — or a reindex rewrites them."""
 from __future__ import annotations
 
 import msgpack
+import pytest
 
-from nexus.search import lexical
+from nexus.search import lexical, lexical_entry
 from nexus.search.text import KIND_LINK, element_doc
 
 SCHEMA = """
@@ -49,24 +50,37 @@ def _full(txn, n):
     """Link `n`'s entry as the code before the link layout wrote it."""
     doc = element_doc(txn, n)
     terms = lexical.doc_terms(doc)
-    return lexical._full_bytes(doc, terms, lexical.doc_names(doc))
+    return lexical_entry.full_bytes(doc, terms, lexical.doc_names(doc))
 
 
-def test_link_entries_hold_texts_and_derive_the_same_terms(nexus, kip):
+def _texts(txn, n):
+    """Link `n`'s entry as the code before MARK wrote it (the link layout)."""
+    doc = element_doc(txn, n)
+    return lexical_entry.texts_bytes(doc.group, lexical_entry.link_texts(doc))
+
+
+def _is_link_entry(v: bytes) -> bool:
+    return v == lexical.MARK or v[:1] == lexical_entry.LINK_HEADER or \
+        msgpack.unpackb(v)[0] == KIND_LINK
+
+
+def test_link_entries_are_marks_and_derive_the_same_terms(nexus, kip):
     _load(nexus, kip)
     with nexus.store.read() as txn:
         links = [n for n in txn.elements() if (d := element_doc(txn, n)) and d.kind == KIND_LINK]
         assert links
         for n in links:
             raw = txn.aux("lexdoc").get(n.to_bytes(8, "big"))
-            assert raw[:1] == lexical._LINK_HEADER and len(raw) < 64
-            new, old = lexical.Entry(raw), lexical.Entry(_full(txn, n))
+            assert raw == lexical.MARK
+            new, old = lexical.entry(txn, n), lexical.Entry(_full(txn, n))
             assert (new.kind, new.group, new.names, new.terms) == \
                 (old.kind, old.group, old.names, old.terms)
             assert lexical.names(txn, n) == old.names
+            assert lexical.Entry(_texts(txn, n)).terms == old.terms
 
 
-def test_a_database_with_full_link_entries_searches_checks_and_writes(disk_nexus, kip):
+@pytest.mark.parametrize("layout", [_full, _texts])
+def test_a_database_with_older_link_entries_searches_checks_and_writes(disk_nexus, kip, layout):
     nx = disk_nexus()
     _load(nx, kip)
     before = _answers(nx, kip)
@@ -74,11 +88,11 @@ def test_a_database_with_full_link_entries_searches_checks_and_writes(disk_nexus
         txn = session.txn
         aux = txn.aux("lexdoc")
         for key, raw in list(aux.scan()):
-            if raw[:1] == lexical._LINK_HEADER:
-                aux.put(key, _full(txn, int.from_bytes(key, "big")))
+            if raw == lexical.MARK:
+                aux.put(key, layout(txn, int.from_bytes(key, "big")))
     nx = disk_nexus()
-    full = [k for k, v in _entries(nx).items() if msgpack.unpackb(v)[0] == KIND_LINK]
-    assert len(full) >= 30
+    old = [k for k, v in _entries(nx).items() if _is_link_entry(v)]
+    assert len(old) >= 30 and lexical.MARK not in _entries(nx).values()
     assert _answers(nx, kip) == before
     assert nx.search.check(deep=True)["ok"]
     assert nx.check(deep=True)["ok"] is True
@@ -94,8 +108,7 @@ def test_a_database_with_full_link_entries_searches_checks_and_writes(disk_nexus
     nx.reindex()
     nx.search.drain()
     assert _answers(nx, kip) == after
-    assert all(v[:1] == lexical._LINK_HEADER for v in _entries(nx).values()
-               if msgpack.unpackb(v)[0] == KIND_LINK or v[:1] == lexical._LINK_HEADER)
+    assert all(v == lexical.MARK for v in _entries(nx).values() if _is_link_entry(v))
 
 
 def test_merge_moves_link_entries_as_a_reindex_writes_them(nexus, kip):

@@ -69,7 +69,7 @@ def _list_every_link(nx: Nexus) -> None:
     with nx.write_session() as session:
         lex = session.txn.aux("lex")
         for key, raw in list(session.txn.aux("lexdoc").scan()):
-            e = lexical.Entry(raw)
+            e = lexical.decode(session.txn, int.from_bytes(key, "big"), raw)
             if e.kind == KIND_LINK:
                 lex.put(b"np" + e.names[0].encode() + b"\x00" + key,
                         struct.pack("<IB", e.group, 0))
@@ -82,8 +82,9 @@ def _lex(nx: Nexus) -> list:
 
 def _totals(nx: Nexus) -> Counter:
     with nx.store.read() as txn:
-        return Counter(lexical.Entry(raw).names[0] for _, raw in txn.aux("lexdoc").scan()
-                       if lexical.Entry(raw).kind == KIND_LINK)
+        entries = [lexical.decode(txn, int.from_bytes(k, "big"), raw)
+                   for k, raw in txn.aux("lexdoc").scan()]
+        return Counter(e.names[0] for e in entries if e.kind == KIND_LINK)
 
 
 def _same(capped: Nexus, every: Nexus, kip) -> None:

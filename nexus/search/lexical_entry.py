@@ -1,0 +1,212 @@
+"""The lexical index's forward entries (`lexdoc` values): their layouts, packing and decoding.
+
+Owns what one element's forward entry holds and how it is told apart from the others
+(`lexical` owns the tables and keeps them in step with the graph):
+
+* the full layout, msgpack [kind, group, [normname...], vector-text crc, [term, w, ...]]:
+  every concept's, a link's with attribute text, every link's written before the link
+  layout;
+* the link layout, msgpack [predicate id, predicate, subject text, object text]: a link
+  whose document is its predicate and end names alone, its terms derived from those texts
+  with the same function (`Entry`), so the same weights (PostgreSQL's, and LMDB's before
+  MARK);
+* MARK: such a link on LMDB, whose texts are derived from the graph (`Entry.of_link`).
+"""
+from __future__ import annotations
+
+import zlib
+from typing import Any, Mapping
+
+import msgpack
+
+from .lexical_terms import doc_names, doc_terms, single
+from ..store.protocol import LinkHead
+from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, end_names
+
+
+def entry_kind(raw: bytes) -> int:
+    """The kind of a forward entry, without decoding the rest (a msgpack array of 5 whose
+    first item is a small int, a link's array of 4, or MARK)."""
+    if raw[:1] == b"\x95" and raw[1] in (0, 1):
+        return raw[1]
+    if raw[:1] == LINK_HEADER or raw == MARK:
+        return KIND_LINK
+    kind: int = Entry(raw).kind
+    return kind
+
+
+# A link's forward entry, when its document is its predicate and end names alone (every
+# link without attribute text): msgpack [predicate id, predicate, subject text, object
+# text] — the texts its document was derived from, ~40 bytes instead of ~100 for its terms
+# and weights, which are derived again from them (`Entry`) with the same function, so the
+# same weights. The texts are what a delete, a rename or a merge of an end needs to know
+# which postings the link has. Told apart from the full layout (an array of 5) by the
+# array header.
+LINK_HEADER = b"\x94"
+
+# A link's forward entry on a store whose reads are in-process lookups (LMDB): not even its
+# texts, since the graph holds them (its predicate's and its ends' names, none of which an
+# element's life changes) — msgpack nil, 1 byte, where the texts took ~40 (503,834 links at
+# N=100k). What the link's postings are is derived from the graph as the index last saw it:
+# by a reader, from its snapshot (in step with the index); by a write, from the heads its
+# session deleted or repointed (`WriteContext.before_heads`) over the graph, which the
+# write has changed (`BeforeView`). PostgreSQL, where each such read is a round trip,
+# keeps the texts (`LINK_HEADER`).
+MARK = b"\xc0"
+
+
+def link_texts(doc: Doc) -> tuple[str, str, str] | None:
+    """(predicate, subject, object) of a link document that holds those fields alone."""
+    if doc.kind != KIND_LINK or len(doc.fields) != 3:
+        return None
+    (fp, pred), (fs, subj), (fo, obj) = doc.fields
+    if fp != F_PREDICATE or fs != F_ENDPOINT or fo != F_ENDPOINT or doc.names != [pred]:
+        return None
+    return pred, subj, obj
+
+
+def link_doc(group: int, pred: str, subj: str, obj: str) -> Doc:
+    """The document of a link with those texts (as `element_doc` makes it)."""
+    return Doc(0, KIND_LINK, group, [pred],
+               [(F_PREDICATE, pred), (F_ENDPOINT, subj), (F_ENDPOINT, obj)])
+
+
+class Entry:
+    """A decoded forward-index entry. `texts`: a link entry's (predicate, subject, object)
+    in the link layout (see `LINK_HEADER`), else None."""
+    __slots__ = ("kind", "group", "terms", "names", "vcrc", "texts")
+
+    def __init__(self, raw: bytes) -> None:
+        if raw[:1] == LINK_HEADER:
+            group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
+            self._texts(group, pred, subj, obj)
+            return
+        if raw == MARK:
+            raise ValueError("a link's MARK decodes from the graph (`of_link`)")
+        kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
+        self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
+        self.terms: dict[Any, float] = dict(zip(flat[0::2], flat[1::2]))
+        self.texts: tuple[str, str, str] | None = None
+
+    def _texts(self, group: int, pred: str, subj: str, obj: str) -> None:
+        doc = link_doc(group, pred, subj, obj)
+        self.kind, self.group, self.vcrc = KIND_LINK, group, 0
+        self.names = doc_names(doc)
+        # as stored in the full layout: single floats
+        self.terms = {t: single(v) for t, v in doc_terms(doc).items()}
+        self.texts = (pred, subj, obj)
+
+    @classmethod
+    def of_link(cls, txn: Any, n: int, ends: dict[int, str] | None = None
+                ) -> "Entry | None":
+        """The entry a MARK stands for: link `n`'s texts as `txn` shows them (None: `txn`
+        has no link `n`). `ends`: as in `element_doc`."""
+        got = graph_texts(txn, n, ends)
+        return None if got is None else cls.of_texts(*got)
+
+    @classmethod
+    def of_texts(cls, group: int, pred: str, subj: str, obj: str) -> "Entry":
+        """The entry of a link with those texts (as its link layout decodes)."""
+        self = cls.__new__(cls)
+        self._texts(group, pred, subj, obj)
+        return self
+
+
+def graph_texts(txn: Any, n: int, ends: dict[int, str] | None = None
+                ) -> tuple[int, str, str, str] | None:
+    """(predicate id, predicate, subject text, object text) of link `n` in `txn` (None: no
+    such link): what its MARK stands for."""
+    head = txn.head(n)
+    if head is None or type(head) is not LinkHead:
+        return None
+    return (head.predicate_id, txn.symbol_text(head.predicate_id),
+            *end_names(txn, head, ends))
+
+
+def vcrc_of(doc: Doc) -> int:
+    """The checksum of what the vector index embeds for `doc`: 0 for a link (links have
+    no vectors; entries written before FORMAT 2 of the vector files carry a checksum of
+    their text, which nothing reads: `stale` accepts both)."""
+    if doc.kind != KIND_CONCEPT:
+        return 0
+    return zlib.crc32("\x1f".join(doc.vec_texts + [doc.context]).encode())
+
+
+def entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
+                vcrc: int | None = None, mark: bool = False) -> bytes:
+    """`doc`'s forward entry: a link's MARK (with `mark`) or texts when its document is
+    those texts alone, else the full layout."""
+    texts = link_texts(doc)
+    if texts is not None:
+        return MARK if mark else texts_bytes(doc.group, texts)
+    return full_bytes(doc, terms, names, vcrc)
+
+
+def texts_bytes(group: int, texts: tuple[str, str, str]) -> bytes:
+    """A link's entry in the link layout (`LINK_HEADER`)."""
+    return msgpack.packb([group, *texts], use_bin_type=True)
+
+
+def full_bytes(doc: Doc, terms: dict[str, float], names: list[str],
+               vcrc: int | None = None) -> bytes:
+    """A forward entry in the full layout (every concept's; a link's with attribute
+    text; every link's before the link layout)."""
+    flat: list[Any] = []
+    for t in sorted(terms):
+        flat.append(t)
+        flat.append(terms[t])
+    if vcrc is None:
+        vcrc = vcrc_of(doc)
+    return pack(doc.kind, doc.group, names, vcrc, flat)
+
+
+def pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) -> bytes:
+    # Single floats: 5 bytes a weight, and the same bytes for the same document every time
+    # (write() skips documents whose entry is unchanged).
+    return msgpack.packb([kind, group, names, vcrc, flat], use_bin_type=True,
+                         use_single_float=True)
+
+
+class BeforeView:
+    """The graph as the lexical index last saw it, inside a write that changed it: the
+    heads the write deleted or repointed over the transaction's own (for `Entry.of_link`:
+    names and predicates never change, so an id's endpoint text is the same in both)."""
+
+    __slots__ = ("txn", "heads")
+
+    def __init__(self, txn: Any, heads: Mapping[int, Any]) -> None:
+        self.txn = txn
+        self.heads = heads
+
+    def head(self, n: int) -> Any:
+        head = self.heads.get(n)
+        return self.txn.head(n) if head is None else head
+
+    def symbol_text(self, sid: int) -> str:
+        text: str = self.txn.symbol_text(sid)
+        return text
+
+
+def decode(txn: Any, n: int, raw: bytes, ends: dict[int, str] | None = None) -> Entry:
+    """The forward entry `raw` of `n` in `txn`'s snapshot, decoded (a MARK: from the graph,
+    which a reader's snapshot has in step with it; one whose link `txn` does not have — a
+    write's transaction that removed it — as a link without texts)."""
+    if raw != MARK:
+        return Entry(raw)
+    got = Entry.of_link(txn, n, ends)
+    return Entry.of_texts(0, "", "", "") if got is None else got
+
+
+def pending_copy(raw: bytes, got: Entry) -> bytes:
+    """What the pending copy (`q` key) of the document with forward entry `raw` (decoded:
+    `got`) holds: the entry, or a MARKed link's texts."""
+    if raw != MARK or got.texts is None:
+        return raw
+    return texts_bytes(got.group, got.texts)
+
+
+def pending_bytes(doc: Doc, new: bytes) -> bytes:
+    """The pending copy (`q` key) of `doc`, whose forward entry is `new`: the entry, or a
+    MARKed link's texts (readers take a pending document's postings from its copy)."""
+    texts = link_texts(doc) if new == MARK else None
+    return new if texts is None else texts_bytes(doc.group, texts)
