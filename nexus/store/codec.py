@@ -244,8 +244,10 @@ def encode_maps(maps: Sequence[JsonMap | None], what: str = "value",
     bits), and a msgpack packer with `strict_types` refuses what JSON accepts but
     `encode_map` does not (tuples, subclasses). Every map is packed by one C call, and
     `extra` is packed once and spliced after each map's pairs (a msgpack map is a header
-    then its pairs). Anything unusual — big maps, a value either refuses — goes through
-    `encode_map` map by map, which also raises the precise KIP_2003.
+    then its pairs) — but when `extra` is the engine's metadata (new elements), the maps
+    take the fixed layout, coded column by column (`_coded_rows`). Anything unusual — big
+    maps, a value either refuses — goes through `encode_map` map by map, which also raises
+    the precise KIP_2003.
     """
     if not maps:
         return []

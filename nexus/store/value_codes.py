@@ -181,6 +181,8 @@ def column_bytes(column: Sequence[object], pack: Callable[[object], bytes]
     """`[piece(v, pack) for v in column]`, the shapes found and converted column-wise: as
     the ext values' arrays when every value is coded (`join_ext` joins such columns), else
     as that list."""
+    if len(column) < _NUMPY_FROM:
+        return [piece(v, pack) for v in column]
     kinds = set(map(type, column))
     if kinds == {float}:
         coded = _floats(column)
@@ -219,6 +221,9 @@ Coded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]   # row numbers + 
 _EMPTY = np.zeros(0, np.int64)
 _none: Coded = (_EMPTY, _EMPTY, _EMPTY, _EMPTY)
 _CHUNK = 32_768             # rows joined at a time: bounds the index arrays' memory
+# Shorter columns (a command's few maps) are coded value by value: numpy's ~60 calls a
+# column cost tens of µs, more than `piece` does for a few values.
+_NUMPY_FROM = 64
 
 
 def join_ext(columns: list[Ext], count: int) -> list[bytes]:

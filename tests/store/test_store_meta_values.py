@@ -123,10 +123,13 @@ def test_bulk_columns_give_the_bytes_of_map_by_map():
         assert bulk == [codec.encode_map({**(m or {}), **ENGINE}) for m in column]
         for m, stored in zip(column, bulk):
             assert same(codec.decode_map(stored), {**(m or {}), **ENGINE})
-    # one value repeated down a whole column, and columns of one kind mixed with another
+    # one value repeated down a whole column, and columns of one kind mixed with another;
+    # short ones (a command's) and long ones (a load's: value_codes codes them in numpy)
     for value in VALUES:
-        for column in ([{"confidence": value}] * 5,
-                       [{"confidence": v} for v in (value, 1, 0.5, "2025-06-21T13:37:42Z")]):
+        for column in ([{"confidence": value}] * 5, [{"confidence": value}] * 70,
+                       [{"confidence": v} for v in (value, 1, 0.5, "2025-06-21T13:37:42Z")],
+                       [{"confidence": v} for v in (value, 1, 0.5, "2025-06-21T13:37:42Z",
+                                                    "2025-06-21T13:37:42.123Z") * 15]):
             assert codec.encode_maps(column, "metadata", ENGINE) == \
                 [codec.encode_map({**m, **ENGINE}) for m in column]
     stamped = [{**(m or {}), **ENGINE} for m in maps]
