@@ -174,6 +174,13 @@ def ext_value(code: int, data: bytes) -> object:
 _FIXEXT = np.array([0, 0xD4, 0xD5, 0, 0xD6, 0, 0, 0, 0xD7], np.uint8)   # by data width
 _MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
 _SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord("T"), 13: ord(":"), 16: ord(":")}
+# By text length: the separators' places and bytes, the digits' places.
+_SEPARATORS_OF = {
+    20: (np.array([*_SEPARATORS, 19]), np.array([*_SEPARATORS.values(), ord("Z")], np.uint8)),
+    24: (np.array([*_SEPARATORS, 19, 23]),
+         np.array([*_SEPARATORS.values(), ord("."), ord("Z")], np.uint8))}
+_DIGITS_OF = {20: np.array([i for i in range(19) if i not in _SEPARATORS]),
+              24: np.array([i for i in range(23) if i not in _SEPARATORS and i != 19])}
 
 
 def column_bytes(column: Sequence[object], pack: Callable[[object], bytes]
@@ -246,18 +253,18 @@ def join_ext(columns: list[Ext], count: int) -> list[bytes]:
             big = values[first:last].astype(">i8").view(np.uint8).reshape(-1, 8)
             for w in (1, 2, 4, 8):
                 rows = np.flatnonzero(widths == w)
-                if rows.size == len(widths):
-                    buf[(at + 2)[:, None] + _RANGE[w]] = big[:, 8 - w:]
-                elif rows.size:
-                    buf[(at[rows] + 2)[:, None] + _RANGE[w]] = big[rows, 8 - w:]
+                if not rows.size:
+                    continue
+                to, row_bytes = (at, big) if rows.size == len(widths) else (at[rows],
+                                                                             big[rows])
+                for j in range(w):      # byte by byte: no (rows x w) index array
+                    buf[to + (2 + j)] = row_bytes[:, 8 - w + j]
             at = at + widths + 2
         data = buf.tobytes()
         ends_list = ends.tolist()
         out += [data[a:b] for a, b in zip([0, *ends_list], ends_list)]
     return out
 
-
-_RANGE = [np.arange(w) for w in range(9)]
 
 
 def _floats(column: Sequence[object]) -> Coded:
@@ -294,15 +301,11 @@ def _texts(column: Sequence[object]) -> Coded:
         # fail the checks below.
         a = np.frombuffer("".join(texts).encode("ascii", "replace"),  # type: ignore[arg-type]
                           np.uint8).reshape(-1, n)
-        ok = a[:, n - 1] == ord("Z")
-        for at, sep in _SEPARATORS.items():
-            ok &= a[:, at] == sep
-        digit_at = [i for i in range(19) if i not in _SEPARATORS]
-        if n == 24:
-            ok &= a[:, 19] == ord(".")
-            digit_at += [20, 21, 22]
-        d = a[:, digit_at].astype(np.int32) - ord("0")
-        ok &= ((d >= 0) & (d <= 9)).all(axis=1)
+        separators = _SEPARATORS_OF[n]
+        ok = (a[:, separators[0]] == separators[1]).all(axis=1)
+        d = a[:, _DIGITS_OF[n]] - np.uint8(ord("0"))    # wraps below "0": > 9 as well
+        ok &= (d <= 9).all(axis=1)
+        d = d.astype(np.int32)
         year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
         month = d[:, 4] * 10 + d[:, 5]
         mday = d[:, 6] * 10 + d[:, 7]
