@@ -50,11 +50,12 @@ a timestamp "YYYY-MM-DDTHH:MM:SS[.mmm]Z" and a float with few decimals are msgpa
 values (`value_codes`: 6 bytes instead of 21, 4 instead of 9), in either rest. Of a
 bulk-loaded link's ~150 bytes of metadata in plain msgpack, the engine's three items take 9
 bytes here instead of ~83, the keys `source`, `confidence`, `created_at` 4 instead of 29,
-and the values 20 instead of 40 (metas of the 100k load: 63.7 -> 44.9 -> 32.4 MB). 0xC1 is the one byte msgpack never uses, so the first byte tells the forms
-apart; the wide header with a msgpack map (flag 0 or 1) is what earlier versions wrote,
-plain msgpack throughout what came before that: both read as they always did, and decoding
-gives back the same items in the same order; a rest without ext values (what the code
-before the value codes wrote) reads as it did.
+and the values 20 instead of 40 (metas of the 100k load: 63.7 -> 44.9 -> 32.4 MB). 0xC1 is
+the one byte msgpack never uses, so the first byte tells the forms apart; the wide header
+with a msgpack map (flag 0 or 1) is what earlier versions wrote, plain msgpack throughout
+what came before that: both read as they always did, and decoding gives back the same items
+in the same order; a rest without ext values (what the code before the value codes wrote)
+reads as it did.
 """
 from __future__ import annotations
 
