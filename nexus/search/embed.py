@@ -447,11 +447,12 @@ class _LightWordLlama:
         """`embed(texts, norm)`'s vectors, bit for bit, with the GIL held a fraction of
         the time (the embedding of a bulk load's chunk runs on a thread beside the load:
         `ahead`): GROUP_ROWS texts tokenised per call (Rust, GIL released; the tokenizer's
-        encodings of more at once took ~3 KB each) and the texts of one token count
-        summed together, in a few large numpy operations instead of a dozen small ones
-        per 64 texts. The same arithmetic per row: a row's float32 sum runs over its
-        tokens in order (`embed`'s padding only adds zeros after them), then the division
-        by its token count and its norm."""
+        encodings of more at once took ~3 KB each), then summed BUCKET_ROWS at a time in
+        order of length, in a few large numpy operations instead of a dozen small ones
+        per 64 texts: each operation releases and takes back the GIL, and taking it back
+        waits for the loading thread. The same arithmetic per row: a row's float32 sum
+        runs over its tokens in order and then the padding's zeros, as in `embed`, then
+        the division by its token count and its norm."""
         if texts and not isinstance(texts[0], str):
             raise TypeError("All elements in 'texts' must be strings")
         table = self.embedding
@@ -466,11 +467,14 @@ class _LightWordLlama:
             del encoded
             np.clip(ids, 0, table.shape[0] - 1, out=ids)
             order = np.argsort(lengths, kind="stable")
-            for rows in np.split(order, np.flatnonzero(np.diff(lengths[order])) + 1):
-                n = int(lengths[rows[0]])
-                sub = ids[rows, :n]
-                batch = np.sum(table[sub] * np.ones(sub.shape + (1,), dtype=np.float32),
-                               axis=1, dtype=np.float32) / np.float32(max(n, 1))
+            for i in range(0, len(order), BUCKET_ROWS):
+                rows = order[i:i + BUCKET_ROWS]         # (similar lengths: little padding)
+                n = int(lengths[rows[-1]])
+                mask = (np.arange(n, dtype=np.int32)[None, :] < lengths[rows][:, None]
+                        ).astype(np.float32)
+                batch = np.sum(table[ids[rows, :n]] * mask[..., np.newaxis], axis=1,
+                               dtype=np.float32) / np.maximum(
+                                   mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
                 if norm:
                     batch /= np.linalg.norm(batch, axis=1, keepdims=True)
                 out[at + rows] = batch
@@ -478,6 +482,7 @@ class _LightWordLlama:
 
 
 GROUP_ROWS = 4096       # texts tokenised per call by `embed_grouped` (~12 MB of encodings)
+BUCKET_ROWS = 1024      # ... and summed per numpy step, by length (~20 MB of float32)
 
 # The files of the model the embedder uses, as the `wordllama` wheel lays them out
 # (`WordLlama.load(dim=…)` with its default configuration, "l2_supercat").
