@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -177,10 +177,10 @@ class Ahead:
                     del holder[n]
 
     # --- the end of the load ---------------------------------------------------------------
-    def take(self, latest: dict[int, int]) -> tuple[set[int], list[tuple[np.ndarray, Any]]]:
+    def take(self, latest: dict[int, int]) -> "Held":
         """For `fill`, whose queue names each id of `latest` last under the sequence it
-        maps to: (the ids whose vectors this holds as of that sequence, their (keys,
-        prepared rows) in pieces). Every committed job is handed over at most once."""
+        maps to: the rows this holds of those ids as of that sequence (`Held`). Every
+        committed job is handed over at most once."""
         with self._lock:
             jobs = [job for job in self._jobs if job.seq and not job.ctx]
             taken = set(map(id, jobs))
@@ -188,10 +188,11 @@ class Ahead:
             # (`_holder` keeps naming the jobs taken: harmless, none is handed over again)
             held = self._holder.get
         covered: set[int] = set()
-        out: list[tuple[np.ndarray, Any]] = []
+        keys: list[np.ndarray] = []
+        rows: list[Any] = []
         for job in jobs:
             try:
-                rows = job.rows.result()
+                got = job.rows.result()
             except Exception:  # noqa: BLE001 - read back and embedded by `fill` instead
                 log.warning("search: embedding a bulk load's chunk ahead failed; its "
                             "vectors are built at the end", exc_info=True)
@@ -202,16 +203,12 @@ class Ahead:
             with self._lock:
                 keep = [i for i, n in enumerate(ids)
                         if held(n) is job and latest.get(n) == seq]
-            if not keep:
-                continue
-            covered.update(ids[i] for i in keep)
-            if len(keep) == len(ids):
-                out.append((job.keys, rows))
-            else:
-                at = np.asarray(keep, dtype=np.intp)
-                out.append((job.keys[at], tuple(r[at] for r in rows)
-                            if isinstance(rows, tuple) else rows[at]))
-        return covered, out
+            if keep:
+                covered.update(ids[i] for i in keep)
+                at = np.asarray(keep, dtype=np.intp) if len(keep) < len(ids) else None
+                keys.append(job.keys if at is None else job.keys[at])
+                rows.append(got if at is None else _rows_at(got, at))
+        return Held(covered, keys, rows)
 
     def close(self) -> None:
         """Stop the worker (what it still computes is dropped)."""
@@ -229,3 +226,56 @@ def _read_doc(txn: Any, n: int) -> Doc | None:
         return element_doc(txn, n)
     except Exception:  # noqa: BLE001 - a damaged record: left to `fill`, which logs it
         return None
+
+
+def _rows_at(rows: Any, at: Any) -> Any:
+    """`rows` (`VectorIndex.embed_rows`: an array, or an IVF's (int8 rows, inverse norms))
+    at the positions or slice `at`."""
+    return tuple(r[at] for r in rows) if isinstance(rows, tuple) else rows[at]
+
+
+def _joined(parts: list[Any]) -> Any:
+    if isinstance(parts[0], tuple):
+        return tuple(np.concatenate(p) for p in zip(*parts))
+    return np.concatenate(parts)
+
+
+class Held:
+    """What `Ahead.take` hands `fill`: the ids it covers, their keys (ascending) and rows."""
+
+    def __init__(self, covered: set[int], keys: list[np.ndarray], rows: list[Any]) -> None:
+        self.covered = covered
+        if keys:
+            k = np.concatenate(keys)
+            order = np.argsort(k, kind="stable")
+            self.keys, self.rows = k[order], _rows_at(_joined(rows), order)
+        else:
+            self.keys, self.rows = np.zeros(0, dtype=np.uint64), None
+
+    def slices(self, ids: list[int], chunk: int) -> Iterator[tuple[list[int], Any, Any]]:
+        """`ids` (sorted) `chunk` at a time, each slice with the keys and rows held of its
+        ids (the keys of ids lo..hi are the range [lo * SLOTS, (hi + 1) * SLOTS))."""
+        for i in range(0, len(ids), chunk):
+            part = ids[i:i + chunk]
+            lo, hi = np.searchsorted(self.keys, [part[0] * SLOTS, (part[-1] + 1) * SLOTS])
+            if self.rows is None or lo == hi:
+                yield part, self.keys[:0], None
+            else:
+                yield part, self.keys[lo:hi], _rows_at(self.rows, slice(lo, hi))
+
+    @staticmethod
+    def merged(keys: np.ndarray, rows: Any, upserts: list[tuple[int, int, list[str]]],
+               index: Any) -> tuple[np.ndarray, Any]:
+        """`keys`/`rows` with those of `upserts` ((kind, id, texts) read back: embedded
+        now), in key order."""
+        more = [(n * SLOTS + slot, t) for kind, n, texts in upserts if kind == KIND_CONCEPT
+                for slot, t in enumerate(texts)]
+        if not more:
+            return keys, rows
+        new_keys = np.array([k for k, _ in more], dtype=np.uint64)
+        new_rows = index.embed_rows([t for _, t in more])
+        if rows is None:
+            return new_keys, new_rows
+        k = np.concatenate([keys, new_keys])
+        order = np.argsort(k, kind="stable")
+        return k[order], _rows_at(_joined([rows, new_rows]), order)

@@ -329,15 +329,20 @@ class VectorIndex:
                     upserts = self._docs(txn, ids)      # in this snapshot
         if latest and ids is not None:
             # The rows a bulk load's chunks had embedded for the queue of this snapshot
-            # (`ahead`: those of ids queued again since are not handed over); the rest is
-            # read back below, in later snapshots (harmless, as for any catch-up).
-            covered, parts = ahead.take(latest)
-            ids = [n for n in ids if n not in covered]
-            self._drop(covered)
-            for keys, rows in parts:
+            # (`ahead`: not those of ids queued again since); the rest read back (in later
+            # snapshots: harmless, as for any catch-up) and embedded here. Slice by slice
+            # as below, each slice's rows inserted in key order: the same index.
+            held = ahead.take(latest)
+            for part, keys, rows in held.slices(ids, chunk):
+                rest = [n for n in part if n not in held.covered]
+                if rest:
+                    with store.read() as txn:
+                        keys, rows = held.merged(keys, rows, self._docs(txn, rest), self)
+                self._drop(part)
                 self._add_rows(keys, rows)
-            with self.lock:
-                self.backlog = max(0, self.backlog - len(covered))
+                with self.lock:
+                    self.backlog = max(0, self.backlog - len(part))
+            ids = []
         if upserts is not None:
             assert ids is not None
             me = threading.current_thread()

@@ -130,6 +130,9 @@ def test_the_rows_are_those_of_the_documents_read_back(tmp_path, monkeypatch, ng
     assert loaded <= set(read_back)              # (the comparison load read them back)
     assert sum(len(k) for k, _ in want) >= 420
     same(got, want)
+    if semantic:        # the saved inverted file too: its rows in the same order
+        a, b = (tmp_path / db / "semantic.concepts.ivf" for db in "ab")
+        assert a.read_bytes() == b.read_bytes()
 
 
 @needs_extra
