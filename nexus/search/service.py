@@ -25,7 +25,8 @@ vector index waits up to `wait_seconds` for the indexer when at most `wait_backl
 queued (so an agent finds what it just wrote, typos included), and otherwise answers from the
 lexical index and the vectors indexed so far. `drain()` waits for the indexer; `reindex`,
 `check` and `close` drain first. A bulk load builds its own vectors before it returns
-(`bulk_loading`, `complete_vectors`): nothing of it is left to catch up.
+(`bulk_loading`, `complete_vectors`; embedded meanwhile by a worker thread from its chunks'
+own texts, `ahead`): nothing of it is left to catch up.
 """
 from __future__ import annotations
 
