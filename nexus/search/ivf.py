@@ -243,7 +243,12 @@ class IVFIndex:
     def add(self, keys: np.ndarray, vectors: np.ndarray, threads: int = 0) -> None:
         """Add (or replace) the rows of `keys` (`threads`: usearch's, unused here)."""
         keys = np.asarray(keys, dtype=np.uint64)
-        q, inv = quantise(np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1))
+        self.add_rows(keys, *quantise(
+            np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1)))
+
+    def add_rows(self, keys: np.ndarray, q: np.ndarray, inv: np.ndarray) -> None:
+        """`add` of rows already quantised (`quantise`: a bulk load's, computed ahead)."""
+        keys = np.asarray(keys, dtype=np.uint64)
         lists = np.full(len(keys), -1, dtype=np.int32) if self.centroids is None else \
             assign(q.astype(np.float32), self.centroids)
         saved = self._saved_rows(keys)
@@ -258,13 +263,22 @@ class IVFIndex:
             dv = np.zeros((cap, self.dim), dtype=np.int8)
             dv[:self._dn] = self._dv[:self._dn]
             self._dv = dv
-        for i, k in enumerate(keys.tolist()):
-            at = self._dpos.get(k)
-            if at is None:
-                at = self._dpos[k] = self._dn
-                self._dn += 1
-            self._dk[at], self._dv[at], self._dinv[at], self._dl[at] = k, q[i], inv[i], \
-                lists[i]
+        klist = keys.tolist()
+        dpos = self._dpos
+        if len(set(klist)) == len(klist) and not any(map(dpos.__contains__, klist)):
+            at, end = self._dn, self._dn + len(klist)     # (all new: appended at once)
+            self._dk[at:end], self._dv[at:end], self._dinv[at:end], self._dl[at:end] = \
+                keys, q, inv, lists
+            dpos.update(zip(klist, range(at, end)))
+            self._dn = end
+        else:
+            for i, k in enumerate(klist):
+                row = dpos.get(k)
+                if row is None:
+                    row = dpos[k] = self._dn
+                    self._dn += 1
+                self._dk[row], self._dv[row], self._dinv[row], self._dl[row] = k, q[i], \
+                    inv[i], lists[i]
         if self.in_memory and (self.due or self._dn + len(self.hidden) > DELTA_MAX):
             self._compact()
 

@@ -25,18 +25,22 @@ vector index waits up to `wait_seconds` for the indexer when at most `wait_backl
 queued (so an agent finds what it just wrote, typos included), and otherwise answers from the
 lexical index and the vectors indexed so far. `drain()` waits for the indexer; `reindex`,
 `check` and `close` drain first. A bulk load builds its own vectors before it returns
-(`bulk_loading`, `complete_vectors`): nothing of it is left to catch up.
+(`bulk_loading`, `complete_vectors`; embedded meanwhile by a worker thread from its chunks'
+own texts, `ahead`): nothing of it is left to catch up.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
+import threading
 import time
-from typing import Any, Callable, ContextManager, Iterator, Protocol
+from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 from ..errors import ErrorCode, KipError, internal_error
 from . import gram_index, lexical, query
+from .ahead import Ahead
 from .embed import (SEMANTIC_EMBEDDERS, make_embedder, make_semantic_embedder,
                     semantic_installed)
 from .text import KIND_CONCEPT, KIND_LINK, element_doc
@@ -111,6 +115,10 @@ class SearchService:
         # indexed so far, and how many ids a committed write queued for the indexer.
         self._stages: dict[int, _Stage] = {}
         self._queued: dict[int, int] = {}
+        # While bulk loads run (`bulk_loading`): their vectors embedded on another thread.
+        self._ahead: list[Ahead] = []
+        self._loads = 0
+        self._ahead_lock = threading.Lock()
 
     @kip_only
     def open(self, progress: Progress | None = None) -> None:
@@ -261,6 +269,9 @@ class SearchService:
             gram_index.update(txn, st.grams, changed, gone, before)
         st.changed.extend(changed)
         st.gone.extend(gone)
+        for ahead in self._ahead:       # (a bulk load: its vectors embedded meanwhile)
+            ahead.stage(ctx, txn, itertools.chain(ctx.touched, ctx.removed), changed,
+                        getattr(ctx, "new_docs", ()))
 
     @kip_only
     def before_commit(self, ctx: Any) -> None:
@@ -300,12 +311,16 @@ class SearchService:
             changed, gone = st.changed, st.gone
         if not changed and not gone:
             return
-        self.vectors.record(ctx.txn, changed, gone)
+        seq = self.vectors.record(ctx.txn, changed, gone)
+        for ahead in self._ahead:
+            ahead.recorded(ctx, seq)
         if len(self._queued) > 64:      # left by aborted transactions: forget them
             self._queued.clear()
         self._queued[id(ctx)] = len(changed) + len(gone)
 
     def after_commit(self, ctx: Any) -> None:
+        for ahead in self._ahead:
+            ahead.committed(ctx)
         queued = self._queued.pop(id(ctx), None)
         if queued is not None:
             for index in self.vector_indexes():
@@ -315,6 +330,8 @@ class SearchService:
         """The write was rolled back: forget what it staged and queued."""
         self._stages.pop(id(ctx), None)
         self._queued.pop(id(ctx), None)
+        for ahead in self._ahead:
+            ahead.rolled_back(ctx)
 
     @contextlib.contextmanager
     def bulk_loading(self):
@@ -324,10 +341,20 @@ class SearchService:
         (`complete_vectors`), so that SEARCH finds everything it loaded at once."""
         for index in self.vector_indexes():
             index.pause()
+        with self._ahead_lock:
+            if not self._loads:         # (the first of concurrent loads: `Ahead` per index)
+                self._ahead = [Ahead(index) for index in self.vector_indexes()
+                               if index.build]
+            self._loads += 1
         try:
             yield
-            complete_vectors(self.vector_indexes())
+            complete_vectors(self.vector_indexes(), self._ahead)
         finally:
+            with self._ahead_lock:
+                self._loads -= 1
+                done, self._ahead = (self._ahead, []) if not self._loads else ([], self._ahead)
+            for ahead in done:
+                ahead.close()
             lexical.drop_caches()       # the load's texts (they would stay: ~100 MB at 100k)
             for index in self.vector_indexes():
                 drop = getattr(index.embedder, "drop_caches", None)
@@ -551,7 +578,7 @@ class _Stage:
         self.grams = gram_index.Batch()    # the gram postings, written once at the end
 
 
-def complete_vectors(indexes: list[VectorIndex]) -> None:
+def complete_vectors(indexes: list[VectorIndex], ahead: Sequence[Ahead] = ()) -> None:
     """Build the vectors of every committed change now, in the caller's thread (the end
     of a bulk load, its indexer paused): embedded in large batches and inserted with one
     multithreaded usearch `add` per batch (`VectorIndex.fill`; the semantic index's
@@ -566,9 +593,10 @@ def complete_vectors(indexes: list[VectorIndex]) -> None:
     the vectors stayed unchanged for `vectors.REMAP_SECONDS`, so the process held it
     meanwhile) — and a crash after the load no longer means embedding everything again on
     open."""
+    held = {id(a.index): a for a in ahead}
     for index in indexes:
         try:
-            changed = index.fill()
+            changed = index.fill(held.get(id(index)))
         except Exception:  # noqa: BLE001 - the durable queue still holds every change
             log.exception("search: building a bulk load's vectors failed; the background "
                           "indexer will apply them")

@@ -60,7 +60,7 @@ from usearch.index import Index
 
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
-from .ivf import IVFIndex
+from .ivf import IVFIndex, quantise
 from .indexer import QUIET_BACKLOG, Indexer
 from .layered import LayeredIndex
 from ..store.protocol import ConceptHead, LinkHead
@@ -282,20 +282,20 @@ class VectorIndex:
         with self._catching:
             return self._catch_up(chunk)
 
-    def fill(self) -> bool:
+    def fill(self, ahead: Any = None) -> bool:
         """Apply every committed change now, in the caller's thread, in large steps: what a
         bulk load does before it returns (while the indexer is paused), so that its vectors
         are complete when it ends instead of caught up in the background. Each step reads
         FILL_CHUNK ids in one read transaction; their texts are embedded and inserted
-        ADD_CHUNK at a time (multithreaded usearch `add`), as the indexer does: larger adds
-        measured no cheaper (HNSW insertion is ~85% of the cost either way) and would hold
-        the lock that concurrent SEARCHes wait for longer. Returns whether there was
-        anything to do."""
+        ADD_CHUNK at a time, as the indexer does. `ahead` (`ahead.Ahead`): the vectors the
+        load's chunks had embedded meanwhile; only the ids it does not cover are read back
+        and embedded here. Returns whether there was anything to do."""
         if self.store is None:          # not opened: nothing is queued for it
             return False
-        return self.catch_up(FILL_CHUNK)
+        with self._catching:
+            return self._catch_up(FILL_CHUNK, ahead if self.build else None)
 
-    def _catch_up(self, chunk: int) -> bool:
+    def _catch_up(self, chunk: int, ahead: Any = None) -> bool:
         store = self.store
         if not self.build:              # the queue is only marked applied
             with store.read() as txn:
@@ -310,6 +310,7 @@ class VectorIndex:
                 self.progress.notify_all()
             return moved
         upserts: list[tuple[int, int, list[str]]] | None = None
+        latest: dict[int, int] | None = None     # (with `ahead`) id -> its last sequence
         with store.read() as txn:
             txn.aux("vecq").prefetch([KEY_SEQ, KEY_PRUNED])     # (both read: one round trip)
             seq = read_seq(txn)
@@ -319,12 +320,29 @@ class VectorIndex:
             else:
                 if seq <= self.applied_seq:
                     return False
-                ids = self._queued_since(txn, self.applied_seq)
+                latest = {} if ahead is not None else None
+                ids = self._queued_since(txn, self.applied_seq, latest)
                 if ids is None:             # the queue no longer reaches back: rebuild
                     self.needs_rebuild = True
                     top = txn.max_id()
-                elif len(ids) <= chunk:     # the usual small catch-up: read in this snapshot
-                    upserts = self._docs(txn, ids)
+                elif len(ids) <= chunk and not latest:  # the usual small catch-up: read
+                    upserts = self._docs(txn, ids)      # in this snapshot
+        if latest and ids is not None:
+            # The rows a bulk load's chunks had embedded for the queue of this snapshot
+            # (`ahead`: not those of ids queued again since); the rest read back (in later
+            # snapshots: harmless, as for any catch-up) and embedded here. Slice by slice
+            # as below, each slice's rows inserted in key order: the same index.
+            held = ahead.take(latest)
+            for part, keys, rows in held.slices(ids, chunk):
+                rest = [n for n in part if n not in held.covered]
+                if rest:
+                    with store.read() as txn:
+                        keys, rows = held.merged(keys, rows, self._docs(txn, rest), self)
+                self._drop(part)
+                self._add_rows(keys, rows)
+                with self.lock:
+                    self.backlog = max(0, self.backlog - len(part))
+            ids = []
         if upserts is not None:
             assert ids is not None
             me = threading.current_thread()
@@ -464,6 +482,30 @@ class VectorIndex:
             with self.lock:
                 target.add(chunk, vecs, threads=ADD_THREADS)
                 self._dirty(len(chunk))
+
+    def embed_rows(self, texts: list[str]) -> Any:
+        """`texts`' vectors as this index stores them (`_add_rows`): an IVF's int8 rows and
+        inverse norms (`ivf.quantise`), else float32; embedded FILL_CHUNK at a time by the
+        embedder's `embed_bulk` when it has one (a thread beside a bulk load: `ahead`)."""
+        embed = getattr(self.embedder, "embed_bulk", self.embedder.embed)
+        ivf = self.layout == "ivf"      # (each piece quantised at once: a quarter the size)
+        parts = [quantise(embed(texts[i:i + FILL_CHUNK])) if ivf else
+                 embed(texts[i:i + FILL_CHUNK]) for i in range(0, len(texts), FILL_CHUNK)]
+        if not ivf:
+            return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dim))
+        return np.concatenate([q for q, _ in parts]), np.concatenate([v for _, v in parts])
+
+    def _add_rows(self, keys: np.ndarray, rows: Any) -> None:
+        """Insert `embed_rows`' rows under `keys`, ADD_CHUNK at a time."""
+        for i in range(0, len(keys), ADD_CHUNK):
+            part = slice(i, i + ADD_CHUNK)
+            with self.lock:
+                target = self.indexes[KIND_CONCEPT]
+                if self.layout == "ivf":
+                    target.add_rows(keys[part], rows[0][part], rows[1][part])
+                else:
+                    target.add(keys[part], rows[part], threads=ADD_THREADS)
+                self._dirty(len(keys[part]))
 
     def _dirty(self, count: int) -> None:
         now = time.monotonic()
@@ -612,8 +654,10 @@ class VectorIndex:
             self.indexes = loaded
         return meta["seq"]
 
-    def _queued_since(self, txn: Any, saved: int) -> list[int] | None:
-        """Ids changed after `saved`, or None when the queue no longer reaches back there."""
+    def _queued_since(self, txn: Any, saved: int, latest: dict[int, int] | None = None
+                      ) -> list[int] | None:
+        """Ids changed after `saved`, or None when the queue no longer reaches back there
+        (`latest`, when given, gets each id's last sequence)."""
         vq = txn.aux("vecq")
         raw = vq.get(KEY_PRUNED)
         if raw and _U64.unpack(raw)[0] > saved:
@@ -623,6 +667,10 @@ class VectorIndex:
             touched, gone = msgpack.unpackb(value)
             ids.update(touched)
             ids.update(gone)
+            if latest is not None:
+                at = _U64.unpack(key[1:])[0]
+                latest.update(dict.fromkeys(touched, at))
+                latest.update(dict.fromkeys(gone, at))
         return sorted(ids)
 
     def rebuild(self, txn: Any, progress: Callable | None = None, chunk: int = 4096) -> None:
