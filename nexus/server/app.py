@@ -37,12 +37,18 @@ DEFAULT_THREADS = 64
 # work). One that is not done within the budget stops at its next deadline check and runs
 # again in the pool as before — but deadline checks can be far apart in a big join (a
 # self-join of 450 items ran ~150-400 ms before its first one), so a text is tried inline
-# only once it has been seen cheap in the pool, and never again once it overran on the loop.
+# only once it has been seen cheap in the pool; once it overran on the loop, not again with
+# the same parameter values (a hub's may be dear where others' are cheap: bench/http_bench.py
+# --mix's Q2 and Q3 on "Headache"), and not at all after `INLINE_STRIKES` overruns — one
+# overrun used to end it for every parameter value, so that on a loaded machine a third of
+# the mix's FINDs went through the pool for good after one slow moment each.
 # SEARCH (which may embed text without a deadline check) and long texts (a first parse may
-# take a while) always go to the pool. `INLINE_TEXTS` bounds the texts remembered.
+# take a while) always go to the pool. `INLINE_TEXTS` bounds the texts (and the
+# text-and-parameters pairs) remembered.
 INLINE_BUDGET = 0.002
 INLINE_TEXT = 2048
 INLINE_TEXTS = 4096
+INLINE_STRIKES = 8
 _NOT_STARTED = object()
 
 
@@ -80,8 +86,12 @@ class KipApp(SpaceRoutes):
         self.audit_chars = config.audit_command_chars
         self.pool = WorkerPool(threads or DEFAULT_THREADS, thread_name_prefix="nexus-kip")
         # FIND texts: True = answered within INLINE_BUDGET in the pool (tried on the loop
-        # from then on), False = overran its budget on the loop (never tried there again)
+        # from then on), False = overran its budget on the loop INLINE_STRIKES times (never
+        # tried there again); `dear`: (text, parameter values) that overran on the loop,
+        # `strikes`: overruns by text
         self.cheap: dict[str, bool] = {}
+        self.dear: dict[tuple[str, Any], None] = {}
+        self.strikes: dict[str, int] = {}
         self.owns_nexus = owns_nexus
         self.shutting_down = False
         self._closed = False
@@ -414,9 +424,11 @@ class KipApp(SpaceRoutes):
             text = texts[0]
             within = getattr(nexus, "execute_kip_within", None)
             if within is not None and self.cheap.get(text):
-                inline = within(arg, INLINE_BUDGET, readonly=not writable)
-                if inline is None:
-                    self.cheap[text] = False        # overran on the loop: never again
+                pair = (text, _values_of(arg)) if self.dear else None
+                if pair is None or pair not in self.dear:
+                    inline = within(arg, INLINE_BUDGET, readonly=not writable)
+                    if inline is None:
+                        self._overran(text, arg)
         if inline is not None:
             response = inline
         else:
@@ -453,6 +465,18 @@ class KipApp(SpaceRoutes):
                 batch=batch and "error" not in response, chars=self.audit_chars,
                 started=started_wall), started_wall)
         return response
+
+    def _overran(self, text: str, arg: Any) -> None:
+        """`text` with `arg`'s parameters overran its budget on the loop: not tried there
+        again with those values; after INLINE_STRIKES overruns, never again."""
+        strikes = self.strikes.get(text, 0) + 1
+        values = _values_of(arg)
+        if strikes >= INLINE_STRIKES or values is None or len(self.dear) >= INLINE_TEXTS or \
+                (text not in self.strikes and len(self.strikes) >= INLINE_TEXTS):
+            self.cheap[text] = False
+            return
+        self.strikes[text] = strikes
+        self.dear[(text, values)] = None
 
     async def _in_pool(self, fn: Callable, arg: Any, deadline: float | None = None) -> Any:
         """`fn(arg)` in the worker pool; None once `request_timeout` (or the loop time
@@ -510,6 +534,22 @@ class KipApp(SpaceRoutes):
             log.flush()
         except (OSError, ValueError):   # a closed or broken log stream never fails a request
             pass
+
+
+def _values_of(arg: Any) -> Any:
+    """A request's parameter values as a hashable key (None when they are not: a list or
+    an object as a value)."""
+    params = arg.get("parameters") if isinstance(arg, dict) else None
+    if not params:
+        return ()
+    if not isinstance(params, dict):
+        return None
+    try:
+        key = tuple(sorted(params.items()))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _on_unix_socket(scope: dict) -> bool:

@@ -9,9 +9,11 @@ the processes waiting in `accept`) and open the database with `Nexus.follow` (re
 no owner lock; LMDB serves readers across processes and serializes writers).
 
 What a follower answers itself: `execute_kip` / `execute_kip_readonly` requests whose every
-command is a query (FIND, EXPLAIN) without SEARCH. Everything else — a command that writes,
-META (DESCRIBE, SEARCH: the owner's vector index holds the latest writes), `list_logs`,
-anything it cannot classify — is *forwarded*: the body and the Authorization header go as
+command is a query (FIND, EXPLAIN) without SEARCH, or a DESCRIBE of the schema (DOMAINS,
+CONCEPT TYPE[S], PROPOSITION TYPE[S]: the snapshot's definitions and counts, read like a
+FIND's). Everything else — a command that writes, the other META (SEARCH: the owner's vector
+index holds the latest writes; DESCRIBE PRIMER, EXPORT), `list_logs`, anything it cannot
+classify — is *forwarded*: the body and the Authorization header go as
 they came to the owner over a Unix socket in a private directory (`POST /kip`, checked
 there like any request), and the owner's answer goes back unchanged. Freshness: a follower
 checks its caches against the snapshot each read sees (`StoreBase.follow`), so a read that
@@ -71,6 +73,9 @@ log = logging.getLogger("nexus.server")
 
 _FOLLOWER = "import sys; from nexus.server.run import follower; sys.exit(follower())"
 _SEARCH = re.compile(r"\bSEARCH\b", re.IGNORECASE)
+# A DESCRIBE of the schema, which a follower answers from its snapshot (module doc)
+_DESCRIBE_SCHEMA = re.compile(r"(?:\s+|//[^\n]*)*DESCRIBE(?:\s+|//[^\n]*)+"
+                              r"(?:DOMAINS|CONCEPT|PROPOSITION)\b")
 
 
 def needs_owner(payload: Any) -> bool:
@@ -84,6 +89,8 @@ def needs_owner(payload: Any) -> bool:
             continue            # an unknown method: the follower answers the error
         for text in texts:
             if kind_of_text(text) is not StatementKind.QUERY or _SEARCH.search(text):
+                if _DESCRIBE_SCHEMA.match(text) and not _SEARCH.search(text):
+                    continue
                 return True
     return False
 

@@ -113,8 +113,13 @@ class StoreBase(Generic[Db]):
         except Exception as exc:
             raise self._translate(exc) or internal(f"cannot begin a read: {exc}") from exc
         if self._follows:
-            return GraphReadTxn(self, kv, end, self._heads_for(kv.snapshot_id()))
+            return GraphReadTxn(self, kv, end, self._heads_for(self.snapshot_of(kv)))
         return GraphReadTxn(self, kv, end)
+
+    def snapshot_of(self, kv: KvRead[Db]) -> int:
+        """The `snapshot_id()` of a read transaction's kv (a backend whose journal-only
+        commits keep the id before them overrides it)."""
+        return kv.snapshot_id()
 
     def write(self) -> GraphWriteTxn[Db]:
         """The write transaction: `with store.write() as txn: ...` (blocks while another

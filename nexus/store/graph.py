@@ -58,6 +58,10 @@ class TxnHost(Protocol[Db]):
         """The KipError for a backend exception, or None when it is not the backend's."""
         ...
 
+    def snapshot_of(self, kv: KvRead[Db]) -> int:
+        """The snapshot id a read transaction's kv sees (`ReadTxn.snapshot_id`)."""
+        ...
+
 
 class GraphReadTxn(LoopBatches, Generic[Db]):
     """ReadTxn over one backend snapshot; also its own context manager.
@@ -66,7 +70,7 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
     this package only: the integrity check reads the raw tables through them."""
 
     __slots__ = ("_host", "kv", "_get", "_keys", "tables", "_heads", "_sids", "_stexts",
-                 "_end")
+                 "_end", "_snap")
 
     kv: KvRead[Db]
     # The kv's point lookup and scan, bound once per transaction: the hottest calls.
@@ -86,6 +90,7 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         self._sids = store.symbol_ids
         self._stexts = store.symbol_texts
         self._end = end
+        self._snap: int | None = None
 
     def __enter__(self) -> GraphReadTxn[Db]:
         return self
@@ -111,7 +116,10 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         data); None in a write transaction, whose data is not a committed snapshot."""
         if self._end is None:
             return None
-        return self.kv.snapshot_id()
+        snap = self._snap
+        if snap is None:                # (asked several times per query: one lookup)
+            snap = self._snap = self._host.snapshot_of(self.kv)
+        return snap
 
     def store_token(self) -> int:
         return self._host.token

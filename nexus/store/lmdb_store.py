@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import struct
 import sys
 import threading
 import time
@@ -41,7 +42,7 @@ from nexus.store.bulk import trim_heap
 from nexus.store.integrity import EXAMPLES
 from nexus.store.kv import (KvRead, KvWrite, LmdbKv, LmdbTable, Overlay, PendingKv, WalKv,
                             pending_overlay)
-from nexus.store.protocol import AUX_TABLES, ReadTxn, TableCheck
+from nexus.store.protocol import AUX_TABLES, JOURNAL_TABLES, ReadTxn, TableCheck
 from nexus.store.tables import AUX_PREFIX, CORE_TABLES, Tables
 
 # 1 TiB of address space on 64-bit hosts: the file only grows as data is written.
@@ -78,6 +79,18 @@ WAL_POLL_SECONDS = 0.1
 # Free space under which a failed write is taken for a full disk: LMDB reports a short
 # write as EIO, so the errno alone does not say it.
 DISK_FULL_BYTES = 8 << 20
+# A journal-only commit (protocol.JOURNAL_TABLES: the audit log's flushes) keeps the
+# snapshot id of the state before it, so that what readers cache per snapshot (the columnar
+# arrays, the planner's choices, a follower's head cache) is not rebuilt after every flush
+# (bench/http_bench.py --mix: a third of the throughput). It says so in the `meta` key
+# JOURNAL_KEY: (its own transaction id, the snapshot id kept). A read whose transaction id
+# is that commit's sees the kept id; any other read its own transaction id — so the key
+# speaks only for the one state that commit made, and a commit that does not rewrite it
+# (any other write; a replay of the log after a crash, which rewrites states under new ids
+# above the checkpoint's) makes it mute. Written outside the log, as LMDB's own meta is.
+JOURNAL_KEY = b"journal_commit"
+_JOURNAL_PAIR = struct.Struct(">QQ")
+_JOURNAL_NAMES = frozenset(AUX_PREFIX + name for name in JOURNAL_TABLES)
 
 
 def _free_bytes(path: str) -> int | None:
@@ -519,6 +532,8 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
             return self._ckpt_size
         logged = 0
         if kv.ops:
+            if kv.ops[0] in _JOURNAL_NAMES and _JOURNAL_NAMES.issuperset(kv.ops[::3]):
+                self._keep_snapshot(kv)
             record = walog.encode_ops(kv.ops)
             log_.append(record)
             try:
@@ -541,6 +556,30 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 size - self._ckpt_size >= WAL_CHECKPOINT_GROWTH:
             self._checkpoint()
         return size
+
+    def _keep_snapshot(self, kv: WalKv) -> None:
+        """Mark this journal-only write as keeping the snapshot id of the state it follows
+        (JOURNAL_KEY). A write transaction's id is the last commit's + 1 (LMDB)."""
+        txn, meta = kv.txn, self.tables.meta
+        own = txn.id()
+        kept = own - 1
+        mark = txn.get(JOURNAL_KEY, None, db=meta)
+        if mark is not None:
+            at, snap = _JOURNAL_PAIR.unpack(mark)
+            if at == kept:              # the state before was itself a journal-only commit's
+                kept = snap
+        txn.put(JOURNAL_KEY, _JOURNAL_PAIR.pack(own, kept), db=meta)
+
+    def snapshot_of(self, kv: KvRead[LmdbTable]) -> int:
+        """The transaction id, or the id a journal-only commit kept (JOURNAL_KEY)."""
+        sid = kv.snapshot_id()
+        if type(kv) is LmdbKv:          # (not a PendingKv: changes laid over the file)
+            mark = kv.txn.get(JOURNAL_KEY, None, db=self.tables.meta)
+            if mark is not None:
+                at, kept = _JOURNAL_PAIR.unpack(mark)
+                if at == sid:
+                    return int(kept)
+        return sid
 
     def _after_commit(self, size: int) -> None:
         """After a commit that left the data file `size` bytes long: give LMDB's page

@@ -87,6 +87,11 @@ AUX_TABLES: tuple[str, ...] = (
     "histnew",    # the version log's bulk-created id ranges
     "gram",       # name trigram postings: keyword SEARCH's typo candidates (nexus.search)
 )
+# Aux tables that journal requests instead of holding data anything is derived from (the
+# audit log, flushed by `kip serve` every few hundred requests): a commit that writes only
+# these may keep the `snapshot_id()` of the state before it (LMDB with its write-ahead log
+# does), so that what is cached per snapshot survives the audit log's flushes.
+JOURNAL_TABLES: frozenset[str] = frozenset({"audit"})
 
 
 @runtime_checkable
@@ -235,8 +240,10 @@ class ReadTxn(Protocol):
     # --- snapshots and column views (the columnar executor) ------------------------------
     def snapshot_id(self) -> int | None:
         """An id of the committed snapshot a read transaction sees: two read transactions
-        with equal ids see identical data, and every commit changes it (LMDB's transaction
-        id; the memory store's commit serial). None in a write transaction."""
+        with equal ids see identical data (the `JOURNAL_TABLES` aside), and every commit
+        that writes anything else changes it (LMDB's transaction id, or the id of the state
+        a journal-only commit kept; the memory store's commit serial). None in a write
+        transaction."""
         ...
     def store_token(self) -> int:
         """An id of the store this transaction belongs to: equal for every transaction of
@@ -365,7 +372,8 @@ class WriteTxn(ReadTxn, Protocol):
         ...
     def commit_id(self) -> int:
         """The `snapshot_id()` that read transactions will see once this one commits (a
-        write that aborts leaves its id to the next write)."""
+        write that aborts leaves its id to the next write; one that writes only
+        `JOURNAL_TABLES` may leave readers at the id before it)."""
         ...
     def abort(self) -> None:
         """Discard everything; the `with` block will then exit without committing."""

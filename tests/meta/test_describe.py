@@ -2,7 +2,13 @@
 capsule: shapes, sorting, paging, usage statistics, case-sensitive lookups, KIP_3002."""
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from nexus.api import Nexus
+
+MEDICAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "medical.kip")
 
 DEF_KEYS = {"id", "type", "name", "attributes"}
 BOOT_TYPES = ["$ConceptType", "$PropositionType", "Domain", "Event", "Person"]
@@ -186,3 +192,57 @@ def test_describe_runs_in_readonly_and_batches(medical):
         "DESCRIBE PRIMER", 'DESCRIBE CONCEPT TYPE "Nope"', "DESCRIBE DOMAINS"]})
     first, second, third = response["result"]
     assert "result" in first and second["error"]["code"] == "KIP_3002" and "result" in third
+
+
+# --- an answer kept per snapshot ---------------------------------------------------------------
+
+NEW_DRUG = ('UPSERT { CONCEPT ?d { {type: "Drug", name: :d} SET ATTRIBUTES {risk_level: 1, '
+            'dosage: "5 mg"} } CONCEPT ?s { {type: "Symptom", name: "Headache"} } '
+            'PROPOSITION ?t { (?d, "treats", ?s) } }')
+
+
+def _write(nx, command, **parameters):
+    r = nx.execute_kip({"command": command, "parameters": parameters})
+    assert "error" not in r, r
+
+
+def _usage_follows_writes(nx, ok):
+    drug = ok(nx, 'DESCRIBE CONCEPT TYPE "Drug"')["usage"]
+    treats = ok(nx, 'DESCRIBE PROPOSITION TYPE "treats"')["usage"]
+    assert ok(nx, 'DESCRIBE CONCEPT TYPE "Drug"')["usage"] == drug      # asked again
+    _write(nx, NEW_DRUG, d="Newdrug")
+    after = ok(nx, 'DESCRIBE CONCEPT TYPE "Drug"')["usage"]
+    assert after["instance_count"] == drug["instance_count"] + 1
+    assert "dosage" in after["attribute_keys"] and "dosage" not in drug["attribute_keys"]
+    assert ok(nx, 'DESCRIBE PROPOSITION TYPE "treats"')["usage"]["link_count"] == \
+        treats["link_count"] + 1
+    _write(nx, 'DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "Newdrug"} }')
+    assert ok(nx, 'DESCRIBE CONCEPT TYPE "Drug"')["usage"] == drug
+    assert ok(nx, 'DESCRIBE PROPOSITION TYPE "treats"')["usage"] == treats
+
+
+def test_usage_follows_writes(medical, ok):
+    _usage_follows_writes(medical, ok)
+
+
+def test_usage_follows_writes_on_lmdb_between_audit_flushes(tmp_path, ok):
+    from nexus.ops.audit import AuditLog
+    from nexus.ops.capsules import load_capsules
+    with Nexus.open(str(tmp_path / "db"), wal=True) as nx:
+        [report] = load_capsules(nx, [MEDICAL])
+        assert "error" not in report, report
+        log = AuditLog.for_engine(nx)
+        log.record({"method": "execute_kip_readonly"})
+        log.flush()                         # a journal-only commit: the same snapshot id
+        _usage_follows_writes(nx, ok)
+        log.record({"method": "execute_kip_readonly"})
+        log.flush()
+        assert ok(nx, 'DESCRIBE CONCEPT TYPE "Drug"')["usage"]["instance_count"] == 4
+
+
+def test_a_described_type_is_the_callers_own(medical, ok):
+    first = ok(medical, 'DESCRIBE CONCEPT TYPE "Drug"')
+    first["usage"]["attribute_keys"].clear()
+    first["attributes"]["display_hint"] = "changed"
+    again = ok(medical, 'DESCRIBE CONCEPT TYPE "Drug"')
+    assert again["usage"]["attribute_keys"] and again["attributes"]["display_hint"] == "💊"

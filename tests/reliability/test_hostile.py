@@ -562,12 +562,14 @@ def server(tmp_path_factory):
     # more than that, and a request that would fails alone.
     srv = KipServer.start(db, "--timeout", str(QUERY_TIMEOUT), "--max-body", str(12 << 20),
                           "--max-memory", str(MEMORY_CAP_MIB), key=KEY)
-    from nexus.store.lmdb_store import LmdbGraphStore
+    from nexus.store.lmdb_store import JOURNAL_KEY, LmdbGraphStore
     store = LmdbGraphStore(str(db), readonly=True)     # reads beside the server, its owner
 
     def dump():
         tables = store.dump()
         tables.pop("aux.audit")                 # the server's request log
+        # ... and the key with which its flushes keep the snapshot id (nexus.store.lmdb_store)
+        tables["meta"] = [kv for kv in tables["meta"] if kv[0] != JOURNAL_KEY]
         return tables
     srv.baseline = Baseline(dump)
     yield srv

@@ -62,9 +62,22 @@ def test_a_write_or_a_batch_never_runs_under_a_budget(nx):
     assert refused["error"]["code"] == "KIP_1001"
 
 
+def _counting(nexus):
+    """Count the calls of `nexus.execute_kip_within` (what KipApp tries on its loop)."""
+    calls = []
+    within = nexus.execute_kip_within
+
+    def counted(*args, **kw):
+        calls.append(args[0])
+        return within(*args, **kw)
+    nexus.execute_kip_within = counted
+    return calls
+
+
 def test_the_server_stops_trying_a_text_on_its_loop_once_it_overran_there(tmp_path):
     """`KipApp` tries a FIND text on its event loop only while it is marked cheap; one that
-    overruns the budget there is answered from the pool, the same answer, and unmarked."""
+    overruns the budget there is answered from the pool, the same answer, and not tried on
+    the loop again with the same parameter values."""
     import asyncio
 
     from nexus.server.app import KipApp
@@ -73,16 +86,48 @@ def test_the_server_stops_trying_a_text_on_its_loop_once_it_overran_there(tmp_pa
     make_slow_db(tmp_path / "slow", items=200)
     with Nexus.open(str(tmp_path / "slow"), bootstrap=False) as nexus:
         app = KipApp(nexus, audit=None)
+        tried = _counting(nexus)
         try:
             app.cheap[SLOW_QUERY] = True        # as if it had been answered in 2 ms
-            response = asyncio.run(app._run("execute_kip_readonly",
-                                            {"command": SLOW_QUERY}, Call()))
-            assert response == {"result": 200 * 199 // 2}
-            assert app.cheap[SLOW_QUERY] is False
-            response = asyncio.run(app._run("execute_kip_readonly",
-                                            {"command": SLOW_QUERY}, Call()))
-            assert response == {"result": 200 * 199 // 2}
-            assert app.cheap[SLOW_QUERY] is False   # never marked cheap again
+            for _ in range(2):
+                response = asyncio.run(app._run("execute_kip_readonly",
+                                                {"command": SLOW_QUERY}, Call()))
+                assert response == {"result": 200 * 199 // 2}
+            assert len(tried) == 1              # overran once, then straight to the pool
+            assert (SLOW_QUERY, ()) in app.dear
+        finally:
+            app.close()
+
+
+def test_a_text_that_overran_with_several_parameter_values_is_never_tried_again(
+        tmp_path, monkeypatch):
+    """Each parameter value overruns at most once; after INLINE_STRIKES overruns the text
+    goes to the pool whatever its values — cheap ones too."""
+    import asyncio
+
+    from nexus.server import app as app_module
+    from nexus.server.app import KipApp
+    from nexus.server.wire import Call
+    from .conftest import make_slow_db
+    monkeypatch.setattr(app_module, "INLINE_STRIKES", 2)
+    make_slow_db(tmp_path / "slow", items=200)
+    with Nexus.open(str(tmp_path / "slow"), bootstrap=False) as nexus:
+        app = KipApp(nexus, audit=None)
+        tried = _counting(nexus)
+        try:
+            app.cheap[SLOW_QUERY] = True
+
+            def run(x):
+                return asyncio.run(app._run("execute_kip_readonly", {
+                    "command": SLOW_QUERY, "parameters": {"x": x}}, Call()))
+            assert run(1) == {"result": 200 * 199 // 2}
+            assert app.cheap[SLOW_QUERY] is True and len(tried) == 1
+            run(1)
+            assert len(tried) == 1              # the same values: not tried again
+            run(2)
+            assert len(tried) == 2 and app.cheap[SLOW_QUERY] is False
+            assert run(3) == {"result": 200 * 199 // 2}
+            assert len(tried) == 2              # a third value: never tried on the loop
         finally:
             app.close()
 

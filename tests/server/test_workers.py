@@ -60,6 +60,41 @@ def test_a_write_is_seen_through_every_connection(team):
             assert (status, data) == (200, {"result": [f"Seen{i}"]})
 
 
+def test_a_schema_describe_through_any_connection_sees_the_latest_write(team):
+    """A follower answers DESCRIBE CONCEPT TYPE itself (nexus.server.workers): from a
+    snapshot as fresh as a FIND's, the usage counts included."""
+    writer = team.connect()
+    readers = [team.connect() for _ in range(12)]     # spread over the processes
+
+    def counts() -> set:
+        seen = set()
+        for conn in readers:
+            status, data = post(conn, "execute_kip_readonly", 'DESCRIBE CONCEPT TYPE "Drug"')
+            assert status == 200, data
+            seen.add(data["result"]["usage"]["instance_count"])
+        return seen
+    [first] = counts()                                # the same answer everywhere
+    for i in range(1, 4):
+        status, data = post(writer, "execute_kip", DRUG, name=f"Counted{i}")
+        assert status == 200, data
+        assert counts() == {first + i}
+
+
+def test_a_follower_forwards_what_it_does_not_answer():
+    from nexus.server.workers import needs_owner
+
+    def forwarded(command, method="execute_kip_readonly"):
+        return needs_owner({"method": method, "params": {"command": command}})
+    assert not forwarded('FIND(?d.name) WHERE { ?d {type: "Drug"} }')
+    assert not forwarded('DESCRIBE CONCEPT TYPE "Drug"')
+    assert not forwarded("DESCRIBE PROPOSITION TYPES LIMIT 5")
+    assert not forwarded("// the domains\nDESCRIBE DOMAINS", method="execute_kip")
+    assert forwarded("DESCRIBE PRIMER")
+    assert forwarded('SEARCH CONCEPT "aspirin" LIMIT 10')
+    assert forwarded('UPSERT { CONCEPT ?d { {type: "Drug", name: "x"} } }', "execute_kip")
+    assert needs_owner({"method": "list_logs", "params": {}})
+
+
 def test_writes_search_and_logs_answer_through_any_connection(team):
     conns = [team.connect() for _ in range(6)]
     for i, conn in enumerate(conns):
