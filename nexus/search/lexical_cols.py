@@ -36,7 +36,7 @@ import numpy as np
 from .lexical_names import LINK_NAMES
 from .lexical_terms import FIELDS, K1, LOAD_TEXTS, cached_norm_name, doc_names
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   KIND_LINK, Doc, attribute_text, concept_texts)
+                   KIND_LINK, Doc, attribute_text, concept_texts_many, norm_names)
 
 _NAMEV = struct.Struct("<IB")
 _KB = (b"c", b"p")
@@ -98,7 +98,10 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
     out: list[Derived] = []
     for cols in known:
         ids = list(cols.ids)
-        take = [i for i, n in enumerate(ids) if n in wanted and n not in skip]
+        if wanted.issuperset(ids) and skip.isdisjoint(ids):     # (a load's chunk)
+            take = list(range(len(ids)))
+        else:
+            take = [i for i, n in enumerate(ids) if n in wanted and n not in skip]
         if fresh is None or (take and ids[take[0]] < fresh):
             # (a store that cannot tell which ids are new: the entries are read)
             known_absent = fresh if fresh is not None else 1 << 63
@@ -126,8 +129,7 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
     ids = [cols.ids[i] for i in take]
     names = [cols.names[i] for i in take]
     groups = [cols.type_ids[i] for i in take]
-    texts = [concept_texts(name, cols.attributes[i] or {})
-             for i, name in zip(take, names)]
+    texts = concept_texts_many(names, [cols.attributes[i] for i in take])
     fts: dict[tuple[int, str], int] = {}
     setd = fts.setdefault
     name_slot = [setd((F_NAME, nm), len(fts)) for nm in names]
@@ -139,21 +141,22 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
     slots = [name_slot, *alias_slots, type_slot, text_slot]
     terms, codes, weights, counts = _postings(slots, list(fts), len(ids))
     id_arr = np.array(ids, dtype=np.uint64)
-    tl = list(map(terms.__getitem__, codes.tolist()))
-    wl = weights.tolist()
+    # per posting its term and weight, interleaved: a document's `flat` is one slice
+    flat_all: list[Any] = [None] * (2 * len(codes))
+    flat_all[0::2] = map(terms.__getitem__, codes.tolist())
+    flat_all[1::2] = weights.tolist()
     pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
     entries: list[tuple[bytes, bytes]] = []
     name_rows: list[tuple[bytes, bytes]] = []
     at = 0
-    for n, idb, name, (aliases, _, context), group, k in zip(
-            ids, _id_bytes(id_arr), names, texts, groups, counts.tolist()):
-        flat: list[Any] = [None] * (2 * k)
-        flat[0::2] = tl[at:at + k]
-        flat[1::2] = wl[at:at + k]
-        at += k
+    for n, idb, name, norm, (aliases, _, context), group, k in zip(
+            ids, _id_bytes(id_arr), names, norm_names(names), texts, groups,
+            counts.tolist()):
+        flat = flat_all[at:at + 2 * k]
+        at += 2 * k
         # (`doc_names`: of a name alone, its normal form even when empty)
         nms = doc_names(Doc(n, KIND_CONCEPT, group, [name] + aliases)) if aliases else \
-            [cached_norm_name(name)]
+            [norm]
         vcrc = zlib.crc32("\x1f".join([name] + aliases + [context]).encode())
         entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc, flat])))
         for i, nn in enumerate(nms):
@@ -171,7 +174,11 @@ def _links(cols: NewLinks, take: list[int]) -> Derived:
     pids = np.asarray(cols.predicate_ids, dtype=np.int64)[idx]
     ends = np.concatenate([np.asarray(cols.subjects, dtype=np.int64)[idx],
                            np.asarray(cols.objects, dtype=np.int64)[idx]])
-    end_names = [cols.subject_names[i] for i in take] + [cols.object_names[i] for i in take]
+    if len(take) == len(cols.subject_names):        # (all of them: `take` is a range)
+        end_names = [*cols.subject_names, *cols.object_names]
+    else:
+        end_names = [cols.subject_names[i] for i in take] + \
+            [cols.object_names[i] for i in take]
     # field texts: the predicates (their names), then the distinct ends (their names)
     upids, pinv = np.unique(pids, return_inverse=True)
     pnames = [cols.predicate_names[p] for p in upids.tolist()]
@@ -186,9 +193,15 @@ def _links(cols: NewLinks, take: list[int]) -> Derived:
     pack = msgpack.Packer(use_bin_type=True).pack
     idbs = _id_bytes(ids)
     groups = pids.tolist()
-    pl = [pnames[i] for i in pinv.tolist()]
-    sn, on = end_names[:count], end_names[count:]
-    entries = list(zip(idbs, map(pack, map(list, zip(groups, pl, sn, on)))))
+    # A link's entry, msgpack's [predicate id, predicate, subject, object]: an array's
+    # bytes are its header and its items' bytes, so each predicate's head and each end
+    # name's bytes are packed once and joined per link.
+    heads = [b"\x94" + pack(g) + pack(p) for g, p in zip(upids.tolist(), pnames)]
+    packed = {name: pack(name) for name in set(end_names)}
+    got = packed.__getitem__
+    entries = list(zip(idbs, [h + s + o for h, s, o in zip(
+        map(heads.__getitem__, pinv.tolist()), map(got, end_names[:count]),
+        map(got, end_names[count:]))]))
     # a link's names: its predicate's (`doc_names` of [predicate]), flag 0; of each name
     # only the chunk's first LINK_NAMES links (`lexical_names`: a load's ids are above
     # every listed one, so no later one of the chunk can be listed)
@@ -248,13 +261,17 @@ def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
     for j in range(1, int(reps.max()) if len(reps) else 0):
         more = reps > j
         vals[more] += norms[more]
-    used = np.unique(e_code)
+    # the chunk's terms: the codes used (a mark per code of the table: no sort), ranked
+    # by their strings
+    seen = np.zeros(len(all_terms), dtype=bool)
+    seen[e_code] = True
+    used = np.flatnonzero(seen)
     words = list(map(all_terms.__getitem__, used.tolist()))
     by_word = sorted(range(len(words)), key=words.__getitem__)
     terms = [words[i] for i in by_word]
-    rank = np.empty(len(used), dtype=np.int64)
-    rank[np.array(by_word, dtype=np.int64)] = np.arange(len(used), dtype=np.int64)
-    term_of = rank[np.searchsorted(used, e_code)]
+    rank = np.empty(len(all_terms), dtype=np.int64)
+    rank[used[np.array(by_word, dtype=np.int64)]] = np.arange(len(used), dtype=np.int64)
+    term_of = rank[e_code]
     p_doc, p_entry, p_slot = [], [], []
     for k, column in enumerate(slots):
         ft = np.asarray(column, dtype=np.int64)
