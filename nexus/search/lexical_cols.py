@@ -94,7 +94,6 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
     wanted = set(order)
     first_new = getattr(txn, "first_new_id", None)
     fresh = first_new() if first_new is not None else None
-    done: set[int] = set()
     out: list[Derived] = []
     for cols in known:
         ids = list(cols.ids)
@@ -114,10 +113,13 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
             continue
         got = _concepts(cols, take) if isinstance(cols, NewConcepts) else _links(cols, take)
         out.append(got)
-        done.update(got.ids.tolist())
-    if not done:
+    if not out:
         return order, out
-    return [n for n in order if n not in done], out
+    done = np.unique(np.concatenate([d.ids for d in out]))
+    if len(done) == len(wanted):        # (all of `order`: what is derived is among it)
+        return [], out
+    left = set(done.tolist())
+    return [n for n in order if n not in left], out
 
 
 def _id_bytes(ids: np.ndarray) -> list[bytes]:
@@ -193,15 +195,9 @@ def _links(cols: NewLinks, take: list[int]) -> Derived:
     pack = msgpack.Packer(use_bin_type=True).pack
     idbs = _id_bytes(ids)
     groups = pids.tolist()
-    # A link's entry, msgpack's [predicate id, predicate, subject, object]: an array's
-    # bytes are its header and its items' bytes, so each predicate's head and each end
-    # name's bytes are packed once and joined per link.
-    heads = [b"\x94" + pack(g) + pack(p) for g, p in zip(upids.tolist(), pnames)]
-    packed = {name: pack(name) for name in set(end_names)}
-    got = packed.__getitem__
-    entries = list(zip(idbs, [h + s + o for h, s, o in zip(
-        map(heads.__getitem__, pinv.tolist()), map(got, end_names[:count]),
-        map(got, end_names[count:]))]))
+    pl = [pnames[i] for i in pinv.tolist()]
+    sn, on = end_names[:count], end_names[count:]
+    entries = list(zip(idbs, map(pack, map(list, zip(groups, pl, sn, on)))))
     # a link's names: its predicate's (`doc_names` of [predicate]), flag 0; of each name
     # only the chunk's first LINK_NAMES links (`lexical_names`: a load's ids are above
     # every listed one, so no later one of the chunk can be listed)

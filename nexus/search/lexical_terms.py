@@ -12,7 +12,7 @@ import math
 import struct
 import threading
 from collections import Counter
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -230,8 +230,7 @@ class LoadTexts:
     def rows_of(self, camel: bool, texts: list[str]) -> list[int]:
         """The rows of `texts` (each counted, and added, when it is new to the load)."""
         rows = self.rows[camel]
-        get = rows.get
-        out = [get(t, -1) for t in texts]
+        out = list(map(rows.get, texts, repeat(-1, len(texts))))
         if -1 in out:
             self._add(camel, list(dict.fromkeys(
                 [t for t, r in zip(texts, out) if r < 0])))
