@@ -53,6 +53,7 @@ POOL = 64                   # names kept by the trigram estimate, best first
 QUERY_GRAMS = 64            # a query's trigrams read at most (its first ones: a SEARCH text
 #                             may have 4,096 characters, each list up to GRAM_CAP postings)
 SMALL_BATCH = 2048          # new postings written as per-list operations below this (`Batch`)
+SMALL_CONCEPTS = 64         # new concepts whose postings `Batch.write` lists in Python
 PENDING = b"\x00P"          # + id (u64 BE) -> [type id, names]: a pending concept (module doc)
 SMALL_WRITE = 16            # a write of at most this many new concepts leaves them pending
 PENDING_MAX = 32            # pending ids spanning this many ids or more are folded in
@@ -141,19 +142,31 @@ class Batch:
                 group, names = msgpack.unpackb(raw)
                 self.added.setdefault(_U64.unpack(key[2:])[0], (group, names))
                 aux.delete(key)
-        names, codes, keys, weights, groups = _columns(self.added)
-        if len(codes) and len(codes) < SMALL_BATCH:
-            # A small write's few names: per-list operations (`postings.apply` splices a
-            # block's bytes) cost less than the numpy steps per list of the columns: one
-            # KML UPSERT of a concept, ~25 lists, 0.3 -> 0.1 ms (W2, bench/RESULTS.md).
+        # A small write's few names: per-list operations (`postings.apply` splices a
+        # block's bytes) cost less than the numpy steps per list of the columns: one KML
+        # UPSERT of a concept, ~25 lists, 0.3 -> 0.1 ms (W2, bench/RESULTS.md); its
+        # postings are listed in Python (`_postings_of`), a bulk load's as columns.
+        rows: Any = None
+        if len(self.added) <= SMALL_CONCEPTS:
+            rows = [(g, key, w, group) for n, (group, names) in self.added.items()
+                    for g, key, w in _postings_of(n, names)]
+            codes = np.zeros(0, dtype=np.int64)
+        else:
+            names, codes, keys, weights, groups = _columns(self.added)
+            if len(codes) < SMALL_BATCH:
+                rows = zip([names[c] for c in codes.tolist()], keys.tolist(),
+                           weights.tolist(), groups.tolist())
+                codes = codes[:0]
+        if rows is not None and (len(self.added) > SMALL_CONCEPTS or
+                                 len(rows) < SMALL_BATCH):
             merged: dict[str, dict[int, postings.Op]] = {}
-            for code, key, w, t in zip(codes.tolist(), keys.tolist(), weights.tolist(),
-                                       groups.tolist()):
-                merged.setdefault(names[code], {})[key] = (float(w), t)
+            for gram, key, w, t in rows:
+                merged.setdefault(gram, {})[key] = (float(w), t)
             for gram, later in self.ops.items():    # (changes after the new names)
                 merged.setdefault(gram, {}).update(later)
-            codes = codes[:0]
             self.ops = merged
+        elif rows is not None:      # (few concepts with many names: columns after all)
+            names, codes, keys, weights, groups = _columns(self.added)
         if len(codes):
             keys = keys.astype(np.uint64)
             order = np.lexsort((keys, codes))
