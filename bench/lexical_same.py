@@ -4,6 +4,8 @@
     python bench/lexical_same.py capnames --db DIR      # this tree's link name layout
     python bench/lexical_same.py marks --db DIR         # link entries as MARKs
     python bench/lexical_same.py tables --db DIR        # SHA-1 of the lexical tables
+    python bench/lexical_same.py rows --db DIR          # SHA-256 of lex, lexdoc, gram
+    python bench/lexical_same.py rows --db A --db B     # ... of two, exit 1 if they differ
     python bench/lexical_same.py diff A.json B.json
 
 `answers` opens an LMDB nexus read-only in spirit (`semantic="none"`, nothing written) and
@@ -19,7 +21,11 @@ deleting the keys past them — the same vector index on both sides, so that a c
 tests the lexical tables alone. `marks` does the same for the link entries: each one in
 the link layout (its texts) becomes MARK (`nexus.search.lexical_entry`). `tables` prints each lexical table's entry count and the
 SHA-1 of its keys and values: a load by this tree equals the rewritten earlier one when
-they match. `diff` prints the queries whose answers differ and exits 1 if any does.
+they match. `rows` prints the entry count and SHA-256 of every key and value of `aux.lex`,
+`aux.lexdoc` and `aux.gram` (the rows a bulk load's lexical and gram derivation writes), of
+one database or of two (then it exits 1 unless all three tables are byte-identical): the
+check that a faster derivation writes the same bytes (a load by the base tree and one by
+the changed tree, `python -m bench.loader load ... --db`). `diff` prints the queries whose answers differ and exits 1 if any does.
 """
 from __future__ import annotations
 
@@ -170,27 +176,63 @@ def tables(db: str) -> dict:
     return out
 
 
+ROW_TABLES = ("aux.lex", "aux.lexdoc", "aux.gram")
+
+
+def rows(db: str) -> dict:
+    """Per table of ROW_TABLES: [entries, SHA-256 of its keys and values in key order]
+    (absent table: [0, None])."""
+    import lmdb
+    env = lmdb.open(db, readonly=True, lock=False, max_dbs=64)
+    out: dict = {}
+    try:
+        for name in ROW_TABLES:
+            try:
+                handle = env.open_db(name.encode(), create=False)
+            except lmdb.NotFoundError:
+                out[name] = [0, None]
+                continue
+            h = hashlib.sha256()
+            count = 0
+            with env.begin(db=handle) as txn:
+                for k, v in txn.cursor():
+                    h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
+                    count += 1
+            out[name] = [count, h.hexdigest()]
+    finally:
+        env.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["answers", "capnames", "marks", "tables", "diff"])
+    ap.add_argument("what", choices=["answers", "capnames", "marks", "tables", "rows", "diff"])
     ap.add_argument("files", nargs="*")
-    ap.add_argument("--db")
+    ap.add_argument("--db", action="append")
     ap.add_argument("--data", default="bench/data/n10000")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.what == "answers":
-        got = answers(a.db, a.data, a.seed)
+        got = answers(a.db[0], a.data, a.seed)
         with open(a.out, "w") as f:
             json.dump(got, f)
         print(json.dumps({"queries": len(got), "hits": sum(len(r) for _, r in got
                                                              if isinstance(r, list))}))
     elif a.what == "capnames":
-        print(json.dumps({"deleted": capnames(a.db)}))
+        print(json.dumps({"deleted": capnames(a.db[0])}))
     elif a.what == "marks":
-        print(json.dumps({"rewritten": marks(a.db)}))
+        print(json.dumps({"rewritten": marks(a.db[0])}))
     elif a.what == "tables":
-        print(json.dumps(tables(a.db)))
+        print(json.dumps(tables(a.db[0])))
+    elif a.what == "rows":
+        got = [rows(db) for db in a.db]
+        for db, r in zip(a.db, got):
+            print(json.dumps({"db": db, **r}))
+        if len(got) > 1:
+            same = all(r == got[0] for r in got[1:])
+            print(json.dumps({"same": same}))
+            return 0 if same else 1
     else:
         x, y = (json.load(open(p)) for p in a.files)
         bad = [(qa, ra, rb) for (qa, ra), (qb, rb) in zip(x, y) if qa != qb or ra != rb]

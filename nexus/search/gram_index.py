@@ -34,7 +34,7 @@ leaders exactly (the 2+3-gram Dice of `text.grams`). `similarity` is that exact 
 from __future__ import annotations
 
 import struct
-from itertools import islice
+from itertools import chain, islice
 from typing import Any, Callable, Iterable, Iterator
 
 import msgpack
@@ -53,6 +53,7 @@ POOL = 64                   # names kept by the trigram estimate, best first
 QUERY_GRAMS = 64            # a query's trigrams read at most (its first ones: a SEARCH text
 #                             may have 4,096 characters, each list up to GRAM_CAP postings)
 SMALL_BATCH = 2048          # new postings written as per-list operations below this (`Batch`)
+SMALL_CONCEPTS = 64         # new concepts whose postings `Batch.write` lists in Python
 PENDING = b"\x00P"          # + id (u64 BE) -> [type id, names]: a pending concept (module doc)
 SMALL_WRITE = 16            # a write of at most this many new concepts leaves them pending
 PENDING_MAX = 32            # pending ids spanning this many ids or more are folded in
@@ -71,7 +72,7 @@ def trigrams(norm: str) -> list[str]:
 
 def _postings_of(n: int, names: list[str]) -> Iterator[tuple[str, int, int]]:
     """(trigram, posting key, weight) of every posting concept `n`'s names give (what
-    `Batch._columns` writes, inline there: a bulk load's hot loop)."""
+    `_columns` gives for many concepts at once, as columns: a bulk load's hot loop)."""
     for slot, name in enumerate(names[:SLOTS]):
         gs = trigrams(name)
         for g in gs:
@@ -87,17 +88,12 @@ class Batch:
     commits. New names (ids never indexed before) are held as columns and written sorted,
     appended to each list once; changes to indexed ones as per-list operations."""
 
-    __slots__ = ("codes", "vocab", "keys", "weights", "groups", "ops", "new", "added")
+    __slots__ = ("ops", "new", "added")
 
     def __init__(self) -> None:
         # The names of the concepts this transaction created, as the batch holds them (no
         # entry of theirs is read back: `indexed_names`).
         self.new: dict[int, list[str]] = {}
-        self.vocab: dict[str, int] = {}
-        self.codes: list[int] = []      # new postings: gram code, key, weight, group
-        self.keys: list[int] = []
-        self.weights: list[int] = []
-        self.groups: list[int] = []
         self.ops: dict[str, dict[int, postings.Op]] = {}
         # The concepts `add_new` was given (id -> type id, names): a small write's pending.
         self.added: dict[int, tuple[int, list[str]]] = {}
@@ -110,21 +106,6 @@ class Batch:
         small write's go pending, no trigram derived)."""
         self.new[n] = names
         self.added[n] = (group, names)
-
-    def _columns(self, n: int, group: int, names: list[str]) -> None:
-        """The postings of concept `n`'s names, as columns (`_postings_of`'s, unrolled)."""
-        vocab = self.vocab
-        for slot, name in enumerate(names[:SLOTS]):
-            gs = trigrams(name)
-            key = n * SLOTS + slot
-            for g in gs:
-                code = vocab.get(g)
-                if code is None:
-                    code = vocab[g] = len(vocab)
-                self.codes.append(code)
-                self.keys.append(key)
-                self.weights.append(len(gs))
-                self.groups.append(group)
 
     def change(self, n: int, group: int, old: list[str], new: list[str]) -> None:
         """Concept `n`'s postings of names `old` replaced by those of `new`."""
@@ -161,31 +142,40 @@ class Batch:
                 group, names = msgpack.unpackb(raw)
                 self.added.setdefault(_U64.unpack(key[2:])[0], (group, names))
                 aux.delete(key)
-        for n, (group, names) in self.added.items():
-            self._columns(n, group, names)
-        if self.codes and len(self.codes) < SMALL_BATCH:
-            # A small write's few names: per-list operations (`postings.apply` splices a
-            # block's bytes) cost less than the numpy steps per list of the columns: one
-            # KML UPSERT of a concept, ~25 lists, 0.3 -> 0.1 ms (W2, bench/RESULTS.md).
-            names = list(self.vocab)
+        # A small write's few names: per-list operations (`postings.apply` splices a
+        # block's bytes) cost less than the numpy steps per list of the columns: one KML
+        # UPSERT of a concept, ~25 lists, 0.3 -> 0.1 ms (W2, bench/RESULTS.md); its
+        # postings are listed in Python (`_postings_of`), a bulk load's as columns.
+        rows: Any = None
+        if len(self.added) <= SMALL_CONCEPTS:
+            rows = [(g, key, w, group) for n, (group, names) in self.added.items()
+                    for g, key, w in _postings_of(n, names)]
+            codes = np.zeros(0, dtype=np.int64)
+        else:
+            names, codes, keys, weights, groups = _columns(self.added)
+            if len(codes) < SMALL_BATCH:
+                rows = zip([names[c] for c in codes.tolist()], keys.tolist(),
+                           weights.tolist(), groups.tolist())
+                codes = codes[:0]
+        if rows is not None and (len(self.added) > SMALL_CONCEPTS or
+                                 len(rows) < SMALL_BATCH):
             merged: dict[str, dict[int, postings.Op]] = {}
-            for code, key, w, t in zip(self.codes, self.keys, self.weights, self.groups):
-                merged.setdefault(names[code], {})[key] = (float(w), t)
+            for gram, key, w, t in rows:
+                merged.setdefault(gram, {})[key] = (float(w), t)
             for gram, later in self.ops.items():    # (changes after the new names)
                 merged.setdefault(gram, {}).update(later)
-            self.codes = []
             self.ops = merged
-        if self.codes:
-            codes = np.asarray(self.codes, dtype=np.int64)
-            keys = np.asarray(self.keys, dtype=np.uint64)
+        elif rows is not None:      # (few concepts with many names: columns after all)
+            names, codes, keys, weights, groups = _columns(self.added)
+        if len(codes):
+            keys = keys.astype(np.uint64)
             order = np.lexsort((keys, codes))
             codes, keys = codes[order], keys[order]
-            weights = np.asarray(self.weights, dtype=np.float32)[order]
-            groups = np.asarray(self.groups, dtype=np.uint32)[order]
+            weights = weights.astype(np.float32)[order]
+            groups = groups.astype(np.uint32)[order]
             bounds = np.flatnonzero(np.diff(codes)) + 1
             starts = [0, *bounds.tolist()]
             ends = [*bounds.tolist(), len(codes)]
-            names = list(self.vocab)
             columns = postings.Columns(keys, weights, groups)
             for s, e in zip(starts, ends):
                 prefix = _prefix(names[int(codes[s])])
@@ -196,6 +186,27 @@ class Batch:
         for g, ops in sorted(self.ops.items()):      # (after the columns: later changes)
             postings.apply(aux, _prefix(g), ops)
         self.__init__()     # type: ignore[misc]
+
+
+def _columns(added: dict[int, tuple[int, list[str]]]
+             ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The postings of the names of `added` (id -> type id, names), as columns: (the
+    trigrams in first-seen order, then per posting its trigram's index there, its key,
+    weight and group), postings in concept, slot, then trigram order (`_postings_of`'s,
+    all at once: a bulk load's 100k names without a Python step per posting)."""
+    slots = [names[:SLOTS] for _, names in added.values()]
+    per_name = [trigrams(name) for names in slots for name in names]
+    keys = [n * SLOTS + slot for n, names in zip(added, slots) for slot in range(len(names))]
+    lens = np.fromiter(map(len, per_name), dtype=np.int64, count=len(per_name))
+    name_groups = np.repeat(np.fromiter([g for g, _ in added.values()], dtype=np.int64,
+                                        count=len(added)),
+                            np.fromiter(map(len, slots), dtype=np.int64, count=len(slots)))
+    flat = list(chain.from_iterable(per_name))
+    vocab = list(dict.fromkeys(flat))
+    index = dict(zip(vocab, range(len(vocab))))
+    codes = np.fromiter(map(index.__getitem__, flat), dtype=np.int64, count=len(flat))
+    return (vocab, codes, np.repeat(np.array(keys, dtype=np.int64), lens),
+            np.repeat(lens, lens), np.repeat(name_groups, lens))
 
 
 def indexed_names(txn: Any, batch: Batch, touched: Iterable[int], removed: Iterable[int]

@@ -37,7 +37,7 @@ from .lexical_entry import MARK
 from .lexical_names import LINK_NAMES
 from .lexical_terms import FIELDS, K1, LOAD_TEXTS, cached_norm_name, doc_names
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   KIND_LINK, Doc, attribute_text, concept_texts)
+                   KIND_LINK, Doc, attribute_text, concept_texts_many, norm_names)
 
 _NAMEV = struct.Struct("<IB")
 _KB = (b"c", b"p")
@@ -96,11 +96,13 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
     wanted = set(order)
     first_new = getattr(txn, "first_new_id", None)
     fresh = first_new() if first_new is not None else None
-    done: set[int] = set()
     out: list[Derived] = []
     for cols in known:
         ids = list(cols.ids)
-        take = [i for i, n in enumerate(ids) if n in wanted and n not in skip]
+        if wanted.issuperset(ids) and skip.isdisjoint(ids):     # (a load's chunk)
+            take = list(range(len(ids)))
+        else:
+            take = [i for i, n in enumerate(ids) if n in wanted and n not in skip]
         if fresh is None or (take and ids[take[0]] < fresh):
             # (a store that cannot tell which ids are new: the entries are read)
             known_absent = fresh if fresh is not None else 1 << 63
@@ -114,10 +116,13 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
         got = _concepts(cols, take) if isinstance(cols, NewConcepts) else \
             _links(cols, take, mark)
         out.append(got)
-        done.update(got.ids.tolist())
-    if not done:
+    if not out:
         return order, out
-    return [n for n in order if n not in done], out
+    done = np.unique(np.concatenate([d.ids for d in out]))
+    if len(done) == len(wanted):        # (all of `order`: what is derived is among it)
+        return [], out
+    left = set(done.tolist())
+    return [n for n in order if n not in left], out
 
 
 def _id_bytes(ids: np.ndarray) -> list[bytes]:
@@ -129,8 +134,7 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
     ids = [cols.ids[i] for i in take]
     names = [cols.names[i] for i in take]
     groups = [cols.type_ids[i] for i in take]
-    texts = [concept_texts(name, cols.attributes[i] or {})
-             for i, name in zip(take, names)]
+    texts = concept_texts_many(names, [cols.attributes[i] for i in take])
     fts: dict[tuple[int, str], int] = {}
     setd = fts.setdefault
     name_slot = [setd((F_NAME, nm), len(fts)) for nm in names]
@@ -142,21 +146,22 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
     slots = [name_slot, *alias_slots, type_slot, text_slot]
     terms, codes, weights, counts = _postings(slots, list(fts), len(ids))
     id_arr = np.array(ids, dtype=np.uint64)
-    tl = list(map(terms.__getitem__, codes.tolist()))
-    wl = weights.tolist()
+    # per posting its term and weight, interleaved: a document's `flat` is one slice
+    flat_all: list[Any] = [None] * (2 * len(codes))
+    flat_all[0::2] = map(terms.__getitem__, codes.tolist())
+    flat_all[1::2] = weights.tolist()
     pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
     entries: list[tuple[bytes, bytes]] = []
     name_rows: list[tuple[bytes, bytes]] = []
     at = 0
-    for n, idb, name, (aliases, _, context), group, k in zip(
-            ids, _id_bytes(id_arr), names, texts, groups, counts.tolist()):
-        flat: list[Any] = [None] * (2 * k)
-        flat[0::2] = tl[at:at + k]
-        flat[1::2] = wl[at:at + k]
-        at += k
+    for n, idb, name, norm, (aliases, _, context), group, k in zip(
+            ids, _id_bytes(id_arr), names, norm_names(names), texts, groups,
+            counts.tolist()):
+        flat = flat_all[at:at + 2 * k]
+        at += 2 * k
         # (`doc_names`: of a name alone, its normal form even when empty)
         nms = doc_names(Doc(n, KIND_CONCEPT, group, [name] + aliases)) if aliases else \
-            [cached_norm_name(name)]
+            [norm]
         vcrc = zlib.crc32("\x1f".join([name] + aliases + [context]).encode())
         entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc, flat])))
         for i, nn in enumerate(nms):
@@ -174,7 +179,11 @@ def _links(cols: NewLinks, take: list[int], mark: bool = False) -> Derived:
     pids = np.asarray(cols.predicate_ids, dtype=np.int64)[idx]
     ends = np.concatenate([np.asarray(cols.subjects, dtype=np.int64)[idx],
                            np.asarray(cols.objects, dtype=np.int64)[idx]])
-    end_names = [cols.subject_names[i] for i in take] + [cols.object_names[i] for i in take]
+    if len(take) == len(cols.subject_names):        # (all of them: `take` is a range)
+        end_names = [*cols.subject_names, *cols.object_names]
+    else:
+        end_names = [cols.subject_names[i] for i in take] + \
+            [cols.object_names[i] for i in take]
     # field texts: the predicates (their names), then the distinct ends (their names)
     upids, pinv = np.unique(pids, return_inverse=True)
     pnames = [cols.predicate_names[p] for p in upids.tolist()]
@@ -254,13 +263,17 @@ def _postings(slots: list[Any], fts: list[tuple[int, str]], docs: int
     for j in range(1, int(reps.max()) if len(reps) else 0):
         more = reps > j
         vals[more] += norms[more]
-    used = np.unique(e_code)
+    # the chunk's terms: the codes used (a mark per code of the table: no sort), ranked
+    # by their strings
+    seen = np.zeros(len(all_terms), dtype=bool)
+    seen[e_code] = True
+    used = np.flatnonzero(seen)
     words = list(map(all_terms.__getitem__, used.tolist()))
     by_word = sorted(range(len(words)), key=words.__getitem__)
     terms = [words[i] for i in by_word]
-    rank = np.empty(len(used), dtype=np.int64)
-    rank[np.array(by_word, dtype=np.int64)] = np.arange(len(used), dtype=np.int64)
-    term_of = rank[np.searchsorted(used, e_code)]
+    rank = np.empty(len(all_terms), dtype=np.int64)
+    rank[used[np.array(by_word, dtype=np.int64)]] = np.arange(len(used), dtype=np.int64)
+    term_of = rank[e_code]
     p_doc, p_entry, p_slot = [], [], []
     for k, column in enumerate(slots):
         ft = np.asarray(column, dtype=np.int64)

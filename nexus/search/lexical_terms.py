@@ -12,11 +12,12 @@ import math
 import struct
 import threading
 from collections import Counter
+from itertools import chain, repeat
 
 import numpy as np
 
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, Doc, norm_name,
-                   tokens)
+                   tokens, tokens_many)
 
 K1 = 1.2
 MAX_TOKENS_PER_FIELD = 400
@@ -188,12 +189,16 @@ class LoadTexts:
     pairs, terms as codes into `terms` —, so that a text met in several chunks of a load
     (a concept's name is its links' endpoint text) is tokenised once and its postings are
     gathered with numpy. Not a bounded cache emptied when full: it lives for the load
-    (`drop_caches` empties it when the load ends; past ROWS_MAX texts it starts over)."""
+    (`drop_caches` empties it when the load ends; past ROWS_MAX texts it starts over).
+
+    A chunk's new texts are counted together (`tokens_many`, their terms coded and counted
+    with numpy) and kept as arrays, one per chunk, joined when a chunk reads them
+    (`arrays`): no Python object per term occurrence."""
 
     ROWS_MAX = 2_000_000
 
-    __slots__ = ("lock", "rows", "terms", "term_index", "sizes", "starts", "codes", "reps",
-                 "_arrays")
+    __slots__ = ("lock", "rows", "terms", "term_index", "size", "_sizes", "_lens", "_codes",
+                 "_reps", "_arrays")
 
     def __init__(self) -> None:
         # held by a reader from its first row to its `arrays` (two loads' writes, or a
@@ -201,57 +206,83 @@ class LoadTexts:
         self.lock = threading.Lock()
         self.clear()
 
+    def __len__(self) -> int:
+        return self.size
+
     def clear(self) -> None:
         self.rows: tuple[dict[str, int], dict[str, int]] = ({}, {})    # by camel
         self.terms: list[str] = []
         self.term_index: dict[str, int] = {}
-        self.sizes: list[int] = []
-        self.starts: list[int] = [0]
-        self.codes: list[int] = []
-        self.reps: list[int] = []
+        self.size = 0                           # rows
+        # per chunk of rows: their token counts, their numbers of pairs, the pairs' term
+        # codes and occurrences (int64 arrays)
+        self._sizes: list[np.ndarray] = []
+        self._lens: list[np.ndarray] = []
+        self._codes: list[np.ndarray] = []
+        self._reps: list[np.ndarray] = []
         self._arrays: tuple[np.ndarray, ...] | None = None
 
     def reserve(self, n: int) -> None:
         """Make room for `n` more texts (before taking the rows of a chunk's texts)."""
-        if len(self.sizes) + n > self.ROWS_MAX:
+        if self.size + n > self.ROWS_MAX:
             self.clear()
 
     def rows_of(self, camel: bool, texts: list[str]) -> list[int]:
         """The rows of `texts` (each counted, and added, when it is new to the load)."""
         rows = self.rows[camel]
-        get = rows.get
-        out = [get(t, -1) for t in texts]
+        out = list(map(rows.get, texts, repeat(-1, len(texts))))
         if -1 in out:
-            for i, t in enumerate(texts):
-                if out[i] < 0:
-                    r = get(t)
-                    out[i] = self._add(camel, t) if r is None else r
+            self._add(camel, list(dict.fromkeys(
+                [t for t, r in zip(texts, out) if r < 0])))
+            out = list(map(rows.__getitem__, texts))
         return out
 
-    def _add(self, camel: bool, text: str) -> int:
-        size, counted = count_text(text, camel)
-        index, terms = self.term_index, self.terms
-        codes, reps = self.codes, self.reps
-        for t, c in counted:
-            code = index.get(t)
-            if code is None:
-                code = index[t] = len(terms)
-                terms.append(t)
-            codes.append(code)
-            reps.append(c)
-        r = self.rows[camel][text] = len(self.sizes)
-        self.sizes.append(size)
-        self.starts.append(len(codes))
+    def _add(self, camel: bool, texts: list[str]) -> None:
+        """Count `texts` (distinct, none in the table yet) into new rows: `count_text` of
+        each, its pairs in the same (first-seen) order."""
+        toks = tokens_many(texts, camel)
+        cap = MAX_TOKENS_PER_FIELD
+        sizes = np.fromiter(map(len, toks), dtype=np.int64, count=len(toks))
+        if len(sizes) and sizes.max() > cap:
+            for i in np.flatnonzero(sizes > cap).tolist():
+                toks[i] = toks[i][:cap]
+            np.minimum(sizes, cap, out=sizes)
+        flat = list(chain.from_iterable(toks))
+        index = self.term_index
+        new = set(flat).difference(index)
+        if new:
+            # (sorted: the codes do not depend on the order of a set)
+            self.terms.extend(sorted(new))
+            index.update(zip(self.terms[len(index):], range(len(index), len(self.terms))))
+        codes = np.fromiter(map(index.__getitem__, flat), dtype=np.int64, count=len(flat))
+        # (text, term) pairs: the distinct ones, each with its occurrences, ordered by
+        # text, then by the position of the term's first token in it
+        span = max(len(index), 1)
+        key = np.repeat(np.arange(len(texts), dtype=np.int64), sizes) * span + codes
+        uniq, first, reps = np.unique(key, return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        uniq = uniq[order]
+        text_of = uniq // span
+        self._codes.append(uniq - text_of * span)
+        self._reps.append(reps[order].astype(np.int64))
+        self._lens.append(np.bincount(text_of, minlength=len(texts)).astype(np.int64))
+        self._sizes.append(sizes)
+        self.rows[camel].update(zip(texts, range(self.size, self.size + len(texts))))
+        self.size += len(texts)
         self._arrays = None
-        return r
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(starts: row -> its first pair, n rows + 1; sizes; codes; reps), as arrays."""
         if self._arrays is None:
-            self._arrays = (np.array(self.starts, dtype=np.int64),
-                            np.array(self.sizes, dtype=np.int64),
-                            np.array(self.codes, dtype=np.int64),
-                            np.array(self.reps, dtype=np.int64))
+            parts = (self._lens, self._sizes, self._codes, self._reps)
+            for part in parts:
+                if len(part) > 1:
+                    part[:] = [np.concatenate(part)]
+            lens, sizes, codes, reps = (p[0] if p else np.zeros(0, dtype=np.int64)
+                                        for p in parts)
+            starts = np.zeros(len(lens) + 1, dtype=np.int64)
+            np.cumsum(lens, out=starts[1:])
+            self._arrays = (starts, sizes, codes, reps)
         return self._arrays         # type: ignore[return-value]
 
 

@@ -8,8 +8,10 @@ or scoring (`nexus.search.lexical`, `nexus.search.vectors`).
 """
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
+from itertools import chain, compress
 from dataclasses import dataclass, field
 from typing import Any, Collection
 
@@ -71,6 +73,52 @@ def tokens(text: str, *, camel: bool = False) -> list[str]:
             out.extend(_cjk_tokens(w))
         else:
             out.append(_clip(w))
+    return out
+
+
+# The short way for ASCII texts (`tokens_many`): NFKC leaves ASCII as it is and casefolds
+# it as `lower` does, and `_WORD`'s words of ASCII text are its runs of letters and digits,
+# so every other character (but NUL, which separates the texts) becomes a space and
+# `str.split` cuts the words; `_CAMEL_ANY` over ASCII is `_CAMEL_ASCII`.
+_ASCII_SPACES = str.maketrans({i: " " for i in range(1, 128) if not chr(i).isalnum()})
+_CAMEL_ASCII = re.compile(r"[a-z0-9][A-Z]|[A-Z][A-Z][a-z]")
+
+
+def tokens_many(texts: list[str], camel: bool = False) -> list[list[str]]:
+    """`tokens` of each of `texts` (a bulk load's texts, many at once): the same lists.
+    The ASCII texts that need no camelCase split are cut into words together, in C (one
+    string for all of them: lowered, every character but a letter or digit a space, then
+    split); the others go through `tokens`."""
+    n = len(texts)
+    joined = "\x00".join(texts)
+    fast: Any = range(n)
+    if not joined.isascii() or joined.count("\x00") != max(n - 1, 0):
+        fast = [i for i, t in enumerate(texts) if t.isascii() and "\x00" not in t]
+        joined = "\x00".join([texts[i] for i in fast])
+    out: list[Any] = [None] * n
+    if len(fast):
+        words = map(str.split, joined.lower().translate(_ASCII_SPACES).split("\x00"))
+        if type(fast) is range:
+            out = list(words)
+        else:
+            for i, ws in zip(fast, words):
+                out[i] = ws
+    if camel:
+        for i in compress(range(n), map(_CAMEL_ASCII.search, texts)):
+            out[i] = None
+    for i in [i for i, ws in enumerate(out) if ws is None]:
+        out[i] = tokens(texts[i], camel=camel)
+    if max(map(len, chain.from_iterable(out)), default=0) > MAX_TERM_BYTES:
+        out = [ws if not ws or max(map(len, ws)) <= MAX_TERM_BYTES
+               else [w[:MAX_TERM_BYTES] for w in ws] for ws in out]
+    return out
+
+
+def norm_names(names: list[str]) -> list[str]:
+    """`norm_name` of each of `names`, many at once (the same strings)."""
+    out = list(map(" ".join, tokens_many(names)))
+    for i in [i for i, nn in enumerate(out) if len(nn) > MAX_NAME_BYTES or not nn.isascii()]:
+        out[i] = norm_name(names[i])
     return out
 
 
@@ -208,6 +256,37 @@ def concept_texts(name: str, attrs: dict) -> tuple[list[str], str, str]:
     desc = attrs.get("description")
     return (_aliases(attrs), attribute_text(attrs),
             name + (f": {desc}" if isinstance(desc, str) and desc else ""))
+
+
+def concept_texts_many(names: list[str], attrs: list[dict | None]
+                       ) -> list[tuple[list[str], str, str]]:
+    """`concept_texts` of each (name, attributes) pair (None: no attributes), many at once
+    (a bulk load's concepts): the same values. Attributes without aliases whose values are
+    strings or scalars (the common shape) are read here with their keys' order worked out
+    once per key set; the others go through `concept_texts`."""
+    plans: dict[tuple, tuple[str, ...] | None] = {}
+    out: list[tuple[list[str], str, str]] = []
+    append = out.append
+    for name, a in zip(names, attrs):
+        if not a:
+            append(([], "", name))
+            continue
+        keys = tuple(a)
+        plan = plans.get(keys, ())
+        if plan == ():
+            plan = plans[keys] = None if any(k in ALIAS_KEYS for k in keys) else \
+                tuple(sorted(keys, key=lambda k: (k != "description", k)))
+        values = None if plan is None else [a[k] for k in plan]
+        if values is None or any(isinstance(v, (list, dict)) for v in values):
+            append(concept_texts(name, a))
+            continue
+        parts = [v[:MAX_FIELD_CHARS] for v in values if isinstance(v, str) and v]
+        text = " ".join(parts)
+        if len(parts) > 1 and sum(map(len, parts)) >= MAX_TEXT_CHARS:
+            text = attribute_text(a)    # (the size cap: where `attribute_text` stops)
+        desc = a.get("description")
+        append(([], text, name + (f": {desc}" if isinstance(desc, str) and desc else "")))
+    return out
 
 
 def end_names(txn: Any, head: Any, ends: dict[int, str] | None = None) -> tuple[str, str]:

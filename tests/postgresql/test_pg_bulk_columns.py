@@ -72,6 +72,6 @@ def test_the_loads_text_table_is_emptied_when_a_load_ends_on_postgresql(pg_serve
     with Nexus.open(pg_server.fresh_database("loadtexts"), semantic="none") as nx:
         _kip(nx, cases.SCHEMA)
         lexical_terms.LOAD_TEXTS.rows_of(True, ["someLeftoverName"])
-        assert lexical_terms.LOAD_TEXTS.sizes
+        assert len(lexical_terms.LOAD_TEXTS)
         bulk_import(nx, *cases._data(8, 250), chunk_size=137)
-        assert not lexical_terms.LOAD_TEXTS.sizes and not lexical_terms.LOAD_TEXTS.terms
+        assert not len(lexical_terms.LOAD_TEXTS) and not lexical_terms.LOAD_TEXTS.terms

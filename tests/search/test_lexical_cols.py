@@ -166,7 +166,7 @@ def test_the_loads_text_table_started_over_mid_load_gives_the_same_rows(tmp_path
     real_clear = lexical_terms.LoadTexts.clear
 
     def clear(self):
-        cleared.append(len(getattr(self, "sizes", ())))
+        cleared.append(getattr(self, "size", 0))
         real_clear(self)
     monkeypatch.setattr(lexical_terms.LoadTexts, "clear", clear)
     monkeypatch.setattr(lexical_terms.LoadTexts, "ROWS_MAX", 150)
@@ -184,7 +184,7 @@ def test_the_loads_text_table_is_emptied_when_the_load_ends(tmp_path, kip):
     try:
         kip(nx, SCHEMA)
         lexical_terms.drop_caches()
-        assert not lexical_terms.LOAD_TEXTS.sizes
+        assert not len(lexical_terms.LOAD_TEXTS)
         table = lexical_terms.LOAD_TEXTS
         rows = table.rows_of(True, ["aspirinTablet", "Willow bark", "aspirinTablet"])
         assert rows[0] == rows[2] != rows[1]
@@ -192,7 +192,7 @@ def test_the_loads_text_table_is_emptied_when_the_load_ends(tmp_path, kip):
         first = [table.terms[c] for c in codes[starts[0]:starts[1]].tolist()]
         assert first == [t for t, _ in lexical_terms.count_text("aspirinTablet", True)[1]]
         bulk_import(nx, *_data(6, 40), chunk_size=1000)     # (its end empties it)
-        assert not lexical_terms.LOAD_TEXTS.sizes and not lexical_terms.LOAD_TEXTS.terms
+        assert not len(lexical_terms.LOAD_TEXTS) and not lexical_terms.LOAD_TEXTS.terms
     finally:
         nx.close()
 
