@@ -426,7 +426,7 @@ def _write(ctx: WriteContext, statements: int, types: list[str], names: list[str
     # columns, `lexical_cols`): none of them is read back to be indexed.
     if new_c:
         ctx.new_docs.append(NewConcepts(new_c, new_c_types,
-                                        {type_ids[t]: t for t in type_ids}, new_c_names,
+                                        {tid: t for t, tid in type_ids.items()}, new_c_names,
                                         new_c_attrs))
     if new_l:
         ctx.new_docs.append(NewLinks(new_l, new_l_s, new_l_p, new_l_o,
