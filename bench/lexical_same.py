@@ -36,7 +36,9 @@ import os
 import random
 import sys
 from collections import defaultdict
+from contextlib import contextmanager
 from itertools import islice
+from typing import Any, Iterator
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
@@ -120,42 +122,45 @@ def answers(db: str, data: str, seed: int) -> list:
         nx.close()
 
 
-def capnames(db: str) -> int:
-    """Delete every link name key past its name's lowest LINK_NAMES; returns how many."""
+@contextmanager
+def _rewriting(db: str) -> Iterator[Any]:
+    """A write session over `db` (its search index's tables rewritten in place), the
+    database closed after."""
     from nexus.api import Nexus
-    from nexus.search.lexical_names import LINK_NAMES
     nx = Nexus.open(db, durable=False, semantic="none")
     try:
         with nx.write_session() as session:
-            lex = session.txn.aux("lex")
-            per: dict[bytes, list[bytes]] = defaultdict(list)
-            for key, _ in lex.scan(b"np"):
-                per[key[:-8]].append(key)
-            gone = 0
-            for prefix, keys in per.items():
-                for key in keys[LINK_NAMES:]:
-                    lex.delete(key)
-                    gone += 1
-                if len(keys) >= LINK_NAMES:     # the mark of a name with as many listed
-                    lex.put(b"Lp" + prefix[2:-1], b"")
-        return gone
+            yield session
     finally:
         nx.close()
+
+
+def capnames(db: str) -> int:
+    """Delete every link name key past its name's lowest LINK_NAMES; returns how many."""
+    from nexus.search.lexical_names import LINK_NAMES
+    with _rewriting(db) as session:
+        lex = session.txn.aux("lex")
+        per: dict[bytes, list[bytes]] = defaultdict(list)
+        for key, _ in lex.scan(b"np"):
+            per[key[:-8]].append(key)
+        gone = 0
+        for prefix, keys in per.items():
+            for key in keys[LINK_NAMES:]:
+                lex.delete(key)
+                gone += 1
+            if len(keys) >= LINK_NAMES:     # the mark of a name with as many listed
+                lex.put(b"Lp" + prefix[2:-1], b"")
+    return gone
 
 
 def marks(db: str) -> int:
     """Rewrite every link entry in the link layout as MARK; returns how many."""
-    from nexus.api import Nexus
     from nexus.search.lexical_entry import LINK_HEADER, MARK
-    nx = Nexus.open(db, durable=False, semantic="none")
-    try:
-        with nx.write_session() as session:
-            doc = session.txn.aux("lexdoc")
-            keys = [k for k, v in doc.scan() if v[:1] == LINK_HEADER]
-            session.txn.aux_put_many("lexdoc", [(k, MARK) for k in keys])
-        return len(keys)
-    finally:
-        nx.close()
+    with _rewriting(db) as session:
+        doc = session.txn.aux("lexdoc")
+        keys = [k for k, v in doc.scan() if v[:1] == LINK_HEADER]
+        session.txn.aux_put_many("lexdoc", [(k, MARK) for k in keys])
+    return len(keys)
 
 
 def tables(db: str) -> dict:
