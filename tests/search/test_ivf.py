@@ -199,3 +199,42 @@ def test_the_semantic_index_is_an_inverted_file_and_an_hnsw_one_is_rebuilt(
     assert not os.path.exists(os.path.join(db, "semantic.concepts.usearch"))
     with open(os.path.join(db, "semantic.json")) as f:
         assert json.load(f)["layout"] == "ivf"
+
+
+def old_kmeans(x, nlist, seed=1):
+    """`ivf.kmeans` as it was, with `np.add.at` for the lists' sums (the reference)."""
+    rng = np.random.default_rng(seed)
+    c = x[rng.choice(len(x), nlist, replace=False)].copy()
+    for _ in range(ivf.KMEANS_ITERS):
+        a = ivf.assign(x, c)
+        sums = np.zeros_like(c)
+        np.add.at(sums, a, x)
+        empty = ~np.any(sums, axis=1)
+        if empty.any():
+            sums[empty] = x[rng.choice(len(x), int(empty.sum()), replace=False)]
+        c = ivf._unit(sums)
+    return np.ascontiguousarray(c, dtype=np.float32)
+
+
+def test_the_lists_sums_are_those_of_add_at_bit_for_bit():
+    """`list_sums` adds each list's rows in row order, as `np.add.at` does: the same float32
+    bits (a different order of additions would round differently), with lists of one row,
+    many rows, and none."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5000, 64)).astype(np.float32) * 3
+    lists = np.minimum(rng.geometric(0.05, 5000) - 1, 49).astype(np.int32)
+    lists[lists == 7] = 8                               # list 7: empty
+    want = np.zeros((50, 64), dtype=np.float32)
+    np.add.at(want, lists, x)
+    got = ivf.list_sums(x, lists, 50)
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    assert not got[7].any() and np.bincount(lists).max() > 100
+    assert ivf.list_sums(x[:0], lists[:0], 3).tobytes() == bytes(3 * 64 * 4)
+
+
+def test_the_k_means_gives_the_centroids_of_before_bit_for_bit():
+    rng = np.random.default_rng(9)
+    centres = rng.standard_normal((40, 32)).astype(np.float32)
+    x = ivf._unit(centres[rng.integers(0, 40, 4000)]
+                  + 0.6 * rng.standard_normal((4000, 32)).astype(np.float32)).astype(np.float32)
+    assert ivf.kmeans(x, 60, seed=3).tobytes() == old_kmeans(x, 60, seed=3).tobytes()
