@@ -2,16 +2,19 @@
 
 Owns, for one vector index that builds vectors (`VectorIndex.build`: the semantic index,
 and the n-gram one of another embedder), the vectors of the concepts that a bulk load's
-chunks created or changed, embedded by a worker thread chunk by chunk while the load
-writes its next chunks, and handed to the index when the load ends
-(`VectorIndex.fill(ahead)`), which then reads back and embeds only what they do not cover.
+chunks created or changed, embedded by a worker process (`embed_proc.EmbedProcess`,
+started by the first chunk of PROCESS_MIN texts; a worker thread for smaller chunks, or
+when the process cannot be used) chunk by chunk while the load writes its next chunks, and
+handed to the index when the load ends (`VectorIndex.fill(ahead)`), which then reads back
+and embeds only what they do not cover.
 
 Why: the end of a load used to read every queued concept's document back (one read
 transaction per 16k ids) and embed all of them in the loading thread, after the last
 commit: ~1/5 of a W1 load with SEARCH at N=100k (bench/RESULTS.md, "Bulk load with
 SEARCH"). A chunk's new concepts come with their texts (`lexical_cols.NewConcepts`, the
-columns the load wrote), and WordLlama's tokenizer (Rust, `encode_batch`) and its numpy
-sums run without the GIL, so the embedding overlaps the load on the machine's other core.
+columns the load wrote), so the embedding can overlap the load on the machine's other
+core: in a process, since a thread's GIL hand-offs with the loading thread ate most of that
+overlap on a busy machine (`embed_proc`).
 
 Guarantees (the same as without it):
 
@@ -20,7 +23,8 @@ Guarantees (the same as without it):
   (`rolled_back`).
 * **the same vectors** — a concept's texts are `vectors.doc_texts` of the document its
   columns describe (`text.concept_texts`, what `element_doc` builds from the stored
-  element); the worker calls the index's own embedder and quantisation (`VectorIndex.embed_rows`).
+  element); the worker computes the index's own rows (`embed_proc.rows_of`, what
+  `VectorIndex.embed_rows` computes; the process with an embedder of the same name).
 * **as of the commit** — a job's rows are used only for the ids whose latest queue entry
   is the sequence its write transaction recorded (`recorded`): an id that a later write
   queued again (another writer between the load's batches) is read back as before. An id
@@ -29,8 +33,9 @@ Guarantees (the same as without it):
 * **durability** — unchanged: the queue entries are written in the data's transactions as
   before, so a crash before `fill` saved the index leaves them to the next open's indexer.
 
-A job that failed (the embedder raised) covers nothing: its ids are read back and
-embedded by `fill` as before, which reports a failure as it always did.
+A job that failed (the embedder raised, the process died, stalled or could not start)
+covers nothing: its ids are read back and embedded by `fill` as before, which reports a
+failure as it always did. The process never outlives the load (`close`) or its parent.
 """
 from __future__ import annotations
 
@@ -41,9 +46,10 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .embed_proc import PROCESS_MIN, EmbedProcess
 from .lexical_cols import NewConcepts
 from .text import KIND_CONCEPT, Doc, concept_texts, element_doc
-from .vectors import SLOTS, doc_texts
+from .vectors import FILL_CHUNK, SLOTS, doc_texts
 from ..store.bulk import trim_heap
 from ..store.protocol import ConceptHead
 
@@ -68,11 +74,13 @@ class _Job:
 
 
 class Ahead:
-    """The vectors of a bulk load's concepts for one index, embedded by a worker thread."""
+    """The vectors of a bulk load's concepts for one index, embedded by a worker process
+    (`embed_proc`; a thread for small chunks, or when the process is not available)."""
 
     def __init__(self, index: Any) -> None:
         self.index = index
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="nexus-embed")
+        self._proc = EmbedProcess(index.embedder, index.layout == "ivf", FILL_CHUNK)
         self._lock = threading.Lock()
         self._jobs: list[_Job] = []
         # id -> the job holding its current texts (one of `_jobs`); an id written again
@@ -123,7 +131,11 @@ class Ahead:
                 texts.append(t)
         if not texts:
             return
-        rows = self._pool.submit(self._embed, texts)
+        rows = None
+        if len(texts) >= PROCESS_MIN or self._proc.proc is not None:
+            rows = self._proc.submit(texts)
+        if rows is None:
+            rows = self._pool.submit(self._embed, texts)
         job = _Job(id(ctx), np.asarray(ids, dtype=np.int64),
                    np.asarray(keys, dtype=np.uint64), rows)
         with self._lock:
@@ -192,7 +204,7 @@ class Ahead:
         rows: list[Any] = []
         for job in jobs:
             try:
-                got = job.rows.result()
+                got = self._proc.result(job.rows)
             except Exception:  # noqa: BLE001 - read back and embedded by `fill` instead
                 log.warning("search: embedding a bulk load's chunk ahead failed; its "
                             "vectors are built at the end", exc_info=True)
@@ -211,9 +223,10 @@ class Ahead:
         return Held(covered, keys, rows)
 
     def close(self) -> None:
-        """Stop the worker (what it still computes is dropped)."""
+        """Stop the workers (what they still compute is dropped)."""
         with self._lock:
             self._forget(list(self._jobs))
+        self._proc.close()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -60,7 +60,8 @@ from usearch.index import Index
 
 from ..errors import ErrorCode, KipError
 from .embed import Embedder
-from .ivf import IVFIndex, quantise
+from .embed_proc import rows_of
+from .ivf import IVFIndex
 from .indexer import QUIET_BACKLOG, Indexer
 from .layered import LayeredIndex
 from ..store.protocol import ConceptHead, LinkHead
@@ -484,16 +485,9 @@ class VectorIndex:
                 self._dirty(len(chunk))
 
     def embed_rows(self, texts: list[str]) -> Any:
-        """`texts`' vectors as this index stores them (`_add_rows`): an IVF's int8 rows and
-        inverse norms (`ivf.quantise`), else float32; embedded FILL_CHUNK at a time by the
-        embedder's `embed_bulk` when it has one (a thread beside a bulk load: `ahead`)."""
-        embed = getattr(self.embedder, "embed_bulk", self.embedder.embed)
-        ivf = self.layout == "ivf"      # (each piece quantised at once: a quarter the size)
-        parts = [quantise(embed(texts[i:i + FILL_CHUNK])) if ivf else
-                 embed(texts[i:i + FILL_CHUNK]) for i in range(0, len(texts), FILL_CHUNK)]
-        if not ivf:
-            return np.concatenate(parts) if parts else np.zeros((0, self.embedder.dim))
-        return np.concatenate([q for q, _ in parts]), np.concatenate([v for _, v in parts])
+        """`texts`' vectors as this index stores them (`_add_rows`): `embed_proc.rows_of`,
+        FILL_CHUNK at a time (also what a bulk load's worker process computes: `ahead`)."""
+        return rows_of(self.embedder, texts, self.layout == "ivf", FILL_CHUNK)
 
     def _add_rows(self, keys: np.ndarray, rows: Any) -> None:
         """Insert `embed_rows`' rows under `keys`, ADD_CHUNK at a time."""

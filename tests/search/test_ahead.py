@@ -11,7 +11,10 @@ with vectors, HNSW) runs everywhere; the semantic one (WordLlama, IVF) needs the
 """
 from __future__ import annotations
 
+import os
 import random
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from nexus import Nexus
 from nexus.errors import KipError
 from nexus.ops.bulk_import import bulk_import
 from nexus.search import ahead as ahead_mod
+from nexus.search import embed_proc
 from nexus.search import vectors as vectors_mod
 from nexus.search.embed import WordLlamaEmbedder, semantic_installed
 from nexus.search.vectors import SLOTS, read_seq
@@ -234,3 +238,101 @@ def test_the_grouped_embedding_gives_the_vectors_of_embed_bit_for_bit():
         got = e.embed_bulk(texts)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+# --- the worker process (nexus/search/embed_proc.py) ---------------------------------------
+# Each test loads with the worker process (every chunk goes to it: PROCESS_MIN 1) and compares
+# with the load that reads everything back. The process is a real one: its pid is recorded.
+
+def worker_pids(monkeypatch):
+    """Every chunk of a load to the worker process; the pids it started, listed."""
+    monkeypatch.setattr(ahead_mod, "PROCESS_MIN", 1)
+    pids: list[int] = []
+    real = embed_proc.EmbedProcess._start
+
+    def start(self):
+        started = real(self)
+        if started:
+            pids.append(self.pid)
+        return started
+    monkeypatch.setattr(embed_proc.EmbedProcess, "_start", start)
+    return pids
+
+
+def gone(pid, timeout=30.0):
+    """Whether process `pid` (a child of this one) has exited and been waited for within
+    `timeout` seconds (a zombie is not: its parent, this process, did not wait for it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("semantic", [False, pytest.param(True, marks=needs_extra)])
+def test_the_worker_process_gives_the_rows_of_the_documents_read_back(
+        tmp_path, monkeypatch, ngram_vectors, semantic):
+    pids = worker_pids(monkeypatch)
+    items = items_with_rewrites()
+    nx, got = load(tmp_path, "a", True, monkeypatch, semantic, items, LINKS,
+                   batch_size=250, chunk_size=60)
+    nx.close()
+    assert len(pids) == 1 + semantic             # one process per building index ...
+    assert all(gone(pid) for pid in pids)        # ... stopped when the load returned
+    nx, want = load(tmp_path, "b", False, monkeypatch, semantic, items, LINKS,
+                    batch_size=250, chunk_size=60)
+    nx.close()
+    same(got, want)
+    if semantic:
+        a, b = (tmp_path / db / "semantic.concepts.ivf" for db in "ab")
+        assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_failed_load_stops_its_worker_process(tmp_path, monkeypatch, ngram_vectors):
+    pids = worker_pids(monkeypatch)
+    items = [drug(i) for i in range(230)] + [{"type": "Drug"}]     # no name: rejected
+    nx = Nexus.open(str(tmp_path / "a"), durable=False, semantic="none")
+    try:
+        kip(nx, SCHEMA)
+        with pytest.raises(KipError):
+            bulk_import(nx, items, batch_size=200, chunk_size=50)
+        assert pids and all(gone(pid) for pid in pids)
+        assert nx.search.drain(60)
+        assert nx.check(deep=True, wait=0)["ok"]
+    finally:
+        nx.close()
+
+
+@pytest.mark.parametrize("how", ["killed", "hung", "foreign"])
+def test_a_worker_process_that_dies_hangs_or_differs_leaves_its_rows_to_fill(
+        tmp_path, monkeypatch, ngram_vectors, how, caplog):
+    """The worker killed after the first batch, stopped (SIGSTOP: it answers nothing, and
+    the end of the load kills it after STALL), or building another embedder than the
+    index's: the load completes with the same rows, embedded in process."""
+    pids = worker_pids(monkeypatch)
+    if how == "hung":
+        monkeypatch.setattr(embed_proc, "STALL", 1.0)
+    if how == "foreign":
+        monkeypatch.setattr(embed_proc, "worker_spec", lambda embedder: ("hashed-ngrams", 64))
+    items = [drug(i) for i in range(300)]
+
+    def between(nx, kind, done):
+        if done == 100 and how != "foreign":
+            assert pids
+            os.kill(pids[0], signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    nx, got = load(tmp_path, "a", True, monkeypatch, False, items, between=between,
+                   batch_size=100, chunk_size=50)
+    try:
+        assert nx.check(deep=True, wait=0)["ok"]
+    finally:
+        nx.close()
+    assert pids and all(gone(pid) for pid in pids)
+    if how == "hung":
+        assert "answered nothing" in caplog.text
+    elif how == "foreign":
+        assert "built 'hashed-ngrams/v2/64'" in caplog.text
+    nx, want = load(tmp_path, "b", False, monkeypatch, False, items, batch_size=100,
+                    chunk_size=50)
+    nx.close()
+    same(got, want)
