@@ -48,7 +48,7 @@ import numpy as np
 
 from .embed_proc import PROCESS_MIN, EmbedProcess
 from .lexical_cols import NewConcepts
-from .text import KIND_CONCEPT, Doc, concept_texts, element_doc
+from .text import KIND_CONCEPT, Doc, concept_texts_many, element_doc
 from .vectors import FILL_CHUNK, SLOTS, doc_texts
 from ..store.bulk import trim_heap
 from ..store.protocol import ConceptHead
@@ -107,6 +107,9 @@ class Ahead:
         for part in new_docs:
             if isinstance(part, NewConcepts):
                 cols.update((n, (part, i)) for i, n in enumerate(part.ids))
+        # Each part's texts worked out together (`concept_texts_many`: the same values as
+        # `concept_texts` of each), when asked for the first time.
+        many: dict[int, list[tuple[list[str], str, str]]] = {}
         embedder = self.index.embedder
         slots = SLOTS
         ids: list[int] = []
@@ -118,7 +121,11 @@ class Ahead:
             if at is not None:
                 part, i = at
                 name = part.names[i]
-                aliases, _, context = concept_texts(name, part.attributes[i] or {})
+                texts_of = many.get(id(part))
+                if texts_of is None:
+                    texts_of = many[id(part)] = concept_texts_many(
+                        list(part.names), list(part.attributes))
+                aliases, _, context = texts_of[i]
                 doc = Doc(n, KIND_CONCEPT, part.type_ids[i], [name] + aliases,
                           vec_texts=[name] + aliases, context=context)
             else:
