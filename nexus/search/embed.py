@@ -482,7 +482,10 @@ class _LightWordLlama:
 
 
 GROUP_ROWS = 4096       # texts tokenised per call by `embed_grouped` (~12 MB of encodings)
-BUCKET_ROWS = 1024      # ... and summed per numpy step, by length (~20 MB of float32)
+# ... and summed per numpy step, by length: 256 rows of up to ~100 tokens are ~25 MB of
+# float32 (1,024 took the worker process's peak to 225 MB instead of 166, and ~10 % more
+# CPU: bench/RESULTS.md, s17-w1proc).
+BUCKET_ROWS = 256
 
 # The files of the model the embedder uses, as the `wordllama` wheel lays them out
 # (`WordLlama.load(dim=…)` with its default configuration, "l2_supercat").
