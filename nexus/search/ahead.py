@@ -62,15 +62,23 @@ _TAKEN.cancel()
 
 class _Job:
     """The rows one stage handed the worker: per row its element id and key; `rows` the
-    index's prepared vectors (`VectorIndex.embed_rows`) once computed."""
-    __slots__ = ("ctx", "seq", "ids", "keys", "rows")
+    index's prepared vectors (`VectorIndex.embed_rows`) once computed; `texts` (a job of
+    the worker process) kept until then, for `take` to embed here if the worker is behind."""
+    __slots__ = ("ctx", "seq", "ids", "keys", "rows", "texts")
 
-    def __init__(self, ctx: int, ids: np.ndarray, keys: np.ndarray, rows: Future) -> None:
+    def __init__(self, ctx: int, ids: np.ndarray, keys: np.ndarray, rows: Future,
+                 texts: list[str] | None) -> None:
         self.ctx = ctx
         self.seq = 0                # the write's queue sequence, once recorded
         self.ids = ids
         self.keys = keys
         self.rows = rows
+        self.texts = texts
+        if texts is not None:
+            rows.add_done_callback(self._done)
+
+    def _done(self, _: Future) -> None:
+        self.texts = None
 
 
 class Ahead:
@@ -141,10 +149,11 @@ class Ahead:
         rows = None
         if len(texts) >= PROCESS_MIN or self._proc.proc is not None:
             rows = self._proc.submit(texts)
+        kept = texts if rows is not None else None
         if rows is None:
             rows = self._pool.submit(self._embed, texts)
         job = _Job(id(ctx), np.asarray(ids, dtype=np.int64),
-                   np.asarray(keys, dtype=np.uint64), rows)
+                   np.asarray(keys, dtype=np.uint64), rows, kept)
         with self._lock:
             self._jobs.append(job)
             for n in ids:
@@ -209,14 +218,10 @@ class Ahead:
         covered: set[int] = set()
         keys: list[np.ndarray] = []
         rows: list[Any] = []
-        for job in jobs:
-            try:
-                got = self._proc.result(job.rows)
-            except Exception:  # noqa: BLE001 - read back and embedded by `fill` instead
-                log.warning("search: embedding a bulk load's chunk ahead failed; its "
-                            "vectors are built at the end", exc_info=True)
+        for job, got in zip(jobs, self._results(jobs)):
+            job.rows, job.texts = _TAKEN, None
+            if got is None:
                 continue
-            job.rows = _TAKEN
             ids = job.ids.tolist()
             seq = job.seq
             with self._lock:
@@ -228,6 +233,43 @@ class Ahead:
                 keys.append(job.keys if at is None else job.keys[at])
                 rows.append(got if at is None else _rows_at(got, at))
         return Held(covered, keys, rows)
+
+    def _results(self, jobs: list[_Job]) -> list[Any]:
+        """The rows of each of `jobs` (None: its embedding failed; `fill` embeds its ids).
+        While the worker process is behind — the first job not done — the last jobs it has
+        not started (it takes them in order) are embedded here instead, from the end, so
+        that both cores finish the load's embedding (on a busy machine the worker can
+        trail the load by seconds)."""
+        out: list[Any] = [None] * len(jobs)
+        lo, hi = 0, len(jobs)
+        while lo < hi:
+            first, last = jobs[lo], jobs[hi - 1]
+            texts = last.texts
+            if hi - lo > 1 and not first.rows.done() and not last.rows.done() and \
+                    texts is not None and self._proc.withdraw(last.rows):
+                hi -= 1
+                out[hi] = self._here(texts)
+                continue
+            at = lo if first.rows.done() or not last.rows.done() else hi - 1
+            try:
+                out[at] = self._proc.result(jobs[at].rows)
+            except Exception:  # noqa: BLE001 - read back and embedded by `fill` instead
+                log.warning("search: embedding a bulk load's chunk ahead failed; its "
+                            "vectors are built at the end", exc_info=True)
+            if at == lo:
+                lo += 1
+            else:
+                hi -= 1
+        return out
+
+    def _here(self, texts: list[str]) -> Any:
+        """A job's rows embedded in this thread (None: failed; `fill` embeds its ids)."""
+        try:
+            return self.index.embed_rows(texts)
+        except Exception:  # noqa: BLE001 - read back and embedded by `fill` instead
+            log.warning("search: embedding a bulk load's chunk failed; its vectors are "
+                        "built at the end", exc_info=True)
+            return None
 
     def close(self) -> None:
         """Stop the workers (what they still compute is dropped)."""

@@ -31,6 +31,9 @@ Lifecycle:
   which reads them back and embeds them in process, as without `Ahead`. A child that stops
   answering (no result for STALL seconds while jobs are pending) is killed by the waiting
   `take` (`result`): the load never hangs on it. Later chunks then go to the thread.
+* **behind** — a child still embedding when the load ends (a busy machine gives it less
+  than a core): `Ahead.take` embeds the last jobs itself, taking each back (`withdraw`:
+  the child skips it), while the child goes on from the first: both cores finish.
 
 The child's results are the same bits as the parent's: the same `rows_of`, the same
 embedder (checked by name), the same numpy — WordLlama's rows are sums in a fixed order.
@@ -61,7 +64,6 @@ PROCESS_MIN = 2048          # texts in one chunk before a load starts the worker
 STALL = 120.0               # seconds without a result (jobs pending) before it is killed
 CLOSE_WAIT = 5.0            # seconds a closed child may take to exit before it is killed
 PARENT_POLL = 1.0           # seconds between the child's checks that its parent lives
-NICE = 10                   # the child's niceness: the loading thread comes first
 
 
 def rows_of(embedder: Any, texts: list[str], ivf: bool, chunk: int) -> Any:
@@ -111,9 +113,12 @@ class EmbedProcess:
         self.ivf = ivf
         self.chunk = chunk
         self.proc: subprocess.Popen | None = None
-        self.dead = self.spec is None       # no child (any more): callers use the thread
+        # No child (any more): callers use the thread. (POSIX only: the pipes are passed
+        # by file descriptor.)
+        self.dead = self.spec is None or os.name != "posix" or not sys.executable
         self._lock = threading.Lock()
         self._pending: dict[int, Future] = {}
+        self._numbers: dict[int, int] = {}      # id(future) -> its job number
         self._ids = count(1)
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -137,8 +142,21 @@ class EmbedProcess:
             if not self._pending:
                 self._last = time.monotonic()       # (the stall clock runs from now)
             self._pending[n] = fut
+            self._numbers[id(fut)] = n
         self._outbox.put(pickle.dumps((n, texts), protocol=pickle.HIGHEST_PROTOCOL))
         return fut
+
+    def withdraw(self, fut: Future) -> bool:
+        """Take back the job of `fut`, which the caller embeds itself: the child skips it
+        if it has not started it (a result of it is ignored). False: not a pending job of
+        this child."""
+        with self._lock:
+            n = self._numbers.pop(id(fut), None)
+            if n is None or self._pending.pop(n, None) is None:
+                return False
+        self._outbox.put(pickle.dumps((-n, None)))
+        fut.set_exception(WorkerGone("taken back"))
+        return True
 
     def result(self, fut: Future) -> Any:
         """`fut.result()`, killing the child when it has answered nothing for STALL
@@ -191,7 +209,7 @@ class EmbedProcess:
             self.proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL,
                                          pass_fds=(to_child_r, from_child_w),
                                          close_fds=True)
-        except OSError:
+        except (OSError, ValueError):
             log.warning("search: cannot start the embedding worker process; the load "
                         "embeds in a thread", exc_info=True)
             for fd in (to_child_r, to_child_w, from_child_r, from_child_w):
@@ -239,6 +257,8 @@ class EmbedProcess:
                 with self._lock:
                     self._last = time.monotonic()
                     fut = self._pending.pop(n, None)
+                    if fut is not None:
+                        del self._numbers[id(fut)]
                 if fut is None:
                     continue
                 if ok:
@@ -272,6 +292,7 @@ class EmbedProcess:
         with self._lock:
             self.dead = True
             pending, self._pending = self._pending, {}
+            self._numbers.clear()
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(WorkerGone("the embedding worker process stopped"))
@@ -285,20 +306,22 @@ def serve() -> None:
     import ast
     from ..store.bulk import trim_heap
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # (a Ctrl-C is the parent's to handle)
-    try:    # behind the loading thread when the cores are busy, beside it when one is free
-        os.nice(NICE)
-    except OSError:
-        pass
     in_fd, out_fd, parent = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     spec, ivf, chunk = ast.literal_eval(sys.argv[4])
     inbox = Connection(in_fd, writable=False)
     outbox = Connection(out_fd, readable=False)
     jobs: queue.SimpleQueue = queue.SimpleQueue()
 
+    skip: set[int] = set()          # jobs the parent took back (-n: "skip job n")
+
     def read() -> None:             # drains the pipe at once: the parent never waits
         try:
             while True:
-                jobs.put(inbox.recv_bytes())
+                n, texts = pickle.loads(inbox.recv_bytes())
+                if n < 0:
+                    skip.add(-n)
+                else:
+                    jobs.put((n, texts))
         except (EOFError, OSError):
             pass
         os._exit(0)                 # the parent closed the pipe, or died: nothing wanted
@@ -320,7 +343,10 @@ def serve() -> None:
         if embedder is None:
             os._exit(1)
         while True:
-            n, texts = pickle.loads(jobs.get())
+            n, texts = jobs.get()
+            if n in skip:
+                skip.discard(n)
+                continue
             try:
                 out = (n, True, rows_of(embedder, texts, ivf, chunk))
             except Exception as exc:  # noqa: BLE001 - this job falls back to the parent

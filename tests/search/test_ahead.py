@@ -336,3 +336,35 @@ def test_a_worker_process_that_dies_hangs_or_differs_leaves_its_rows_to_fill(
                     chunk_size=50)
     nx.close()
     same(got, want)
+
+
+def test_the_jobs_a_slow_worker_process_has_not_started_are_embedded_at_the_end(
+        tmp_path, monkeypatch, ngram_vectors):
+    """The worker stopped after the first batch (SIGSTOP), so that it is behind when the
+    load ends: `take` embeds the last jobs in process (each taken back from the worker),
+    and the worker, let go on at the first of those, answers the others: the same rows."""
+    pids = worker_pids(monkeypatch)
+    items = [drug(i) for i in range(300)]
+    here = []
+    real = vectors_mod.VectorIndex.embed_rows
+
+    def embed_rows(self, texts):
+        here.append(len(texts))
+        if len(here) == 1:
+            os.kill(pids[0], signal.SIGCONT)
+        return real(self, texts)
+    monkeypatch.setattr(vectors_mod.VectorIndex, "embed_rows", embed_rows)
+
+    def between(nx, kind, done):
+        if done == 100:
+            os.kill(pids[0], signal.SIGSTOP)
+    nx, got = load(tmp_path, "a", True, monkeypatch, False, items, between=between,
+                   batch_size=100, chunk_size=50)
+    nx.close()
+    assert here                                  # some taken back ...
+    assert sum(here) < 300                       # ... not all: the worker answered some
+    assert all(gone(pid) for pid in pids)
+    nx, want = load(tmp_path, "b", False, monkeypatch, False, items, batch_size=100,
+                    chunk_size=50)
+    nx.close()
+    same(got, want)
