@@ -299,6 +299,12 @@ class EmbedProcess:
 
 
 # --- the child's side ---------------------------------------------------------------------
+def _die() -> None:
+    """End the child at once, whatever its main thread is computing (nothing of it is
+    wanted any more, and it holds nothing to flush)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def serve() -> None:
     """The child: `python -c "...serve()" IN_FD OUT_FD PARENT_PID SPEC`. Reads pickled
     (job number, texts), answers (job number, True, rows) or (job number, False, error);
@@ -324,12 +330,12 @@ def serve() -> None:
                     jobs.put((n, texts))
         except (EOFError, OSError):
             pass
-        os._exit(0)                 # the parent closed the pipe, or died: nothing wanted
+        _die()                      # the parent closed the pipe, or died: nothing wanted
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_POLL)
-        os._exit(0)
+        _die()
 
     threading.Thread(target=read, daemon=True).start()
     threading.Thread(target=watch, daemon=True).start()
@@ -341,7 +347,7 @@ def serve() -> None:
     try:
         outbox.send_bytes(pickle.dumps(name))
         if embedder is None:
-            os._exit(1)
+            return                  # (the parent falls back on the name it got)
         while True:
             n, texts = jobs.get()
             if n in skip:
@@ -356,4 +362,4 @@ def serve() -> None:
             del out
             trim_heap()
     except (OSError, EOFError):
-        os._exit(0)                 # the parent is gone
+        return                      # the parent is gone
