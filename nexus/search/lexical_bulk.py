@@ -178,7 +178,8 @@ class Deferred:
                 u += 1
             u = max(u, t + 1)
             top = ends[u - 1]
-            columns = postings.Columns(ids[base:top], weights[base:top], groups[base:top])
+            columns = postings.Columns(ids[base:top], weights[base:top], groups[base:top],
+                                       np.array([base, *ends[t:u - 1]], dtype=np.int64) - base)
             out = {}
             start = 0
             for c in range(t, u):
