@@ -430,7 +430,9 @@ def _put_blocks(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
     `pack` and the ids and groups fit (module doc), else as `encode` chooses per block."""
     if pack and len(ids) and int(ids[-1]) < _ID32 and int(groups.max()) < _GROUP16:
         starts = np.arange(0, len(ids), BLOCK)
-        for i, value in zip(starts.tolist(), packed.encode_many(ids, weights, groups, starts)):
+        runs = np.zeros(len(starts), dtype=np.int64)       # (one list)
+        for i, value in zip(starts.tolist(),
+                            packed.encode_many(ids, weights, groups, starts, runs)):
             aux.put(prefix + _U64.pack(int(ids[i])), value)
         return
     for i in range(0, len(ids), BLOCK):
@@ -457,6 +459,10 @@ def _spliced(raw: bytes, c: int, ids: list[int], ops: dict[int, Op]) -> bytes:
     k = len(ids)
     vals = _set(ids, ops)
     narrow = ids[-1] < _ID32 and max(v[1] for v in vals) < _GROUP16
+    if narrow and c and raw[0] >= packed.TAG:
+        # (W2's fold into a bulk load's packed last block: made narrow, then spliced —
+        # the same bytes as the arrays' path below, with fewer numpy steps)
+        raw = encode(*decode(raw))
     if not narrow or (c and not _narrow(raw)):
         b_ids, b_w, b_g = decode(raw) if c else (np.zeros(0, np.uint64),) * 3
         new_ids, new_w, new_g = _arrays(ids, ops)
@@ -548,7 +554,8 @@ class Columns:
         first_block = np.cumsum(nblocks) - nblocks
         within = np.arange(int(nblocks.sum())) - np.repeat(first_block, nblocks)
         blocks = np.repeat(starts, nblocks) + within * BLOCK
-        values = packed.encode_many(self.ids, self.weights, self.groups, blocks)
+        values = packed.encode_many(self.ids, self.weights, self.groups, blocks,
+                                    np.repeat(np.arange(len(starts)), nblocks))
         runs = dict(zip(starts.tolist(), zip(first_block.tolist(), ends.tolist())))
         return runs, values
 

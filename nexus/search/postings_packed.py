@@ -25,8 +25,11 @@ depend on the layout.
 
 A list's postings mostly share one type or predicate (group ONE) and a handful of weights
 (BM25F's saturated tf over a few field lengths: DICT4), and the ids of a common term are
-close (1-2-byte deltas): a full block of 128 postings takes ~150-300 bytes instead of the
-narrow layout's 1,028 (bench/RESULTS.md, "Disk: packed posting blocks").
+close (1-2-byte deltas): a full block of 128 postings takes ~150-450 bytes instead of the
+narrow layout's 1,028 (bench/RESULTS.md, "Disk: packed posting blocks"). The full blocks of
+one list share one layout (the widest any of them needs: `encode_many`'s `runs`), so that a
+long list is decoded in two numpy passes (its full blocks, its last) rather than one per
+layout among its blocks.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import numpy as np
 
 TAG = 0xC0                  # a packed block's first byte is >= TAG (module doc)
 ONE, DICT4, DICT16, RAW = 0, 1, 2, 3
+BLOCK = 128                 # postings.BLOCK: a full block
 _U64 = np.uint64
 _DTYPES: dict[int, np.dtype] = {}
 
@@ -194,10 +198,11 @@ def decode_many(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _modes(values: np.ndarray, blk: np.ndarray, starts: np.ndarray, counts: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per block the cheapest mode of a u16 part (module doc); the rank of each posting's
     value among its block's distinct values; the distinct values of the blocks of more
-    than one (sorted per block, as one array), each block's start in it and their number.
+    than one (sorted per block, as one array), each block's start in it, their number, and
+    whether the block has one value.
     Blocks of one value (most groups, many weights: told by their min and max) are left
     out of the sort."""
     one = np.minimum.reduceat(values, starts) == np.maximum.reduceat(values, starts)
@@ -216,14 +221,15 @@ def _modes(values: np.ndarray, blk: np.ndarray, starts: np.ndarray, counts: np.n
                      np.where(nd <= 16, 32 + (counts + 1) // 2, 1 << 30),
                      2 * counts])
     return (np.argmin(cost, axis=0), rank, (uniq & _U64(0xFFFF)).astype(np.uint16), ustart,
-            nd)
+            nd, one)
 
 
 def _fill(rec: np.ndarray, name: str, mode: int, c: int, pos: np.ndarray,
           values: np.ndarray, rank: np.ndarray, uniq: np.ndarray, ustart: np.ndarray,
-          sel: np.ndarray, nd: np.ndarray) -> None:
+          sel: np.ndarray, nd: np.ndarray, one: np.ndarray) -> None:
     """Write a weights or groups part of the records `rec` (blocks `sel`, postings `pos`:
-    (B, c) positions in the columns)."""
+    (B, c) positions in the columns; `one`: the blocks of one value, whose value is not
+    among `uniq`)."""
     if mode == ONE:
         rec[name] = values[pos[:, 0]]
         return
@@ -234,7 +240,12 @@ def _fill(rec: np.ndarray, name: str, mode: int, c: int, pos: np.ndarray,
     slots = np.arange(k)
     at = ustart[sel][:, None] + slots
     used = slots < nd[sel][:, None]
-    rec[name + "d"] = np.where(used, uniq[np.minimum(at, len(uniq) - 1)], 0)
+    d = np.where(used, uniq[np.minimum(at, len(uniq) - 1)], 0) if len(uniq) else (
+        np.zeros((len(sel), k), dtype=np.uint16))
+    o = one[sel]
+    if o.any():
+        d[o, 0] = values[pos[o, 0]]
+    rec[name + "d"] = d
     r = rank[pos].astype(np.uint8)
     per = 4 if mode == DICT4 else 2
     bits = 8 // per
@@ -249,7 +260,7 @@ def _fill(rec: np.ndarray, name: str, mode: int, c: int, pos: np.ndarray,
 
 
 def encode_many(ids: np.ndarray, weights: np.ndarray, groups: np.ndarray,
-                starts: np.ndarray) -> list[bytes]:
+                starts: np.ndarray, runs: np.ndarray | None = None) -> list[bytes]:
     """The packed bytes of the blocks [starts[i], starts[i+1]) of the columns (ids u64,
     ascending within a block, all < 2**32; weights float32, rounded to f16 as `encode`
     does; groups u32, all < 2**16), each of 1..BLOCK postings. One numpy pass per
@@ -266,8 +277,20 @@ def encode_many(ids: np.ndarray, weights: np.ndarray, groups: np.ndarray,
     width = 1 + (top >= 1 << 8) + (top >= 1 << 16) + (top >= 1 << 24)
     wv = weights.astype("<f2").view(np.uint16)
     gv = groups.astype(np.uint16)
-    wm, wr, wu, ws, wn = _modes(wv, blk, starts, counts)
-    gm, gr, gu, gs, gn = _modes(gv, blk, starts, counts)
+    wm, wr, wu, ws, wn, wo = _modes(wv, blk, starts, counts)
+    gm, gr, gu, gs, gn, go = _modes(gv, blk, starts, counts)
+    if runs is not None:
+        # The full blocks of a list (`runs`: each block's list, lists contiguous) take
+        # one layout, the widest any of them needs (the modes are ordered so that each
+        # holds what the ones before it hold): a long list is then decoded in two numpy
+        # passes, its full blocks and its last, instead of one per layout among them.
+        full = np.flatnonzero(counts == BLOCK)
+        if len(full):
+            r = np.asarray(runs)[full]
+            bounds = np.concatenate(([0], np.flatnonzero(np.diff(r)) + 1))
+            sizes = np.diff(np.append(bounds, len(full)))
+            for part in (width, wm, gm):
+                part[full] = np.maximum.reduceat(part[full], bounds).repeat(sizes)
     tags = TAG | (width - 1) << 4 | wm << 2 | gm
     heads = tags << 8 | counts
     out: list[bytes] = [b""] * len(starts)
@@ -289,8 +312,8 @@ def encode_many(ids: np.ndarray, weights: np.ndarray, groups: np.ndarray,
                                      d >> _U64(16) & _U64(0xFF)], axis=2)
             else:
                 rec["d"] = d
-        _fill(rec, "w", (tag >> 2) & 3, c, pos, wv, wr, wu, ws, sel, wn)
-        _fill(rec, "g", tag & 3, c, pos, gv, gr, gu, gs, sel, gn)
+        _fill(rec, "w", (tag >> 2) & 3, c, pos, wv, wr, wu, ws, sel, wn, wo)
+        _fill(rec, "g", tag & 3, c, pos, gv, gr, gu, gs, sel, gn, go)
         raw = rec.tobytes()
         size = dt.itemsize
         for j, b in enumerate(sel.tolist()):

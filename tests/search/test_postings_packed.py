@@ -200,3 +200,58 @@ def test_a_packed_database_answers_as_a_narrow_one_checks_clean_and_takes_writes
         assert not any(v[0] >= packed.TAG for _, v in txn.aux("lex").scan(b"t"))
     assert _answers(nx, kip) == answers
     assert nx.check(deep=True)["ok"] is True
+
+
+def test_the_full_blocks_of_a_list_share_one_layout_and_decode_the_same():
+    """`encode_many` with `runs`: a list's full blocks take the widest layout any of them
+    needs (a block of one weight written with another's dictionary, 1-byte deltas as
+    another's 2), so that a long list decodes in few numpy passes; the postings are the
+    same."""
+    rng = random.Random(4)
+    ids, weights, groups, starts, runs = [], [], [], [], []
+    for run in range(6):
+        top = rng.randrange(1, 2**20)
+        for b in range(rng.randint(1, 4)):
+            c = postings.BLOCK if rng.random() < 0.8 else rng.randint(1, 127)
+            gap = rng.choice([2, 300])
+            block = [top + 1 + gap * i for i in range(c)]
+            top = block[-1]
+            starts.append(len(ids))
+            runs.append(run)
+            ids += block
+            nw = rng.choice([1, 3, 12, 40])
+            weights += [float(1 + i % nw) for i in range(c)]
+            groups += [rng.choice([7, 7, 7, 9]) if b % 2 else 7 for _ in range(c)]
+    cols = (np.asarray(ids, dtype=np.uint64), np.asarray(weights, dtype=np.float32),
+            np.asarray(groups, dtype=np.uint32), np.asarray(starts, dtype=np.int64))
+    values = packed.encode_many(*cols, np.asarray(runs))
+    alone = packed.encode_many(*cols)
+    for run in set(runs):
+        heads = {values[i][:2] for i, r in enumerate(runs)
+                 if r == run and values[i][1] == postings.BLOCK}
+        assert len(heads) <= 1
+    for a, b in zip(values, alone):
+        for x, y in zip(postings.decode(a), postings.decode(b)):
+            assert x.dtype == y.dtype and x.tolist() == y.tolist()
+    got = packed.decode_many(values)
+    assert got[0].tolist() == ids
+    assert got[1].tolist() == np.asarray(weights, np.float32).astype(np.float16).tolist()
+    assert got[2].tolist() == groups
+    assert sum(map(len, values)) >= sum(map(len, alone))
+
+
+def test_a_small_append_to_a_packed_block_writes_the_narrow_block_of_all_its_postings():
+    rng = random.Random(8)
+    for _ in range(200):
+        c = rng.randint(1, 127)
+        k = rng.randint(1, 128 - c)
+        ids = sorted(rng.sample(range(1, 10**6), c + k))
+        w = [rng.choice([0.5, 1.25, rng.random() * 2]) for _ in ids]
+        g = [rng.choice([3, 3, rng.randrange(300)]) for _ in ids]
+        raw = packed.encode_many(np.asarray(ids[:c], dtype=np.uint64),
+                                 np.asarray(w[:c], dtype=np.float32),
+                                 np.asarray(g[:c], dtype=np.uint32), np.zeros(1, np.int64))[0]
+        ops = {n: (a, b) for n, a, b in zip(ids[c:], w[c:], g[c:])}
+        want = postings.encode(np.asarray(ids, dtype=np.uint64), np.asarray(w, dtype=np.float32),
+                               np.asarray(g, dtype=np.uint32))
+        assert postings._spliced(raw, c, ids[c:], ops) == want
