@@ -6,6 +6,7 @@
     python bench/lexical_same.py tables --db DIR        # SHA-1 of the lexical tables
     python bench/lexical_same.py rows --db DIR          # SHA-256 of lex, lexdoc, gram
     python bench/lexical_same.py rows --db A --db B     # ... of two, exit 1 if they differ
+    python bench/lexical_same.py postings --db A --db B # the same, posting blocks decoded
     python bench/lexical_same.py diff A.json B.json
 
 `answers` opens an LMDB nexus read-only in spirit (`semantic="none"`, nothing written) and
@@ -25,7 +26,11 @@ they match. `rows` prints the entry count and SHA-256 of every key and value of 
 `aux.lexdoc` and `aux.gram` (the rows a bulk load's lexical and gram derivation writes), of
 one database or of two (then it exits 1 unless all three tables are byte-identical): the
 check that a faster derivation writes the same bytes (a load by the base tree and one by
-the changed tree, `python -m bench.loader load ... --db`). `diff` prints the queries whose answers differ and exits 1 if any does.
+the changed tree, `python -m bench.loader load ... --db`). `postings` is `rows` with every
+posting list (`lex`'s `t` keys, `gram`'s lists) decoded by this tree's `postings` and
+hashed as a whole list (prefix, ids, the weights' f16 bits, groups) instead of its blocks'
+bytes: two databases whose blocks are in different layouts compare equal when they hold
+the same postings and the same other rows. `diff` prints the queries whose answers differ and exits 1 if any does.
 """
 from __future__ import annotations
 
@@ -209,9 +214,71 @@ def rows(db: str) -> dict:
     return out
 
 
+def _posting_prefix(table: str, key: bytes) -> bytes | None:
+    """The list prefix of a posting block's key in `table`, None for other rows."""
+    if table == "aux.lex" and key[:1] == b"t":
+        return key[:-8]
+    if table == "aux.gram" and key[:1] != b"\0":
+        return key[:-8]
+    return None
+
+
+def decoded_rows(db: str) -> dict:
+    """`rows` with posting lists decoded (module doc): per table [rows, lists, postings,
+    SHA-256]."""
+    import lmdb
+    import numpy as np
+
+    from nexus.search import postings
+    env = lmdb.open(db, readonly=True, lock=False, max_dbs=64)
+    out: dict = {}
+    try:
+        for name in ROW_TABLES:
+            try:
+                handle = env.open_db(name.encode(), create=False)
+            except lmdb.NotFoundError:
+                out[name] = [0, 0, 0, None]
+                continue
+            h = hashlib.sha256()
+            count = lists = total = 0
+            held: list[bytes] = []
+            prefix: bytes | None = None
+
+            def flush() -> None:
+                nonlocal lists, total
+                parts = [postings.decode(raw) for raw in held]
+                ids, weights, groups = (np.concatenate([p[i] for p in parts])
+                                        for i in range(3))
+                h.update(b"L" + len(prefix or b"").to_bytes(4, "big") + (prefix or b"")
+                         + len(ids).to_bytes(4, "big") + ids.astype("<u8").tobytes()
+                         + weights.astype("<f2").tobytes() + groups.astype("<u4").tobytes())
+                lists += 1
+                total += len(ids)
+
+            with env.begin(db=handle) as txn:
+                for k, v in txn.cursor():
+                    count += 1
+                    p = _posting_prefix(name, k)
+                    if held and p != prefix:
+                        flush()
+                        held = []
+                    if p is not None:
+                        prefix = p
+                        held.append(v)
+                        continue
+                    h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
+                if held:
+                    flush()
+            out[name] = [count, lists, total, h.hexdigest()]
+    finally:
+        env.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["answers", "capnames", "marks", "tables", "rows", "diff"])
+    ap.add_argument("what", choices=["answers", "capnames", "marks", "tables", "rows",
+                                     "postings", "diff"])
     ap.add_argument("files", nargs="*")
     ap.add_argument("--db", action="append")
     ap.add_argument("--data", default="bench/data/n10000")
@@ -230,12 +297,16 @@ def main() -> int:
         print(json.dumps({"rewritten": marks(a.db[0])}))
     elif a.what == "tables":
         print(json.dumps(tables(a.db[0])))
-    elif a.what == "rows":
-        got = [rows(db) for db in a.db]
+    elif a.what in ("rows", "postings"):
+        got = [(rows if a.what == "rows" else decoded_rows)(db) for db in a.db]
         for db, r in zip(a.db, got):
             print(json.dumps({"db": db, **r}))
         if len(got) > 1:
-            same = all(r == got[0] for r in got[1:])
+            # (`postings`: the row counts differ with the blocks' layout only if blocks
+            # are split differently; the lists, postings and hashes must not)
+            same = all({t: v[1:] if a.what == "postings" else v for t, v in r.items()}
+                       == {t: v[1:] if a.what == "postings" else v
+                           for t, v in got[0].items()} for r in got[1:])
             print(json.dumps({"same": same}))
             return 0 if same else 1
     else:

@@ -6,7 +6,8 @@ Owns the aux table "gram": for each distinct trigram of a normalised name or ali
 a blocked posting list (`postings`) of the *names* that have it. A posting's id is
 `concept id * SLOTS + slot` (slot 0 the name, then the aliases, in `lexical.names` order),
 its weight the number of distinct trigrams of that name, its group the concept's type id
-(WITH TYPE filters on it). The key `KEY_BUILT` marks a table that covers every concept.
+(WITH TYPE filters on it); blocks in the narrow layout (`postings`' `pack=False`: a typo
+query reads many whole lists). The key `KEY_BUILT` marks a table that covers every concept.
 
 A small write's new names are held *pending* instead (`PENDING`: one key per concept, its
 type id and names, written in the same transaction): an agent's UPSERT of one concept then
@@ -42,6 +43,7 @@ import numpy as np
 
 from . import lexical, postings
 from .embed import Embedder
+from .lexical_bulk import Buffered, Tail
 from .text import KIND_CONCEPT, dice, grams, norm_grams, tokens
 from ..store.protocol import ConceptHead
 
@@ -176,15 +178,26 @@ class Batch:
             bounds = np.flatnonzero(np.diff(codes)) + 1
             starts = [0, *bounds.tolist()]
             ends = [*bounds.tolist(), len(codes)]
-            columns = postings.Columns(keys, weights, groups)
-            for s, e in zip(starts, ends):
-                prefix = _prefix(names[int(codes[s])])
-                if columns.append(aux, prefix, s, e) is None:
-                    postings.apply(aux, prefix, {
+            columns = postings.Columns(keys, weights, groups, np.asarray(starts), pack=False)
+            # The lists in key order, their blocks put at once, appended: the lists there
+            # are (up to MOVE_MAX keys: a first load's, the bootstrap's) taken out and
+            # put back with them (`lexical_bulk.Tail`), as `lexical.finish` does. Put in
+            # the trigrams' first-seen order between those, the pages LMDB inserted
+            # into were split in half (a 100k load's table 0.57 full).
+            tail = Tail.take(aux, b"\x01", TABLE)
+            buf = Buffered(tail if tail is not None else aux)
+            runs = sorted((_prefix(names[int(codes[s])]), s, e) for s, e in zip(starts, ends))
+            for prefix, s, e in runs:
+                if columns.append(buf, prefix, s, e) is None:
+                    postings.apply(buf, prefix, {
                         int(k): (float(w), int(g))
-                        for k, w, g in zip(keys[s:e], weights[s:e], groups[s:e])})
+                        for k, w, g in zip(keys[s:e], weights[s:e], groups[s:e])}, pack=False)
+            if tail is not None:
+                tail.write(txn, buf.puts, last=True)
+            elif buf.puts:
+                txn.aux_put_many(TABLE, buf.puts.items())
         for g, ops in sorted(self.ops.items()):      # (after the columns: later changes)
-            postings.apply(aux, _prefix(g), ops)
+            postings.apply(aux, _prefix(g), ops, pack=False)
         self.__init__()     # type: ignore[misc]
 
 

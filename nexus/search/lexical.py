@@ -160,9 +160,9 @@ class _Writer:
             group_col = np.repeat(np.array(groups, dtype=np.uint32), reps)[order]
             # (float64 -> float32 as `postings._arrays` rounds them: the same blocks)
             w_col = np.array(weights, dtype=np.float64).astype(np.float32)[order]
-            columns = postings.Columns(id_col, w_col, group_col)
             sizes = np.bincount(codes, minlength=len(index))
             ends = np.cumsum(sizes)
+            columns = postings.Columns(id_col, w_col, group_col, ends - sizes)
             ops = self.ops
             for t, end, size in zip(index, ends.tolist(), sizes.tolist()):
                 start = end - size

@@ -2,7 +2,7 @@
 
 Owns how the new documents' postings of the chunks one write transaction stages (a bulk
 load's, a reindex's) are kept between the chunks and written at the end, each term's list
-once, in key order, and appended where LMDB allows it (`_Tail`); and the buffered view of
+once, in key order, and appended where LMDB allows it (`Tail`); and the buffered view of
 the `lex` table the writers hand to `postings` (`Buffered`). The key layout is
 `lexical`'s (its module doc); `lexical._Writer` feeds `Deferred`.
 """
@@ -178,7 +178,8 @@ class Deferred:
                 u += 1
             u = max(u, t + 1)
             top = ends[u - 1]
-            columns = postings.Columns(ids[base:top], weights[base:top], groups[base:top])
+            columns = postings.Columns(ids[base:top], weights[base:top], groups[base:top],
+                                       np.array([base, *ends[t:u - 1]], dtype=np.int64) - base)
             out = {}
             start = 0
             for c in range(t, u):
@@ -194,7 +195,7 @@ class Deferred:
 def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
     """Write the postings `deferred` holds (see `Deferred`) in `txn`, each term's list
     once, in key order, and their dfs. `move_tail=False`: never take the keys after a
-    kind's lists out to append them again (`_Tail`) — for one command's postings, where
+    kind's lists out to append them again (`Tail`) — for one command's postings, where
     moving up to MOVE_MAX keys per command would cost more than the page fill it buys."""
     if not deferred:
         return
@@ -207,9 +208,9 @@ def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
         # `aux_put_many` uses when every key follows the table's last one): a sorted run
         # inserted before other keys splits each page it fills in half. So when few keys
         # follow the first of this kind's lists (a first load: the bootstrap's postings,
-        # then the concepts' when the links are loaded), they are taken out (`_Tail`) and
+        # then the concepts' when the links are loaded), they are taken out (`Tail`) and
         # written again in order with the new lists, all appended.
-        tail = (_Tail.take(lex, b"t" + KIND_BYTES[kind])
+        tail = (Tail.take(lex, b"t" + KIND_BYTES[kind])
                 if put_new is None and move_tail else None)
         aux: Any = tail if tail is not None else lex
         for cols in deferred.runs(kind):
@@ -229,28 +230,30 @@ def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
     deferred.low, deferred.high, deferred.size = 0, -1, 0
 
 
-class _Tail:
-    """The `lex` table with its keys from `start` on taken out (at most MOVE_MAX of
-    them), as `postings` reads it: those keys are read, changed and deleted here, and
-    `write` puts them back, merged with the new ones, by appends (`finish`)."""
+class Tail:
+    """An aux table (`lex`, or `table`) with its keys from `start` on taken out (at most
+    MOVE_MAX of them), as `postings` reads it: those keys are read, changed and deleted
+    here, and `write` puts them back, merged with the new ones, by appends (`finish`;
+    `gram_index.Batch.write`)."""
 
-    __slots__ = ("lex", "start", "keys", "values")
+    __slots__ = ("lex", "start", "keys", "values", "table")
 
-    def __init__(self, lex: Any, start: bytes, items: list[tuple[bytes, bytes]]) -> None:
-        self.lex, self.start = lex, start
+    def __init__(self, lex: Any, start: bytes, items: list[tuple[bytes, bytes]],
+                 table: str = "lex") -> None:
+        self.lex, self.start, self.table = lex, start, table
         self.keys = [k for k, _ in items]           # sorted; those not written back yet
         self.values: dict[bytes, bytes | None] = dict(items)     # (None: deleted)
 
     @classmethod
-    def take(cls, lex: Any, start: bytes) -> "_Tail | None":
-        """The tail of `lex` from `start`, taken out; None when it has more than MOVE_MAX
-        keys (then nothing is taken)."""
+    def take(cls, lex: Any, start: bytes, table: str = "lex") -> "Tail | None":
+        """The tail of `lex` (the aux table `table`) from `start`, taken out; None when it
+        has more than MOVE_MAX keys (then nothing is taken)."""
         items = list(islice(lex.scan(start=start), MOVE_MAX + 1))
         if len(items) > MOVE_MAX:
             return None
         for key, _ in items:
             lex.delete(key)
-        return cls(lex, start, items)
+        return cls(lex, start, items, table)
 
     def get(self, key: bytes) -> bytes | None:
         if key in self.values:
@@ -289,7 +292,7 @@ class _Tail:
         start = self.start
         head = [(k, v) for k, v in puts.items() if k < start]
         if head:
-            txn.aux_put_many("lex", head)
+            txn.aux_put_many(self.table, head)
         new = {k: v for k, v in puts.items() if k >= start}
         top = max(new) if new else b""
         upto = len(self.keys) if last else bisect_right(self.keys, top)
@@ -301,4 +304,4 @@ class _Tail:
         for key in new:
             self.values.pop(key, None)
         if new:
-            txn.aux_put_many("lex", new.items())
+            txn.aux_put_many(self.table, new.items())

@@ -2,17 +2,27 @@
 
 Owns the encoding of a term's postings and their updates. A term's list is a run of keys
 `prefix + first_id` (8-byte big-endian), each holding the sorted ids of the block, their
-BM25F weights (f16) and their groups (type or predicate id), as numpy arrays, in one of two
-layouts told apart by the header (a little-endian u32):
+BM25F weights (f16) and their groups (type or predicate id), as numpy arrays, in one of three
+layouts told apart by the first byte (packed: >= 0xC0; else the count of a little-endian
+u32 header):
 
+    packed  tag, count, first id u32, id deltas, weights and groups as small dictionaries
+            (`postings_packed`: ~1-2.5 B a posting)
     narrow  count | 1<<31, ids u32[count], weights f16[count], groups u16[count]   8 B a posting
     wide    count,         ids u64[count], weights f16[count], groups u32[count]  14 B a posting
 
-A block is written narrow when its ids fit 32 bits and its groups 16 (every block in
-practice: ids are a counter, groups symbol ids), else wide; blocks written before the
-narrow layout existed are wide, read as they always were and rewritten narrow when an update
-touches them. Both decode to the same arrays (u64 ids, f16 weights, u32 groups), so scores
-do not depend on the layout.
+Blocks written many at a time (a bulk load's lists, `Columns`; an append that fills blocks,
+`_put_blocks`) are packed when their ids fit 32 bits and their groups 16 (every block in
+practice: ids are a counter, groups symbol ids), else wide — unless the caller says
+`pack=False` (`gram_index`: a typo query reads ~25 trigram lists of up to GRAM_CAP postings,
+where decoding packed blocks cost more than their bytes save; bench/RESULTS.md, "Disk:
+packed posting blocks"), then narrow. A small write's block (W2's fold
+of pending documents into the last block of each list, an update's or a delete's rewrite of
+one block) is narrow: its bytes are spliced (`_spliced`, `_set_in_place`, `_delete_few`),
+where a packed block would be decoded and encoded again with numpy per list — a packed
+block such a write touches is rewritten narrow. Blocks of older databases (wide, narrow)
+are read as they are. All decode to the same arrays (u64 ids, f16 weights, u32 groups: the
+stored f16 values bit for bit), so scores do not depend on the layout.
 
 Why blocks rather than one key per (term, document): a query reads a whole list with one
 `frombuffer` per 128 postings instead of one Python iteration per posting, so a term that
@@ -28,6 +38,8 @@ from bisect import bisect_left
 from typing import Any
 
 import numpy as np
+
+from . import postings_packed as packed
 
 BLOCK = 128
 _U64 = struct.Struct(">Q")
@@ -50,8 +62,15 @@ def encode(ids: np.ndarray, weights: np.ndarray, groups: np.ndarray) -> bytes:
             + weights.astype("<f2").tobytes() + groups.astype("<u4").tobytes())
 
 
+def _narrow(raw: bytes) -> bool:
+    """Whether a (non-empty) block is in the narrow layout."""
+    return raw[0] < packed.TAG and bool(raw[3] & 0x80)
+
+
 def decode(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ids u64, weights f16, groups u32) of one block, whichever its layout."""
+    if raw[0] >= packed.TAG:
+        return packed.decode_many([raw])
     h = _COUNT.unpack_from(raw)[0]
     if h & NARROW:
         c = h & 0xFFFF
@@ -67,25 +86,30 @@ def decode(raw: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def count(raw: bytes) -> int:
     """The number of postings in a block."""
+    if raw[0] >= packed.TAG:
+        return raw[1]
     return int(_COUNT.unpack_from(raw)[0] & 0xFFFF)
 
 
 def last_id(raw: bytes) -> int:
     """The last (greatest) id of a non-empty block."""
+    if raw[0] >= packed.TAG:
+        return int(packed.decode_many([raw])[0][-1])
     h = _COUNT.unpack_from(raw)[0]
     if h & NARROW:
         return int(_LE32.unpack_from(raw, 4 + 4 * ((h & 0xFFFF) - 1))[0])
     return int(_LE64.unpack_from(raw, 4 + 8 * (h - 1))[0])
 
 
-def apply(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
+def apply(aux: Any, prefix: bytes, ops: dict[int, Op], pack: bool = True) -> int:
     """Set or delete the postings `ops` (id → op) of the list at `prefix`; returns the
     change in the list's length. Only the blocks whose id ranges hold an op are rewritten
-    (for a bulk append: the last block, then new full blocks)."""
+    (for a bulk append: the last block, then new full blocks: packed unless `pack` is
+    False)."""
     ids = sorted(ops)
     lo, hi = ids[0], ids[-1]
     if None not in ops.values():
-        done = _append(aux, prefix, ids, ops)
+        done = _append(aux, prefix, ids, ops, pack)
         if done is not None:
             return done
     elif len(ids) == 1:
@@ -178,9 +202,9 @@ def _set_in_place(aux: Any, prefix: bytes, key: bytes, raw: bytes, ids: list[int
     updated document's new terms and weights: one id in each of its lists' blocks): the
     block's bytes spliced, as `_spliced` does for appends — the same bytes as `encode`.
     None when the case does not apply."""
-    h = _COUNT.unpack_from(raw)[0]
-    if not h & NARROW:
+    if not _narrow(raw):
         return None
+    h = _COUNT.unpack_from(raw)[0]
     vals = _set(ids, ops)
     if None in vals or ids[-1] >= _ID32 or max(v[1] for v in vals) >= _GROUP16:
         return None
@@ -219,7 +243,7 @@ def _delete(aux: Any, prefix: bytes, key: bytes, raw: bytes, ids: list[int]) -> 
     """`_rewrite` of deletes only, on the block's arrays (no Python step per posting: a
     MERGE deletes its duplicates' postings from ~100 blocks of the big lists at once);
     the same bytes as the general path."""
-    if len(ids) <= FEW_DELETES and _COUNT.unpack_from(raw)[0] & NARROW:
+    if len(ids) <= FEW_DELETES and _narrow(raw):
         return _delete_few(aux, prefix, key, raw, ids)
     b_ids, b_w, b_g = decode(raw)
     gone = np.asarray(ids, dtype=np.uint64)
@@ -293,18 +317,31 @@ def _delete_few(aux: Any, prefix: bytes, key: bytes, raw: bytes, ids: list[int])
 
 def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(ids, weights, groups, complete) of the list at `prefix`, at most about `cap` postings
-    (whole blocks, in id order); `complete` is False when the list was cut. Full blocks (all
-    but a few: the list's last one, and blocks split by updates) are decoded together, as
-    one numpy record array over their joined bytes."""
+    (whole blocks, in id order); `complete` is False when the list was cut. A run of
+    packed blocks is decoded together (`packed.decode_many`: one numpy pass per distinct
+    block header), and so is a run of full narrow or wide blocks (one numpy record array
+    over their joined bytes); other blocks one by one."""
     full: list[bytes] = []
     full_len = 0                # the byte length of the blocks in `full` (one layout)
+    packs: list[bytes] = []     # a run of packed blocks
     parts = []
     total = 0
     complete = True
+    tag = packed.TAG
     for _, raw in aux.scan(prefix):
         if total >= cap:
             complete = False
             break
+        if raw[0] >= tag:
+            if full:            # keep id order: the blocks before this one first
+                parts.append(_decode_full(full))
+                full = []
+            packs.append(raw)
+            total += raw[1]
+            continue
+        if packs:
+            parts.append(packed.decode_many(packs))
+            packs = []
         n = len(raw)
         if n == _FULL_NARROW_BYTES or n == _FULL_BYTES:
             if full and n != full_len:      # keep id order: a layout's run at a time
@@ -322,6 +359,8 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
         total += len(part[0])
     if full:
         parts.append(_decode_full(full))
+    if packs:
+        parts.append(packed.decode_many(packs))
     if not parts:
         empty = np.zeros(0, dtype=np.uint64)
         return empty, np.zeros(0, dtype=np.float16), np.zeros(0, dtype=np.uint32), True
@@ -349,7 +388,8 @@ def _decode_full(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return rec["ids"].ravel(), rec["weights"].ravel(), rec["groups"].ravel()
 
 
-def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int | None:
+def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op],
+            pack: bool = True) -> int | None:
     """The common case of `apply`: only new postings, all after the list's last one (new
     documents get the highest ids). Tops up the last block and appends full blocks, with
     one read and numpy, no per-posting Python work. None when the case does not apply."""
@@ -372,7 +412,7 @@ def _append(aux: Any, prefix: bytes, ids: list[int], ops: dict[int, Op]) -> int 
         new_ids = np.concatenate([b_ids.astype(np.uint64), new_ids])
         new_w = np.concatenate([b_w.astype(np.float32), new_w])
         new_g = np.concatenate([b_g.astype(np.uint32), new_g])
-    _put_blocks(aux, prefix, new_ids, new_w, new_g)   # the first key may be `last`: overwritten
+    _put_blocks(aux, prefix, new_ids, new_w, new_g, pack)   # (the first key may be `last`)
     return len(ids)
 
 
@@ -385,8 +425,16 @@ def _arrays(ids: list[int], ops: dict[int, Op]) -> tuple[np.ndarray, np.ndarray,
 
 
 def _put_blocks(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
-                groups: np.ndarray) -> None:
-    """Write sorted postings as blocks of BLOCK, each keyed by its first id."""
+                groups: np.ndarray, pack: bool = True) -> None:
+    """Write sorted postings as blocks of BLOCK, each keyed by its first id: packed when
+    `pack` and the ids and groups fit (module doc), else as `encode` chooses per block."""
+    if pack and len(ids) and int(ids[-1]) < _ID32 and int(groups.max()) < _GROUP16:
+        starts = np.arange(0, len(ids), BLOCK)
+        runs = np.zeros(len(starts), dtype=np.int64)       # (one list)
+        for i, value in zip(starts.tolist(),
+                            packed.encode_many(ids, weights, groups, starts, runs)):
+            aux.put(prefix + _U64.pack(int(ids[i])), value)
+        return
     for i in range(0, len(ids), BLOCK):
         aux.put(prefix + _U64.pack(int(ids[i])),
                 encode(ids[i:i + BLOCK], weights[i:i + BLOCK], groups[i:i + BLOCK]))
@@ -411,7 +459,11 @@ def _spliced(raw: bytes, c: int, ids: list[int], ops: dict[int, Op]) -> bytes:
     k = len(ids)
     vals = _set(ids, ops)
     narrow = ids[-1] < _ID32 and max(v[1] for v in vals) < _GROUP16
-    if not narrow or (c and not _COUNT.unpack_from(raw)[0] & NARROW):
+    if narrow and c and raw[0] >= packed.TAG:
+        # (W2's fold into a bulk load's packed last block: made narrow, then spliced —
+        # the same bytes as the arrays' path below, with fewer numpy steps)
+        raw = encode(*decode(raw))
+    if not narrow or (c and not _narrow(raw)):
         b_ids, b_w, b_g = decode(raw) if c else (np.zeros(0, np.uint64),) * 3
         new_ids, new_w, new_g = _arrays(ids, ops)
         return encode(np.concatenate([b_ids.astype(np.uint64), new_ids]),
@@ -425,25 +477,30 @@ def _spliced(raw: bytes, c: int, ids: list[int], ops: dict[int, Op]) -> bytes:
 
 
 def create_columns(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
-                   groups: np.ndarray) -> int:
+                   groups: np.ndarray, pack: bool = True) -> int:
     """`create` of postings given as columns (ids ascending, uint64; weights float32;
     groups uint32): the same blocks, byte for byte, with no Python work per posting (a
     bulk load's new documents, indexed column-wise: `lexical._Writer.add_new`)."""
-    _put_blocks(aux, prefix, ids, weights, groups)
+    _put_blocks(aux, prefix, ids, weights, groups, pack)
     return len(ids)
 
 
 class Columns:
     """The postings of many terms' new lists as three columns (ids uint64, weights
-    float32, groups uint32), each term's a run of them with ascending ids: `create` writes
-    a run's blocks by slicing bytes converted once for all of them — the same bytes as
+    float32, groups uint32), each term's a run of them with ascending ids (`starts`: the
+    runs' first positions, ascending from 0, when the caller knows them): `create` writes
+    a run's blocks, packed for all runs at once (`packed.encode_many`) — the same bytes as
     `create_columns` of the run, without numpy work per term (a bulk load's terms are
     mostly rare: names, numbers, words of one description)."""
 
-    __slots__ = ("ids", "weights", "groups", "narrow", "firsts", "_ib", "_wb", "_gb")
+    __slots__ = ("ids", "weights", "groups", "narrow", "firsts", "_ib", "_wb", "_gb",
+                 "starts", "_packed", "pack")
 
-    def __init__(self, ids: np.ndarray, weights: np.ndarray, groups: np.ndarray) -> None:
+    def __init__(self, ids: np.ndarray, weights: np.ndarray, groups: np.ndarray,
+                 starts: np.ndarray | None = None, pack: bool = True) -> None:
         self.ids, self.weights, self.groups = ids, weights, groups
+        self.starts, self.pack = starts, pack
+        self._packed: tuple[dict[int, tuple[int, int]], list[bytes]] | None = None
         # Every block narrow when all ids and groups fit (else `encode` chooses per block).
         self.narrow = not len(ids) or (int(ids.max()) < _ID32 and int(groups.max()) < _GROUP16)
         if self.narrow:
@@ -454,9 +511,31 @@ class Columns:
 
     def create(self, aux: Any, prefix: bytes, start: int, end: int) -> int:
         """`create_columns` of the run [start, end): returns its length."""
-        if not self.narrow:
+        if not self.narrow or not self.pack:
+            return self._create_narrow(aux, prefix, start, end)
+        if self.starts is None:
             return create_columns(aux, prefix, self.ids[start:end],
                                   self.weights[start:end], self.groups[start:end])
+        if self._packed is None:
+            self._packed = self._encode()
+        runs, values = self._packed
+        got = runs.get(start)
+        if got is None or got[1] != end:     # (not a whole run: `append`'s rest)
+            return create_columns(aux, prefix, self.ids[start:end],
+                                  self.weights[start:end], self.groups[start:end])
+        firsts = self.firsts
+        at = got[0]
+        for i in range(start, end, BLOCK):
+            aux.put(prefix + _U64.pack(firsts[i]), values[at])
+            at += 1
+        return end - start
+
+    def _create_narrow(self, aux: Any, prefix: bytes, start: int, end: int) -> int:
+        """`create_columns` of the run [start, end) without packing: narrow blocks sliced
+        from the columns' bytes (when the ids and groups fit, else as `encode` chooses)."""
+        if not self.narrow:
+            return create_columns(aux, prefix, self.ids[start:end], self.weights[start:end],
+                                  self.groups[start:end], False)
         ib, wb, gb, firsts = self._ib, self._wb, self._gb, self.firsts
         for i in range(start, end, BLOCK):
             j = min(i + BLOCK, end)
@@ -465,6 +544,21 @@ class Columns:
                               wb[2 * i:2 * j], gb[2 * i:2 * j])))
         return end - start
 
+    def _encode(self) -> tuple[dict[int, tuple[int, int]], list[bytes]]:
+        """The packed blocks of every run, and per run start (its first block's index
+        among them, its end)."""
+        assert self.starts is not None
+        starts = np.asarray(self.starts, dtype=np.int64)
+        ends = np.append(starts[1:], len(self.ids))
+        nblocks = (ends - starts + BLOCK - 1) // BLOCK
+        first_block = np.cumsum(nblocks) - nblocks
+        within = np.arange(int(nblocks.sum())) - np.repeat(first_block, nblocks)
+        blocks = np.repeat(starts, nblocks) + within * BLOCK
+        values = packed.encode_many(self.ids, self.weights, self.groups, blocks,
+                                    np.repeat(np.arange(len(starts)), nblocks))
+        runs = dict(zip(starts.tolist(), zip(first_block.tolist(), ends.tolist())))
+        return runs, values
+
 
     def append(self, aux: Any, prefix: bytes, start: int, end: int) -> int | None:
         """`append_columns` of the run [start, end), the same bytes: a narrow last block
@@ -472,17 +566,26 @@ class Columns:
         term: a command's postings top up the last block of thousands of lists)."""
         if not self.narrow:
             return append_columns(aux, prefix, self.ids[start:end],
-                                  self.weights[start:end], self.groups[start:end])
+                                  self.weights[start:end], self.groups[start:end], self.pack)
         for key, raw in aux.scan(prefix, reverse=True):     # the list's last block
             if self.firsts[start] <= last_id(raw):
                 return None
-            h = _COUNT.unpack_from(raw)[0]
-            c = h & 0xFFFF
+            c = count(raw)
             if c >= BLOCK:
                 break
+            if raw[0] >= packed.TAG:
+                # A packed last block the run does not fill: narrow, for later splices
+                # (the module doc); a run that fills it: packed blocks.
+                if c + end - start >= BLOCK:
+                    return append_columns(aux, prefix, self.ids[start:end],
+                                          self.weights[start:end], self.groups[start:end],
+                                          self.pack)
+                raw = encode(*decode(raw))
+            h = _COUNT.unpack_from(raw)[0]
             if not h & NARROW:
                 return append_columns(aux, prefix, self.ids[start:end],
-                                      self.weights[start:end], self.groups[start:end])
+                                      self.weights[start:end], self.groups[start:end],
+                                      self.pack)
             j = min(end, start + BLOCK - c)
             ib, wb, gb = self._ib, self._wb, self._gb
             aux.put(key, b"".join((_COUNT.pack((c + j - start) | NARROW),
@@ -496,7 +599,7 @@ class Columns:
 
 
 def append_columns(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray,
-                   groups: np.ndarray) -> int | None:
+                   groups: np.ndarray, pack: bool = True) -> int | None:
     """`_append` of postings given as columns (as `create_columns`): tops up the list's
     last block and appends full blocks — the same bytes as `apply` writes for them. None
     when some id is not after the list's last one (the caller then takes `apply`)."""
@@ -510,16 +613,16 @@ def append_columns(aux: Any, prefix: bytes, ids: np.ndarray, weights: np.ndarray
             weights = np.concatenate([b_w.astype(np.float32), weights])
             groups = np.concatenate([b_g.astype(np.uint32), groups])
         break
-    _put_blocks(aux, prefix, ids, weights, groups)   # the first key may be `last`: overwritten
+    _put_blocks(aux, prefix, ids, weights, groups, pack)   # (the first key may be `last`)
     return added
 
 
-def create(aux: Any, prefix: bytes, ops: dict[int, Op]) -> int:
+def create(aux: Any, prefix: bytes, ops: dict[int, Op], pack: bool = True) -> int:
     """`apply` for a list known to be empty (all ops set postings): its blocks written
     directly. Returns the list's length."""
     ids = sorted(ops)
     if len(ids) <= BLOCK:
         aux.put(prefix + _U64.pack(ids[0]), _spliced(b"\0\0\0\0", 0, ids, ops))
         return len(ids)
-    _put_blocks(aux, prefix, *_arrays(ids, ops))
+    _put_blocks(aux, prefix, *_arrays(ids, ops), pack)
     return len(ids)

@@ -5,7 +5,7 @@ indexed as it ends up, and SEARCH and the deep check agree."""
 from __future__ import annotations
 
 from nexus.ops.bulk_import import bulk_import
-from nexus.search import lexical
+from nexus.search import lexical, postings
 
 SCHEMA = """
 UPSERT {
@@ -29,8 +29,16 @@ def _items(n: int):
 
 
 def _tables(nx):
+    """The lexical tables' rows, posting blocks as their decoded postings (a block's
+    layout depends on how it was written: packed by a bulk write, narrow when a small
+    write spliced it — `postings`' module doc)."""
+    def row(key, raw):
+        if key[:1] != b"t":
+            return key, raw
+        return key, tuple(tuple(a.tolist()) for a in postings.decode(raw))
+
     with nx.store.read() as txn:
-        return {t: list(txn.aux(t).scan()) for t in ("lex", "lexdoc")}
+        return {t: [row(k, v) for k, v in txn.aux(t).scan()] for t in ("lex", "lexdoc")}
 
 
 QUERIES = ['SEARCH CONCEPT "willow bark" LIMIT 20', 'SEARCH CONCEPT "drug 17" LIMIT 5',

@@ -336,3 +336,45 @@ def test_pending_names_are_stored_with_the_write(disk_nexus, kip):
     assert n in _pending_ids(nx)
     assert names(kip(nx, 'SEARCH CONCEPT "ketorlac" LIMIT 1')) == ["Ketorolac"]
     assert nx.search.check(deep=True)["ok"]
+
+
+def _lists(nx) -> dict[bytes, tuple]:
+    """list prefix → its postings decoded (ids, weights, groups)."""
+    out: dict[bytes, list] = {}
+    with nx.store.read() as txn:
+        for key, raw in txn.aux(TABLE).scan():
+            if key[:1] != b"\0":
+                out.setdefault(key[:-8], []).extend(zip(*(a.tolist() for a in
+                                                          postings.decode(raw))))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def test_a_bulk_load_fills_the_pages_of_the_gram_table(disk_nexus, kip):
+    """A load's lists are put in key order with the lists already there taken out and put
+    back (`lexical_bulk.Tail`): appended, the table's leaf pages are full (inserted in
+    the trigrams' first-seen order between those lists, LMDB split them: ~0.6 full), and
+    the lists are what a reindex writes."""
+    import lmdb
+    nx = disk_nexus()
+    kip(nx, SCHEMA)
+    kip(nx, 'UPSERT { CONCEPT ?d { {type: "Drug", name: "Oxaprozine 0"} } }')   # before
+    bulk_import(nx, [{"type": "Drug" if i % 2 else "Symptom", "name": f"Zelmo{i} quartz {i}x",
+                      "attributes": {"aliases": [f"Daypro {i}"]} if i % 3 == 0 else {}}
+                     for i in range(4000)])
+    loaded = _lists(nx)
+    assert nx.search.check(deep=True)["ok"]
+    path = nx.store.path
+    nx.close()
+    env = lmdb.open(path, readonly=True, lock=False, max_dbs=64)
+    try:
+        with env.begin() as txn:
+            db = env.open_db(b"aux." + TABLE.encode(), txn=txn, create=False)
+            st = txn.stat(db)
+            used = sum(len(k) + len(v) + 10 for k, v in txn.cursor(db))
+    finally:
+        env.close()
+    # (three full narrow blocks of 1,028 bytes a page: ~0.78 at most for those)
+    assert used / (st["leaf_pages"] * (st["psize"] - 16)) > 0.75
+    nx = disk_nexus()
+    nx.search.reindex()
+    assert _lists(nx) == loaded
