@@ -80,6 +80,7 @@ class KipApp(SpaceRoutes):
         if owner is not None:       # the owner answers within the same bound (408 past it)
             owner.timeout = self.request_timeout + 5.0
         self.access_log = access_log
+        self._log_pending: list[bytes] = []     # access-log lines not written yet
         if audit is True:
             audit = nexus.audit_log() if nexus is not None else None
         self.audit: Any = audit or None         # an AuditLog, or a follower's RemoteAudit
@@ -106,6 +107,7 @@ class KipApp(SpaceRoutes):
         self._closed = True
         self.shutting_down = True
         self.pool.shutdown(wait=True)
+        self._flush_log()
         if self.audit is not None:
             self.audit.close()
         if self.owns_nexus and self.nexus is not None:
@@ -439,14 +441,14 @@ class KipApp(SpaceRoutes):
 
     async def _run(self, method: str, params: Any, call: Call,
                    deadline: float | None = None) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
         response: dict[str, Any]
         if method == "list_logs":
             audit = call.audit if call.nexus is not None else self.audit
             if audit is None:
                 response = {"result": []}
             else:
-                response = await loop.run_in_executor(self.pool, audit.list_logs, params)
+                response = await asyncio.get_running_loop().run_in_executor(
+                    self.pool, audit.list_logs, params)
             if "error" in response:
                 call.error = response["error"]["code"]
             return response
@@ -568,11 +570,26 @@ class KipApp(SpaceRoutes):
         if call.errors:
             line["errors"] = call.errors
         line["duration_ms"] = round(duration * 1000.0, 3)
+        if self.access_log is None:
+            return
+        # The lines of the answers of one turn of the event loop are written together, at
+        # the start of its next turn (one write and flush instead of one per request: a
+        # system call each, ~10 us per request under bench/http_bench.py).
+        pending = self._log_pending
+        pending.append(orjson.dumps(line) + b"\n")
+        if len(pending) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush_log)
+            except RuntimeError:            # not on the loop: now
+                self._flush_log()
+
+    def _flush_log(self) -> None:
+        lines, self._log_pending = self._log_pending, []
         log = self.access_log
-        if log is None:
+        if not lines or log is None:
             return
         try:
-            log.write(orjson.dumps(line) + b"\n")
+            log.write(b"".join(lines))
             log.flush()
         except (OSError, ValueError):   # a closed or broken log stream never fails a request
             pass
