@@ -202,7 +202,7 @@ class KipApp(SpaceRoutes):
             return status, payload, []
         if path == "/_audit" and self.audit_intake and verb == "POST" and \
                 _on_unix_socket(scope):             # only on the owner's Unix socket
-            self._check_auth(scope)
+            self._check_auth(scope["headers"])
             entries = loads(await self._read_body(scope, receive))
             if self.audit is not None:
                 for ts, item in entries:
@@ -240,7 +240,7 @@ class KipApp(SpaceRoutes):
                                           "The server is shutting down",
                                           "Retry the request in a moment."),
                           [(b"connection", b"close"), (b"retry-after", b"1")])
-        self.check_key(headers)
+        self._check_auth(headers)
         self._check_length(headers)
 
     async def answer_kip(self, body: bytes, call: Call, headers: list[tuple[bytes, bytes]]
@@ -279,10 +279,7 @@ class KipApp(SpaceRoutes):
         status, raw = answer
         return status, RawJson(raw)
 
-    def _check_auth(self, scope: dict) -> None:
-        self.check_key(scope["headers"])
-
-    def check_key(self, headers: list[tuple[bytes, bytes]]) -> None:
+    def _check_auth(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Raise 401 unless `headers` carry `Authorization: Bearer <the API key>` (when
         the server has one)."""
         if self.api_key is None:
