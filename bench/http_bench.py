@@ -376,7 +376,7 @@ def main() -> int:
             try:
                 runner(host, port, 4, 2, tmp, mix)                         # warm-up
                 for clients in [int(c) for c in args.clients.split(",")]:
-                    cpu0 = _server_cpu(proc.pid)
+                    cpu0, own0 = _server_cpu(proc.pid), _server_cpu(proc.pid, children=False)
                     load0 = os.getloadavg()[0]
                     if args.probe and mix:
                         result = with_probe(runner, host, port, clients, args.seconds, tmp,
@@ -384,9 +384,13 @@ def main() -> int:
                     else:
                         result = runner(host, port, clients, args.seconds, tmp, mix)
                     cpu = _server_cpu(proc.pid) - cpu0
+                    own = _server_cpu(proc.pid, children=False) - own0
                     row = {"stack": _stack_name(stack), "clients": clients, **result,
                            "server_cpu_us_per_req": round(cpu / max(1, result["requests"])
                                                           * 1e6),
+                           # the owner process's share (the rest: `--workers` followers)
+                           "owner_cpu_us_per_req": round(own / max(1, result["requests"])
+                                                         * 1e6),
                            "load": [round(load0, 2), round(os.getloadavg()[0], 2)]}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -398,9 +402,10 @@ def main() -> int:
     return 0
 
 
-def _server_cpu(pid: int) -> float:
+def _server_cpu(pid: int, children: bool = True) -> float:
     """CPU seconds (user + system) of the server process and its children so far (the
-    `--workers` followers are its children), from /proc; 0 where there is none."""
+    `--workers` followers are its children; not with `children=False`), from /proc; 0
+    where there is none."""
     total = 0.0
     tick = os.sysconf("SC_CLK_TCK")
     pending = [pid]
@@ -409,6 +414,8 @@ def _server_cpu(pid: int) -> float:
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick
+            if not children:
+                continue
             for task in Path(f"/proc/{p}/task").iterdir():
                 kids = (task / "children").read_text().split()
                 pending.extend(int(k) for k in kids)

@@ -25,7 +25,9 @@ command is one store transaction) — never half-applied.
 
 The package: `wire` (the envelope, JSON bodies, KIP errors and HTTP status, the refusals
 raised before a method runs), `app` (`KipApp`, the ASGI app: `/kip`, the framings, dispatch
-to the worker threads, timeouts, the access log and the audit), `pool` (the worker threads),
+to the worker threads, timeouts, the access log and the audit), `lean` (`POST /kip` answered
+from uvicorn's httptools protocol without the ASGI cycle, by the same `KipApp` handling),
+`pool` (the worker threads),
 `spaces_routes` (the keys file and the `/v1/{space}/kip`, `/v1/admin/spaces` routes of
 `--spaces`), `workers` (`--workers N`: the owner and its follower processes on one port),
 `run` (`serve()`: uvicorn, the socket, the memory budget).

@@ -1,6 +1,7 @@
 """Running `kip serve` (nexus.server): `serve()` opens the database (or the spaces directory),
 binds the socket, caps the process's memory, and runs `KipApp` under uvicorn — with an HTTP
-protocol that answers an unparsable request with a KIP error — until SIGTERM/SIGINT.
+protocol that answers an unparsable request with a KIP error and, on httptools, answers
+`POST /kip` without the ASGI cycle (nexus.server.lean) — until SIGTERM/SIGINT.
 """
 from __future__ import annotations
 
@@ -244,6 +245,9 @@ def _http_protocol(name: str) -> Any:
                     cycle.transport = _Corked(cycle.transport)
 
     KipProtocol.__name__ = f"Kip{base.__name__}"
+    if name == "httptools":         # POST /kip without the ASGI cycle (nexus.server.lean)
+        from .lean import with_lean_kip
+        return with_lean_kip(KipProtocol)
     return KipProtocol
 
 

@@ -92,7 +92,7 @@ class SpaceRoutes:
     pool: WorkerPool
     shutting_down: bool
 
-    def _check_auth(self, scope: dict) -> None:
+    def _check_auth(self, headers: list[tuple[bytes, bytes]]) -> None:
         raise NotImplementedError
 
     async def _read_body(self, scope: dict, receive: Callable) -> bytes:
@@ -117,7 +117,7 @@ class SpaceRoutes:
                                               "Unauthorized: missing or invalid API key",
                                               "Send `Authorization: Bearer <key>`."))
         else:
-            self._check_auth(scope)
+            self._check_auth(scope["headers"])
         loop = asyncio.get_running_loop()
         if verb == "GET" and not name:
             names = await loop.run_in_executor(self.pool, spaces.names)
@@ -182,7 +182,7 @@ class SpaceRoutes:
             call.read_only = grant.mode == "read"
             create = spaces.auto_create and not call.read_only
         else:
-            self._check_auth(scope)
+            self._check_auth(scope["headers"])
             create = spaces.auto_create
         body = await self._read_body(scope, receive)
         # --auto-create: only a request that writes creates its missing space; a read of a
