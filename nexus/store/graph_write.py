@@ -18,7 +18,8 @@ import numpy as np
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import bulk, codec
-from nexus.store.codec import OPS, PSO, SPO, SPO3, decode_count, pack_n, pack_sid
+from nexus.store.codec import (MAX_ELEMENT_ID, OPS, PSO, SPO, SPO3, TRIPLE, decode_count,
+                               pack_n, pack_sid)
 from nexus.store.graph import Aux, GraphReadTxn, TxnHost, internal, used_after_end
 from nexus.store.kv import DeleteFn, KvWrite, PutFn
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn, link_heads
@@ -42,7 +43,7 @@ class WriteHost(TxnHost[Db], Protocol[Db]):
 # Links created by one create_link_columns call up to which plain puts beat the numpy
 # column path (`_create_few_links`).
 FEW_LINKS = 16
-_U64, _U32 = 1 << 64, 1 << 32
+_U32 = 1 << 32
 
 # Heads a write transaction decodes are kept for it (and merged into the store's cache at
 # commit) up to this many: a bulk load re-reading its own elements (search indexing) must
@@ -255,11 +256,15 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         return sid
 
     def new_id(self) -> int:
+        if self._max_id >= MAX_ELEMENT_ID:      # the cap of the link keys' 4-byte ids
+            raise codec.id_limit_error(self._max_id + 1)
         self._max_id += 1
         return self._max_id
 
     def reserve_ids(self, count: int) -> range:
         start = self._max_id + 1
+        if self._max_id + count > MAX_ELEMENT_ID:
+            raise codec.id_limit_error(self._max_id + count)
         self._max_id += count
         return range(start, self._max_id + 1)
 
@@ -276,6 +281,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
     def _check_id(self, n: int) -> bytes:
         if type(n) is not int or n <= 0:
             raise internal(f"element ids are positive integers, got {n!r}")
+        if n > MAX_ELEMENT_ID:
+            raise codec.id_limit_error(n)
         if n > self._max_id:            # an id nobody allocated: keep the counter ahead
             self._max_id = n
         return pack_n(n)
@@ -647,7 +654,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             d = self.tables
             taken = e["duplicate"]
             if taken is None and not known_new and self.kv.last_key(d.spo) is not None:
-                taken = next((_spo3(k) for k in e["spo"][0] if self._spo_taken(k[:20])), None)
+                taken = next((_spo3(k) for k in e["spo"][0] if self._spo_taken(k[:TRIPLE])), None)
             if taken is not None:
                 s, p, o = taken
                 raise KipError(ErrorCode.KIP_3003,
@@ -681,8 +688,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             return None
         for n, s, p, o in rows:
             if type(n) is not int or type(s) is not int or type(p) is not int or \
-                    type(o) is not int or not (0 < n < _U64 and 0 < s < _U64 and
-                                               0 < p < _U32 and 0 < o < _U64):
+                    type(o) is not int or not (0 < n < _U32 and 0 < s < _U32 and
+                                               0 < p < _U32 and 0 < o < _U32):
                 return None
         if len({r[0] for r in rows}) != count or len({r[1:] for r in rows}) != count:
             return None
@@ -780,7 +787,7 @@ class WriteAux(Aux[Db]):
 
 def _spo3(key: bytes) -> tuple[int, int, int]:
     """The (s, p, o) of an spo key."""
-    s, p, o = SPO3.unpack(key[:20])
+    s, p, o = SPO3.unpack(key[:TRIPLE])
     return s, p, o
 
 
