@@ -324,12 +324,13 @@ class GraphWriteTxn(GraphReadTxn[Db]):
                            f"a proposition ({subject}, {self.symbol_text(predicate_id)!r}, "
                            f"{object}) already exists")
         put, d = self._put, self.tables
+        keys = _link_keys(subject, predicate_id, object, n)
         if not put(nk, codec.link_head_value(subject, predicate_id, object),
                    overwrite=False, db=d.head):
             raise internal(f"element id {n} is already in use")
-        put(SPO.pack(subject, predicate_id, object, n), b"", db=d.spo)
-        put(OPS.pack(object, predicate_id, subject, n), b"", db=d.ops)
-        put(PSO.pack(predicate_id, subject, object, n), b"", db=d.pso)
+        put(keys[0], b"", db=d.spo)
+        put(keys[1], b"", db=d.ops)
+        put(keys[2], b"", db=d.pso)
         if a is not None:
             put(nk, a, db=d.attrs)
         if m is not None:
@@ -454,6 +455,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             raise KipError(ErrorCode.KIP_3003,
                            f"a proposition ({subject}, {self.symbol_text(p)!r}, {object}) "
                            f"already exists")
+        keys = _link_keys(subject, p, object, n)     # (before anything is written)
         host = self._host
         host.moved_heads.add(n)         # first: from now on no reader caches its head
         if len(host.moved_heads) > host.cache_cap:
@@ -466,9 +468,9 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         dele(OPS.pack(o, p, s, n), db=d.ops)
         dele(PSO.pack(p, s, o, n), db=d.pso)
         put(nk, codec.link_head_value(subject, p, object), db=d.head)
-        put(SPO.pack(subject, p, object, n), b"", db=d.spo)
-        put(OPS.pack(object, p, subject, n), b"", db=d.ops)
-        put(PSO.pack(p, subject, object, n), b"", db=d.pso)
+        put(keys[0], b"", db=d.spo)
+        put(keys[1], b"", db=d.ops)
+        put(keys[2], b"", db=d.pso)
         self._new_heads[n] = LinkHead(n, subject, p, object)
         self._repointed.append(n)
 
@@ -783,6 +785,16 @@ class WriteAux(Aux[Db]):
     def delete(self, key: bytes) -> bool:
         _check_aux_key(key)
         return self._txn.kv.delete(key, db=self._db)
+
+
+def _link_keys(s: int, p: int, o: int, n: int) -> tuple[bytes, bytes, bytes]:
+    """The spo, ops and pso keys of a link; an end past the id cap (or not an id) is no
+    element: KIP_3002."""
+    try:
+        return SPO.pack(s, p, o, n), OPS.pack(o, p, s, n), PSO.pack(p, s, o, n)
+    except struct.error:
+        raise KipError(ErrorCode.KIP_3002, f"a proposition ({s!r}, {p!r}, {o!r}) names an "
+                                           f"element that does not exist") from None
 
 
 def _spo3(key: bytes) -> tuple[int, int, int]:

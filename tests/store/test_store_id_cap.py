@@ -95,6 +95,15 @@ def test_links_between_ids_at_the_cap_are_found_by_every_index(capped):
         with pytest.raises(KipError) as exc:
             w.new_id()
         _refused(exc)
+        for end in (CAP + 1, 2**40):    # no element can have that id
+            with pytest.raises(KipError) as exc:
+                w.create_link(CAP - 5, a, p, end, {}, {})
+            assert exc.value.code.value == "KIP_3002"
+            with pytest.raises(KipError) as exc:
+                w.repoint_link(ab, a, end)
+            assert exc.value.code.value == "KIP_3002"
+        assert list(w.out_links(a)) == [(p, b, ab)] and w.head(CAP - 5) is None
+        w.abort()
 
 
 def test_a_kip_upsert_past_the_cap_is_refused_and_writes_nothing():
