@@ -421,23 +421,23 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
         with self._env.begin() as txn:
             if not link_upgrade.needed(txn.get(codec.META_FORMAT, db=tables.meta)):
                 return
-        if self._recovering is not None:
-            try:                    # the log's records first (or the log dropped)
-                self._recover()
-            except (lmdb.Error, OSError) as exc:
-                raise KipError(ErrorCode.KIP_4003, f"cannot open the store at {self._path}: "
-                               f"its link indexes need a one-time conversion and the disk "
-                               f"refused the write ({exc})",
-                               "Free disk space, then open it again.") from None
-        if self._use_wal and self._wal is None:
-            self._start_wal()
         started = time.monotonic()
-        handles = {name: tables.named(name) for name in ("meta", "spo", "ops", "pso")}
-        links = link_upgrade.convert(self._env, handles, self._path)
-        if self._use_wal:
-            self._checkpoint()
-        else:
-            self._env.sync(True)
+        try:
+            if self._recovering is not None:
+                self._recover()     # the log's records first (or the log dropped)
+            if self._use_wal and self._wal is None:
+                self._start_wal()
+            handles = {name: tables.named(name) for name in ("meta", "spo", "ops", "pso")}
+            links = link_upgrade.convert(self._env, handles, self._path)
+            if self._use_wal:
+                self._checkpoint()
+            else:
+                self._env.sync(True)
+        except (lmdb.Error, OSError) as exc:    # the old layout stays whole (module doc)
+            raise _lmdb_error(exc, self._path) or KipError(
+                ErrorCode.KIP_4003, f"cannot open the store at {self._path}: its link "
+                f"indexes need a one-time conversion, which failed: {exc}",
+                "Free disk space if it is full, then open it again.") from None
         log.info("%s: link indexes converted to 16-byte keys (%s links, %.1f s)",
                  self._path, links, time.monotonic() - started)
 

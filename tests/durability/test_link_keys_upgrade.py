@@ -287,3 +287,27 @@ def test_another_format_is_refused(tmp_path):
     for readonly in (True, False):
         with pytest.raises(KipError, match="unsupported format"):
             LmdbGraphStore(path, readonly=readonly)
+
+
+def test_a_failed_conversion_is_a_kip_error_and_leaves_the_old_layout(tmp_path, monkeypatch):
+    from nexus.store import link_upgrade
+    path = str(tmp_path / "db")
+    _, links = _made(path)
+    _as_an_earlier_version(path)
+    real, calls = link_upgrade._new_dtype, []
+
+    def failing(fields):
+        calls.append(fields)
+        if len(calls) == 3:         # the disk refuses in the middle of the transaction
+            raise lmdb.DiskError("simulated")
+        return real(fields)
+    monkeypatch.setattr(link_upgrade, "_new_dtype", failing)
+    with pytest.raises(KipError) as caught:
+        LmdbGraphStore(path, wal=True)
+    assert caught.value.code.value == "KIP_4003" and "simulated" in caught.value.message
+    assert _key_sizes(path) == {"spo": {28}, "ops": {28}, "pso": {28},
+                                "format": {codec.FORMAT_TAG_V1}}
+    monkeypatch.setattr(link_upgrade, "_new_dtype", real)
+    with LmdbGraphStore(path, wal=True) as store:       # the lock was released; converts
+        assert _links(store) == links
+    assert _key_sizes(path)["format"] == {codec.FORMAT_TAG}
