@@ -58,8 +58,12 @@ def read_links(path: str) -> np.ndarray:
     with env.begin() as txn:
         db = env.open_db(b"spo", txn=txn, create=False)
         data = b"".join(k for k, _ in txn.cursor(db))
+        first = next(txn.cursor(db).iternext(values=False), b"")
     env.close()
-    dt = np.dtype([("s", ">u8"), ("p", ">u4"), ("o", ">u8"), ("n", ">u8")])
+    if len(first) == 16:        # a database of 16-byte link keys (s17-linkidx)
+        dt = np.dtype([("s", ">u4"), ("p", ">u4"), ("o", ">u4"), ("n", ">u4")])
+    else:
+        dt = np.dtype([("s", ">u8"), ("p", ">u4"), ("o", ">u8"), ("n", ">u8")])
     return np.frombuffer(data, dtype=dt)
 
 

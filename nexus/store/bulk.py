@@ -103,9 +103,13 @@ def _check_ids(ns: Sequence[int]) -> None:
     if type(ns) is range:
         if ns.start <= 0 or ns.step <= 0:
             raise internal("bulk create: element ids must be positive integers")
+        if len(ns) and ns[-1] > codec.MAX_ELEMENT_ID:
+            raise codec.id_limit_error(ns[-1])
         return
     if set(map(type, ns)) != {int} or min(ns) <= 0:
         raise internal("bulk create: element ids must be positive integers")
+    if max(ns) > codec.MAX_ELEMENT_ID:
+        raise codec.id_limit_error(max(ns))
 
 
 def map_entries(keys: list[bytes], maps: MapColumn | None, what: str,
@@ -181,19 +185,25 @@ def concept_entries(ns: Sequence[int], types: Sequence[int], names: Sequence[str
             "per_type": per_type, "max_id": ns[-1], "count": count}
 
 
-def _column(values: Sequence[int], kind: str, limit: int) -> np.ndarray:
+def _column(values: Sequence[int], kind: str) -> np.ndarray:
+    """A column of ids (or predicate ids) as numpy u64, each checked to be 1..2**32 - 1
+    (an element id past the cap is `codec.id_limit_error`)."""
+    limit = 1 << 32
     if type(values) is range:
         a = np.arange(values.start, values.stop, values.step, dtype=np.uint64)
-        if values.start <= 0 or (len(a) and values[-1] >= limit):
-            raise internal(f"bulk create_links: {kind} must be positive integers below {limit}")
-        return a
-    try:
-        a = np.array(values)
-    except (OverflowError, ValueError, TypeError):
-        raise internal(f"bulk create_links: {kind} must be positive integers below {limit}") \
-            from None
-    if a.dtype.kind not in "iu" or a.ndim != 1 or (a.size and (a.min() <= 0
-                                                                 or a.max() >= limit)):
+        bad = values.start <= 0 or bool(len(a) and values[-1] >= limit)
+    else:
+        try:
+            a = np.array(values)
+        except (OverflowError, ValueError, TypeError):
+            raise internal(f"bulk create_links: {kind} must be positive integers below "
+                           f"{limit}") from None
+        bad = a.dtype.kind not in "iu" or a.ndim != 1 or bool(a.size and a.min() <= 0)
+        if not bad and a.size and a.max() >= limit:
+            if kind == "ids":
+                raise codec.id_limit_error(int(a.max()))
+            bad = True
+    if bad:
         raise internal(f"bulk create_links: {kind} must be positive integers below {limit}")
     return a.astype(np.uint64)
 
@@ -238,7 +248,7 @@ def link_entries(ns: Sequence[int], ss: Sequence[int], ps: Sequence[int],
                  os_: Sequence[int], attrs: MapColumn | None, metas: MapColumn | None,
                  extra: JsonMap | None = None) -> LinkEntries | None:
     """Columns of new links -> {table: (keys, values)} for head, spo, attrs and metas, the
-    raw columns 's', 'p', 'o', 'n' (numpy u64) for the ops and pso indexes, plus
+    raw columns 's', 'p', 'o', 'n' (numpy u64, below 2**32) for the ops and pso indexes, plus
     'per_pred', 'max_id', 'count' and 'duplicate': an (s, p, o) that occurs twice in the
     columns, or None."""
     count = len(ns)
@@ -246,11 +256,11 @@ def link_entries(ns: Sequence[int], ss: Sequence[int], ps: Sequence[int],
         return None
     if not (len(ss) == len(ps) == len(os_) == count):
         raise internal("bulk create_links: columns of different lengths")
-    n = _column(ns, "ids", 2**64)
-    s = _column(ss, "subjects", 2**64)
-    p = _column(ps, "predicate ids", 2**32)
-    o = _column(os_, "objects", 2**64)
-    spo = sorted_keys([(s, U64), (p, U32), (o, U64), (n, U64)])
+    n = _column(ns, "ids")
+    s = _column(ss, "subjects")
+    p = _column(ps, "predicate ids")
+    o = _column(os_, "objects")
+    spo = sorted_keys([(s, U32), (p, U32), (o, U32), (n, U32)])
     s1, p1, o1 = spo["f0"], spo["f1"], spo["f2"]    # a repeated (s, p, o) is adjacent
     same = np.flatnonzero((s1[1:] == s1[:-1]) & (p1[1:] == p1[:-1]) & (o1[1:] == o1[:-1]))
     duplicate = (int(s1[same[0]]), int(p1[same[0]]), int(o1[same[0]])) if same.size else None
@@ -280,5 +290,5 @@ def link_entries(ns: Sequence[int], ss: Sequence[int], ps: Sequence[int],
 def other_link_indexes(s: np.ndarray, p: np.ndarray, o: np.ndarray, n: np.ndarray
                        ) -> dict[str, np.ndarray]:
     """The ops and pso keys of links (sorted structured arrays; see `as_bytes`)."""
-    return {"ops": sorted_keys([(o, U64), (p, U32), (s, U64), (n, U64)]),
-            "pso": sorted_keys([(p, U32), (s, U64), (o, U64), (n, U64)])}
+    return {"ops": sorted_keys([(o, U32), (p, U32), (s, U32), (n, U32)]),
+            "pso": sorted_keys([(p, U32), (s, U32), (o, U32), (n, U32)])}

@@ -12,18 +12,26 @@ scan is an index range:
     tn     type(4) tkey(name)                   n(8)          unique (type, name)
     tid    type(4) n(8)                         ''            type -> ids
     name   tkey(name) 00 n(8)                   ''            name -> ids (any type)
-    spo    s(8) p(4) o(8) n(8)                  ''            out_links, link_id
-    ops    o(8) p(4) s(8) n(8)                  ''            in_links
-    pso    p(4) s(8) o(8) n(8)                  ''            links_of_predicate
+    spo    s(4) p(4) o(4) n(4)                  ''            out_links, link_id
+    ops    o(4) p(4) s(4) n(4)                  ''            in_links
+    pso    p(4) s(4) o(4) n(4)                  ''            links_of_predicate
     sym    sid(4)                               text-utf8
     symx   tkey(text)                           sid(4)
     stats  b'C' | b'L' | b'T' type(4) | b'P' p(4)   count(8)
     meta   b'format' | b'max_id' | b'max_sym'   format tag | counter(8) | counter(4)
 
+Element ids are capped at MAX_ELEMENT_ID = 2**32 - 1 (`id_limit_error`: the id allocator
+refuses to go past it), so the link indexes hold every id in 4 bytes: 16-byte keys instead
+of the 28 of FORMAT_TAG_V1 (s(8) p(4) o(8) n(8) and the like), which took the three tables
+of a 100k load from 63.5 to ~43 MB (bench/RESULTS.md, "Disk: the link indexes as 16-byte
+keys"). A database of that earlier format is converted once when its owner opens it
+(`link_upgrade`). Heads, maps and the concept indexes keep 8-byte id keys.
+
 The three link orders are chosen so that each ReadTxn scan is ONE prefix range whose key
 tail unpacks, with a single C call, into exactly the tuple the protocol yields: spo gives
 (p, o, n), ops gives (p, s, n), pso gives (s, o, n). The link id is the last key field
-(values are empty), so scans read keys only.
+(values are empty), so scans read keys only. Ids within the cap keep their order as 4-byte
+big-endian fields, so the 16-byte keys sort as the 28-byte ones did.
 
 `tkey(text)` is the UTF-8 text itself when it is at most `MAX_INLINE_TEXT` bytes (LMDB keys
 are limited to 511 bytes), else 0xFF + a 20-byte BLAKE2b digest; 0xFF never occurs in UTF-8,
@@ -85,14 +93,22 @@ pack_sid = U32.pack          # symbol id  -> 4-byte key part
 unpack_n = U64.unpack
 unpack_sid = U32.unpack
 
+# Element ids: positive and at most MAX_ELEMENT_ID (module doc).
+MAX_ELEMENT_ID = (1 << 32) - 1
+
 # Link index keys and the tuple each index yields (the leading field is the scan prefix).
-SPO = struct.Struct(">QIQQ")                 # s p o n
-OPS = struct.Struct(">QIQQ")                 # o p s n
-PSO = struct.Struct(">IQQQ")                 # p s o n
-SP = struct.Struct(">QI")                    # spo / ops prefix with the predicate
-SPO3 = struct.Struct(">QIQ")                 # the (s, p, o) part of an spo key
-TAIL_PON = struct.Struct(">8xIQQ").unpack    # spo key -> (p, o, n); ops key -> (p, s, n)
-TAIL_SON = struct.Struct(">4xQQQ").unpack    # pso key -> (s, o, n)
+# Every field is 4 bytes: packing an id above MAX_ELEMENT_ID is a struct.error (no such
+# element can exist, so a read answers nothing).
+SPO = struct.Struct(">IIII")                 # s p o n
+OPS = SPO                                    # o p s n
+PSO = SPO                                    # p s o n
+LINK_KEY = SPO.size                          # 16
+SP = struct.Struct(">II")                    # spo / ops prefix with the predicate
+SPO3 = struct.Struct(">III")                 # the (s, p, o) part of an spo key
+TRIPLE = SPO3.size                           # 12: the link id follows
+pack_end = U32.pack                          # element id -> spo / ops scan prefix
+TAIL_PON = struct.Struct(">4xIII").unpack    # spo key -> (p, o, n); ops key -> (p, s, n)
+TAIL_SON = TAIL_PON                          # pso key -> (s, o, n)
 TID_N = struct.Struct(">4xQ").unpack         # tid key -> (n,)
 first = itemgetter(0)
 BIG: repeat[Literal["big"]] = repeat("big")  # for map(int.from_bytes, keys, BIG)
@@ -109,11 +125,23 @@ ST_PRED = b"P"
 META_FORMAT = b"format"
 META_MAX_ID = b"max_id"
 META_MAX_SYM = b"max_sym"
-FORMAT_TAG = b"nexus-store/1"
+FORMAT_TAG = b"nexus-store/2"                # 16-byte link keys, ids <= MAX_ELEMENT_ID
+FORMAT_TAG_V1 = b"nexus-store/1"             # 28-byte link keys (converted at open)
 
 
 def bad_value(message: str) -> KipError:
     return KipError(ErrorCode.KIP_2003, message)
+
+
+def id_limit_error(wanted: int | None = None) -> KipError:
+    """The store's element ids are exhausted (or an id past the cap was given): nothing
+    is written."""
+    past = "" if wanted is None else f" (id {wanted} asked for)"
+    return KipError(ErrorCode.KIP_4002,
+                    f"element ids of this store are capped at {MAX_ELEMENT_ID} (2**32 - 1) "
+                    f"and the next one would pass it{past}: nothing was written",
+                    "This database has used every id it can (deleting elements frees none: "
+                    "ids are never reused). Put further data in another database (a space).")
 
 
 # --- texts (names, symbols) -----------------------------------------------------------------

@@ -49,7 +49,7 @@ import numpy as np
 from nexus.store.codec import pack_sid
 from nexus.store.model import ConceptHead, Head, JsonMap
 
-PSO_DTYPE = np.dtype([("p", ">u4"), ("s", ">u8"), ("o", ">u8"), ("n", ">u8")])
+PSO_DTYPE = np.dtype([("p", ">u4"), ("s", ">u4"), ("o", ">u4"), ("n", ">u4")])  # codec.PSO
 TID_DTYPE = np.dtype([("t", ">u4"), ("n", ">u8")])
 
 # Columns are used only while ids stay below this (ids index arrays directly, and a (s, o)

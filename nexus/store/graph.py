@@ -26,8 +26,8 @@ from typing import (Any, Callable, Generic, Iterable, Iterator, Literal, NoRetur
 from nexus.errors import ErrorCode, KipError
 from nexus.store import codec
 from nexus.store.batched import LoopBatches
-from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, decode_count, first,
-                               pack_n, pack_sid)
+from nexus.store.codec import (BIG, SP, SPO3, TAIL_PON, TAIL_SON, TID_N, TRIPLE, decode_count,
+                               first, pack_end, pack_n, pack_sid)
 from nexus.store.columns import StoreColumns, TxnColumns, columns_for
 from nexus.store.kv import GetFn, KeysFn, KvRead
 from nexus.store.model import ConceptHead, Head, JsonMap
@@ -301,7 +301,7 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
         k = next(self._keys(self.tables.spo, prefix), None)
         if k is None or not k.startswith(prefix):
             return None
-        return int.from_bytes(k[20:], "big")
+        return int.from_bytes(k[TRIPLE:], "big")
 
     def out_links(self, subject: int, predicate_id: int | None = None
                   ) -> Iterator[tuple[int, int, int]]:
@@ -313,7 +313,7 @@ class GraphReadTxn(LoopBatches, Generic[Db]):
 
     def _scan(self, db: Db, n: int, p: int | None) -> Iterator[tuple[int, int, int]]:
         try:
-            prefix = pack_n(n) if p is None else SP.pack(n, p)
+            prefix = pack_end(n) if p is None else SP.pack(n, p)
         except struct.error:
             return iter(())
         return map(TAIL_PON, takewhile(methodcaller("startswith", prefix), self._keys(db, prefix)))

@@ -18,7 +18,8 @@ import numpy as np
 
 from nexus.errors import ErrorCode, KipError
 from nexus.store import bulk, codec
-from nexus.store.codec import OPS, PSO, SPO, SPO3, decode_count, pack_n, pack_sid
+from nexus.store.codec import (MAX_ELEMENT_ID, OPS, PSO, SPO, SPO3, TRIPLE, decode_count,
+                               pack_n, pack_sid)
 from nexus.store.graph import Aux, GraphReadTxn, TxnHost, internal, used_after_end
 from nexus.store.kv import DeleteFn, KvWrite, PutFn
 from nexus.store.model import ConceptHead, Head, JsonMap, LinkHead, MapColumn, link_heads
@@ -42,7 +43,7 @@ class WriteHost(TxnHost[Db], Protocol[Db]):
 # Links created by one create_link_columns call up to which plain puts beat the numpy
 # column path (`_create_few_links`).
 FEW_LINKS = 16
-_U64, _U32 = 1 << 64, 1 << 32
+_U32 = 1 << 32
 
 # Heads a write transaction decodes are kept for it (and merged into the store's cache at
 # commit) up to this many: a bulk load re-reading its own elements (search indexing) must
@@ -255,11 +256,15 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         return sid
 
     def new_id(self) -> int:
+        if self._max_id >= MAX_ELEMENT_ID:      # the cap of the link keys' 4-byte ids
+            raise codec.id_limit_error(self._max_id + 1)
         self._max_id += 1
         return self._max_id
 
     def reserve_ids(self, count: int) -> range:
         start = self._max_id + 1
+        if self._max_id + count > MAX_ELEMENT_ID:
+            raise codec.id_limit_error(self._max_id + count)
         self._max_id += count
         return range(start, self._max_id + 1)
 
@@ -276,6 +281,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
     def _check_id(self, n: int) -> bytes:
         if type(n) is not int or n <= 0:
             raise internal(f"element ids are positive integers, got {n!r}")
+        if n > MAX_ELEMENT_ID:
+            raise codec.id_limit_error(n)
         if n > self._max_id:            # an id nobody allocated: keep the counter ahead
             self._max_id = n
         return pack_n(n)
@@ -317,12 +324,13 @@ class GraphWriteTxn(GraphReadTxn[Db]):
                            f"a proposition ({subject}, {self.symbol_text(predicate_id)!r}, "
                            f"{object}) already exists")
         put, d = self._put, self.tables
+        keys = _link_keys(subject, predicate_id, object, n)
         if not put(nk, codec.link_head_value(subject, predicate_id, object),
                    overwrite=False, db=d.head):
             raise internal(f"element id {n} is already in use")
-        put(SPO.pack(subject, predicate_id, object, n), b"", db=d.spo)
-        put(OPS.pack(object, predicate_id, subject, n), b"", db=d.ops)
-        put(PSO.pack(predicate_id, subject, object, n), b"", db=d.pso)
+        put(keys[0], b"", db=d.spo)
+        put(keys[1], b"", db=d.ops)
+        put(keys[2], b"", db=d.pso)
         if a is not None:
             put(nk, a, db=d.attrs)
         if m is not None:
@@ -447,6 +455,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             raise KipError(ErrorCode.KIP_3003,
                            f"a proposition ({subject}, {self.symbol_text(p)!r}, {object}) "
                            f"already exists")
+        keys = _link_keys(subject, p, object, n)     # (before anything is written)
         host = self._host
         host.moved_heads.add(n)         # first: from now on no reader caches its head
         if len(host.moved_heads) > host.cache_cap:
@@ -459,9 +468,9 @@ class GraphWriteTxn(GraphReadTxn[Db]):
         dele(OPS.pack(o, p, s, n), db=d.ops)
         dele(PSO.pack(p, s, o, n), db=d.pso)
         put(nk, codec.link_head_value(subject, p, object), db=d.head)
-        put(SPO.pack(subject, p, object, n), b"", db=d.spo)
-        put(OPS.pack(object, p, subject, n), b"", db=d.ops)
-        put(PSO.pack(p, subject, object, n), b"", db=d.pso)
+        put(keys[0], b"", db=d.spo)
+        put(keys[1], b"", db=d.ops)
+        put(keys[2], b"", db=d.pso)
         self._new_heads[n] = LinkHead(n, subject, p, object)
         self._repointed.append(n)
 
@@ -647,7 +656,7 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             d = self.tables
             taken = e["duplicate"]
             if taken is None and not known_new and self.kv.last_key(d.spo) is not None:
-                taken = next((_spo3(k) for k in e["spo"][0] if self._spo_taken(k[:20])), None)
+                taken = next((_spo3(k) for k in e["spo"][0] if self._spo_taken(k[:TRIPLE])), None)
             if taken is not None:
                 s, p, o = taken
                 raise KipError(ErrorCode.KIP_3003,
@@ -681,8 +690,8 @@ class GraphWriteTxn(GraphReadTxn[Db]):
             return None
         for n, s, p, o in rows:
             if type(n) is not int or type(s) is not int or type(p) is not int or \
-                    type(o) is not int or not (0 < n < _U64 and 0 < s < _U64 and
-                                               0 < p < _U32 and 0 < o < _U64):
+                    type(o) is not int or not (0 < n < _U32 and 0 < s < _U32 and
+                                               0 < p < _U32 and 0 < o < _U32):
                 return None
         if len({r[0] for r in rows}) != count or len({r[1:] for r in rows}) != count:
             return None
@@ -778,9 +787,19 @@ class WriteAux(Aux[Db]):
         return self._txn.kv.delete(key, db=self._db)
 
 
+def _link_keys(s: int, p: int, o: int, n: int) -> tuple[bytes, bytes, bytes]:
+    """The spo, ops and pso keys of a link; an end past the id cap (or not an id) is no
+    element: KIP_3002."""
+    try:
+        return SPO.pack(s, p, o, n), OPS.pack(o, p, s, n), PSO.pack(p, s, o, n)
+    except struct.error:
+        raise KipError(ErrorCode.KIP_3002, f"a proposition ({s!r}, {p!r}, {o!r}) names an "
+                                           f"element that does not exist") from None
+
+
 def _spo3(key: bytes) -> tuple[int, int, int]:
     """The (s, p, o) of an spo key."""
-    s, p, o = SPO3.unpack(key[:20])
+    s, p, o = SPO3.unpack(key[:TRIPLE])
     return s, p, o
 
 

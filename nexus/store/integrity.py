@@ -244,8 +244,14 @@ class StoreCheck(Findings, Generic[Db]):
             if not has(d.head, pack_n(end)):
                 self.problem("dangling_links", f"P:{n}:{self._sym(p)} refers to missing "
                              f"element {end}")
-        for table, key in (("spo", SPO.pack(s, p, o, n)), ("ops", OPS.pack(o, p, s, n)),
-                           ("pso", PSO.pack(p, s, o, n))):
+        try:
+            keys = (("spo", SPO.pack(s, p, o, n)), ("ops", OPS.pack(o, p, s, n)),
+                    ("pso", PSO.pack(p, s, o, n)))
+        except struct.error:        # an id past codec.MAX_ELEMENT_ID: no index can hold it
+            self.problem("heads_undecodable", f"P:{n} ({s}, {self._sym(p)}, {o}): an id "
+                         f"past the cap {codec.MAX_ELEMENT_ID}")
+            return
+        for table, key in keys:
             if not has(d.named(table), key):
                 self.problem(f"{table}_missing", f"P:{n} ({s}, {self._sym(p)}, {o})")
                 self._put(d.named(table), key, b"")
@@ -297,7 +303,7 @@ class StoreCheck(Findings, Generic[Db]):
                     self._delete(db, key)
                     continue
                 if table == "spo":
-                    triple = key[:20]
+                    triple = key[:codec.TRIPLE]
                     if triple == previous:
                         self.problem("duplicate_links",
                                      f"P:{fields['n']} repeats ({fields['s']}, "

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec, lmdb_file, owner, pagemap
+from nexus.store import codec, link_upgrade, lmdb_file, owner, pagemap
 from nexus.store import wal as walog
 from nexus.store.base import StoreBase
 from nexus.store.bulk import trim_heap
@@ -230,6 +230,7 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 self._recovering = []   # the log goes at the first write: a read writes nothing
             elif use_wal and pending is not None and pending.clean:
                 self._resume(pending.checkpoint)
+            self._upgrade_links(tables)     # after the log's replay: its records are old keys
             # The checkpoint the open found (None: no log, or not used): `_close` checks
             # whether the open itself committed past it.
             self._opened_at = pending.checkpoint.txnid if use_wal and pending else None
@@ -409,6 +410,36 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                     else:
                         txn.put(key, value, db=db)
         log.info("%s: replayed %d write-ahead log records", self._path, len(payloads))
+
+    def _upgrade_links(self, tables: Tables[LmdbTable]) -> None:
+        """Convert a database of the earlier link key layout (`link_upgrade`) at open,
+        after the log's replay, made durable before anything else is written: with the log,
+        a checkpoint of the old state is pinned first (so that a crash before the next one
+        restores the old layout whole) and one taken after; without it, a synced commit."""
+        if self._readonly:
+            return                  # (`_open_tables` refuses the old format read-only)
+        with self._env.begin() as txn:
+            if not link_upgrade.needed(txn.get(codec.META_FORMAT, db=tables.meta)):
+                return
+        started = time.monotonic()
+        try:
+            if self._recovering is not None:
+                self._recover()     # the log's records first (or the log dropped)
+            if self._use_wal and self._wal is None:
+                self._start_wal()
+            handles = {name: tables.named(name) for name in ("meta", "spo", "ops", "pso")}
+            links = link_upgrade.convert(self._env, handles, self._path)
+            if self._use_wal:
+                self._checkpoint()
+            else:
+                self._env.sync(True)
+        except (lmdb.Error, OSError) as exc:    # the old layout stays whole (module doc)
+            raise _lmdb_error(exc, self._path) or KipError(
+                ErrorCode.KIP_4003, f"cannot open the store at {self._path}: its link "
+                f"indexes need a one-time conversion, which failed: {exc}",
+                "Free disk space if it is full, then open it again.") from None
+        log.info("%s: link indexes converted to 16-byte keys (%s links, %.1f s)",
+                 self._path, links, time.monotonic() - started)
 
     def _resume(self, ckpt: walog.Checkpoint) -> None:
         """At open, when the file holds exactly the checkpoint's snapshot and its log
@@ -728,6 +759,7 @@ def _open_tables(env: lmdb.Environment, path: str,
                        f"a nexus store")
     wanted = list(CORE_TABLES) + [AUX_PREFIX + name for name in AUX_TABLES]
     if readonly:
+        link_upgrade.check_readable(env, path)
         # An aux table a newer version added is absent from a database its owner has not
         # opened since: it reads as empty here (`graph.Aux` of no table), not a refusal.
         wanted = [name for name in wanted
@@ -750,7 +782,7 @@ def _open_tables(env: lmdb.Environment, path: str,
             tag = txn.get(codec.META_FORMAT, db=meta)
             if tag is None:
                 txn.put(codec.META_FORMAT, codec.FORMAT_TAG, db=meta)
-            elif tag != codec.FORMAT_TAG:
+            elif tag != codec.FORMAT_TAG and not link_upgrade.needed(tag):
                 raise KipError(ErrorCode.KIP_4003,
                                f"cannot open the store at {path}: unsupported format "
                                f"{tag[:40]!r} (expected {codec.FORMAT_TAG!r})")
@@ -758,3 +790,4 @@ def _open_tables(env: lmdb.Environment, path: str,
         raise KipError(ErrorCode.KIP_4003,
                        f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
     return handles
+

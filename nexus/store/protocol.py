@@ -268,10 +268,12 @@ class WriteTxn(ReadTxn, Protocol):
         """The symbol id of `text`, interning it if new."""
         ...
     def new_id(self) -> int:
-        """Advance the shared counter and return the new id."""
+        """Advance the shared counter and return the new id. A backend may cap its ids
+        (LMDB and memory: 2**32 - 1, `codec.MAX_ELEMENT_ID`): past the cap, KIP_4002."""
         ...
     def reserve_ids(self, count: int) -> range:
-        """Advance the counter by `count` and return the ids handed out (for bulk loads)."""
+        """Advance the counter by `count` and return the ids handed out (for bulk loads);
+        past the backend's cap, KIP_4002 (nothing handed out)."""
         ...
     def create_concept(self, n: int, type_id: int, name: str,
                        attributes: JsonMap, metadata: JsonMap) -> None:

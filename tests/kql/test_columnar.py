@@ -280,7 +280,8 @@ def test_huge_ids_stay_on_the_row_path(store, tmp_path):
     try:
         small_graph(nx, drugs=5)
         with nx.store.write() as t:
-            t.create_concept(2**40, t.symbol_id("Drug"), "far away", {}, {})
+            # the largest id a store allows (2**32 - 1): past MAX_COLUMN_ID (2**31)
+            t.create_concept(2**32 - 1, t.symbol_id("Drug"), "far away", {}, {})
         with nx.store.read() as t:
             assert t.columns() is None
         rows = both(nx, 'FIND(?d.name) WHERE { ?d {type: "Drug"} }')

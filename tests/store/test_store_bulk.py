@@ -270,3 +270,22 @@ def test_sorted_keys_orders_rows_as_their_bytes(top):
                     + d.to_bytes(8, "big") for a, b, c, d in zip(*cols))
     assert got == expect
     assert [len(k) for k in got] == [28] * n
+
+
+@pytest.mark.parametrize("top", [1, 2**20, 2**32 - 1])
+def test_sorted_keys_orders_the_16_byte_link_keys_as_their_bytes(top):
+    """The link indexes' keys as `bulk` builds them (every field 4 bytes, ids up to the
+    cap): rows in the order of their bytes, whichever sort path the widths take."""
+    import random
+
+    import numpy as np
+
+    from nexus.store import bulk
+    rng = random.Random(top)
+    n = 500
+    cols = [[rng.randrange(1, top + 1) for _ in range(4)] for _ in range(n)]
+    cols[0] = cols[1] = [top] * 4                       # the largest id, a repeated row
+    arrays = [np.array(c, dtype=np.uint64) for c in zip(*cols)]
+    got = bulk.as_bytes(bulk.sorted_keys([(a, bulk.U32) for a in arrays]))
+    assert got == sorted(b"".join(x.to_bytes(4, "big") for x in row) for row in cols)
+    assert [len(k) for k in got] == [16] * n
