@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left, bisect_right
 from itertools import islice
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -28,14 +28,13 @@ class Buffered:
     and a df per term: one C call instead of two checked Python calls per term). Safe
     because each key is read before the flush writes it, and written at most once."""
 
-    __slots__ = ("get", "scan", "delete", "puts")
+    __slots__ = ("get", "scan", "delete", "puts", "put")
 
     def __init__(self, aux: Any) -> None:
         self.get, self.scan, self.delete = aux.get, aux.scan, aux.delete
         self.puts: dict[bytes, bytes] = {}
-
-    def put(self, key: bytes, value: bytes) -> None:
-        self.puts[key] = value
+        # (the dict's own method: no Python frame for each of a command's ~4,000 puts)
+        self.put: Callable[[bytes, bytes], None] = self.puts.__setitem__
 
 
 def put_columns(lex: Any, cols: Mapping[bytes, tuple[postings.Columns, int, int]],
@@ -200,6 +199,9 @@ def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
         return
     lex = txn.aux("lex")
     put_new = getattr(txn, "aux_put_new", None)
+    # (the reads' hint is for a store whose reads are round trips; a local one ignores it,
+    # and its ~4,000 keys a command would be built for nothing)
+    hint = txn.prefers_batches()
     for kind in range(len(KIND_BYTES)):
         if not deferred.holds(kind):
             continue
@@ -213,7 +215,8 @@ def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
                 if put_new is None and move_tail else None)
         aux: Any = tail if tail is not None else lex
         for cols in deferred.runs(kind):
-            lex.prefetch([b"d" + tb for tb in cols], [b"t" + tb + b"\x00" for tb in cols])
+            if hint:
+                lex.prefetch([b"d" + tb for tb in cols], [b"t" + tb + b"\x00" for tb in cols])
             buf = Buffered(aux)
             fresh = Buffered(aux) if put_new is not None else buf
             put_columns(aux, cols, buf, fresh)
