@@ -116,10 +116,16 @@ class Deferred:
         if not len(d.ids):
             return
         index, codes, ws, id_cols, group_cols, count_cols = self.kinds[d.kind]
-        setd = index.setdefault
-        known = np.fromiter([setd(t, len(index)) for t in d.terms], dtype=np.int32,
-                            count=len(d.terms))
-        codes.append(known[d.codes])
+        if not index:
+            # (the first chunk held — a command's only one: its terms, distinct, are coded
+            # in their order, so its codes are the chunk's own)
+            index.update(zip(d.terms, range(len(d.terms))))
+            codes.append(d.codes.astype(np.int32))
+        else:
+            setd = index.setdefault
+            known = np.fromiter([setd(t, len(index)) for t in d.terms], dtype=np.int32,
+                                count=len(d.terms))
+            codes.append(known[d.codes])
         ws.append(d.weights.astype(np.float32))     # (as `take` rounds them)
         id_cols.append(d.ids.astype(np.uint64))
         group_cols.append(d.groups.astype(np.uint32))
