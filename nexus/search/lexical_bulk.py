@@ -117,10 +117,16 @@ class Deferred:
         if not len(d.ids):
             return
         index, codes, ws, id_cols, group_cols, count_cols = self.kinds[d.kind]
-        setd = index.setdefault
-        known = np.fromiter([setd(t, len(index)) for t in d.terms], dtype=np.int32,
-                            count=len(d.terms))
-        codes.append(known[d.codes])
+        if not index:
+            # (the first chunk held — a command's only one: its terms, distinct, are coded
+            # in their order, so its codes are the chunk's own)
+            index.update(zip(d.terms, range(len(d.terms))))
+            codes.append(d.codes.astype(np.int32))
+        else:
+            setd = index.setdefault
+            known = np.fromiter([setd(t, len(index)) for t in d.terms], dtype=np.int32,
+                                count=len(d.terms))
+            codes.append(known[d.codes])
         ws.append(d.weights.astype(np.float32))     # (as `take` rounds them)
         id_cols.append(d.ids.astype(np.uint64))
         group_cols.append(d.groups.astype(np.uint32))
@@ -201,6 +207,9 @@ def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
         return
     lex = txn.aux("lex")
     put_new = getattr(txn, "aux_put_new", None)
+    # (the reads' hint is for a store whose reads are round trips; a local one ignores it,
+    # and its ~4,000 keys a command would be built for nothing)
+    hint = txn.prefers_batches()
     for kind in range(len(KIND_BYTES)):
         if not deferred.holds(kind):
             continue
@@ -214,7 +223,8 @@ def finish(txn: Any, deferred: Deferred, move_tail: bool = True) -> None:
                 if put_new is None and move_tail else None)
         aux: Any = tail if tail is not None else lex
         for cols in deferred.runs(kind):
-            lex.prefetch([b"d" + tb for tb in cols], [b"t" + tb + b"\x00" for tb in cols])
+            if hint:
+                lex.prefetch([b"d" + tb for tb in cols], [b"t" + tb + b"\x00" for tb in cols])
             buf = Buffered(aux)
             fresh = Buffered(aux) if put_new is not None else buf
             put_columns(aux, cols, buf, fresh)

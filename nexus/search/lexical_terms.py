@@ -192,13 +192,15 @@ class LoadTexts:
     (`drop_caches` empties it when the load ends; past ROWS_MAX texts it starts over).
 
     A chunk's new texts are counted together (`tokens_many`, their terms coded and counted
-    with numpy) and kept as arrays, one per chunk, joined when a chunk reads them
-    (`arrays`): no Python object per term occurrence."""
+    with numpy) and appended to arrays that grow in place (`_Column`: capacity doubled when
+    full), which a chunk reads as views (`arrays`): no Python object per term occurrence,
+    and no copy of the whole table per chunk that adds texts (which, joined anew each time,
+    made a 100k load's derivation grow with the square of its size)."""
 
     ROWS_MAX = 2_000_000
 
-    __slots__ = ("lock", "rows", "terms", "term_index", "size", "_sizes", "_lens", "_codes",
-                 "_reps", "_arrays")
+    __slots__ = ("lock", "rows", "terms", "term_index", "size", "_starts", "_sizes",
+                 "_codes", "_reps")
 
     def __init__(self) -> None:
         # held by a reader from its first row to its `arrays` (two loads' writes, or a
@@ -214,13 +216,12 @@ class LoadTexts:
         self.terms: list[str] = []
         self.term_index: dict[str, int] = {}
         self.size = 0                           # rows
-        # per chunk of rows: their token counts, their numbers of pairs, the pairs' term
-        # codes and occurrences (int64 arrays)
-        self._sizes: list[np.ndarray] = []
-        self._lens: list[np.ndarray] = []
-        self._codes: list[np.ndarray] = []
-        self._reps: list[np.ndarray] = []
-        self._arrays: tuple[np.ndarray, ...] | None = None
+        # per row its first pair (and one past the last row's pairs) and its token count;
+        # per pair its term code and occurrences
+        self._starts = _Column(np.zeros(1, dtype=np.int64))
+        self._sizes = _Column()
+        self._codes = _Column()
+        self._reps = _Column()
 
     def reserve(self, n: int) -> None:
         """Make room for `n` more texts (before taking the rows of a chunk's texts)."""
@@ -265,25 +266,41 @@ class LoadTexts:
         text_of = uniq // span
         self._codes.append(uniq - text_of * span)
         self._reps.append(reps[order].astype(np.int64))
-        self._lens.append(np.bincount(text_of, minlength=len(texts)).astype(np.int64))
+        lens = np.bincount(text_of, minlength=len(texts)).astype(np.int64)
+        self._starts.append(int(self._starts.view()[-1]) + np.cumsum(lens))
         self._sizes.append(sizes)
         self.rows[camel].update(zip(texts, range(self.size, self.size + len(texts))))
         self.size += len(texts)
-        self._arrays = None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(starts: row -> its first pair, n rows + 1; sizes; codes; reps), as arrays."""
-        if self._arrays is None:
-            parts = (self._lens, self._sizes, self._codes, self._reps)
-            for part in parts:
-                if len(part) > 1:
-                    part[:] = [np.concatenate(part)]
-            lens, sizes, codes, reps = (p[0] if p else np.zeros(0, dtype=np.int64)
-                                        for p in parts)
-            starts = np.zeros(len(lens) + 1, dtype=np.int64)
-            np.cumsum(lens, out=starts[1:])
-            self._arrays = (starts, sizes, codes, reps)
-        return self._arrays         # type: ignore[return-value]
+        """(starts: row -> its first pair, n rows + 1; sizes; codes; reps), as arrays:
+        views of what the table holds now (a later `_add` writes past their ends only)."""
+        return (self._starts.view(), self._sizes.view(), self._codes.view(),
+                self._reps.view())
+
+
+class _Column:
+    """An int64 array appended to in place: `view` is its filled part. Growing copies it
+    into twice the room, so appending n values costs O(n) over the column's life; a view
+    taken before stays valid (its values are never written again)."""
+
+    __slots__ = ("data", "used")
+
+    def __init__(self, start: np.ndarray | None = None) -> None:
+        self.data = start if start is not None else np.zeros(0, dtype=np.int64)
+        self.used = len(self.data)
+
+    def append(self, values: np.ndarray) -> None:
+        end = self.used + len(values)
+        if end > len(self.data):
+            grown = np.empty(max(end, 2 * len(self.data), 1024), dtype=np.int64)
+            grown[:self.used] = self.data[:self.used]
+            self.data = grown
+        self.data[self.used:end] = values
+        self.used = end
+
+    def view(self) -> np.ndarray:
+        return self.data[:self.used]
 
 
 LOAD_TEXTS = LoadTexts()

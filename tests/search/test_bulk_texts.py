@@ -73,6 +73,41 @@ def test_the_loads_table_counts_each_text_as_count_text_does():
         lexical_terms.drop_caches()
 
 
+def test_the_loads_table_stays_exact_over_many_chunks():
+    """Chunk after chunk (the table's arrays growing past their room many times, and the
+    rows of both camel kinds interleaved), every row reads what `count_text` counts, and
+    arrays taken before a later chunk still read what they did."""
+    lexical_terms.drop_caches()
+    table = lexical_terms.LOAD_TEXTS
+    try:
+        rng = random.Random(7)
+        words = ["alpha", "Beta", "gammaRay", "delta", "EPS", "zeta9", "été", "x"]
+        seen: list[tuple[bool, str, int]] = []
+        taken = []
+        for chunk in range(60):
+            camel = chunk % 3 == 0
+            texts = [" ".join(rng.choice(words) for _ in range(rng.randrange(0, 30)))
+                     + f" w{chunk}x{i}" for i in range(rng.randrange(1, 90))]
+            rows = table.rows_of(camel, texts + texts[:2])
+            assert rows[-2:] == rows[:2]
+            seen += [(camel, t, r) for t, r in zip(texts, rows)]
+            arrays = table.arrays()
+            taken.append((arrays, [a.copy() for a in arrays]))
+        starts, sizes, codes, reps = table.arrays()
+        assert len(starts) == len(sizes) + 1 == len(seen) + 1
+        for camel, text, row in seen:
+            size, counted = lexical_terms.count_text(text, camel)
+            got = [(table.terms[c], r) for c, r in zip(
+                codes[starts[row]:starts[row + 1]].tolist(),
+                reps[starts[row]:starts[row + 1]].tolist())]
+            assert (int(sizes[row]), got) == (size, list(counted)), text
+        for arrays, copies in taken:
+            for a, c in zip(arrays, copies):
+                assert a.tolist() == c.tolist()
+    finally:
+        lexical_terms.drop_caches()
+
+
 def test_gram_columns_are_the_postings_of_each_concept():
     added = {8: (3, ["aspirin", "asa"]), 9: (4, []), 12: (3, ["willow bark extract"]),
              13: (5, ["a", "b c", "d", "e", "f", "g", "h", "i", "j"])}
