@@ -189,28 +189,38 @@ def tables(db: str) -> dict:
 ROW_TABLES = ("aux.lex", "aux.lexdoc", "aux.gram")
 
 
-def rows(db: str) -> dict:
-    """Per table of ROW_TABLES: [entries, SHA-256 of its keys and values in key order]
-    (absent table: [0, None])."""
+def _row_tables(db: str) -> Iterator[tuple[str, Any]]:
+    """(name, its rows in key order as (key, value), or None when the table is absent)
+    for each of ROW_TABLES, read from `db` (opened read-only, closed after)."""
     import lmdb
     env = lmdb.open(db, readonly=True, lock=False, max_dbs=64)
-    out: dict = {}
     try:
         for name in ROW_TABLES:
             try:
                 handle = env.open_db(name.encode(), create=False)
             except lmdb.NotFoundError:
-                out[name] = [0, None]
+                yield name, None
                 continue
-            h = hashlib.sha256()
-            count = 0
             with env.begin(db=handle) as txn:
-                for k, v in txn.cursor():
-                    h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
-                    count += 1
-            out[name] = [count, h.hexdigest()]
+                yield name, txn.cursor()
     finally:
         env.close()
+
+
+def rows(db: str) -> dict:
+    """Per table of ROW_TABLES: [entries, SHA-256 of its keys and values in key order]
+    (absent table: [0, None])."""
+    out: dict = {}
+    for name, cursor in _row_tables(db):
+        if cursor is None:
+            out[name] = [0, None]
+            continue
+        h = hashlib.sha256()
+        count = 0
+        for k, v in cursor:
+            h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
+            count += 1
+        out[name] = [count, h.hexdigest()]
     return out
 
 
@@ -226,52 +236,44 @@ def _posting_prefix(table: str, key: bytes) -> bytes | None:
 def decoded_rows(db: str) -> dict:
     """`rows` with posting lists decoded (module doc): per table [rows, lists, postings,
     SHA-256]."""
-    import lmdb
     import numpy as np
 
     from nexus.search import postings
-    env = lmdb.open(db, readonly=True, lock=False, max_dbs=64)
     out: dict = {}
-    try:
-        for name in ROW_TABLES:
-            try:
-                handle = env.open_db(name.encode(), create=False)
-            except lmdb.NotFoundError:
-                out[name] = [0, 0, 0, None]
+    for name, cursor in _row_tables(db):
+        if cursor is None:
+            out[name] = [0, 0, 0, None]
+            continue
+        h = hashlib.sha256()
+        count = lists = total = 0
+        held: list[bytes] = []
+        prefix: bytes | None = None
+
+        def flush() -> None:
+            nonlocal lists, total
+            parts = [postings.decode(raw) for raw in held]
+            ids, weights, groups = (np.concatenate([p[i] for p in parts])
+                                    for i in range(3))
+            h.update(b"L" + len(prefix or b"").to_bytes(4, "big") + (prefix or b"")
+                     + len(ids).to_bytes(4, "big") + ids.astype("<u8").tobytes()
+                     + weights.astype("<f2").tobytes() + groups.astype("<u4").tobytes())
+            lists += 1
+            total += len(ids)
+
+        for k, v in cursor:
+            count += 1
+            p = _posting_prefix(name, k)
+            if held and p != prefix:
+                flush()
+                held = []
+            if p is not None:
+                prefix = p
+                held.append(v)
                 continue
-            h = hashlib.sha256()
-            count = lists = total = 0
-            held: list[bytes] = []
-            prefix: bytes | None = None
-
-            def flush() -> None:
-                nonlocal lists, total
-                parts = [postings.decode(raw) for raw in held]
-                ids, weights, groups = (np.concatenate([p[i] for p in parts])
-                                        for i in range(3))
-                h.update(b"L" + len(prefix or b"").to_bytes(4, "big") + (prefix or b"")
-                         + len(ids).to_bytes(4, "big") + ids.astype("<u8").tobytes()
-                         + weights.astype("<f2").tobytes() + groups.astype("<u4").tobytes())
-                lists += 1
-                total += len(ids)
-
-            with env.begin(db=handle) as txn:
-                for k, v in txn.cursor():
-                    count += 1
-                    p = _posting_prefix(name, k)
-                    if held and p != prefix:
-                        flush()
-                        held = []
-                    if p is not None:
-                        prefix = p
-                        held.append(v)
-                        continue
-                    h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
-                if held:
-                    flush()
-            out[name] = [count, lists, total, h.hexdigest()]
-    finally:
-        env.close()
+            h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
+        if held:
+            flush()
+        out[name] = [count, lists, total, h.hexdigest()]
     return out
 
 
