@@ -16,6 +16,7 @@ from nexus.search import gram_index, postings
 from nexus.search import postings_packed as packed
 
 from .test_lexical_scoring import _Aux
+from .test_deferred_postings import SCHEMA, WORDS
 from .test_postings_layout import wide
 
 
@@ -140,14 +141,6 @@ def test_columns_write_packed_blocks_with_the_postings_of_create_columns():
     assert a.d == b.d and all(v[0] >= packed.TAG for v in a.d.values())
 
 
-SCHEMA = """
-UPSERT {
-  CONCEPT ?d { {type: "$ConceptType", name: "Drug"} SET ATTRIBUTES {description: "A medicine"} }
-  CONCEPT ?s { {type: "$ConceptType", name: "Symptom"} SET ATTRIBUTES {description: "A sign"} }
-  CONCEPT ?t { {type: "$PropositionType", name: "treats"} SET ATTRIBUTES {description: "cures"} }
-}
-"""
-WORDS = ["willow", "bark", "pain", "relief", "fever", "aspirin", "tablet", "syrup", "dose"]
 QUERIES = ['SEARCH CONCEPT "willow bark" LIMIT 20', 'SEARCH CONCEPT "drug 17" LIMIT 5',
            'SEARCH CONCEPT "relief" WITH TYPE "Drug" LIMIT 30', 'SEARCH CONCEPT "Drgu 12" LIMIT 5',
            'SEARCH PROPOSITION "treats symptom 3" LIMIT 20', 'SEARCH CONCEPT "aspirin" LIMIT 300']
