@@ -20,6 +20,14 @@ average degrees), so the choice is made from what executions did:
   what the better choice in hindsight would have (the classic rent-or-buy bound), and an
   element under `HUB_WORK` keeps the row path.
 
+A read under a time budget (`execute_kip_within`: `kip serve` answering on its event loop)
+never buys: a columnar step has no deadline check inside it, and building a predicate's
+arrays could hold the loop far past the budget. It runs columnar only when every array it
+needs is cached already (built by an unbudgeted run) and its row-path work, as measured, is
+at most `BUDGET_WORK` units per second of budget — the columnar pass over cached arrays costs
+~0.05 µs a unit (Q2 on the 100k bench's "Headache": 2,157 rows, ~0.2 ms columnar against ~1.5
+ms on the row path), so such a run stays inside its budget with room to spare.
+
 A write changes the snapshot: the counts and the spend start over, as the arrays do. The
 memo is per process and per prepared plan; a wrong or raced memo only picks the other
 executor, whose answers are the same.
@@ -32,6 +40,9 @@ from typing import Any, Callable, Hashable
 HUB_WORK = 256          # row-path work units from which an anchored execution is a hub
 WORK_COST = 2.5         # µs of row-path time per work unit (Q3 Headache: 5,882 units, ~14 ms)
 _MAX_KEYS = 4096        # parameter values remembered per snapshot
+# Row-path work units a budgeted read may run columnar with, per second of its budget (a
+# unit costs ~0.05 µs columnar over cached arrays: 10**7 keeps such a run at ~half its budget)
+BUDGET_WORK = 10_000_000
 
 
 class HubChoice:
@@ -54,11 +65,15 @@ class HubChoice:
 
     def runs_columnar(self, snap: Hashable, key: Hashable,
                       estimate: Callable[[], tuple[frozenset[tuple[Any, ...]], float]],
-                      cached: Callable[[tuple[Any, ...]], bool]) -> bool:
+                      cached: Callable[[tuple[Any, ...]], bool],
+                      budget: float | None = None) -> bool:
         """Whether an execution with these parameter values runs columnar: a hub whose
         arrays are all `cached`, or whose arrays the hubs' row-path runs have paid for
-        (`estimate()`: the arrays and their build cost, asked once per snapshot)."""
-        if (self.work_of(snap, key) or 0) < HUB_WORK:
+        (`estimate()`: the arrays and their build cost, asked once per snapshot). Under a
+        time `budget` (seconds): only a hub whose arrays are all cached and whose work fits
+        the budget (module doc)."""
+        work = self.work_of(snap, key) or 0
+        if work < HUB_WORK or (budget is not None and work > budget * BUDGET_WORK):
             return False
         got = self.needs.get(key) if self.snap == snap else None
         if got is None:
@@ -69,7 +84,9 @@ class HubChoice:
                     self.needs.clear()
                 self.needs[key] = got
         need, build = got
-        return all(cached(k) for k in need) or self.paid_for(snap, build)
+        if all(cached(k) for k in need):
+            return True
+        return budget is None and self.paid_for(snap, build)
 
     def work_of(self, snap: Hashable, key: Hashable) -> int | None:
         """The work of the last complete row-path run with these parameter values on this

@@ -267,20 +267,21 @@ def _columns(env: Env, prep: Prepared, hub: tuple[object, object] | None) -> Any
     (`hub`: the anchored execution's `_hub_key`)."""
     ctx = env.ctx
     ticket = ctx.ticket
-    if ticket is not None and ticket.budget is not None:
+    budget = ticket.budget if ticket is not None else None
+    mode = ctx.columnar or columnar.default_mode()
+    if mode == "never" or (budget is not None and not (mode == "auto" and prep.anchored)):
         # A read under a time budget (`execute_kip_within`: `kip serve` answering on its
         # event loop) takes the row path, which checks the deadline every few thousand units
         # of work. A columnar step has no check inside it (building a predicate's arrays,
-        # one numpy pass over a batch), so it could hold the loop far past the budget.
-        return None
-    mode = ctx.columnar or columnar.default_mode()
-    if mode == "never":
+        # one numpy pass over a batch), so it could hold the loop far past the budget — but
+        # for a hub whose arrays are cached and whose work is known (`nexus.exec.hubs`).
         return None
     columns = getattr(env.txn, "columns", None)
     if columns is None:
         return None
     if mode == "auto" and prep.anchored:
-        return columns() if hub is not None and _hub_columnar(env, prep, hub) else None
+        return columns() if hub is not None and _hub_columnar(env, prep, hub, budget) \
+            else None
     if prep.program is None:
         prep.program = columnar.GroupProgram(prep.plan)
     if mode == "auto":
@@ -318,9 +319,11 @@ def _hub_key(env: Env, prep: Prepared) -> tuple[object, object] | None:
     return (env.txn.store_token(), snap), values
 
 
-def _hub_columnar(env: Env, prep: Prepared, key: tuple[object, object]) -> bool:
+def _hub_columnar(env: Env, prep: Prepared, key: tuple[object, object],
+                  budget: float | None) -> bool:
     """Whether this anchored execution runs columnar (`nexus.exec.hubs`: a hub whose arrays
-    are cached, or whose row-path runs have paid for building them)."""
+    are cached, or whose row-path runs have paid for building them; under a time `budget`,
+    only the former, and only a hub whose work fits the budget)."""
     program, hubs = prep.program, prep.hubs
     if hubs is None or program is None:
         return False
@@ -329,7 +332,8 @@ def _hub_columnar(env: Env, prep: Prepared, key: tuple[object, object]) -> bool:
         assert program is not None
         costs = columnar.costs(env, program)
         return frozenset(costs.need), costs.build
-    return hubs.runs_columnar(key[0], key[1], estimate, columnar.cached_probe(env.txn))
+    return hubs.runs_columnar(key[0], key[1], estimate, columnar.cached_probe(env.txn),
+                              budget)
 
 
 def _measured(env: Env, rows: Rows, hubs: HubChoice, snap: object, key: object) -> Rows:

@@ -162,3 +162,59 @@ def test_answers_after_a_reopen(tmp_path):
         assert got == find(db, Q3, "never", symptom="Hub", max_risk=3)
     finally:
         db.close()
+
+
+# --- reads under a time budget (`execute_kip_within`: `kip serve` on its event loop) -----
+
+def within(nx, command, budget=60.0, **params):
+    nx.columnar = "auto"
+    response = nx.execute_kip_within({"command": command, "parameters": params}, budget)
+    assert response is not None and "error" not in response, response
+    return response["result"]
+
+
+def test_a_budgeted_hub_read_runs_columnar_once_its_arrays_are_cached(nx, monkeypatch):
+    """An unbudgeted run built the hub's arrays: a budgeted run of the hub reads them (the
+    row path costs several times more), with the row path's answers."""
+    expected = find(nx, Q3, "never", symptom="Hub", max_risk=3)
+    ran = count_columnar(monkeypatch)
+    within(nx, Q3, symptom="Hub", max_risk=3)           # measured: a hub
+    assert not ran
+    find(nx, Q3, "always", symptom="Hub", max_risk=3)   # builds and caches the arrays
+    ran.clear()
+    assert within(nx, Q3, symptom="Hub", max_risk=3) == expected
+    assert ran, "cached arrays: the budgeted hub read should run columnar"
+    ran.clear()
+    small = find(nx, Q3, "never", symptom="Small", max_risk=3)
+    for _ in range(3):
+        assert within(nx, Q3, symptom="Small", max_risk=3) == small
+    assert not ran, "an ordinary symptom keeps the row path"
+
+
+def test_a_budgeted_hub_read_never_builds_arrays(nx, monkeypatch):
+    """Under a budget the rent is paid but nothing is bought: the arrays are not built, so
+    the loop is never held by a build; the next unbudgeted run buys them."""
+    monkeypatch.setattr(hubs, "WORK_COST", 1e9)         # one row run pays for everything
+    ran = count_columnar(monkeypatch)
+    expected = find(nx, Q3, "never", symptom="Hub", max_risk=3)
+    for _ in range(5):
+        assert within(nx, Q3, symptom="Hub", max_risk=3) == expected
+    assert not ran
+    with nx.store.read() as t:
+        snap, tid = t.snapshot_id(), t.symbol_id("Drug")
+    assert not store_columns(nx.store).cached(snap, ("A", tid, "risk"))
+    assert find(nx, Q3, symptom="Hub", max_risk=3) == expected
+    assert ran, "paid for by the budgeted runs: the unbudgeted one buys"
+
+
+def test_a_budgeted_hub_read_whose_work_exceeds_the_budget_keeps_the_row_path(nx,
+                                                                             monkeypatch):
+    expected = find(nx, Q3, "never", symptom="Hub", max_risk=3)
+    find(nx, Q3, "always", symptom="Hub", max_risk=3)   # the arrays cached
+    within(nx, Q3, symptom="Hub", max_risk=3)           # measured, columnar
+    monkeypatch.setattr(hubs, "BUDGET_WORK", 1)         # no work fits any budget
+    ran = count_columnar(monkeypatch)
+    assert within(nx, Q3, symptom="Hub", max_risk=3) == expected
+    assert not ran
+    assert find(nx, Q3, symptom="Hub", max_risk=3) == expected
+    assert ran, "without a budget the cached arrays are read"
