@@ -518,8 +518,11 @@ class IVFIndex:
         def units(idx: np.ndarray) -> np.ndarray:       # live rows idx (sorted), unit
             cut = int(np.searchsorted(idx, n_s))
             dp = idx[cut:] - n_s
+            if cut == 0 and len(dp) and dp[-1] - dp[0] == len(dp) - 1:     # (a load's)
+                part = slice(int(dp[0]), int(dp[-1]) + 1)
+                return self._unit_rows(self._dv[part], self._dinv[part])
             return np.concatenate([self._saved_units(sp[idx[:cut]]),
-                                   self._dv[dp].astype(np.float32) * self._dinv[dp][:, None]])
+                                   self._unit_rows(self._dv[dp], self._dinv[dp])])
         h = ivf_codes.half(self.dim)
         codes = np.empty((n, h), dtype=np.uint8)
         alpha = np.empty(n, dtype=np.float32)
@@ -546,9 +549,14 @@ class IVFIndex:
             idx = at[i:i + _CHUNK]
             u = units(idx)
             fresh = lists[idx] < 0
-            if fresh.any():
+            dots = None
+            if fresh.all():             # (a load's rows: α is the nearest centroid's product)
+                sims = u @ cent.T
+                lists[idx] = np.argmax(sims, axis=1)
+                dots = sims[np.arange(len(idx)), lists[idx]]
+            elif fresh.any():
                 lists[idx[fresh]] = assign(u[fresh], cent)
-            codes[idx], alpha[idx], step[idx] = ivf_codes.encode(u, cent[lists[idx]])
+            codes[idx], alpha[idx], step[idx] = ivf_codes.encode(u, cent[lists[idx]], dots)
         starts = np.zeros(len(cent) + 1, dtype=np.int64)
         np.cumsum(np.bincount(lists, minlength=len(cent)), out=starts[1:])
         order = np.argsort(lists, kind="stable")

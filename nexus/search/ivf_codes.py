@@ -30,6 +30,7 @@ import numpy as np
 
 STEP_SD = 0.335             # the step, in root-mean-squares of the residual (16 levels)
 _LEVEL0 = 7.5               # nibble n stands for (n - 7.5) steps
+_BLOCK = 1024               # rows coded per step of `encode`
 
 
 def half(dim: int) -> int:
@@ -37,25 +38,47 @@ def half(dim: int) -> int:
     return (dim + 1) // 2
 
 
-def encode(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode(x: np.ndarray, c: np.ndarray, alpha: np.ndarray | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The codes of the unit rows `x` whose lists' centroids are the rows of `c` (one per
-    row of `x`): nibbles (n, half(dim)) uint8, α and step (n,) float32."""
+    row of `x`; `alpha`: each row's dot product with its centroid, when known): nibbles
+    (n, half(dim)) uint8, α and step (n,) float32."""
     x = np.asarray(x, dtype=np.float32)
     c = np.asarray(c, dtype=np.float32)
+    if alpha is None:
+        alpha = np.einsum("ij,ij->i", x, c)
+    alpha = np.asarray(alpha, dtype=np.float32)
+    if len(x) > _BLOCK:             # a block at a time: its float arrays stay in cache
+        parts = [_encode(x[i:i + _BLOCK], c[i:i + _BLOCK], alpha[i:i + _BLOCK])
+                 for i in range(0, len(x), _BLOCK)]
+        return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]))
+    return _encode(x, c, alpha)
+
+
+def _encode(x: np.ndarray, c: np.ndarray, alpha: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n, dim = x.shape
     h = half(dim)
-    alpha = np.einsum("ij,ij->i", x, c).astype(np.float32)
-    r = x - alpha[:, None] * c
-    step = (np.sqrt(np.einsum("ij,ij->i", r, r) / dim) * STEP_SD).astype(np.float32)
+    r = c * -alpha[:, None]
+    r += x                                          # the residual x − α·c
+    step = np.sqrt(np.einsum("ij,ij->i", r, r) / np.float32(dim)) * np.float32(STEP_SD)
     step = np.maximum(step, np.float32(1e-12))      # (x on its centroid: r = 0)
-    nib = np.clip(np.floor(r / step[:, None] + (_LEVEL0 + 0.5)), 0, 15).astype(np.uint8)
+    r /= step[:, None]
+    r += np.float32(_LEVEL0 + 0.5)
+    np.floor(r, out=r)
+    np.clip(r, 0, 15, out=r)                        # the nibbles, as float32
+    nib = r.astype(np.uint8)
     if dim < 2 * h:
         nib = np.concatenate([nib, np.full((n, 1), 8, dtype=np.uint8)], axis=1)
     codes = (nib[:, :h] << 4) | nib[:, h:]
-    # Normalised: a decoded row has unit length, so a score is its cosine.
-    dec = _decoded(codes, alpha, step, c, dim)
-    norm = np.linalg.norm(dec, axis=1)
-    norm = np.where(norm > 0, norm, 1.0).astype(np.float32)
+    # Normalised, so that a decoded row has unit length and a score is its cosine: with
+    # e = n − 7.5, |α·c + step·e|² = α²|c|² + 2·α·step·(c·e) + step²·|e|².
+    r -= np.float32(_LEVEL0)
+    norm2 = alpha * alpha * np.einsum("ij,ij->i", c, c) \
+        + 2 * alpha * step * np.einsum("ij,ij->i", c, r) + step * step * np.einsum("ij,ij->i", r, r)
+    norm = np.sqrt(np.maximum(norm2, 0)).astype(np.float32)
+    norm = np.where(norm > 0, norm, np.float32(1.0))
     return codes, (alpha / norm).astype(np.float32), (step / norm).astype(np.float32)
 
 
