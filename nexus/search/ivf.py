@@ -1,4 +1,4 @@
-"""The semantic vector index as an inverted file of int8 rows (IVF-flat), memory-mapped.
+"""The semantic vector index as an inverted file (IVF) of 4-bit codes, memory-mapped.
 
 Owns `IVFIndex`, what `nexus.search.vectors.VectorIndex` holds for the semantic (WordLlama)
 index instead of an HNSW `layered.LayeredIndex`: it answers the same subset of usearch's
@@ -12,10 +12,12 @@ than scanning a tenth of the vectors does. An inverted file needs no graph:
 
 * **lists** — spherical k-means over a sample gives round(sqrt(N)) centroids; every vector
   belongs to its nearest centroid's list, and the saved file holds the rows grouped by
-  list, so a search scores the centroids and scans the `nprobe` nearest lists exactly
-  (each list's int8 rows converted to float32 and multiplied by the query: a list is a few
-  hundred rows, which stay in cache — ~0.4 ms for 10k rows, as fast as float32 rows).
-  Below FLAT_MAX vectors there are no lists: every search is an exact scan.
+  list, so a search scores the centroids and scans the `nprobe` nearest lists (each list's
+  rows converted to float32 and multiplied by the query: a list is a few hundred rows,
+  which stay in cache). Over 4-bit codes a search scans a third more lists than over int8
+  rows (NPROBE_CODED, NPROBE_MIN_CODED): the codes' score error then costs no recall of
+  the exact neighbours (bench/RESULTS.md, "The semantic index in 4-bit codes"). Below
+  FLAT_MAX vectors there are no lists: every search is an exact scan.
 * **rows** — in a file with lists (layout 2, MAGIC2), each row a 4-bit code of its residual
   from its list's centroid (`ivf_codes`: 136 bytes at 256 dimensions, a score the cosine of
   the decoded row, 0.004 from the int8 row's on average); flat files (at most FLAT_MAX rows)
