@@ -1,4 +1,4 @@
-"""The semantic vector index as an inverted file of int8 rows (IVF-flat), memory-mapped.
+"""The semantic vector index as an inverted file (IVF) of 4-bit codes, memory-mapped.
 
 Owns `IVFIndex`, what `nexus.search.vectors.VectorIndex` holds for the semantic (WordLlama)
 index instead of an HNSW `layered.LayeredIndex`: it answers the same subset of usearch's
@@ -12,12 +12,20 @@ than scanning a tenth of the vectors does. An inverted file needs no graph:
 
 * **lists** — spherical k-means over a sample gives round(sqrt(N)) centroids; every vector
   belongs to its nearest centroid's list, and the saved file holds the rows grouped by
-  list, so a search scores the centroids and scans the `nprobe` nearest lists exactly
-  (each list's int8 rows converted to float32 and multiplied by the query: a list is a few
-  hundred rows, which stay in cache — ~0.4 ms for 10k rows, as fast as float32 rows).
-  Below FLAT_MAX vectors there are no lists: every search is an exact scan.
-* **rows** — int8, the unit vector times 127 (usearch's i8), with 1/|row| beside each, so a
-  score is the exact cosine of the stored row; keys sorted apart for `contains`/`get`.
+  list, so a search scores the centroids and scans the `nprobe` nearest lists (each list's
+  rows converted to float32 and multiplied by the query: a list is a few hundred rows,
+  which stay in cache). Over 4-bit codes a search scans a third more lists than over int8
+  rows (NPROBE_CODED, NPROBE_MIN_CODED): the codes' score error then costs no recall of
+  the exact neighbours (bench/RESULTS.md, "The semantic index in 4-bit codes"). Below
+  FLAT_MAX vectors there are no lists: every search is an exact scan.
+* **rows** — in a file with lists (layout 2, MAGIC2), each row a 4-bit code of its residual
+  from its list's centroid (`ivf_codes`: 136 bytes at 256 dimensions, a score the cosine of
+  the decoded row, 0.004 from the int8 row's on average); flat files (at most FLAT_MAX rows)
+  and the rows in memory (the delta, an index never saved) are int8, the unit vector times
+  127 (usearch's i8) with 1/|row| beside each, so a score is the exact cosine of the stored
+  row. Keys are uint32 in a file when they all fit; the keys sorted (for `contains`/`get`)
+  are computed when a file is mapped, not stored. A file of layout 1 (int8 rows with lists,
+  written before layout 2) is read as it is, and written in layout 2 by the next save.
 * **changes** — adds go to an in-memory delta, each row tagged with its nearest list (a
   search scans the delta rows of the lists it probes); removing or replacing a saved row
   hides its key (a tombstone). `save` compacts: the live rows are written grouped by list
@@ -41,14 +49,18 @@ import numpy as np
 
 from ..store import pagemap
 from ..store.bulk import trim_heap
+from . import ivf_codes
 
-MAGIC = b"NXIVF001"
-HEADER = 64                 # magic, dim, nlist, count, trained; arrays 64-byte aligned
+MAGIC = b"NXIVF001"          # layout 1: int8 rows (flat files; files of before layout 2)
+MAGIC2 = b"NXIVF002"         # layout 2: 4-bit residual codes (`ivf_codes`), files with lists
+HEADER = 64                 # magic, dim, nlist, count, trained[, key bytes]; arrays aligned
 FLAT_MAX = 4096             # up to this many vectors: no lists, every search scans all
 RETRAIN = 2.0               # re-train the lists at a save past this × the trained size
 DELTA_MAX = 8192            # delta rows + tombstones before the indexer compacts (saves)
 NPROBE = 72                 # lists scanned by a search of the full breadth (expansion 256)
 NPROBE_MIN = 24             # ... and at least this many for a narrower one (hybrid: 64)
+NPROBE_CODED = 120          # over 4-bit codes (layout 2), lists for the full breadth ...
+NPROBE_MIN_CODED = 32       # ... and at least (their scores' error: more lists, same recall)
 BREADTH = 256               # the expansion that NPROBE stands for (vectors.EXPANSION_SEARCH)
 KMEANS_SAMPLE = 64          # rows per list that the k-means trains on
 KMEANS_ITERS = 8
@@ -138,6 +150,11 @@ class IVFIndex:
         self._keys = np.zeros(0, dtype=np.uint64)   # the saved rows' keys, by list
         self._rows = np.zeros((0, dim), dtype=np.int8)
         self._inv = np.zeros(0, dtype=np.float32)
+        # Layout 2's rows instead (`coded`): 4-bit residual codes, α and step (`ivf_codes`).
+        self.coded = False
+        self._codes = np.zeros((0, ivf_codes.half(dim)), dtype=np.uint8)
+        self._alpha = np.zeros(0, dtype=np.float32)
+        self._step = np.zeros(0, dtype=np.float32)
         self._skeys = np.zeros(0, dtype=np.uint64)  # the keys sorted ...
         self._spos = np.zeros(0, dtype=np.int32)    # ... and their rows
         self.hidden: set[int] = set()       # saved keys removed or replaced since
@@ -166,10 +183,13 @@ class IVFIndex:
             mapping = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
         try:
             head = bytes(mapping[:HEADER])
-            if len(head) < HEADER or head[:8] != MAGIC:
+            if len(head) < HEADER or head[:8] not in (MAGIC, MAGIC2):
                 raise ValueError(f"{path}: not an IVF vector index")
-            dim, nlist, count, trained = (int(v) for v in np.frombuffer(
-                head[8:40], dtype=np.int64))
+            coded = head[:8] == MAGIC2
+            dim, nlist, count, trained, key_bytes = (int(v) for v in np.frombuffer(
+                head[8:48], dtype=np.int64))
+            if not coded:
+                key_bytes = 8
             if dim != self.dim:
                 raise ValueError(f"{path}: {dim}-d vectors, not {self.dim}")
             buf = np.frombuffer(mapping, dtype=np.uint8)
@@ -189,11 +209,21 @@ class IVFIndex:
             cent = np.array(take(np.float32, nlist * dim).reshape(nlist, dim)) \
                 if nlist else None
             starts = np.array(take(np.int64, nlist + 1 if nlist else 2))
-            keys = take(np.uint64, count)
-            rows = take(np.int8, count * dim).reshape(count, dim)
-            inv = take(np.float32, count)
-            skeys = take(np.uint64, count)
-            spos = take(np.int32, count)
+            if key_bytes not in (4, 8) or (coded and not nlist):
+                raise ValueError(f"{path}: not an IVF vector index")
+            keys = take(np.uint32 if key_bytes == 4 else np.uint64, count)
+            if coded:
+                h = ivf_codes.half(dim)
+                codes = take(np.uint8, count * h).reshape(count, h)
+                alpha = take(np.float32, count)
+                step = take(np.float32, count)
+                spos = np.argsort(keys, kind="stable").astype(np.int32)
+                skeys = keys[spos].astype(np.uint64)
+            else:
+                rows = take(np.int8, count * dim).reshape(count, dim)
+                inv = take(np.float32, count)
+                skeys = take(np.uint64, count)
+                spos = take(np.int32, count)
         except ValueError:
             with contextlib.suppress(BufferError):
                 mapping.close()
@@ -201,7 +231,12 @@ class IVFIndex:
         self._unmap()
         self._map, self.path = mapping, path
         self.centroids, self.trained = cent, trained
-        self._starts, self._keys, self._rows, self._inv = starts, keys, rows, inv
+        self._starts, self._keys = starts, keys
+        if coded:
+            self.coded = True
+            self._codes, self._alpha, self._step = codes, alpha, step
+        else:
+            self._rows, self._inv = rows, inv
         self._skeys, self._spos = skeys, spos
         self.hidden = set()
         self._clear_delta()
@@ -214,6 +249,10 @@ class IVFIndex:
         self._keys = np.zeros(0, dtype=np.uint64)
         self._rows = np.zeros((0, self.dim), dtype=np.int8)
         self._inv = np.zeros(0, dtype=np.float32)
+        self.coded = False
+        self._codes = np.zeros((0, ivf_codes.half(self.dim)), dtype=np.uint8)
+        self._alpha = np.zeros(0, dtype=np.float32)
+        self._step = np.zeros(0, dtype=np.float32)
         self._skeys = np.zeros(0, dtype=np.uint64)
         self._spos = np.zeros(0, dtype=np.int32)
         self._map, self.path = None, None
@@ -329,20 +368,31 @@ class IVFIndex:
         if here.any():              # (one fancy-indexed read: hybrid scores ~50 this way)
             r = np.sort(saved[here])
             back = np.searchsorted(r, saved[here])
-            out[here] = (self._rows[r].astype(np.float32) * self._inv[r][:, None])[back]
+            out[here] = self._saved_units(r)[back]
         for i in np.flatnonzero(~here).tolist():
             at = self._dpos.get(int(keys[i]))
             if at is not None:
                 out[i] = self._dv[at].astype(np.float32) * self._dinv[at]
         return out
 
-    def _probes(self, qu: np.ndarray, count: int) -> np.ndarray:
-        """The lists a search scans: the nearest `nprobe` centroids (from the breadth
-        asked), more while they hold fewer than `count` saved rows."""
+    def _saved_units(self, r: np.ndarray) -> np.ndarray:
+        """The saved rows at positions `r` (sorted) as unit vectors, float32."""
+        if not self.coded:
+            return self._rows[r].astype(np.float32) * self._inv[r][:, None]
+        assert self.centroids is not None
+        lists = np.searchsorted(self._starts, r, side="right") - 1
+        return ivf_codes.decode(self._codes[r], self._alpha[r], self._step[r],
+                                self.centroids[lists], self.dim)
+
+    def _probes(self, qc: np.ndarray, count: int) -> np.ndarray:
+        """The lists a search scans (`qc`: the centroids' dot products with the query):
+        the nearest `nprobe` centroids (from the breadth asked), more while they hold
+        fewer than `count` saved rows."""
         assert self.centroids is not None
         nlist = len(self.centroids)
-        want = max(NPROBE_MIN, -(-NPROBE * int(self.expansion_search) // BREADTH))
-        order = np.argsort(-(self.centroids @ qu), kind="stable")
+        top, least = (NPROBE_CODED, NPROBE_MIN_CODED) if self.coded else (NPROBE, NPROBE_MIN)
+        want = max(least, -(-top * int(self.expansion_search) // BREADTH))
+        order = np.argsort(-qc, kind="stable")
         sizes = np.diff(self._starts)[order]
         enough = int(np.searchsorted(np.cumsum(sizes), count + len(self.hidden))) + 1
         return order[:min(nlist, max(want, enough))]
@@ -354,20 +404,27 @@ class IVFIndex:
         parts_k: list[np.ndarray] = []
         parts_s: list[np.ndarray] = []
         if len(self._keys):
-            if self.centroids is None or exact:
-                spans = [(0, len(self._keys))]
-                probes = None
+            qc = None if self.centroids is None else self.centroids @ qu
+            probes = None if qc is None or exact else self._probes(qc, count)
+            if qc is None or (exact and not self.coded):
+                spans = [(0, len(self._keys), 0.0)]
             else:
-                probes = self._probes(qu, count)
-                spans = [(int(self._starts[p]), int(self._starts[p + 1]))
-                         for p in probes.tolist()]
-            for a, b in spans:
+                scan = np.arange(len(qc)) if probes is None else probes
+                spans = [(int(self._starts[p]), int(self._starts[p + 1]), float(qc[p]))
+                         for p in scan.tolist()]
+            cq = ivf_codes.Query(qu) if self.coded else None
+            for a, b, pc in spans:
                 # One list at a time: its rows, converted, stay in cache for the product
                 # (converting all probed rows first was 3x slower).
                 for lo in range(a, b, 2048):
                     hi = min(b, lo + 2048)
-                    if hi > lo:
-                        parts_k.append(self._keys[lo:hi])
+                    if hi <= lo:
+                        continue
+                    parts_k.append(self._keys[lo:hi])
+                    if cq is not None:
+                        parts_s.append(cq.scores(self._codes[lo:hi], self._alpha[lo:hi],
+                                                 self._step[lo:hi], pc))
+                    else:
                         parts_s.append((self._rows[lo:hi].astype(np.float32) @ qu)
                                        * self._inv[lo:hi])
             if self.hidden:             # (replaced rows: their new version is in the delta)
@@ -407,7 +464,9 @@ class IVFIndex:
 
     def _packed(self) -> tuple[Any, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The live rows grouped by list (trained first when `due`): centroids, trained
-        count, starts, keys, rows, 1/|row|."""
+        count, starts, keys, int8 rows, 1/|row| (a flat file's or an unsaved index's: the
+        saved rows are int8)."""
+        assert not self.coded
         keep = np.ones(len(self._keys), dtype=bool)
         if self.hidden:
             keep = ~self._hidden_mask(np.asarray(self._keys))
@@ -443,17 +502,89 @@ class IVFIndex:
         order = np.argsort(lists, kind="stable")
         return cent, trained, starts, keys[order], rows[order], inv[order]
 
+    def _coded_rows(self) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray,
+                                   np.ndarray, np.ndarray]:
+        """The live rows grouped by list in 4-bit codes (trained first when `due`):
+        centroids, trained count, starts, keys, codes, α, step. A saved row that is coded
+        already and keeps its list keeps its code (coding a decoded row again would add
+        its error again); the others are coded from their unit vectors."""
+        keep = np.ones(len(self._keys), dtype=bool)
+        if self.hidden:
+            keep = ~self._hidden_mask(np.asarray(self._keys))
+        sp = np.flatnonzero(keep)
+        d = self._dn
+        n_s = len(sp)
+        n = n_s + d
+        keys = np.concatenate([np.asarray(self._keys, dtype=np.uint64)[sp], self._dk[:d]])
+
+        def units(idx: np.ndarray) -> np.ndarray:       # live rows idx (sorted), unit
+            cut = int(np.searchsorted(idx, n_s))
+            dp = idx[cut:] - n_s
+            if cut == 0 and len(dp) and dp[-1] - dp[0] == len(dp) - 1:     # (a load's)
+                part = slice(int(dp[0]), int(dp[-1]) + 1)
+                return self._unit_rows(self._dv[part], self._dinv[part])
+            return np.concatenate([self._saved_units(sp[idx[:cut]]),
+                                   self._unit_rows(self._dv[dp], self._dinv[dp])])
+        h = ivf_codes.half(self.dim)
+        codes = np.empty((n, h), dtype=np.uint8)
+        alpha = np.empty(n, dtype=np.float32)
+        step = np.empty(n, dtype=np.float32)
+        lists = np.empty(n, dtype=np.int32)
+        todo = np.ones(n, dtype=bool)           # rows to code
+        if self.due:
+            nlist = max(1, int(round(np.sqrt(n))))
+            rng = np.random.default_rng(n)
+            pick = np.sort(rng.choice(n, min(n, KMEANS_SAMPLE * nlist), replace=False))
+            cent, trained = kmeans(units(pick), nlist, seed=n), n
+            lists[:] = -1
+        else:
+            assert self.centroids is not None
+            cent, trained = self.centroids, self.trained
+            lists[:n_s] = (np.searchsorted(self._starts, sp, side="right") - 1)
+            lists[n_s:] = self._dl[:d]
+            if self.coded:
+                codes[:n_s], alpha[:n_s], step[:n_s] = \
+                    self._codes[sp], self._alpha[sp], self._step[sp]
+                todo[:n_s] = False
+        at = np.flatnonzero(todo)
+        for i in range(0, len(at), _CHUNK):
+            idx = at[i:i + _CHUNK]
+            u = units(idx)
+            fresh = lists[idx] < 0
+            dots = None
+            if fresh.all():             # (a load's rows: α is the nearest centroid's product)
+                sims = u @ cent.T
+                lists[idx] = np.argmax(sims, axis=1)
+                dots = sims[np.arange(len(idx)), lists[idx]]
+            elif fresh.any():
+                lists[idx[fresh]] = assign(u[fresh], cent)
+            codes[idx], alpha[idx], step[idx] = ivf_codes.encode(u, cent[lists[idx]], dots)
+        starts = np.zeros(len(cent) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(lists, minlength=len(cent)), out=starts[1:])
+        order = np.argsort(lists, kind="stable")
+        return cent, trained, starts, keys[order], codes[order], alpha[order], step[order]
+
     def save(self, path: str) -> None:
-        """Write the live rows to `path`, grouped by list (trained first when `due`)."""
+        """Write the live rows to `path`, grouped by list (trained first when `due`): in
+        4-bit codes when there are lists (layout 2), else int8 rows (layout 1)."""
+        if self.centroids is not None or self.due:
+            cent, trained, starts, keys, codes, alpha, step = self._coded_rows()
+            wide = len(keys) and int(keys.max()) >= 1 << 32
+            head = MAGIC2 + np.array([self.dim, len(cent), len(keys), trained,
+                                      8 if wide else 4], dtype=np.int64).tobytes()
+            self._write(path, head, [cent, starts, keys if wide else keys.astype(np.uint32),
+                                     codes, alpha, step])
+            return
         cent, trained, starts, keys, rows, inv = self._packed()
-        nlist = 0 if cent is None else len(cent)
         spos = np.argsort(keys, kind="stable").astype(np.int32)
-        head = MAGIC + np.array([self.dim, nlist, len(keys), trained],
+        head = MAGIC + np.array([self.dim, 0, len(keys), trained],
                                 dtype=np.int64).tobytes()
+        self._write(path, head, [starts, keys, rows, inv, keys[spos], spos])
+
+    @staticmethod
+    def _write(path: str, head: bytes, arrays: list[np.ndarray]) -> None:
         with open(path, "wb") as f:
             f.write(head.ljust(HEADER, b"\0"))
-            arrays = ([cent] if cent is not None else []) + [starts, keys, rows, inv,
-                                                            keys[spos], spos]
             for arr in arrays:
                 b = np.ascontiguousarray(arr).tobytes()
                 f.write(b)

@@ -84,13 +84,22 @@ def test_lists_are_trained_past_the_threshold_and_every_row_stays_findable(tmp_p
     # or among the probed ones), and an exact search agrees with brute force.
     for i in range(0, n, 97):
         assert ix.search(x[i], 1).keys.tolist() == [int(keys[i])]
-    q = np.random.default_rng(5).standard_normal(DIM).astype(np.float32)
-    assert ix.search(q, 10, exact=True).keys.tolist() == _exact(keys, x, q, 10)
-    # `get` returns each key's own row (as stored: int8, unit length), in the order asked.
+    # The file keeps the rows as 4-bit codes (`ivf_codes`): `get` returns each key's row as
+    # the file has it, unit length and within the codes' error of the int8 row, in the order
+    # asked; an exact search is brute force over those rows, and near the int8 rows' own.
+    assert ix.coded
     pick = np.array([5, 3000, 17, 5, 4100])
+    got = ix.get(keys[pick])
     rows, inv = ivf.quantise(x[pick])
-    np.testing.assert_allclose(ix.get(keys[pick]), rows.astype(np.float32) * inv[:, None],
-                               rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
+    assert (np.einsum("ij,ij->i", got, rows.astype(np.float32) * inv[:, None]) > 0.98).all()
+    assert np.array_equal(got[0], got[3])
+    q = np.random.default_rng(5).standard_normal(DIM).astype(np.float32)
+    stored = ix.get(keys) @ (q / np.linalg.norm(q))
+    best = ix.search(q, 10, exact=True)
+    assert best.keys.tolist() == [int(keys[i]) for i in np.argsort(-stored, kind="stable")[:10]]
+    np.testing.assert_allclose(1.0 - best.distances, np.sort(stored)[::-1][:10], atol=1e-5)
+    assert len(set(best.keys.tolist()) & set(_exact(keys, x, q, 10))) >= 8
     # A count larger than the probed lists hold scans more lists (WITH TYPE widens).
     assert len(ix.search(q, n)) and len(ix.search(q, n).keys) == n
     # New rows go to their nearest list and are found; removed ones never return.
