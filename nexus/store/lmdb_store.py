@@ -335,12 +335,16 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
         """Convert a database of the earlier link key layout (`link_upgrade`) at open,
         after the log's replay, made durable before anything else is written: with the log,
         a checkpoint of the old state is pinned first (so that a crash before the next one
-        restores the old layout whole) and one taken after; without it, a synced commit."""
+        restores the old layout whole) and one taken after; without it, a synced commit.
+        A database that needs its format tag set only (`codec.FORMAT_TAG_V2`: it reads as
+        it is) keeps its tag to a later open when the disk refuses writes."""
         if self._readonly:
             return                  # (`_open_tables` refuses the old format read-only)
         with self._env.begin() as txn:
-            if not link_upgrade.needed(txn.get(codec.META_FORMAT, db=tables.meta)):
-                return
+            tag = txn.get(codec.META_FORMAT, db=tables.meta)
+        if not link_upgrade.needed(tag):
+            return
+        tag_only = tag == codec.FORMAT_TAG_V2
         started = time.monotonic()
         try:
             if self._recovering is not None:
@@ -354,12 +358,15 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
             else:
                 self._env.sync(True)
         except (lmdb.Error, OSError) as exc:    # the old layout stays whole (module doc)
+            if tag_only and lmdb_errors.cannot_write(exc, self._path):
+                log.warning("%s: format tag not updated (%s)", self._path, exc)
+                return
             raise lmdb_errors.lmdb_error(exc, self._path) or KipError(
                 ErrorCode.KIP_4003, f"cannot open the store at {self._path}: its link "
                 f"indexes need a one-time conversion, which failed: {exc}",
                 "Free disk space if it is full, then open it again.") from None
-        log.info("%s: link indexes converted to 16-byte keys (%s links, %.1f s)",
-                 self._path, links, time.monotonic() - started)
+        log.info("%s: format %s set (link keys of %s links converted, %.1f s)",
+                 self._path, codec.FORMAT_TAG.decode(), links, time.monotonic() - started)
 
     def _resume(self, ckpt: walog.Checkpoint) -> None:
         """At open, when the file holds exactly the checkpoint's snapshot and its log
