@@ -199,11 +199,17 @@ def link_ends(v: bytes) -> tuple[int, int, int] | None:
     return s, p, o
 
 
+_unpack_link = LINK_HEAD.unpack
+
+
 def decode_head(n: int, v: bytes) -> Head:
     tag = v[0]
-    if tag == CONCEPT_TAG:
+    if tag == LINK_TAG:
+        _, s, p, o = _unpack_link(v)
+    elif tag == CONCEPT_TAG:
         return ConceptHead(n, int.from_bytes(v[1:5], "big"), v[5:].decode())
-    _, s, p, o = (LINK_HEAD if tag == LINK_TAG else LINK_HEAD_WIDE).unpack(v)
+    else:
+        _, s, p, o = LINK_HEAD_WIDE.unpack(v)
     return LinkHead(n, s, p, o)
 
 
