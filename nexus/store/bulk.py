@@ -27,7 +27,7 @@ from nexus.store.codec import pack_n, pack_sid
 from nexus.store.model import JsonMap, MapColumn
 
 U64, U32 = ">u8", ">u4"
-HEAD_DTYPE = np.dtype([("tag", "u1"), ("s", U64), ("p", U32), ("o", U64)])
+HEAD_DTYPE = np.dtype([("tag", "u1"), ("s", U32), ("p", U32), ("o", U32)])   # codec.LINK_HEAD
 
 # (keys, values) of one table, sorted by key; values None: all empty (index tables).
 Entries: TypeAlias = tuple[list[bytes], list[bytes] | None]

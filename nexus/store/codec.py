@@ -6,7 +6,7 @@ scan is an index range:
 
     table  key                                  value
     head   n(8)                                 concept: 01 type(4) name-utf8
-                                                link:    02 s(8) p(4) o(8)
+                                                link:    03 s(4) p(4) o(4)
     attrs  n(8)                                 a map (below)  (absent when empty)
     metas  n(8)                                 a map (below)  (absent when empty)
     tn     type(4) tkey(name)                   n(8)          unique (type, name)
@@ -25,7 +25,13 @@ refuses to go past it), so the link indexes hold every id in 4 bytes: 16-byte ke
 of the 28 of FORMAT_TAG_V1 (s(8) p(4) o(8) n(8) and the like), which took the three tables
 of a 100k load from 63.5 to ~43 MB (bench/RESULTS.md, "Disk: the link indexes as 16-byte
 keys"). A database of that earlier format is converted once when its owner opens it
-(`link_upgrade`). Heads, maps and the concept indexes keep 8-byte id keys.
+(`link_upgrade`). Heads, maps and the concept indexes keep 8-byte id keys. A link's head
+holds its ends in 4 bytes too (tag 03: 13 bytes); the 21-byte form with 8-byte ends (tag
+02, `LINK_HEAD_WIDE`) that FORMAT_TAG_V2 and earlier wrote is read as well, so such a
+database is not rewritten: its owner's open only sets the format tag (which makes an older
+nexus refuse the database instead of misreading the new heads), and its old heads stay
+until the link is rewritten (4.0 MB of `head` at 100k; bench/RESULTS.md, "Disk: the
+per-element tables' entries").
 
 The three link orders are chosen so that each ReadTxn scan is ONE prefix range whose key
 tail unpacks, with a single C call, into exactly the tuple the protocol yields: spo gives
@@ -114,8 +120,11 @@ first = itemgetter(0)
 BIG: repeat[Literal["big"]] = repeat("big")  # for map(int.from_bytes, keys, BIG)
 
 CONCEPT_TAG = 1
-LINK_TAG = 2
-LINK_HEAD = struct.Struct(">BQIQ")
+LINK_TAG = 3                                 # a link head: 03 s(4) p(4) o(4)
+LINK_HEAD = struct.Struct(">BIII")
+LINK_TAG_WIDE = 2                            # 02 s(8) p(4) o(8): read only (module doc)
+LINK_HEAD_WIDE = struct.Struct(">BQIQ")
+HEAD_TAGS = (CONCEPT_TAG, LINK_TAG, LINK_TAG_WIDE)
 
 # Keys of the `stats` and `meta` tables.
 ST_CONCEPTS = b"C"
@@ -125,7 +134,8 @@ ST_PRED = b"P"
 META_FORMAT = b"format"
 META_MAX_ID = b"max_id"
 META_MAX_SYM = b"max_sym"
-FORMAT_TAG = b"nexus-store/2"                # 16-byte link keys, ids <= MAX_ELEMENT_ID
+FORMAT_TAG = b"nexus-store/3"                # 13-byte link heads
+FORMAT_TAG_V2 = b"nexus-store/2"             # 16-byte link keys, ids <= MAX_ELEMENT_ID
 FORMAT_TAG_V1 = b"nexus-store/1"             # 28-byte link keys (converted at open)
 
 
@@ -177,10 +187,29 @@ def link_head_value(s: int, p: int, o: int) -> bytes:
     return LINK_HEAD.pack(LINK_TAG, s, p, o)
 
 
+_LINK_LAYOUTS = {LINK_TAG: LINK_HEAD, LINK_TAG_WIDE: LINK_HEAD_WIDE}
+
+
+def link_ends(v: bytes) -> tuple[int, int, int] | None:
+    """(s, p, o) of a stored link head of either form, None when `v` is not one."""
+    layout = _LINK_LAYOUTS.get(v[0]) if v else None
+    if layout is None or len(v) != layout.size:
+        return None
+    _, s, p, o = layout.unpack(v)
+    return s, p, o
+
+
+_unpack_link = LINK_HEAD.unpack
+
+
 def decode_head(n: int, v: bytes) -> Head:
-    if v[0] == CONCEPT_TAG:
+    tag = v[0]
+    if tag == LINK_TAG:
+        _, s, p, o = _unpack_link(v)
+    elif tag == CONCEPT_TAG:
         return ConceptHead(n, int.from_bytes(v[1:5], "big"), v[5:].decode())
-    _, s, p, o = LINK_HEAD.unpack(v)
+    else:
+        _, s, p, o = LINK_HEAD_WIDE.unpack(v)
     return LinkHead(n, s, p, o)
 
 

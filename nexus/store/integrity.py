@@ -192,7 +192,7 @@ class StoreCheck(Findings, Generic[Db]):
             n = int.from_bytes(nk, "big")
             self.max_n = max(self.max_n, n)
             try:
-                if len(nk) != 8 or v[0] not in (codec.CONCEPT_TAG, codec.LINK_TAG):
+                if len(nk) != 8 or v[0] not in codec.HEAD_TAGS:
                     raise ValueError("not a head")
                 head = codec.decode_head(n, v)
             except Exception:  # noqa: BLE001 - any failure means a damaged head
@@ -296,8 +296,8 @@ class StoreCheck(Findings, Generic[Db]):
                 ok = False
                 if fields is not None:
                     v = self._get(d.head, pack_n(fields["n"]))
-                    ok = (v is not None and v[:1] == b"\x02" and codec.LINK_HEAD.unpack(v)[1:]
-                          == (fields["s"], fields["p"], fields["o"]))
+                    ok = v is not None and codec.link_ends(v) == (fields["s"], fields["p"],
+                                                                  fields["o"])
                 if fields is None or not ok:
                     self.problem(f"{table}_orphans", f"{table} {key.hex()}")
                     self._delete(db, key)

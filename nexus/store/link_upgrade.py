@@ -9,6 +9,11 @@ again appended in the 16-byte layout (the order is the same: ids below 2**32 kee
 4-byte big-endian fields), then the format tag set. A kill during it leaves the old layout
 whole, and the next open converts again. The old layout lives here only: nothing else
 reads or writes it (a read-only open of such a database is refused by `lmdb_store`).
+
+A database of `codec.FORMAT_TAG_V2` (16-byte link keys, link heads with 8-byte ends) needs
+no conversion — `codec.decode_head` reads both head forms — only its tag set to the current
+one by the same open (so that an older nexus refuses it once new heads are written); a
+read-only open reads it as it is.
 """
 from __future__ import annotations
 
@@ -36,21 +41,23 @@ def _new_dtype(fields: tuple[str, ...]) -> np.dtype[Any]:
 
 
 def needed(tag: bytes | None) -> bool:
-    """Whether a store with this format tag has the old link keys."""
-    return tag == codec.FORMAT_TAG_V1
+    """Whether its owner's open must convert a store with this format tag (or set its tag:
+    module doc)."""
+    return tag == codec.FORMAT_TAG_V1 or tag == codec.FORMAT_TAG_V2
 
 
 def convert(env: Any, handles: Mapping[str, Any], path: str) -> int | None:
     """Convert the link indexes of the LMDB environment `env` (table name -> handle) in one
-    write transaction; returns the number of links converted, or None when the store is
-    already in the current format. A store holding an id past the cap cannot be converted:
-    KIP_4003, nothing written."""
+    write transaction; returns the number of links converted (0 for a store whose keys are
+    current: its tag only is set), or None when the store is in the current format. A store
+    holding an id past the cap cannot be converted: KIP_4003, nothing written."""
     with env.begin(write=True) as txn:
         meta = handles["meta"]
-        if not needed(txn.get(codec.META_FORMAT, db=meta)):
+        tag = txn.get(codec.META_FORMAT, db=meta)
+        if not needed(tag):
             return None
         count = 0
-        for table, fields in _FIELDS.items():
+        for table, fields in _FIELDS.items() if tag == codec.FORMAT_TAG_V1 else ():
             db = handles[table]
             old_type, new_type = _old_dtype(fields), _new_dtype(fields)
             raw = b"".join(txn.cursor(db=db).iternext(values=False))
@@ -94,12 +101,12 @@ def check_readable(env: Any, path: str) -> None:
             tag = txn.get(codec.META_FORMAT, db=meta)
     except Exception:  # noqa: BLE001 - no meta table: the caller refuses it as lacking tables
         return
-    if needed(tag):
+    if tag == codec.FORMAT_TAG_V1:
         raise KipError(ErrorCode.KIP_4003,
                        f"cannot read the store at {path}: it is in the format of an earlier "
                        f"version ({tag!r}), which its owner converts when it opens it",
                        "Open it once for writing (its owner: Nexus.open, `kip serve`), "
                        "which converts it in about a second per 100,000 links.")
-    if tag is not None and tag != codec.FORMAT_TAG:
+    if tag is not None and tag != codec.FORMAT_TAG and tag != codec.FORMAT_TAG_V2:
         raise KipError(ErrorCode.KIP_4003, f"cannot read the store at {path}: unsupported "
                        f"format {tag[:40]!r} (expected {codec.FORMAT_TAG!r})")

@@ -1,7 +1,7 @@
 """The on-disk graph store: an LMDB environment with one named sub-database per table.
 
-Owns opening (and refusing) an environment, the LMDB transaction lifecycle and the
-translation of lmdb exceptions into KipError (a full disk or file size limit named as such).
+Owns opening (and refusing) an environment and the LMDB transaction lifecycle; lmdb
+exceptions become KipErrors by `lmdb_errors` (a full disk or file size limit named as such).
 The graph logic is shared with the memory store (`graph`, `graph_write`, `base`). Opening
 first takes the database's owner lock (`owner`: one process per database) and checks
 `data.mdb` against its meta pages before LMDB maps it (`lmdb_file`: a truncated or foreign
@@ -22,7 +22,6 @@ in-process writer lock.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import struct
@@ -35,7 +34,7 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from nexus.errors import ErrorCode, KipError
-from nexus.store import codec, link_upgrade, lmdb_file, owner, pagemap
+from nexus.store import codec, link_upgrade, lmdb_errors, lmdb_file, owner, pagemap
 from nexus.store import wal as walog
 from nexus.store.base import StoreBase
 from nexus.store.bulk import trim_heap
@@ -76,9 +75,6 @@ STAT_LOG_BYTES = 64 << 10
 WAL_POLL_SECONDS = 0.1
 
 
-# Free space under which a failed write is taken for a full disk: LMDB reports a short
-# write as EIO, so the errno alone does not say it.
-DISK_FULL_BYTES = 8 << 20
 # A journal-only commit (protocol.JOURNAL_TABLES: the audit log's flushes) keeps the
 # snapshot id of the state before it, so that what readers cache per snapshot (the columnar
 # arrays, the planner's choices, a follower's head cache) is not rebuilt after every flush
@@ -91,82 +87,6 @@ DISK_FULL_BYTES = 8 << 20
 JOURNAL_KEY = b"journal_commit"
 _JOURNAL_PAIR = struct.Struct(">QQ")
 _JOURNAL_NAMES = frozenset(AUX_PREFIX + name for name in JOURNAL_TABLES)
-
-
-def _free_bytes(path: str) -> int | None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _at_size_limit(path: str) -> bool:
-    """Whether data.mdb has reached the process's file size limit (RLIMIT_FSIZE): a
-    write cut short there is reported by LMDB as EIO."""
-    try:
-        import resource
-        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        size = os.path.getsize(os.path.join(path, "data.mdb"))
-    except (ImportError, OSError, ValueError):
-        return False
-    return soft != resource.RLIM_INFINITY and size >= soft - 65536
-
-
-def _disk_error(exc: BaseException, path: str) -> KipError | None:
-    """A write that failed for lack of room (disk full, or the process's file size
-    limit): a KIP error that says so. The transaction did not commit: nothing of it is
-    written."""
-    text = str(exc)
-    free = _free_bytes(path)
-    if "No space left" in text or "Disk quota" in text or (
-            ("Input/output error" in text or isinstance(exc, lmdb.DiskError))
-            and free is not None and free < DISK_FULL_BYTES):
-        return KipError(ErrorCode.KIP_4003,
-                        f"the disk holding the store at {path} is full ({free} bytes free): "
-                        f"the write was not committed, nothing of it is stored",
-                        "Free space on that disk (or move the database to a larger one), "
-                        "then retry the command; the database is intact.")
-    if "File too large" in text or ("Input/output error" in text and _at_size_limit(path)):
-        return KipError(ErrorCode.KIP_4003,
-                        f"the store at {path} cannot grow: the process's file size limit "
-                        f"(ulimit -f) was reached; the write was not committed",
-                        "Raise the file size limit of the process, then retry the command; "
-                        "the database is intact.")
-    return None
-
-
-def _cannot_write(exc: BaseException, path: str) -> bool:
-    """Whether `exc` says the disk takes no more writes: full, over quota, read-only."""
-    return _disk_error(exc, path) is not None or \
-        getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) or \
-        "Read-only file system" in str(exc)
-
-
-def _lmdb_error(exc: BaseException, path: str) -> KipError | None:
-    full = _disk_error(exc, path) if isinstance(exc, (lmdb.Error, OSError)) else None
-    if full is not None:
-        return full
-    if isinstance(exc, lmdb.MapFullError):
-        return KipError(ErrorCode.KIP_4003,
-                        f"the store at {path} is full (map_size reached); reopen it with a "
-                        f"larger map_size")
-    if isinstance(exc, lmdb.DiskError) or (isinstance(exc, OSError) and not
-                                           isinstance(exc, lmdb.Error)):
-        return KipError(ErrorCode.KIP_4003, f"I/O error in the store at {path}: {exc}")
-    if isinstance(exc, lmdb.CorruptedError):
-        return KipError(ErrorCode.KIP_4003, f"the store at {path} is corrupted: {exc}",
-                        lmdb_file.HINT)
-    if isinstance(exc, lmdb.Error):
-        return KipError(ErrorCode.KIP_4003, f"storage failure in {path}: {exc}")
-    return None
-
-
-def _damage_hint(exc: BaseException) -> str | None:
-    """The restore hint for errors that mean a damaged file (else the code's default)."""
-    damaged = (lmdb.CorruptedError, lmdb.InvalidError, lmdb.PageNotFoundError,
-               lmdb.VersionMismatchError)
-    return lmdb_file.HINT if isinstance(exc, damaged) else None
 
 
 class LmdbGraphStore(StoreBase[LmdbTable]):
@@ -254,7 +174,7 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
         except (lmdb.Error, OSError) as exc:    # OSError: e.g. the parent directory is missing
             raise KipError(ErrorCode.KIP_4003,
                            f"cannot open the store at {self._path}: {exc}",
-                           _damage_hint(exc)) from None
+                           lmdb_errors.damage_hint(exc)) from None
         # Lookups read a few pages at random: map those, not 64 KB around each (`pagemap`).
         pagemap.read_file_page_by_page(self._data_file)
         if not self._readonly:
@@ -348,7 +268,7 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
                 self._env.sync(True)
                 walog.remove(self._path)
         except (lmdb.Error, OSError) as exc:
-            if not opening or not _cannot_write(exc, self._path):
+            if not opening or not lmdb_errors.cannot_write(exc, self._path):
                 raise
             if not replayed:
                 self._unreplayed = pending_overlay(self._ops(payloads))
@@ -415,12 +335,16 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
         """Convert a database of the earlier link key layout (`link_upgrade`) at open,
         after the log's replay, made durable before anything else is written: with the log,
         a checkpoint of the old state is pinned first (so that a crash before the next one
-        restores the old layout whole) and one taken after; without it, a synced commit."""
+        restores the old layout whole) and one taken after; without it, a synced commit.
+        A database that needs its format tag set only (`codec.FORMAT_TAG_V2`: it reads as
+        it is) keeps its tag to a later open when the disk refuses writes."""
         if self._readonly:
             return                  # (`_open_tables` refuses the old format read-only)
         with self._env.begin() as txn:
-            if not link_upgrade.needed(txn.get(codec.META_FORMAT, db=tables.meta)):
-                return
+            tag = txn.get(codec.META_FORMAT, db=tables.meta)
+        if not link_upgrade.needed(tag):
+            return
+        tag_only = tag == codec.FORMAT_TAG_V2
         started = time.monotonic()
         try:
             if self._recovering is not None:
@@ -434,12 +358,15 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
             else:
                 self._env.sync(True)
         except (lmdb.Error, OSError) as exc:    # the old layout stays whole (module doc)
-            raise _lmdb_error(exc, self._path) or KipError(
+            if tag_only and lmdb_errors.cannot_write(exc, self._path):
+                log.warning("%s: format tag not updated (%s)", self._path, exc)
+                return
+            raise lmdb_errors.lmdb_error(exc, self._path) or KipError(
                 ErrorCode.KIP_4003, f"cannot open the store at {self._path}: its link "
                 f"indexes need a one-time conversion, which failed: {exc}",
                 "Free disk space if it is full, then open it again.") from None
-        log.info("%s: link indexes converted to 16-byte keys (%s links, %.1f s)",
-                 self._path, links, time.monotonic() - started)
+        log.info("%s: format %s set (link keys of %s links converted, %.1f s)",
+                 self._path, codec.FORMAT_TAG.decode(), links, time.monotonic() - started)
 
     def _resume(self, ckpt: walog.Checkpoint) -> None:
         """At open, when the file holds exactly the checkpoint's snapshot and its log
@@ -667,7 +594,7 @@ here — `Nexus.open` gives `nexus.config.wal_default()`, on), `readonly`: open
             pass
 
     def _translate(self, exc: BaseException) -> KipError | None:
-        return _lmdb_error(exc, self._path) or super()._translate(exc)
+        return lmdb_errors.lmdb_error(exc, self._path) or super()._translate(exc)
 
     def _close(self) -> None:
         self._stop.set()
@@ -752,7 +679,8 @@ def _open_tables(env: lmdb.Environment, path: str,
             names = set(txn.cursor().iternext(values=False))
     except lmdb.Error as exc:
         raise KipError(ErrorCode.KIP_4003,
-                       f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
+                       f"cannot open the store at {path}: {exc}",
+                       lmdb_errors.damage_hint(exc)) from None
     if names and b"meta" not in names:
         raise KipError(ErrorCode.KIP_4003,
                        f"cannot open the store at {path}: it is an LMDB environment but not "
@@ -773,7 +701,7 @@ def _open_tables(env: lmdb.Environment, path: str,
             return {name: env.open_db(name.encode(), create=False) for name in wanted}
         except lmdb.Error as exc:
             raise KipError(ErrorCode.KIP_4003, f"cannot open the store at {path}: {exc}",
-                           _damage_hint(exc)) from None
+                           lmdb_errors.damage_hint(exc)) from None
     try:
         with env.begin(write=True) as txn:
             handles = {name: env.open_db(name.encode(), txn=txn, create=True)
@@ -788,6 +716,7 @@ def _open_tables(env: lmdb.Environment, path: str,
                                f"{tag[:40]!r} (expected {codec.FORMAT_TAG!r})")
     except lmdb.Error as exc:
         raise KipError(ErrorCode.KIP_4003,
-                       f"cannot open the store at {path}: {exc}", _damage_hint(exc)) from None
+                       f"cannot open the store at {path}: {exc}",
+                       lmdb_errors.damage_hint(exc)) from None
     return handles
 
