@@ -181,24 +181,22 @@ def backlog(tmp_path_factory) -> Path:
 
 def test_check_of_a_fresh_bulk_load_reports_pending_vectors_instead_of_waiting(backlog,
                                                                               monkeypatch):
-    import time
     monkeypatch.setenv("NEXUS_SEMANTIC", "auto")        # (the database's own choice)
     before = snapshot(backlog)
-    started = time.monotonic()
     # (--wait 0: the semantic index's adds are cheap since it is an inverted file, so 20k
     # queued vectors may be caught up within a second's wait)
     proc = kip("check", "--deep", "--wait", "0", "--db", str(backlog), timeout=120)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = __import__("json").loads(proc.stdout)
     pending = report["search"]["semantic_pending"]
+    # No waiting: the report is of vectors still pending, not of a caught-up index (a check
+    # that waited would find none pending; no wall-clock bound, which a loaded host breaks).
     assert pending["ids"] > 0 and (pending["changes"] > 0 or pending["rebuild"]), pending
     assert "catching up" in report["pending"] and "--wait" in report["pending"]
     assert "semantic_missing" not in report["search"]      # not counted as drift
     assert "vector_pending" not in report["search"]         # the gram postings: complete
     assert report["ok"] and report["store"]["ok"]
     assert "kip: note: the vector indexer is still catching up" in proc.stderr
-    assert elapsed < 60, elapsed        # no waiting: opening and checking
     assert snapshot(backlog) == before  # the catch-up stayed in memory: nothing written
 
 
