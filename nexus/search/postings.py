@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from . import postings_cache as _cache
 from . import postings_packed as packed
 
 BLOCK = 128
@@ -317,27 +318,46 @@ def _delete_few(aux: Any, prefix: bytes, key: bytes, raw: bytes, ids: list[int])
 
 def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """(ids, weights, groups, complete) of the list at `prefix`, at most about `cap` postings
-    (whole blocks, in id order); `complete` is False when the list was cut. A run of
-    packed blocks is decoded together (`packed.decode_many`: one numpy pass per distinct
-    block header), and so is a run of full narrow or wide blocks (one numpy record array
-    over their joined bytes); other blocks one by one."""
-    full: list[bytes] = []
-    full_len = 0                # the byte length of the blocks in `full` (one layout)
-    packs: list[bytes] = []     # a run of packed blocks
-    parts = []
+    (whole blocks, in id order); `complete` is False when the list was cut. A list of at
+    least `postings_cache.MIN_BLOCKS` blocks is answered from the cache of decoded lists
+    when its blocks' bytes are those it was decoded from (`postings_cache`: a common word's
+    list is read by every query over it), else decoded (`_decode_blocks`) and kept."""
+    raws: list[bytes] = []
     total = 0
     complete = True
     tag = packed.TAG
+    unpack = _COUNT.unpack_from
     for _, raw in aux.scan(prefix):
         if total >= cap:
             complete = False
             break
+        raws.append(raw)
+        total += raw[1] if raw[0] >= tag else unpack(raw)[0] & 0xFFFF
+    if len(raws) < _cache.MIN_BLOCKS:
+        return (*_decode_blocks(raws), complete)
+    blob = b"".join(raws)
+    got = _cache.CACHE.get(prefix, blob, complete)
+    if got is not None:
+        return got
+    return _cache.CACHE.put(prefix, blob, (*_decode_blocks(raws), complete))
+
+
+def _decode_blocks(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, weights, groups) of a list's blocks, in their order. A run of packed blocks
+    is decoded together (`packed.decode_many`: one numpy pass per distinct block header),
+    and so is a run of full narrow or wide blocks (one numpy record array over their
+    joined bytes); other blocks one by one."""
+    full: list[bytes] = []
+    full_len = 0                # the byte length of the blocks in `full` (one layout)
+    packs: list[bytes] = []     # a run of packed blocks
+    parts = []
+    tag = packed.TAG
+    for raw in raws:
         if raw[0] >= tag:
             if full:            # keep id order: the blocks before this one first
                 parts.append(_decode_full(full))
                 full = []
             packs.append(raw)
-            total += raw[1]
             continue
         if packs:
             parts.append(packed.decode_many(packs))
@@ -349,25 +369,22 @@ def read(aux: Any, prefix: bytes, cap: int) -> tuple[np.ndarray, np.ndarray, np.
                 full = []
             full.append(raw)
             full_len = n
-            total += BLOCK
             continue
         if full:                # keep id order: the full blocks before this one first
             parts.append(_decode_full(full))
             full = []
-        part = decode(raw)
-        parts.append(part)
-        total += len(part[0])
+        parts.append(decode(raw))
     if full:
         parts.append(_decode_full(full))
     if packs:
         parts.append(packed.decode_many(packs))
     if not parts:
-        empty = np.zeros(0, dtype=np.uint64)
-        return empty, np.zeros(0, dtype=np.float16), np.zeros(0, dtype=np.uint32), True
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float16), np.zeros(
+            0, dtype=np.uint32)
     if len(parts) == 1:
-        return (*parts[0], complete)
+        return parts[0]
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            np.concatenate([p[2] for p in parts]), complete)
+            np.concatenate([p[2] for p in parts]))
 
 
 _FULL_BYTES = 4 + 14 * BLOCK

@@ -72,22 +72,43 @@ _SPLIT4 = np.array([[b & 3, b >> 2 & 3, b >> 4 & 3, b >> 6] for b in range(256)]
 _SPLIT16 = np.array([[b & 15, b >> 4] for b in range(256)], dtype=np.uint8)
 
 
+# a DICT4 part's 4-bit nibble (two 2-bit indices, lowest first) as the positions in the
+# dictionary of its two values (`_values`: a block's 16 pairs looked up per nibble)
+_NIB_LO = np.arange(16) & 3
+_NIB_HI = np.arange(16) >> 2
+_U32 = np.dtype("<u4")
+
+
 def _values(rec: np.ndarray, name: str, mode: int, c: int) -> np.ndarray:
     """The B x c values of a weights or groups part, flat, as u16 bit patterns. (Array
     methods and ufuncs rather than numpy's Python-level functions: a query decodes
-    thousands of small blocks, where their call overhead was most of the time.)"""
+    thousands of small blocks, where their call overhead was most of the time.)
+    A DICT4 part is read a nibble at a time: each block's 16 pairs of values as u32,
+    gathered by nibble and viewed as u16 (half the gathers of one value an index, and no
+    table of split bytes: ~2.5x faster on a long list's blocks); a DICT16 part's nibbles
+    are its indices."""
     if mode == ONE:
         return rec[name].repeat(c)
     if mode == RAW:
         return rec[name].reshape(-1)
-    idx = (_SPLIT4 if mode == DICT4 else _SPLIT16)[rec[name + "i"]]
-    b = len(rec)
-    idx = idx.reshape(b, -1)[:, :c]
     d = rec[name + "d"]
-    if b == 1:
-        return d[0][idx[0]]
-    k = d.shape[1]
-    return d.reshape(-1)[(idx + (np.arange(0, b * k, k))[:, None]).reshape(-1)]
+    i = rec[name + "i"]
+    b = len(rec)
+    nib = np.empty((b, 2 * i.shape[1]), dtype=np.intp)
+    np.bitwise_and(i, 15, out=nib[:, 0::2])
+    np.right_shift(i, 4, out=nib[:, 1::2])
+    if mode == DICT4:
+        table = d[:, _NIB_LO].astype(_U32)
+        table |= d[:, _NIB_HI].astype(_U32) << 16
+        k = 16
+    else:
+        table, k = d, 16
+    if b > 1:
+        nib += np.arange(0, b * k, k)[:, None]
+    out = table.reshape(-1)[nib]
+    if mode == DICT4:
+        out = out.view(_U16)
+    return out[:, :c].reshape(-1) if out.shape[1] != c else out.reshape(-1)
 
 
 def _decode_group(head: int, raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -169,6 +190,22 @@ def decode_many(raws: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                     np.frombuffer(raw, "<f2", 1, 6), np.frombuffer(raw, "<u2", 1, 8)
                     .astype(np.uint32))
         return _decode_one(raw)
+    # The common case: a list's full blocks, all of one layout (`encode_many`'s `runs`),
+    # then its last block: told without a Python step per block beyond a 2-byte compare.
+    lead = raws[0][:2]
+    same = 0
+    for raw in raws:
+        if raw[:2] != lead:
+            break
+        same += 1
+    if same >= len(raws) - 1:
+        ids, w, g = _decode_group(lead[0] << 8 | lead[1], raws[:same] if same < len(raws)
+                                  else raws)
+        if same == len(raws):
+            return ids, w, g.astype(np.uint32)
+        li, lw, lg = decode_many(raws[same:])
+        return (np.concatenate([ids, li]), np.concatenate([w, lw]),
+                np.concatenate([g.astype(np.uint32), lg]))
     groups: dict[int, list[int]] = {}
     for i, raw in enumerate(raws):
         groups.setdefault(raw[0] << 8 | raw[1], []).append(i)

@@ -248,3 +248,32 @@ def test_a_small_append_to_a_packed_block_writes_the_narrow_block_of_all_its_pos
         want = postings.encode(np.asarray(ids, dtype=np.uint64), np.asarray(w, dtype=np.float32),
                                np.asarray(g, dtype=np.uint32))
         assert postings._spliced(raw, c, ids[c:], ops) == want
+
+
+def test_runs_of_one_layout_with_another_block_anywhere_decode_in_block_order():
+    rng = random.Random(11)
+    for c, w_pool, g_pool in ((128, 3, 2), (128, 9, 1), (126, 4, 17), (33, 200, 4)):
+        blocks = []
+        for b in range(6):
+            ids = np.arange(1000 * b, 1000 * b + 3 * c, 3, dtype=np.uint64)
+            w = np.asarray([rng.choice(range(w_pool)) / 7 for _ in range(c)], np.float32)
+            g = np.asarray([rng.choice(range(g_pool)) for _ in range(c)], np.uint32)
+            blocks.append((ids, w, g))
+        values = [packed.encode_many(*b, np.zeros(1, np.int64))[0] for b in blocks]
+        odd = packed.encode_many(np.arange(50_000, 50_005, dtype=np.uint64),
+                                 np.ones(5, np.float32), np.ones(5, np.uint32),
+                                 np.zeros(1, np.int64))[0]
+        heads = {v[:2] for v in values}
+        assert len(heads) == 1 and odd[:2] not in heads
+        for at in (6, 5, 3, 0):                     # at the end (a list's last block), inside
+            raws = values[:at] + [odd] + values[at:]
+            want = [np.concatenate([postings.decode(r)[i] for r in raws]) for i in range(3)]
+            got = packed.decode_many(raws)
+            for x, y in zip(got, want):
+                assert x.dtype == y.dtype
+                assert x.view(np.uint8).tobytes() == y.view(np.uint8).tobytes()
+        got = packed.decode_many(values)            # all of one layout
+        assert got[0].tolist() == np.concatenate([b[0] for b in blocks]).tolist()
+        assert got[1].view(np.uint16).tolist() == np.concatenate(
+            [b[1] for b in blocks]).astype(np.float16).view(np.uint16).tolist()
+        assert got[2].tolist() == np.concatenate([b[2] for b in blocks]).tolist()
