@@ -123,3 +123,20 @@ def test_a_small_batch_or_an_embedder_it_cannot_build_stays_in_process():
     proc = EmbedProcess(Other(), False, 2048)
     assert proc.submit(["x"]) is None and proc.proc is None
     proc.close()
+
+
+def test_the_worker_imports_no_search_service_and_the_package_still_names_it():
+    # The worker's start imports `embed_proc` alone: not the service and its indexes.
+    code = ("import sys; import nexus.search.embed_proc; "
+            "print('nexus.search.service' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    assert out.strip() == "False"
+    import nexus.search
+    from nexus.search import service
+    assert nexus.search.SearchService is service.SearchService
+    assert nexus.search.Host is service.Host
+    with pytest.raises(AttributeError):
+        nexus.search.NoSuchName
