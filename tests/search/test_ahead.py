@@ -450,3 +450,18 @@ def test_a_chunks_concept_texts_are_worked_out_once():
     assert first is again
     assert first == [concept_texts("A", {"description": "d"}),
                      concept_texts("B", {"aliases": ["b"]})]
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_the_rows_held_are_in_key_order_with_their_keys(shuffled):
+    rng = np.random.default_rng(4)
+    keys = np.sort(rng.choice(10_000, 300, replace=False)).astype(np.uint64)
+    q = rng.integers(-127, 128, (300, 8)).astype(np.int8)
+    inv = rng.random(300).astype(np.float32)
+    parts = [slice(0, 100), slice(100, 220), slice(220, 300)]
+    if shuffled:
+        parts = parts[::-1]
+    held = ahead_mod.Held(set(), [keys[p] for p in parts], [(q[p], inv[p]) for p in parts])
+    assert held.keys.tolist() == keys.tolist()
+    assert held.rows[0].tobytes() == q.tobytes()
+    assert held.rows[1].tobytes() == inv.tobytes()
