@@ -140,3 +140,20 @@ def test_the_worker_imports_no_search_service_and_the_package_still_names_it():
     assert nexus.search.Host is service.Host
     with pytest.raises(AttributeError):
         nexus.search.NoSuchName
+
+
+def test_the_worker_imports_this_tree_whatever_the_working_directory(tmp_path, monkeypatch):
+    # A `nexus` package in the working directory (another checkout) is not the child's.
+    fake = tmp_path / "nexus"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('another checkout')\n")
+    monkeypatch.chdir(tmp_path)
+    embedder = HashedNgramEmbedder()
+    proc = EmbedProcess(embedder, False, 2048)
+    try:
+        fut = proc.submit(["fever", "Oxaprozine lowers fever"])
+        assert fut is not None
+        got = proc.result(fut)
+    finally:
+        proc.close()
+    same_bits(got, rows_of(embedder, ["fever", "Oxaprozine lowers fever"], False, 2048))
