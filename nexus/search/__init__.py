@@ -9,7 +9,7 @@ fusion), `service` and `pg_search` (hooks and lifecycle).
 
 The service is imported when first named, not with the package: a module of it alone
 (a bulk load's embedding worker process imports `embed_proc`, `embed` and `ivf`) does not
-pay for the service and its indexes (~0.4 CPU s: bench/RESULTS.md, s18-w1).
+pay for the service and its indexes (~0.25–0.45 CPU s: bench/RESULTS.md, s18-w1).
 """
 from __future__ import annotations
 
