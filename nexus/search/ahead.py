@@ -39,6 +39,7 @@ failure as it always did. The process never outlives the load (`close`) or its p
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,7 +49,7 @@ import numpy as np
 
 from .embed_proc import PROCESS_MIN, EmbedProcess
 from .lexical_cols import NewConcepts
-from .text import KIND_CONCEPT, Doc, concept_texts_many, element_doc
+from .text import KIND_CONCEPT, Doc, element_doc
 from .vectors import FILL_CHUNK, SLOTS, doc_texts
 from ..store.bulk import trim_heap
 from ..store.protocol import ConceptHead
@@ -114,11 +115,11 @@ class Ahead:
         cols: dict[int, tuple[NewConcepts, int]] = {}
         for part in new_docs:
             if isinstance(part, NewConcepts):
-                cols.update((n, (part, i)) for i, n in enumerate(part.ids))
-        # Each part's texts worked out together (`concept_texts_many`: the same values as
-        # `concept_texts` of each), when asked for the first time.
-        many: dict[int, list[tuple[list[str], str, str]]] = {}
+                cols.update(zip(part.ids, zip(itertools.repeat(part), itertools.count())))
         embedder = self.index.embedder
+        # (the semantic index's embedder: a concept without aliases has one text, its
+        # context — what `doc_texts` gives it — so no `Doc` is built for it)
+        context_only = bool(getattr(embedder, "context_only", False))
         slots = SLOTS
         ids: list[int] = []
         keys: list[int] = []
@@ -128,12 +129,16 @@ class Ahead:
             doc: Doc | None
             if at is not None:
                 part, i = at
+                # (each part's texts worked out once, shared with the lexical derivation:
+                # `NewConcepts.texts`, the same values as `concept_texts` of each)
+                aliases, _, context = part.texts()[i]
+                if context_only and not aliases:
+                    if context:
+                        ids.append(n)
+                        keys.append(n * slots)
+                        texts.append(context)
+                    continue
                 name = part.names[i]
-                texts_of = many.get(id(part))
-                if texts_of is None:
-                    texts_of = many[id(part)] = concept_texts_many(
-                        list(part.names), list(part.attributes))
-                aliases, _, context = texts_of[i]
                 doc = Doc(n, KIND_CONCEPT, part.type_ids[i], [name] + aliases,
                           vec_texts=[name] + aliases, context=context)
             else:
@@ -309,8 +314,13 @@ class Held:
         self.covered = covered
         if keys:
             k = np.concatenate(keys)
-            order = np.argsort(k, kind="stable")
-            self.keys, self.rows = k[order], _rows_at(_joined(rows), order)
+            joined = _joined(rows)
+            if len(k) > 1 and not bool((k[1:] >= k[:-1]).all()):
+                order = np.argsort(k, kind="stable")
+                k, joined = k[order], _rows_at(joined, order)
+            # (a load's chunks come in id order: their keys are then ascending already,
+            # and the rows, ~25 MB at N=100k, are not gathered again)
+            self.keys, self.rows = k, joined
         else:
             self.keys, self.rows = np.zeros(0, dtype=np.uint64), None
 

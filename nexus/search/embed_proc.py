@@ -202,7 +202,11 @@ class EmbedProcess:
         # has the rest of the load to keep up, and more threads took CPU from the loading
         # thread on a busy machine.
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        code = "from nexus.search.embed_proc import serve; serve()"
+        # This tree first on the child's path: `-c` puts the working directory there
+        # before PYTHONPATH, and another checkout's `nexus` in it would be the one
+        # imported (its rows not necessarily this one's).
+        code = (f"import sys; sys.path.insert(0, {root!r}); "
+                "from nexus.search.embed_proc import serve; serve()")
         args = [sys.executable, "-c", code, str(to_child_r), str(from_child_w),
                 str(os.getpid()), repr((self.spec, self.ivf, self.chunk))]
         try:

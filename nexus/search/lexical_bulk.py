@@ -170,7 +170,13 @@ class Deferred:
         by_key = sorted(range(len(keys)), key=keys.__getitem__)
         rank[np.array(by_key, dtype=np.int64)] = np.arange(len(keys), dtype=np.int32)
         codes = rank[codes]
-        order = np.lexsort((ids, codes))        # by term (key order), then id
+        if not len(ids) or int(ids.max()) < 1 << 32:
+            # by term (key order), then id: one sort of both in a uint64 (each (term, id)
+            # once — a document is held once, each of its terms once —, so an unstable
+            # sort gives the one order; ~0.2 CPU s less than `lexsort` at N=100k)
+            order = np.argsort((codes.astype(np.uint64) << np.uint64(32)) | ids)
+        else:
+            order = np.lexsort((ids, codes))
         codes = codes[order]
         ids, weights, groups = ids[order], weights[order], groups[order]
         del order

@@ -24,6 +24,7 @@ expression. Key layout: `lexical`'s module doc.
 """
 from __future__ import annotations
 
+import dataclasses
 import struct
 import zlib
 from dataclasses import dataclass
@@ -51,6 +52,17 @@ class NewConcepts:
     type_names: Mapping[int, str]           # type id -> the type's name
     names: Sequence[str]
     attributes: Sequence[dict | None]
+    # `texts()` once worked out: the lexical derivation and the vectors embedded ahead
+    # (`ahead.Ahead.stage`) of the same chunk both read it.
+    memo: list = dataclasses.field(default_factory=list, compare=False, repr=False)
+
+    def texts(self) -> list[tuple[list[str], str, str]]:
+        """`text.concept_texts` of every concept (aliases, attribute text, context), in
+        `ids` order: `concept_texts_many`, worked out at the first call."""
+        if not self.memo:
+            self.memo.append(concept_texts_many(list(self.names), list(self.attributes)))
+        got: list[tuple[list[str], str, str]] = self.memo[0]
+        return got
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +146,8 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
     ids = [cols.ids[i] for i in take]
     names = [cols.names[i] for i in take]
     groups = [cols.type_ids[i] for i in take]
-    texts = concept_texts_many(names, [cols.attributes[i] for i in take])
+    every = cols.texts()
+    texts = every if len(take) == len(every) else [every[i] for i in take]
     fts: dict[tuple[int, str], int] = {}
     setd = fts.setdefault
     name_slot = [setd((F_NAME, nm), len(fts)) for nm in names]

@@ -368,3 +368,100 @@ def test_the_jobs_a_slow_worker_process_has_not_started_are_embedded_at_the_end(
                     chunk_size=50)
     nx.close()
     same(got, want)
+
+
+class _Embedder:
+    """A stand-in embedder (no model): what `doc_texts` reads of one."""
+    name = "stand-in"
+    dim = 4
+    contextual = True
+
+    def __init__(self, context_only: bool) -> None:
+        self.context_only = context_only
+
+
+class _Index:
+    """A stand-in vector index: records the texts each job is embedded from."""
+    layout = "hnsw"
+
+    def __init__(self, context_only: bool) -> None:
+        self.embedder = _Embedder(context_only)
+        self.texts: list[list[str]] = []
+
+    def embed_rows(self, texts):
+        self.texts.append(list(texts))
+        return np.zeros((len(texts), 4), dtype=np.float32)
+
+
+@pytest.mark.parametrize("context_only", [True, False])
+def test_a_chunk_hands_the_worker_the_texts_doc_texts_gives_each_concept(context_only):
+    # KIP §5.2.2: aliases are grounding fields (a vector each); a concept's vector texts
+    # are those of its document, whatever shortcut the load takes for the common shape.
+    from nexus.search.lexical_cols import NewConcepts
+    from nexus.search.text import KIND_CONCEPT, Doc, concept_texts
+
+    attrs = [None, {}, {"description": "lowers fever"},
+             {"aliases": ["Oxa", "Oxa 3"], "description": "an NSAID"},
+             {"aliases": ["Name 4"]}, {"description": ""}, {"aliases": "Single"},
+             {"formula": "C2H6O", "description": "a solvent", "risk": 3},
+             {"synonyms": ["Same", "Same"], "description": "x" * 5000}, None]
+    names = [f"Name {i}" for i in range(len(attrs) - 1)] + [""]
+    ids = list(range(100, 100 + len(attrs)))
+    index = _Index(context_only)
+    ahead = ahead_mod.Ahead(index)
+    try:
+        ahead.stage(object(), None, [], ids,
+                    [NewConcepts(ids, [1] * len(ids), {1: "Drug"}, names, attrs)])
+        want_keys, want_texts = [], []
+        for n, name, a in zip(ids, names, attrs):
+            aliases, _, context = concept_texts(name, a or {})
+            doc = Doc(n, KIND_CONCEPT, 1, [name] + aliases, vec_texts=[name] + aliases,
+                      context=context)
+            for slot, t in enumerate(vectors_mod.doc_texts(doc, index.embedder)):
+                want_keys.append(n * SLOTS + slot)
+                want_texts.append(t)
+        (job,) = ahead._jobs
+        job.rows.result()
+        assert index.texts == [want_texts]
+        assert job.keys.tolist() == want_keys
+        assert len(set(job.ids.tolist())) < len(ids)    # (the empty name has no text)
+    finally:
+        ahead.close()
+
+
+def test_a_chunks_concept_texts_are_worked_out_once():
+    from nexus.search import lexical_cols
+    from nexus.search.text import concept_texts
+
+    calls = []
+    real = lexical_cols.concept_texts_many
+
+    def counted(names, attrs):
+        calls.append(len(names))
+        return real(names, attrs)
+    cols = lexical_cols.NewConcepts([1, 2], [1, 1], {1: "Drug"}, ["A", "B"],
+                                    [{"description": "d"}, {"aliases": ["b"]}])
+    try:
+        lexical_cols.concept_texts_many = counted
+        first, again = cols.texts(), cols.texts()
+    finally:
+        lexical_cols.concept_texts_many = real
+    assert calls == [2]
+    assert first is again
+    assert first == [concept_texts("A", {"description": "d"}),
+                     concept_texts("B", {"aliases": ["b"]})]
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_the_rows_held_are_in_key_order_with_their_keys(shuffled):
+    rng = np.random.default_rng(4)
+    keys = np.sort(rng.choice(10_000, 300, replace=False)).astype(np.uint64)
+    q = rng.integers(-127, 128, (300, 8)).astype(np.int8)
+    inv = rng.random(300).astype(np.float32)
+    parts = [slice(0, 100), slice(100, 220), slice(220, 300)]
+    if shuffled:
+        parts = parts[::-1]
+    held = ahead_mod.Held(set(), [keys[p] for p in parts], [(q[p], inv[p]) for p in parts])
+    assert held.keys.tolist() == keys.tolist()
+    assert held.rows[0].tobytes() == q.tobytes()
+    assert held.rows[1].tobytes() == inv.tobytes()

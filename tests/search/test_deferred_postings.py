@@ -105,3 +105,37 @@ def test_a_failed_load_leaves_no_postings(disk_nexus, kip):
     assert nx.search.check(deep=True)["ok"]
     bulk_import(nx, concepts, [], chunk_size=30)
     assert [h["name"] for h in kip(nx, 'SEARCH CONCEPT "drug 17" LIMIT 1')] == ["Drug 17"]
+
+
+def test_the_held_postings_come_out_by_term_then_id_whatever_the_ids():
+    # ids below 2**32 are sorted with their terms in one integer; larger ones by `lexsort`:
+    # the same runs either way, each term's ids ascending, terms in key order.
+    import random
+
+    import numpy as np
+
+    from nexus.search.lexical_bulk import Deferred
+
+    rng = random.Random(5)
+    for top in (1 << 20, 1 << 40):
+        docs = sorted(rng.sample(range(top - 5000, top), 300))
+        held = Deferred()
+        want: dict[bytes, list[int]] = {}
+        for lo in range(0, len(docs), 100):
+            terms, weights, ids, groups, counts = [], [], [], [], []
+            for n in docs[lo:lo + 100]:
+                mine = rng.sample(WORDS + ["zeta", "alpha", "mu"], rng.randrange(1, 6))
+                terms += mine
+                weights += [1.0] * len(mine)
+                ids.append(n)
+                groups.append(1)
+                counts.append(len(mine))
+                for t in mine:
+                    want.setdefault(b"c" + t.encode(), []).append(n)
+            held.take(((terms, weights, ids, groups, counts), ([], [], [], [], [])))
+        got: dict[bytes, list[int]] = {}
+        for run in held.runs(0):
+            for key, (cols, start, end) in run.items():
+                got[key] = np.asarray(cols.ids[start:end]).tolist()
+        assert list(got) == sorted(want)
+        assert got == {k: sorted(v) for k, v in want.items()}

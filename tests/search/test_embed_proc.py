@@ -123,3 +123,37 @@ def test_a_small_batch_or_an_embedder_it_cannot_build_stays_in_process():
     proc = EmbedProcess(Other(), False, 2048)
     assert proc.submit(["x"]) is None and proc.proc is None
     proc.close()
+
+
+def test_the_worker_imports_no_search_service_and_the_package_still_names_it():
+    # The worker's start imports `embed_proc` alone: not the service and its indexes.
+    code = ("import sys; import nexus.search.embed_proc; "
+            "print('nexus.search.service' in sys.modules)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True, timeout=120).stdout
+    assert out.strip() == "False"
+    import nexus.search
+    from nexus.search import service
+    assert nexus.search.SearchService is service.SearchService
+    assert nexus.search.Host is service.Host
+    with pytest.raises(AttributeError):
+        nexus.search.NoSuchName
+
+
+def test_the_worker_imports_this_tree_whatever_the_working_directory(tmp_path, monkeypatch):
+    # A `nexus` package in the working directory (another checkout) is not the child's.
+    fake = tmp_path / "nexus"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('another checkout')\n")
+    monkeypatch.chdir(tmp_path)
+    embedder = HashedNgramEmbedder()
+    proc = EmbedProcess(embedder, False, 2048)
+    try:
+        fut = proc.submit(["fever", "Oxaprozine lowers fever"])
+        assert fut is not None
+        got = proc.result(fut)
+    finally:
+        proc.close()
+    same_bits(got, rows_of(embedder, ["fever", "Oxaprozine lowers fever"], False, 2048))
