@@ -147,9 +147,10 @@ def _concepts(cols: NewConcepts, take: list[int], mark: bool = False) -> Derived
     terms, codes, weights, counts = _postings(slots, list(fts), len(ids))
     id_arr = np.array(ids, dtype=np.uint64)
     # per posting its term and weight, interleaved: a document's `flat` is one slice
-    flat_all: list[Any] = [None] * (2 * len(codes))
-    flat_all[0::2] = map(terms.__getitem__, codes.tolist())
-    flat_all[1::2] = weights.tolist()
+    flat_all: list[Any] = [None] * (0 if mark else 2 * len(codes))
+    if not mark:        # (the derived layout holds no terms)
+        flat_all[0::2] = map(terms.__getitem__, codes.tolist())
+        flat_all[1::2] = weights.tolist()
     pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
     entries: list[tuple[bytes, bytes]] = []
     name_rows: list[tuple[bytes, bytes]] = []
