@@ -29,8 +29,10 @@ check that a faster derivation writes the same bytes (a load by the base tree an
 the changed tree, `python -m bench.loader load ... --db`). `postings` is `rows` with every
 posting list (`lex`'s `t` keys, `gram`'s lists) decoded by this tree's `postings` and
 hashed as a whole list (prefix, ids, the weights' f16 bits, groups) instead of its blocks'
-bytes: two databases whose blocks are in different layouts compare equal when they hold
-the same postings and the same other rows. `diff` prints the queries whose answers differ and exits 1 if any does.
+bytes, and every concept's forward entry in the derived layout hashed as the full layout it
+derives to from the graph: two databases whose blocks are in different layouts, or whose
+concept entries are stored in full in one and derived in the other, compare equal when
+they hold the same postings, the same terms and weights, and the same other rows. `diff` prints the queries whose answers differ and exits 1 if any does.
 """
 from __future__ import annotations
 
@@ -274,7 +276,32 @@ def decoded_rows(db: str) -> dict:
         if held:
             flush()
         out[name] = [count, lists, total, h.hexdigest()]
+    out["aux.lexdoc"] = _lexdoc_expanded(db)
     return out
+
+
+def _lexdoc_expanded(db: str) -> list:
+    """[rows, 0, 0, SHA-256] of `aux.lexdoc` with every concept entry in the derived
+    layout (`nexus.search.lexical_entry.derived_bytes`) hashed as the full layout its
+    terms derive to from the graph (as its pending copy holds it): a database whose
+    concept entries are derived compares equal to one that stores them in full when each
+    derives to the stored one byte for byte."""
+    from nexus.api import Nexus
+    from nexus.search.lexical import decode
+    from nexus.search.lexical_entry import is_derived, pending_copy
+    nx = Nexus.open(db, durable=False, semantic="none")
+    try:
+        with nx.store.read() as txn:
+            h = hashlib.sha256()
+            count = 0
+            for k, v in txn.aux("lexdoc").scan():
+                if is_derived(v):
+                    v = pending_copy(v, decode(txn, int.from_bytes(k, "big"), v))
+                h.update(len(k).to_bytes(4, "big") + k + len(v).to_bytes(4, "big") + v)
+                count += 1
+    finally:
+        nx.close()
+    return [count, 0, 0, h.hexdigest()]
 
 
 def main() -> int:

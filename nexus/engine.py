@@ -172,6 +172,8 @@ class WriteSession:
             ctx.new_docs = []
             if ctx.before_heads is not None:
                 ctx.before_heads = {}
+            if ctx.before_attributes is not None:
+                ctx.before_attributes = {}
 
     def abort(self) -> None:
         """Roll the session back when it ends (nothing it wrote is kept)."""

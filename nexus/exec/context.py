@@ -120,7 +120,7 @@ class WriteContext(ExecContext):
     """
 
     __slots__ = ("touched", "removed", "versioned", "unsearched", "moved", "store_txn",
-                 "known_heads", "new_docs", "before_heads")
+                 "known_heads", "new_docs", "before_heads", "before_attributes")
     txn: WriteTxn                         # narrowed: a write context holds the write txn
 
     def __init__(self, txn: WriteTxn, limits: Limits, deadline: float, *,
@@ -161,4 +161,12 @@ class WriteContext(ExecContext):
         # None where the index keeps the texts (a store whose reads are round trips:
         # PostgreSQL), so that a delete costs no extra read there.
         self.before_heads: dict[int, Any] | None = \
+            None if self.store_txn.prefers_batches() else {}
+        # The attributes each element had before this session overwrote or deleted them
+        # (the first ones since the session last staged: as the search index last saw
+        # them), by id: what the lexical index derives the terms a concept had from (its
+        # forward entry holds a digest of its document, not the terms: `nexus.search.
+        # lexical_entry.derived_bytes`). Kept by `nexus.exec.writes.keep_attributes` before
+        # every attribute write or delete; emptied and None as `before_heads`.
+        self.before_attributes: dict[int, Any] | None = \
             None if self.store_txn.prefers_batches() else {}

@@ -346,6 +346,7 @@ def _restore(ctx: WriteContext, n: int, pre: PreImage) -> bool:
     meta["_updated_at"] = now
     if head is not None and head == pre.head:
         protect.check_write(ctx, head, pre.attributes)
+        writes.keep_attributes(ctx, n)
         txn.set_attributes(n, dict(pre.attributes))
         txn.set_metadata(n, meta)
         ctx.touched.add(n)

@@ -474,6 +474,7 @@ def _update(ctx: WriteContext, olds: list[tuple[int, dict | None, dict | None]])
     for (n, a, m), meta in zip(olds, stored):
         if a:
             attributes = txn.attributes(n)
+            writes.keep_attributes(ctx, n, attributes)
             attributes.update(a)
             txn.set_attributes(n, attributes)
             ctx.unsearched.discard(n)

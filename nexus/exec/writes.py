@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from ..errors import ErrorCode, KipError
+from ..store.protocol import ConceptHead
 from .context import WriteContext
 
 ENGINE_KEYS = ("_version", "_created_at", "_updated_at")
@@ -93,6 +94,7 @@ def update_known(ctx: WriteContext, n: int, stored_attributes: dict | None, stor
     txn = ctx.txn
     if attributes:
         assert stored_attributes is not None
+        keep_attributes(ctx, n, stored_attributes)
         stored_attributes.update(attributes)
         txn.set_attributes(n, stored_attributes)
         ctx.unsearched.discard(n)
@@ -188,6 +190,8 @@ def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
         return False
     if check is not None:
         check(present)
+    if field == "attributes":
+        keep_attributes(ctx, n, target)
     for k in present:
         del target[k]
     if field == "attributes":
@@ -204,12 +208,24 @@ def remove_keys(ctx: WriteContext, n: int, keys: Iterable[str], field: str,
     return True
 
 
+def keep_attributes(ctx: WriteContext, n: int, attributes: dict | None = None) -> None:
+    """Before element `n`'s attributes are overwritten: keep them, the first time since
+    the session last staged (`WriteContext.before_attributes`). `attributes`: as stored,
+    when the caller has just read them (copied here: the caller may modify them)."""
+    before = ctx.before_attributes
+    if before is None or n in before:
+        return
+    before[n] = dict(ctx.store_txn.attributes(n) if attributes is None else attributes)
+
+
 def delete(ctx: WriteContext, n: int) -> bool:
     before = ctx.before_heads
     if before is not None and n not in before:  # (the store's own txn: no recorder copy)
         head = ctx.store_txn.head(n)
         if head is not None:
             before[n] = head
+            if type(head) is ConceptHead:       # (a concept's document: its attributes)
+                keep_attributes(ctx, n)
     if ctx.txn.delete(n):
         ctx.removed.add(n)
         ctx.touched.discard(n)

@@ -33,6 +33,7 @@ from importlib import resources
 from typing import Any, Callable, Iterable
 
 from ..engine import Engine, WriteSession
+from ..exec import writes
 from ..errors import ErrorCode, KipError
 from ..store.protocol import ConceptHead, ReadTxn, WriteTxn
 
@@ -129,7 +130,7 @@ def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None =
                 continue
             session.run(text)
             if name == "persons/self.kip" and engine.config.self_id is not None:
-                _set_self_id(session.txn, engine.config.self_id)
+                _set_self_id(session.txn, engine.config.self_id, session.ctx)
             session.txn.aux("engine").put(HASH_PREFIX + name.encode(), digest)
         applied.append(name)
     if retired:     # every capsule is applied by now: forget the names they replace
@@ -141,7 +142,7 @@ def bootstrap(engine: Engine, progress: Callable[[str, int, int], None] | None =
     return applied
 
 
-def _set_self_id(txn: WriteTxn, self_id: str) -> None:
+def _set_self_id(txn: WriteTxn, self_id: str, ctx: Any) -> None:
     # Part of the creation of $self (not a later write): no `_version` bump.
     person = txn.symbol_id("Person")
     n = txn.concept_id(person, "$self") if person is not None else None
@@ -149,6 +150,7 @@ def _set_self_id(txn: WriteTxn, self_id: str) -> None:
         raise KipError(ErrorCode.KIP_4003, "the $self capsule did not create {type: "
                        "\"Person\", name: \"$self\"}")
     attributes = txn.attributes(n)
+    writes.keep_attributes(ctx, n, attributes)      # (for the search index)
     attributes["id"] = self_id
     txn.set_attributes(n, attributes)
 

@@ -233,7 +233,7 @@ class PostingCheck(Findings):
 
         from ..search import lexical, postings
         from ..search.lexical_names import LINK_NAMES
-        from ..search.text import KIND_LINK
+        from ..search.text import KIND_LINK, element_doc
         lex = self.txn.aux("lex")
         expected: dict[bytes, dict[int, tuple[float, int]]] = {}   # kind+term → postings
         names: dict[bytes, bytes] = {}
@@ -253,8 +253,10 @@ class PostingCheck(Findings):
                     if marked is None:
                         raise ValueError("no such link")
                     entry = marked
-                else:
-                    entry = lexical.Entry(raw)
+                else:   # (a concept's derived entry: its terms from its document,
+                    #       which must be there and match the entry's digest)
+                    entry = lexical.Entry(raw, lambda: element_doc(self.txn, n),
+                                          strict=True)
                 kb = lexical.KIND_BYTES[entry.kind]
             except Exception:  # noqa: BLE001 - a damaged forward entry
                 self.problem("postings_malformed", f"lexdoc entry of {n} does not decode")

@@ -274,7 +274,8 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
           moved: Mapping[int, tuple[str, str]] | None = None,
           deferred: Deferred | None = None,
           known: Iterable[NewConcepts | NewLinks] = (),
-          before: Mapping[int, Any] | None = None) -> tuple[list[int], list[int]]:
+          before: Mapping[int, Any] | None = None,
+          before_attributes: Mapping[int, Any] | None = None) -> tuple[list[int], list[int]]:
     """Bring the postings of `touched` and `removed` element ids up to date in `txn`.
 
     Returns the ids whose vector texts changed (to embed) and the ids whose vectors
@@ -296,20 +297,26 @@ def write(txn: Any, touched: Iterable[int], removed: Iterable[int],
     saw them (`WriteContext.before_heads`); a link whose entry is MARK has the postings of
     its texts in that graph (`lexical_entry.BeforeView`). A write that deletes or repoints
     a MARKed link without naming its old head is refused (RuntimeError: the store is left
-    unchanged) rather than leave postings no entry accounts for.
+    unchanged) rather than leave postings no entry accounts for. `before_attributes`: the
+    attributes the write overwrote or deleted, likewise (`WriteContext.before_attributes`):
+    a concept whose entry is in the derived layout had the postings of its document in
+    that graph, which must match the entry's digest (else RuntimeError, as above).
     """
     with gc_paused():       # many short-lived objects, no cycles: no collection walks the heap
-        return _write(txn, touched, removed, moved or {}, deferred, known, before or {})
+        return _write(txn, touched, removed, moved or {}, deferred, known, before or {},
+                      before_attributes or {})
 
 
 def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
            moved: Mapping[int, tuple[str, str]], deferred: Deferred | None = None,
            known: Iterable[NewConcepts | NewLinks] = (),
-           before: Mapping[int, Any] = {}) -> tuple[list[int], list[int]]:
+           before: Mapping[int, Any] = {}, before_attributes: Mapping[int, Any] = {}
+           ) -> tuple[list[int], list[int]]:
     removed = list(removed)
-    # A plain link's entry is MARK where the store's reads are in-process lookups.
+    # A plain link's entry is MARK, a concept's derived (no terms), where the store's
+    # reads are in-process lookups.
     mark = not txn.prefers_batches()
-    view = BeforeView(txn, before)
+    view = BeforeView(txn, before, before_attributes)
     ends: dict[int, str] = {}           # link end -> its name (this snapshot's, no writes)
 
     def old_texts(n: int) -> tuple[int, str, str, str]:
@@ -324,9 +331,11 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
         return got
 
     def old_entry(n: int, raw: bytes) -> Entry:
-        """The stored entry `raw` of `n`, decoded (a MARK: from the graph it was written
-        from)."""
-        return Entry(raw) if raw != MARK else Entry.of_texts(*old_texts(n))
+        """The stored entry `raw` of `n`, decoded (a MARK or a derived entry: from the
+        graph it was written from)."""
+        if raw == MARK:
+            return Entry.of_texts(*old_texts(n))
+        return Entry(raw, lambda: element_doc(view, n), strict=True)
 
     order = sorted(touched)
     if deferred and deferred.touches(order + removed):
@@ -409,7 +418,7 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             forget(n, key, raw)
             continue
         terms = doc_terms(doc)
-        names = doc_names(doc)
+        names = all_names = doc_names(doc)
         vcrc = vcrc_of(doc)
         new = entry_bytes(doc, terms, names, vcrc, mark)
         old = None
@@ -447,7 +456,8 @@ def _write(txn: Any, touched: Iterable[int], removed: Iterable[int],
             pend[n] = doc.kind
             # (the pending copy holds a MARKed link's texts: readers take its postings
             # from it, as the fold does)
-            lex.put(b"q" + KIND_BYTES[doc.kind] + key, pending_bytes(doc, new))
+            lex.put(b"q" + KIND_BYTES[doc.kind] + key,
+                    pending_bytes(doc, new, terms, all_names, vcrc))
             w.add(n, KIND_BYTES[doc.kind], doc.group, {}, names)
         elif raw is None:
             w.add_new(n, doc.kind, doc.group, terms, names)
@@ -758,8 +768,9 @@ def stale(txn: Any, n: int) -> bool:
         return link_texts(doc) is None or txn.head(head.subject) is None or \
             txn.head(head.object) is None
     terms, names = doc_terms(doc), doc_names(doc)
-    if raw == entry_bytes(doc, terms, names):
-        return False
+    if raw == entry_bytes(doc, terms, names) or raw == entry_bytes(doc, terms, names,
+                                                                   mark=True):
+        return False    # (either layout of a concept's entry is good: `lexical_entry`)
     if doc.kind != KIND_LINK or raw[:1] == LINK_HEADER:
         return True
     # A link's entry written before the link layout is in the full layout (as good: it

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import msgpack
 import numpy as np
 
-from .lexical_entry import MARK
+from .lexical_entry import MARK, digest_of
 from .lexical_names import LINK_NAMES
 from .lexical_terms import FIELDS, K1, LOAD_TEXTS, cached_norm_name, doc_names
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
@@ -104,7 +104,7 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
     describes, derived here: (the ids left to derive one at a time, the rows derived).
     An id in `skip` (removed, or moved, by the same write), one with a forward entry, or a
     link with attribute text is left. `mark`: a link's forward entry is MARK
-    (`lexical_entry`), not its texts."""
+    (`lexical_entry`), not its texts, and a concept's in the derived layout, not its terms."""
     wanted = set(order)
     first_new = getattr(txn, "first_new_id", None)
     fresh = first_new() if first_new is not None else None
@@ -125,7 +125,7 @@ def derive(txn: Any, fwd: Any, known: Iterable[NewConcepts | NewLinks], order: l
             take = [i for i in take if not attribute_text(attrs[i] or {})]
         if not take:
             continue
-        got = _concepts(cols, take) if isinstance(cols, NewConcepts) else \
+        got = _concepts(cols, take, mark) if isinstance(cols, NewConcepts) else \
             _links(cols, take, mark)
         out.append(got)
     if not out:
@@ -142,7 +142,7 @@ def _id_bytes(ids: np.ndarray) -> list[bytes]:
     return [raw[i:i + 8] for i in range(0, len(raw), 8)]
 
 
-def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
+def _concepts(cols: NewConcepts, take: list[int], mark: bool = False) -> Derived:
     ids = [cols.ids[i] for i in take]
     names = [cols.names[i] for i in take]
     groups = [cols.type_ids[i] for i in take]
@@ -160,14 +160,15 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
     terms, codes, weights, counts = _postings(slots, list(fts), len(ids))
     id_arr = np.array(ids, dtype=np.uint64)
     # per posting its term and weight, interleaved: a document's `flat` is one slice
-    flat_all: list[Any] = [None] * (2 * len(codes))
-    flat_all[0::2] = map(terms.__getitem__, codes.tolist())
-    flat_all[1::2] = weights.tolist()
+    flat_all: list[Any] = [None] * (0 if mark else 2 * len(codes))
+    if not mark:        # (the derived layout holds no terms)
+        flat_all[0::2] = map(terms.__getitem__, codes.tolist())
+        flat_all[1::2] = weights.tolist()
     pack = msgpack.Packer(use_bin_type=True, use_single_float=True).pack
     entries: list[tuple[bytes, bytes]] = []
     name_rows: list[tuple[bytes, bytes]] = []
     at = 0
-    for n, idb, name, norm, (aliases, _, context), group, k in zip(
+    for n, idb, name, norm, (aliases, text, context), group, k in zip(
             ids, _id_bytes(id_arr), names, norm_names(names), texts, groups,
             counts.tolist()):
         flat = flat_all[at:at + 2 * k]
@@ -176,7 +177,15 @@ def _concepts(cols: NewConcepts, take: list[int]) -> Derived:
         nms = doc_names(Doc(n, KIND_CONCEPT, group, [name] + aliases)) if aliases else \
             [norm]
         vcrc = zlib.crc32("\x1f".join([name] + aliases + [context]).encode())
-        entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc, flat])))
+        if mark:        # the derived layout: a digest of the fields (`lexical_entry`)
+            fields = [(F_NAME, name), *[(F_ALIAS, a) for a in aliases],
+                      (F_TYPE, cols.type_names[group])]
+            if text:
+                fields.append((F_TEXT, text))
+            entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc,
+                                       digest_of(KIND_CONCEPT, group, fields)])))
+        else:
+            entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc, flat])))
         for i, nn in enumerate(nms):
             if nn:
                 name_rows.append((b"nc" + nn.encode() + b"\x00" + idb,

@@ -10,18 +10,22 @@ Owns what one element's forward entry holds and how it is told apart from the ot
   whose document is its predicate and end names alone, its terms derived from those texts
   with the same function (`Entry`), so the same weights (PostgreSQL's, and LMDB's before
   MARK);
-* MARK: such a link on LMDB, whose texts are derived from the graph (`Entry.of_link`).
+* MARK: such a link on LMDB, whose texts are derived from the graph (`Entry.of_link`);
+* the derived layout, msgpack [kind, group, [normname...], vector-text crc, digest]: a
+  concept's on LMDB, whose terms and weights are derived from its document (`derived_bytes`).
 """
 from __future__ import annotations
 
+import hashlib
 import zlib
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import msgpack
 
 from .lexical_terms import doc_names, doc_terms, single
 from ..store.protocol import LinkHead
-from .text import F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, end_names
+from .text import (F_ENDPOINT, F_PREDICATE, KIND_CONCEPT, KIND_LINK, Doc, element_doc,
+                   end_names)
 
 
 def entry_kind(raw: bytes) -> int:
@@ -55,6 +59,50 @@ LINK_HEADER = b"\x94"
 MARK = b"\xc0"
 
 
+# A concept's forward entry on a store whose reads are in-process lookups (LMDB): the full
+# layout's kind, group, names and vector-text crc, and in place of its terms and weights
+# (~150 of its ~180 bytes at N=100k) an 8-byte digest of its document's fields (msgpack bin
+# 8: told from the full layout's list by its type). Its terms are derived from the
+# document (`doc_terms`, the same function, so the same single-float weights): by a
+# reader, from its snapshot (in step with the index); by a write, from the graph as the
+# index last saw it — the attributes the write overwrote or deleted
+# (`WriteContext.before_attributes`) over the transaction's graph (`BeforeView`), checked
+# against the digest: a write whose old document does not match refuses (RuntimeError: the
+# transaction rolls back) rather than remove postings the concept never had. The names and
+# crc stay: SEARCH reads a leader's names, and the gram index and the vector queue a
+# rewritten concept's old ones, without deriving its document.
+DIGEST_BYTES = 8
+
+
+def fields_digest(doc: Doc) -> bytes:
+    """The digest of what `doc`'s terms are derived from: its kind, group and fields."""
+    return digest_of(doc.kind, doc.group, doc.fields)
+
+
+def digest_of(kind: int, group: int, fields: list[tuple[int, str]]) -> bytes:
+    """`fields_digest` of a document of `kind` and `group` with those fields."""
+    text = "".join([f"\x1e{field}\x1f{text}" for field, text in fields])
+    return hashlib.blake2b(f"{kind}\x1e{group}{text}".encode(),
+                           digest_size=DIGEST_BYTES).digest()
+
+
+def derived_bytes(doc: Doc, names: list[str], vcrc: int) -> bytes:
+    """A concept's forward entry in the derived layout (`fields_digest`)."""
+    return msgpack.packb([doc.kind, doc.group, names, vcrc, fields_digest(doc)],
+                         use_bin_type=True)
+
+
+def is_derived(raw: bytes) -> bool:
+    """Whether forward entry `raw` is in the derived layout."""
+    return raw[-DIGEST_BYTES - 2:-DIGEST_BYTES] == b"\xc4\x08" and raw[:1] == b"\x95" \
+        and type(msgpack.unpackb(raw, raw=False)[4]) is bytes
+
+
+def singles(doc: Doc) -> dict[str, float]:
+    """`doc`'s terms with their weights as the full layout stores them (single floats)."""
+    return {t: single(v) for t, v in doc_terms(doc).items()}
+
+
 def link_texts(doc: Doc) -> tuple[str, str, str] | None:
     """(predicate, subject, object) of a link document that holds those fields alone."""
     if doc.kind != KIND_LINK or len(doc.fields) != 3:
@@ -73,10 +121,14 @@ def link_doc(group: int, pred: str, subj: str, obj: str) -> Doc:
 
 class Entry:
     """A decoded forward-index entry. `texts`: a link entry's (predicate, subject, object)
-    in the link layout (see `LINK_HEADER`), else None."""
+    in the link layout (see `LINK_HEADER`), else None. An entry in the derived layout
+    takes its terms from the document `derive` gives (None: its element is gone, so no
+    terms; with `strict`, refused — as is a document whose fields do not match the
+    digest)."""
     __slots__ = ("kind", "group", "terms", "names", "vcrc", "texts")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, derive: Callable[[], Doc | None] | None = None,
+                 strict: bool = False) -> None:
         if raw[:1] == LINK_HEADER:
             group, pred, subj, obj = msgpack.unpackb(raw, raw=False)
             self._texts(group, pred, subj, obj)
@@ -85,8 +137,19 @@ class Entry:
             raise ValueError("a link's MARK decodes from the graph (`of_link`)")
         kind, group, names, vcrc, flat = msgpack.unpackb(raw, raw=False)
         self.kind, self.group, self.names, self.vcrc = kind, group, names, vcrc
-        self.terms: dict[Any, float] = dict(zip(flat[0::2], flat[1::2]))
         self.texts: tuple[str, str, str] | None = None
+        if type(flat) is bytes:         # the derived layout
+            if derive is None:
+                raise ValueError("a concept's derived entry takes its terms from its "
+                                 "document")
+            doc = derive()
+            if strict and (doc is None or fields_digest(doc) != flat):
+                raise RuntimeError("search: the indexed text of a concept whose postings "
+                                   "are to change is not in the graph nor among the "
+                                   "attributes the write changed")
+            self.terms: dict[Any, float] = {} if doc is None else singles(doc)
+            return
+        self.terms = dict(zip(flat[0::2], flat[1::2]))
 
     def _texts(self, group: int, pred: str, subj: str, obj: str) -> None:
         doc = link_doc(group, pred, subj, obj)
@@ -135,10 +198,12 @@ def vcrc_of(doc: Doc) -> int:
 def entry_bytes(doc: Doc, terms: dict[str, float], names: list[str],
                 vcrc: int | None = None, mark: bool = False) -> bytes:
     """`doc`'s forward entry: a link's MARK (with `mark`) or texts when its document is
-    those texts alone, else the full layout."""
+    those texts alone, a concept's derived layout (with `mark`), else the full layout."""
     texts = link_texts(doc)
     if texts is not None:
         return MARK if mark else texts_bytes(doc.group, texts)
+    if mark and doc.kind == KIND_CONCEPT:
+        return derived_bytes(doc, names, vcrc_of(doc) if vcrc is None else vcrc)
     return full_bytes(doc, terms, names, vcrc)
 
 
@@ -169,18 +234,25 @@ def pack(kind: int, group: int, names: list[str], vcrc: int, flat: list[Any]) ->
 
 class BeforeView:
     """The graph as the lexical index last saw it, inside a write that changed it: the
-    heads the write deleted or repointed over the transaction's own (for `Entry.of_link`:
-    names and predicates never change, so an id's endpoint text is the same in both)."""
+    heads the write deleted or repointed, and the attributes it overwrote or deleted, over
+    the transaction's own (for `Entry.of_link`: names and predicates never change, so an
+    id's endpoint text is the same in both; for a concept's derived entry, `element_doc`)."""
 
-    __slots__ = ("txn", "heads")
+    __slots__ = ("txn", "heads", "attrs")
 
-    def __init__(self, txn: Any, heads: Mapping[int, Any]) -> None:
+    def __init__(self, txn: Any, heads: Mapping[int, Any],
+                 attrs: Mapping[int, Any] | None = None) -> None:
         self.txn = txn
         self.heads = heads
+        self.attrs = attrs or {}
 
     def head(self, n: int) -> Any:
         head = self.heads.get(n)
         return self.txn.head(n) if head is None else head
+
+    def attributes(self, n: int) -> Any:
+        got = self.attrs.get(n)
+        return self.txn.attributes(n) if got is None else got
 
     def symbol_text(self, sid: int) -> str:
         text: str = self.txn.symbol_text(sid)
@@ -188,25 +260,38 @@ class BeforeView:
 
 
 def decode(txn: Any, n: int, raw: bytes, ends: dict[int, str] | None = None) -> Entry:
-    """The forward entry `raw` of `n` in `txn`'s snapshot, decoded (a MARK: from the graph,
-    which a reader's snapshot has in step with it; one whose link `txn` does not have — a
-    write's transaction that removed it — as a link without texts)."""
+    """The forward entry `raw` of `n` in `txn`'s snapshot, decoded (a MARK or a derived
+    entry: from the graph, which a reader's snapshot has in step with it; one whose
+    element `txn` does not have — a write's transaction that removed it — without
+    terms)."""
     if raw != MARK:
-        return Entry(raw)
+        return Entry(raw, lambda: element_doc(txn, n, ends))
     got = Entry.of_link(txn, n, ends)
     return Entry.of_texts(0, "", "", "") if got is None else got
 
 
 def pending_copy(raw: bytes, got: Entry) -> bytes:
     """What the pending copy (`q` key) of the document with forward entry `raw` (decoded:
-    `got`) holds: the entry, or a MARKed link's texts."""
-    if raw != MARK or got.texts is None:
+    `got`) holds: the entry, a MARKed link's texts, or a derived entry's full layout."""
+    if raw == MARK:
+        return raw if got.texts is None else texts_bytes(got.group, got.texts)
+    if got.kind != KIND_CONCEPT or not is_derived(raw):
         return raw
-    return texts_bytes(got.group, got.texts)
+    flat: list[Any] = []
+    for t in sorted(got.terms):
+        flat.append(t)
+        flat.append(got.terms[t])
+    return pack(got.kind, got.group, got.names, got.vcrc, flat)
 
 
-def pending_bytes(doc: Doc, new: bytes) -> bytes:
-    """The pending copy (`q` key) of `doc`, whose forward entry is `new`: the entry, or a
-    MARKed link's texts (readers take a pending document's postings from its copy)."""
-    texts = link_texts(doc) if new == MARK else None
-    return new if texts is None else texts_bytes(doc.group, texts)
+def pending_bytes(doc: Doc, new: bytes, terms: dict[str, float], names: list[str],
+                  vcrc: int) -> bytes:
+    """The pending copy (`q` key) of `doc`, whose forward entry is `new` (its `terms`,
+    `names`, `vcrc`): the entry, a MARKed link's texts, or a derived entry's full layout
+    (readers take a pending document's postings from its copy)."""
+    if new == MARK:
+        texts = link_texts(doc)
+        return new if texts is None else texts_bytes(doc.group, texts)
+    if doc.kind == KIND_CONCEPT:      # (a full entry's own bytes)
+        return full_bytes(doc, terms, names, vcrc)
+    return new

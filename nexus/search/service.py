@@ -264,7 +264,8 @@ class SearchService:
         changed, gone = lexical.write(txn, touched, ctx.removed,
                                       getattr(ctx, "moved", None), st.postings,
                                       getattr(ctx, "new_docs", ()),
-                                      getattr(ctx, "before_heads", None))
+                                      getattr(ctx, "before_heads", None),
+                                      getattr(ctx, "before_attributes", None))
         if self.grams:
             gram_index.update(txn, st.grams, changed, gone, before)
         st.changed.extend(changed)
@@ -296,7 +297,9 @@ class SearchService:
             held = lexical.Deferred() if known else None
             changed, gone = lexical.write(txn, touched, ctx.removed,
                                           getattr(ctx, "moved", None), held, known,
-                                          before=getattr(ctx, "before_heads", None))
+                                          before=getattr(ctx, "before_heads", None),
+                                          before_attributes=getattr(
+                                              ctx, "before_attributes", None))
             if held is not None:
                 lexical.finish(txn, held, move_tail=False)
             if self.grams and (changed or gone):
