@@ -134,7 +134,10 @@ ST_PRED = b"P"
 META_FORMAT = b"format"
 META_MAX_ID = b"max_id"
 META_MAX_SYM = b"max_sym"
-FORMAT_TAG = b"nexus-store/3"                # 13-byte link heads
+# 13-byte link heads; also marks the search layer's concept entries that hold a digest of
+# their document instead of its terms (nexus.search.lexical_entry), which an earlier nexus
+# would misread: it must refuse such a database
+FORMAT_TAG = b"nexus-store/3"
 FORMAT_TAG_V2 = b"nexus-store/2"             # 16-byte link keys, ids <= MAX_ELEMENT_ID
 FORMAT_TAG_V1 = b"nexus-store/1"             # 28-byte link keys (converted at open)
 
