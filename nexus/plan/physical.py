@@ -269,15 +269,23 @@ def plan_group(group: Group, inputs: tuple[str, ...], est: Estimator,
     rows = 1.0
     atoms = list(group.atoms)
     main_vars = bound | group.atom_vars()
-    pushable = [f for f in group.filters if {v for v, _ in expr_vars(f)} <= main_vars]
-    late = [f for f in group.filters if f not in pushable]
+    # Split in one pass, and placed below by rebuilding the list: `f not in pushable` and
+    # `pushable.remove(f)` compare filters by value, quadratic in a group's FILTERs (a
+    # thousand sibling FILTERs spent 0.6 s in dataclass __eq__ here).
+    pushable: list[A.Expr] = []
+    late: list[A.Expr] = []
+    for f in group.filters:
+        (pushable if {v for v, _ in expr_vars(f)} <= main_vars else late).append(f)
 
     def place_filters() -> None:
-        for f in list(pushable):
+        waiting = []
+        for f in pushable:
             if {v for v, _ in expr_vars(f)} <= bound:
                 steps.append(Filter(f))
                 estimates.append(rows)
-                pushable.remove(f)
+            else:
+                waiting.append(f)
+        pushable[:] = waiting
 
     def add(step: Step, new_vars: list[str], factor: float) -> None:
         nonlocal rows
