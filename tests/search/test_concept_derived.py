@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from index_in_step import answers, assert_in_step, deep_ok, run_writes
 
 from nexus.search import lexical
 from nexus.search.lexical_entry import is_derived, pending_copy
@@ -47,28 +48,6 @@ def _load(nx, kip, reindex: bool = True):
             d=drug, desc=desc, alias=f"acetyl {i}", s=("Fever", "Headache")[i % 2])
     if reindex:
         nx.reindex()                # every posting in the lists, none pending
-
-
-def _answers(nx, kip):
-    return [[(h.get("name") or h.get("predicate"), h["id"], h["metadata"]["_score"])
-             for h in kip(nx, q)] for q in QUERIES]
-
-
-def _deep_ok(nx) -> bool:
-    report = nx.check(deep=True)
-    return report["store"]["ok"] and report["search"]["ok"]
-
-
-def _clean(nx, kip) -> None:
-    """The index is in step with the graph: both checks clean, and SEARCH answers as
-    after a reindex of the same data."""
-    report = nx.search.check(deep=True)
-    assert report["ok"] and report["lexical_stale"] == 0, report
-    assert _deep_ok(nx)
-    answers = _answers(nx, kip)
-    nx.reindex()
-    nx.search.drain()
-    assert _answers(nx, kip) == answers
 
 
 def _derived(nx) -> int:
@@ -114,11 +93,8 @@ def test_every_write_removes_the_postings_written(nexus, kip, case, history):
     if not history:
         nexus.set_history(False)
     assert _derived(nexus) >= 30
-    for command in CASES[case]:
-        text, params = command if isinstance(command, tuple) else (command, {})
-        kip(nexus, text, **params)
-        assert _deep_ok(nexus), command
-    _clean(nexus, kip)
+    run_writes(nexus, kip, CASES[case])
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_several_writes_of_one_concept_in_one_session(nexus, kip):
@@ -131,25 +107,25 @@ def test_several_writes_of_one_concept_in_one_session(nexus, kip):
         w.run(f'DELETE ATTRIBUTES {{"description"}} FROM ?d {ONE}')
         w.run(MERGE, {"a": "Willow Bark 1", "b": "Aspirin 0"})
         w.run('DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "Ibuprofen 2"} }')
-    _clean(nexus, kip)
+    assert_in_step(nexus, kip, QUERIES)
 
 
 @pytest.mark.parametrize("what", ["update", "delete", "merge"])
 def test_a_revert_puts_back_the_postings(nexus, kip, what):
     _load(nexus, kip)
-    answers = _answers(nexus, kip)
+    before = answers(nexus, kip, QUERIES)
     if what == "update":
         kip(nexus, f'UPDATE ?d SET ATTRIBUTES {{ description: "minty" }} {ONE}')
     elif what == "delete":
         kip(nexus, f'DELETE CONCEPT ?d DETACH {ONE}')
     else:
         kip(nexus, MERGE, a="Aspirin 0", b="Willow Bark 1")
-    assert _answers(nexus, kip) != answers
+    assert answers(nexus, kip, QUERIES) != before
     seq = kip(nexus, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
     kip(nexus, 'REVERT COMMAND :s REASON "undo"', s=seq)
-    assert _deep_ok(nexus)
-    assert _answers(nexus, kip) == answers
-    _clean(nexus, kip)
+    assert deep_ok(nexus)
+    assert answers(nexus, kip, QUERIES) == before
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_pending_concepts_changed_before_and_after_the_fold(nexus, kip):
@@ -163,13 +139,13 @@ def test_pending_concepts_changed_before_and_after_the_fold(nexus, kip):
     kip(nexus, 'UPDATE ?d SET ATTRIBUTES { description: "minty" } WHERE '
                '{ ?d {type: "Drug", name: "Quinine 0"} }')
     kip(nexus, 'DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "Quinine 1"} }')
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
     for i in range(4, 40):                                  # folds
         kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: :d} '
                    'SET ATTRIBUTES { description: "herbal" } } }', d=f"Quinine {i}")
     kip(nexus, 'UPDATE ?d SET ATTRIBUTES { description: "bitter" } WHERE '
                '{ ?d {type: "Drug", name: "Quinine 2"} }')
-    _clean(nexus, kip)
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_entries_derive_the_full_layout(nexus, kip):
@@ -208,15 +184,15 @@ def test_a_concept_rewritten_without_its_old_attributes_is_refused(nexus, kip):
     with nexus.store.write() as txn:            # given them, the same write is exact
         txn.set_attributes(n, {**old, "description": "minty"})     # (the same names)
         lexical.write(txn, [n], [], before_attributes={n: old})
-    assert _deep_ok(nexus)
-    _clean(nexus, kip)
+    assert deep_ok(nexus)
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_full_entries_of_an_earlier_database_read_and_convert(nexus, kip):
     # A database written before the derived layout has every concept's entry in full: it
     # answers the same, checks clean, and a write rewrites what it touches derived.
     _load(nexus, kip)
-    answers = _answers(nexus, kip)
+    before = answers(nexus, kip, QUERIES)
     with nexus.store.write() as txn:
         fwd = txn.aux("lexdoc")
         full = [(k, pending_copy(v, lexical.decode(txn, int.from_bytes(k, "big"), v)))
@@ -224,11 +200,11 @@ def test_full_entries_of_an_earlier_database_read_and_convert(nexus, kip):
         txn.aux_put_many("lexdoc", full)
     assert _derived(nexus) == 0
     assert type(msgpack.unpackb(full[0][1])[4]) is list
-    assert _answers(nexus, kip) == answers
-    assert _deep_ok(nexus)
+    assert answers(nexus, kip, QUERIES) == before
+    assert deep_ok(nexus)
     kip(nexus, f'UPDATE ?d SET ATTRIBUTES {{ description: "minty syrup" }} {ONE}')
     kip(nexus, MERGE, a="Willow Bark 1", b="Ibuprofen 2")
     with nexus.store.read() as txn:     # (what the writes touched: derived)
         assert is_derived(txn.aux("lexdoc").get(
             _id(nexus, kip, "Aspirin 0").to_bytes(8, "big")))
-    _clean(nexus, kip)
+    assert_in_step(nexus, kip, QUERIES)

@@ -9,6 +9,7 @@ answers as a reindex of the same data does."""
 from __future__ import annotations
 
 import pytest
+from index_in_step import answers, assert_in_step, deep_ok, run_writes
 
 from nexus.search import lexical
 from nexus.search.text import KIND_LINK
@@ -49,30 +50,6 @@ def _load(nx, kip, reindex: bool = True):
         nx.reindex()                # every posting in the lists, none pending
 
 
-def _answers(nx, kip):
-    return [[(h.get("name") or h.get("predicate"), h["id"], h["metadata"]["_score"])
-             for h in kip(nx, q)] for q in QUERIES]
-
-
-def _clean(nx, kip) -> None:
-    """The index is in step with the graph: both checks clean, and SEARCH answers as
-    after a reindex of the same data."""
-    report = nx.search.check(deep=True)
-    assert report["ok"] and report["lexical_stale"] == 0, report
-    assert _deep_ok(nx)
-    answers = _answers(nx, kip)
-    nx.reindex()
-    nx.search.drain()
-    assert _answers(nx, kip) == answers
-
-
-def _deep_ok(nx) -> bool:
-    """`check --deep` finds the store and the search indexes clean (the version log aside:
-    a database whose log was switched off, or a test writing below it)."""
-    report = nx.check(deep=True)
-    return report["store"]["ok"] and report["search"]["ok"]
-
-
 def _marks(nx) -> int:
     with nx.store.read() as txn:
         return sum(1 for _, v in txn.aux("lexdoc").scan() if v == lexical.MARK)
@@ -107,11 +84,8 @@ def test_every_removal_removes_the_postings_written(nexus, kip, case, history):
     if not history:
         nexus.set_history(False)
     assert _marks(nexus) >= 40
-    for command in CASES[case]:
-        text, params = command if isinstance(command, tuple) else (command, {})
-        kip(nexus, text, **params)
-        assert _deep_ok(nexus), command
-    _clean(nexus, kip)
+    run_writes(nexus, kip, CASES[case])
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_a_merge_after_another_write_of_its_links_in_one_session(nexus, kip):
@@ -125,23 +99,23 @@ def test_a_merge_after_another_write_of_its_links_in_one_session(nexus, kip):
         w.run(MERGE, {"a": "Fever", "b": "Sore Throat"})
         w.run('DELETE PROPOSITIONS ?l WHERE { ?l ({type: "Drug", name: "Aspirin 4"}, '
               '"treats", ?s) }')
-    _clean(nexus, kip)
+    assert_in_step(nexus, kip, QUERIES)
 
 
 @pytest.mark.parametrize("what", ["merge", "detach"])
 def test_a_revert_puts_back_the_postings(nexus, kip, what):
     _load(nexus, kip)
-    answers = _answers(nexus, kip)
+    before = answers(nexus, kip, QUERIES)
     if what == "merge":
         kip(nexus, MERGE, a="Sore Throat", b="Headache")
     else:
         kip(nexus, 'DELETE CONCEPT ?s DETACH WHERE { ?s {type: "Symptom", name: "Fever"} }')
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
     seq = kip(nexus, "DESCRIBE HISTORY LIMIT 1")[0]["seq"]
     kip(nexus, 'REVERT COMMAND :s REASON "undo"', s=seq)
-    assert _deep_ok(nexus)
-    assert _answers(nexus, kip) == answers
-    _clean(nexus, kip)
+    assert deep_ok(nexus)
+    assert answers(nexus, kip, QUERIES) == before
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_pending_links_removed_before_and_after_the_fold(nexus, kip):
@@ -154,19 +128,19 @@ def test_pending_links_removed_before_and_after_the_fold(nexus, kip):
                    '("treats", {type: "Symptom", name: "Fever"}) } } }', d=f"Quinine {i}")
     with nexus.store.read() as txn:
         assert any(True for _ in txn.aux("lex").scan(b"qp"))
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
     kip(nexus, 'DELETE PROPOSITIONS ?l WHERE { ?l ({type: "Drug", name: "Quinine 0"}, '
                '"treats", ?s) }')
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
     kip(nexus, 'DELETE CONCEPT ?d DETACH WHERE { ?d {type: "Drug", name: "Quinine 1"} }')
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
     kip(nexus, MERGE, a="Night Sweats", b="Headache")      # pending links repointed
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
     for i in range(6, 30):                                  # folds
         kip(nexus, 'UPSERT { CONCEPT ?d { {type: "Drug", name: :d} '
                    'SET PROPOSITIONS { ("treats", {type: "Symptom", name: "Fever"}) } } }',
             d=f"Quinine {i}")
-    _clean(nexus, kip)
+    assert_in_step(nexus, kip, QUERIES)
 
 
 def test_a_link_removed_without_its_old_head_is_refused_and_nothing_changes(nexus, kip):
@@ -189,4 +163,4 @@ def test_a_link_removed_without_its_old_head_is_refused_and_nothing_changes(nexu
         head = txn.head(link)
         txn.delete(link)
         lexical.write(txn, [], [link], before={link: head})
-    assert _deep_ok(nexus)
+    assert deep_ok(nexus)
