@@ -15,7 +15,8 @@ from nexus.store import codec, link_upgrade
 from nexus.store.lmdb_store import LmdbGraphStore
 from nexus.store.model import ConceptHead, LinkHead
 
-from .test_link_keys_upgrade import _answers, _as_an_earlier_version, _links, _made
+from .test_link_keys_upgrade import (_answers, _as_an_earlier_version, _links, _made,
+                                     _opens_the_same_and_writes)
 
 WIDE = codec.LINK_HEAD_WIDE
 
@@ -102,16 +103,7 @@ def test_a_database_with_wide_heads_reads_the_same_and_gets_the_current_tag(tmp_
     n_links = _with_wide_heads(path)
     wide = _heads(path)
     assert n_links >= 5 and _format(path) == codec.FORMAT_TAG_V2
-    with Nexus.open(path, semantic="none", wal=wal, bootstrap=False) as nx:
-        assert _links(nx.store) == links
-        assert _answers(nx) == answers
-        report = verify(nx, deep=True)
-        assert report["ok"], report
-        response = nx.execute_kip({"command": 'UPSERT { CONCEPT ?c { {type: "Person", '
-                                              'name: "Cy"} SET PROPOSITIONS { ("knows", '
-                                              '{type: "Person", name: "Ada"}) } } }'})
-        assert "error" not in response, response
-        assert verify(nx, deep=True)["ok"]
+    _opens_the_same_and_writes(path, wal, answers, links)
     assert _format(path) == codec.FORMAT_TAG
     heads = _heads(path)
     # nothing rewritten: the old heads as they were, the new link's narrow

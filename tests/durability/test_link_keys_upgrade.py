@@ -120,6 +120,21 @@ def _as_an_earlier_version(path: str, tag: bytes = codec.FORMAT_TAG_V1) -> None:
         assert walog.prepare(path).clean
 
 
+def _opens_the_same_and_writes(path: str, wal: bool, answers: list, links: dict) -> None:
+    """Opened by its owner, the database at `path` gives `links` and `answers`, checks clean
+    deep, and takes a new link (Cy knows Ada), clean after it too."""
+    with Nexus.open(path, semantic="none", wal=wal, bootstrap=False) as nx:
+        assert _links(nx.store) == links
+        assert _answers(nx) == answers
+        report = verify(nx, deep=True)
+        assert report["ok"], report
+        response = nx.execute_kip({"command": 'UPSERT { CONCEPT ?c { {type: "Person", '
+                                              'name: "Cy"} SET PROPOSITIONS { ("knows", '
+                                              '{type: "Person", name: "Ada"}) } } }'})
+        assert "error" not in response, response
+        assert verify(nx, deep=True)["ok"]
+
+
 def _made(path: str):
     with Nexus.open(path, semantic="none") as nx:
         for command in (SCHEMA, DATA):
@@ -141,16 +156,7 @@ def test_an_earlier_versions_database_is_converted_once_and_answers_the_same(tmp
     assert _key_sizes(path) == {"spo": {28}, "ops": {28}, "pso": {28},
                                 "format": {codec.FORMAT_TAG_V1}}
     caplog.set_level("INFO", logger="nexus.store")
-    with Nexus.open(path, semantic="none", wal=wal, bootstrap=False) as nx:
-        assert _links(nx.store) == links
-        assert _answers(nx) == answers
-        report = verify(nx, deep=True)
-        assert report["ok"], report
-        # and it writes: a new link lands in the new layout
-        response = nx.execute_kip({"command": 'UPSERT { CONCEPT ?c { {type: "Person", '
-                                              'name: "Cy"} SET PROPOSITIONS { ("knows", '
-                                              '{type: "Person", name: "Ada"}) } } }'})
-        assert "error" not in response, response
+    _opens_the_same_and_writes(path, wal, answers, links)   # a new link: the new layout
     assert sum("converted" in r.getMessage() for r in caplog.records) == 1
     assert _key_sizes(path) == {"spo": {16}, "ops": {16}, "pso": {16},
                                 "format": {codec.FORMAT_TAG}}
