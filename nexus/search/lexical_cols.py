@@ -38,7 +38,8 @@ from .lexical_entry import MARK, digest_of
 from .lexical_names import LINK_NAMES
 from .lexical_terms import FIELDS, K1, LOAD_TEXTS, cached_norm_name, doc_names
 from .text import (F_ALIAS, F_ENDPOINT, F_NAME, F_PREDICATE, F_TEXT, F_TYPE, KIND_CONCEPT,
-                   KIND_LINK, Doc, attribute_text, concept_texts_many, norm_names)
+                   KIND_LINK, Doc, attribute_text, concept_fields, concept_texts_many,
+                   norm_names)
 
 _NAMEV = struct.Struct("<IB")
 _KB = (b"c", b"p")
@@ -178,10 +179,7 @@ def _concepts(cols: NewConcepts, take: list[int], mark: bool = False) -> Derived
             [norm]
         vcrc = zlib.crc32("\x1f".join([name] + aliases + [context]).encode())
         if mark:        # the derived layout: a digest of the fields (`lexical_entry`)
-            fields = [(F_NAME, name), *[(F_ALIAS, a) for a in aliases],
-                      (F_TYPE, cols.type_names[group])]
-            if text:
-                fields.append((F_TEXT, text))
+            fields = concept_fields(name, aliases, cols.type_names[group], text)
             entries.append((idb, pack([KIND_CONCEPT, group, nms, vcrc,
                                        digest_of(KIND_CONCEPT, group, fields)])))
         else:

@@ -226,13 +226,8 @@ def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | N
     if type(head) is ConceptHead:
         type_name = txn.symbol_text(head.type_id)
         aliases, text, context = concept_texts(head.name, attrs)
-        doc = Doc(n, KIND_CONCEPT, head.type_id, [head.name] + aliases)
-        doc.fields.append((F_NAME, head.name))
-        for alias in aliases:
-            doc.fields.append((F_ALIAS, alias))
-        doc.fields.append((F_TYPE, type_name))
-        if text:
-            doc.fields.append((F_TEXT, text))
+        doc = Doc(n, KIND_CONCEPT, head.type_id, [head.name] + aliases,
+                  concept_fields(head.name, aliases, type_name, text))
         doc.vec_texts = [head.name] + aliases
         doc.context = context
         return doc
@@ -248,6 +243,19 @@ def element_doc(txn: Any, n: int, ends: dict[int, str] | None = None) -> Doc | N
     doc.vec_texts = [link_vec_text(pred, subj, obj)]
     doc.context = doc.vec_texts[0]
     return doc
+
+
+def concept_fields(name: str, aliases: list[str], type_name: str, text: str
+                   ) -> list[tuple[int, str]]:
+    """The fields of the document of a concept (`element_doc`; a bulk load's derived
+    entries digest the same, `lexical_cols`): its name, aliases, type name and attribute
+    text (none when empty)."""
+    fields = [(F_NAME, name)]
+    fields.extend((F_ALIAS, alias) for alias in aliases)
+    fields.append((F_TYPE, type_name))
+    if text:
+        fields.append((F_TEXT, text))
+    return fields
 
 
 def concept_texts(name: str, attrs: dict) -> tuple[list[str], str, str]:
