@@ -478,8 +478,10 @@ class IVFIndex:
         keys = np.concatenate([np.asarray(self._keys)[keep], self._dk[:d]])
         rows = np.concatenate([np.asarray(self._rows)[keep], self._dv[:d]])
         inv = np.concatenate([np.asarray(self._inv)[keep], self._dinv[:d]])
-        if self.due:
-            cent, trained = self._train(rows, inv), len(keys)
+        if self.due:        # (flat: no lists up to FLAT_MAX rows)
+            cent = None if len(rows) <= FLAT_MAX else self._train(
+                len(rows), lambda pick: self._unit_rows(rows[pick], inv[pick]))
+            trained = len(keys)
         else:
             cent, trained = self.centroids, self.trained
         if cent is None:
@@ -532,10 +534,7 @@ class IVFIndex:
         lists = np.empty(n, dtype=np.int32)
         todo = np.ones(n, dtype=bool)           # rows to code
         if self.due:
-            nlist = max(1, int(round(np.sqrt(n))))
-            rng = np.random.default_rng(n)
-            pick = np.sort(rng.choice(n, min(n, KMEANS_SAMPLE * nlist), replace=False))
-            cent, trained = kmeans(units(pick), nlist, seed=n), n
+            cent, trained = self._train(n, units), n
             lists[:] = -1
         else:
             assert self.centroids is not None
@@ -618,15 +617,14 @@ class IVFIndex:
     def _unit_rows(rows: np.ndarray, inv: np.ndarray) -> np.ndarray:
         return rows.astype(np.float32) * inv[:, None]
 
-    def _train(self, rows: np.ndarray, inv: np.ndarray) -> np.ndarray | None:
-        """Centroids for `rows` (round(sqrt(N)) lists, trained on a sample), or None (flat)."""
-        n = len(rows)
-        if n <= FLAT_MAX:
-            return None
+    @staticmethod
+    def _train(n: int, units: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Centroids for `n` rows: round(sqrt(n)) lists, trained on a sample of them
+        (`units(positions)`: those rows as unit vectors, float32)."""
         nlist = max(1, int(round(np.sqrt(n))))
         rng = np.random.default_rng(n)
         pick = np.sort(rng.choice(n, min(n, KMEANS_SAMPLE * nlist), replace=False))
-        return kmeans(self._unit_rows(rows[pick], inv[pick]), nlist, seed=n)
+        return kmeans(units(pick), nlist, seed=n)
 
     def _hidden_mask(self, keys: np.ndarray) -> np.ndarray:
         return np.isin(keys, np.fromiter(self.hidden, dtype=np.uint64,
