@@ -246,6 +246,9 @@ def decoded_rows(db: str) -> dict:
         if cursor is None:
             out[name] = [0, 0, 0, None]
             continue
+        if name == "aux.lexdoc":        # (hashed with its entries expanded, below)
+            out[name] = None
+            continue
         h = hashlib.sha256()
         count = lists = total = 0
         held: list[bytes] = []
